@@ -1,0 +1,166 @@
+//! Reading and writing hetero files: RON or JSON by extension, errors with
+//! file, field path and line:column, atomic writes.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use crate::{Error, Result, Validate};
+
+/// The two text formats every type reads and writes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    /// Rusty Object Notation, the default for files people edit.
+    Ron,
+    /// JSON, for scripts.
+    Json,
+}
+
+impl Format {
+    /// The format a path's extension names.
+    pub fn of_path(path: &Path) -> Result<Format> {
+        match path.extension().and_then(|e| e.to_str()) {
+            Some(e) if e.eq_ignore_ascii_case("ron") => Ok(Format::Ron),
+            Some(e) if e.eq_ignore_ascii_case("json") => Ok(Format::Json),
+            _ => Err(Error::UnknownFormat {
+                path: path.to_path_buf(),
+            }),
+        }
+    }
+}
+
+/// Reads, parses and validates a file; the format comes from the extension.
+pub fn load<T: DeserializeOwned + Validate>(path: &Path) -> Result<T> {
+    let format = Format::of_path(path)?;
+    let text = std::fs::read_to_string(path).map_err(|source| Error::Io {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    load_str(path, &text, format)
+}
+
+/// Parses and validates text; `path` only names the source in errors.
+pub fn load_str<T: DeserializeOwned + Validate>(
+    path: &Path,
+    text: &str,
+    format: Format,
+) -> Result<T> {
+    let value: T = match format {
+        Format::Json => parse_json(path, text)?,
+        Format::Ron => parse_ron(path, text)?,
+    };
+    value
+        .validate()
+        .map_err(|(field, message)| Error::Invalid {
+            path: path.to_path_buf(),
+            field,
+            message,
+        })?;
+    Ok(value)
+}
+
+fn field_path(p: &serde_path_to_error::Path) -> String {
+    let s = p.to_string();
+    if s.is_empty() { ".".into() } else { s }
+}
+
+/// Parses JSON into `T`, reporting the field path and line:column of the
+/// first error.
+pub(crate) fn parse_json<T: DeserializeOwned>(path: &Path, text: &str) -> Result<T> {
+    let mut de = serde_json::Deserializer::from_str(text);
+    let err = |field: String, inner: serde_json::Error| Error::Parse {
+        path: path.to_path_buf(),
+        field,
+        line: inner.line(),
+        column: inner.column(),
+        message: strip_json_position(&inner.to_string()),
+    };
+    let value = serde_path_to_error::deserialize(&mut de)
+        .map_err(|e| err(field_path(e.path()), e.into_inner()))?;
+    de.end().map_err(|e| err(".".into(), e))?;
+    Ok(value)
+}
+
+/// serde_json appends " at line L column C" to its messages; the error
+/// already carries both.
+fn strip_json_position(msg: &str) -> String {
+    match msg.rfind(" at line ") {
+        Some(i) => msg[..i].to_string(),
+        None => msg.to_string(),
+    }
+}
+
+fn parse_ron<T: DeserializeOwned>(path: &Path, text: &str) -> Result<T> {
+    let spanned = |e: ron::error::SpannedError, field: String| Error::Parse {
+        path: path.to_path_buf(),
+        field,
+        line: e.span.start.line,
+        column: e.span.start.col,
+        message: e.code.to_string(),
+    };
+    let mut de = ron::Deserializer::from_str(text).map_err(|e| spanned(e, ".".into()))?;
+    let value = serde_path_to_error::deserialize(&mut de).map_err(|e| {
+        let field = field_path(e.path());
+        spanned(de.span_error(e.into_inner()), field)
+    })?;
+    de.end()
+        .map_err(|e| spanned(de.span_error(e), ".".into()))?;
+    Ok(value)
+}
+
+/// Serialises a value in the given format, pretty-printed, with a final newline.
+pub fn to_string<T: Serialize>(value: &T, format: Format) -> Result<String> {
+    let mut s = match format {
+        Format::Json => serde_json::to_string_pretty(value).map_err(|e| Error::Serialize {
+            what: "JSON",
+            message: e.to_string(),
+        })?,
+        Format::Ron => {
+            let cfg = ron::ser::PrettyConfig::new()
+                .indentor("  ".to_string())
+                .struct_names(false);
+            ron::ser::to_string_pretty(value, cfg).map_err(|e| Error::Serialize {
+                what: "RON",
+                message: e.to_string(),
+            })?
+        }
+    };
+    s.push('\n');
+    Ok(s)
+}
+
+/// Writes a value to `path` atomically, in the format its extension names.
+pub fn save<T: Serialize>(path: &Path, value: &T) -> Result<()> {
+    let text = to_string(value, Format::of_path(path)?)?;
+    write_atomic(path, text.as_bytes())
+}
+
+/// Writes `bytes` to a temporary file beside `path`, syncs it, then renames
+/// it over `path`: readers see the old file or the new one, never half of one.
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
+    let io = |source| Error::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    let name = path.file_name().ok_or_else(|| {
+        io(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            "not a file path",
+        ))
+    })?;
+    let mut tmp_name = name.to_os_string();
+    tmp_name.push(format!(".tmp-{}", std::process::id()));
+    let tmp: PathBuf = path.with_file_name(tmp_name);
+    let result = (|| {
+        let mut f = std::fs::File::create(&tmp)?;
+        f.write_all(bytes)?;
+        f.sync_all()?;
+        std::fs::rename(&tmp, path)
+    })();
+    if result.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    result.map_err(io)
+}

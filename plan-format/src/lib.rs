@@ -1,0 +1,56 @@
+//! The data vocabulary of hetero.
+//!
+//! Every stage of the pipeline (agent rows, datasets, predictors, plans, the
+//! runtime) speaks through the types of this crate, so it holds data only:
+//! serde types, their validation and their versioning. It depends on no other
+//! crate of the workspace.
+//!
+//! The design choice a newcomer would otherwise get wrong: **invariants live in
+//! the types where serde can check them** (a GEMM dimension is a
+//! [`std::num::NonZeroU32`], a schema version is a [`SchemaVersion`] that refuses
+//! other versions while it is being parsed). An invalid file is then refused
+//! *during* parsing, and the error carries the field path and the line:column
+//! of the offending value, not just a message after the fact. Checks that span
+//! several fields live in [`Validate`] and report a field path.
+//!
+//! Every file type carries a `schema_version` field; [`load`] and [`save`]
+//! pick RON or JSON from the file extension.
+#![warn(missing_docs)]
+
+mod error;
+mod fingerprint;
+mod gemm;
+pub mod hf;
+mod io;
+mod model;
+mod plan;
+mod processor;
+mod profile;
+mod sweep;
+mod version;
+
+pub use error::{Error, Result};
+pub use fingerprint::Fingerprint;
+pub use gemm::{DType, GemmShape, OperandOrder, WeightMode};
+pub use io::{Format, load, load_str, save, to_string, write_atomic};
+pub use model::{LinearOp, MRule, ModelSpec, OpRole, Phase};
+pub use plan::{
+    CostBreakdown, Decision, GraphSet, OpPlan, Plan, RowPart, RunnerUp, SeqPart, Strategy,
+    StrategyKind,
+};
+pub use processor::{Capabilities, Processor, ProcessorApi, ProcessorKind, Timing};
+pub use profile::{AgentInfo, DeviceProfile, HostInfo};
+pub use sweep::{
+    Conditions, MeasurementRow, MicrobenchKind, MicrobenchRequest, MicrobenchRow, RowStatus,
+    RunParams, Stats, SweepCase, SweepSpec,
+};
+pub use version::{SCHEMA_VERSION, SchemaVersion};
+
+/// Checks that span several fields, which serde cannot express in types.
+///
+/// `validate` returns the first problem found as `(field path, message)`; the
+/// path uses the same notation as parse errors (`ops[2].k`).
+pub trait Validate {
+    /// Returns `Err((field_path, message))` on the first broken invariant.
+    fn validate(&self) -> std::result::Result<(), (String, String)>;
+}

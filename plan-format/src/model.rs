@@ -1,0 +1,216 @@
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::{GemmShape, SchemaVersion, Validate};
+
+/// The two phases of LLM inference.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, JsonSchema,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum Phase {
+    /// The prompt: M is the sequence length.
+    Prefill,
+    /// Token generation: M is the number of tokens decoded at once (1, or n
+    /// for speculative decoding).
+    Decode,
+}
+
+impl Phase {
+    /// The lowercase name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Phase::Prefill => "prefill",
+            Phase::Decode => "decode",
+        }
+    }
+}
+
+impl std::fmt::Display for Phase {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl std::str::FromStr for Phase {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "prefill" => Ok(Phase::Prefill),
+            "decode" => Ok(Phase::Decode),
+            _ => Err(format!("unknown phase `{s}`; expected prefill or decode")),
+        }
+    }
+}
+
+/// What part of the model an operator belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum OpRole {
+    /// Attention projections.
+    Attention,
+    /// The dense feed-forward block.
+    Mlp,
+    /// The MoE router.
+    Router,
+    /// A routed expert's projection.
+    Expert,
+    /// An always-active shared expert's projection (qwen2_moe).
+    SharedExpert,
+    /// The output projection onto the vocabulary.
+    LmHead,
+}
+
+/// How many activation rows (M) an operator sees, given the tokens of a step.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum MRule {
+    /// Every token: M = tokens.
+    Tokens,
+    /// Only the last token (the lm_head during prefill needs one row of logits).
+    LastToken,
+    /// Routed experts: each token picks `top_k` of `experts`. With T tokens
+    /// and balanced routing, `min(experts, T·top_k)` experts run, each on
+    /// `ceil(T·top_k / active)` rows.
+    Routed {
+        /// Experts chosen per token.
+        top_k: u32,
+        /// Experts in the layer.
+        experts: u32,
+    },
+}
+
+/// One linear (GEMM) operator of a decoder layer, or the lm_head.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct LinearOp {
+    /// Canonical name used by plans and the command line (`attn_q`, `ffn_down`, `lm_head`).
+    pub name: String,
+    /// The module name in the architecture's checkpoint (`self_attn.q_proj`).
+    pub hf_name: String,
+    /// Which block it belongs to.
+    pub role: OpRole,
+    /// Input features (K).
+    pub k: u32,
+    /// Output features (N).
+    pub n: u32,
+    /// Instances per layer (experts: the number of experts).
+    pub count: u32,
+    /// Instances one token passes through (experts: top-k; otherwise `count`).
+    pub active: u32,
+    /// Layers that contain the operator (the lm_head: 1).
+    pub layers: u32,
+    /// Rows per instance during prefill.
+    pub prefill_m: MRule,
+    /// Rows per instance during decode.
+    pub decode_m: MRule,
+}
+
+impl LinearOp {
+    /// The GEMMs one layer runs for this operator when `tokens` tokens go
+    /// through it: `(shape, instances)`.
+    pub fn gemms(&self, phase: Phase, tokens: u32) -> Option<(GemmShape, u32)> {
+        let rule = match phase {
+            Phase::Prefill => self.prefill_m,
+            Phase::Decode => self.decode_m,
+        };
+        let tokens = tokens.max(1);
+        let (m, instances) = match rule {
+            MRule::Tokens => (tokens, self.count),
+            MRule::LastToken => (1, self.count),
+            MRule::Routed { top_k, experts } => {
+                let assignments = tokens as u64 * top_k as u64;
+                let active = assignments.min(experts as u64).max(1);
+                (assignments.div_ceil(active) as u32, active as u32)
+            }
+        };
+        Some((GemmShape::new(m, self.k, self.n)?, instances))
+    }
+
+    /// Weights a token multiplies through in this operator, over all layers.
+    pub fn params_per_token(&self) -> u64 {
+        self.k as u64 * self.n as u64 * self.active as u64 * self.layers as u64
+    }
+
+    /// Weights stored for this operator, over all layers.
+    pub fn params_stored(&self) -> u64 {
+        self.k as u64 * self.n as u64 * self.count as u64 * self.layers as u64
+    }
+}
+
+/// A model as the solver sees it: the GEMM operators of its decoder layers
+/// plus the lm_head, with their shapes in each phase.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct ModelSpec {
+    /// File format version.
+    pub schema_version: SchemaVersion,
+    /// Model name (`_name_or_path`, or the config's file name).
+    pub name: String,
+    /// Hugging Face `model_type`.
+    pub model_type: String,
+    /// Decoder layers.
+    pub layers: u32,
+    /// Hidden size.
+    pub hidden: u32,
+    /// Attention heads.
+    pub heads: u32,
+    /// Key/value heads (GQA).
+    pub kv_heads: u32,
+    /// Per-head dimension.
+    pub head_dim: u32,
+    /// Vocabulary size.
+    pub vocab: u32,
+    /// The lm_head shares the embedding's weights (it is still a GEMM).
+    pub tied_embeddings: bool,
+    /// The operators.
+    pub ops: Vec<LinearOp>,
+}
+
+impl ModelSpec {
+    /// Looks an operator up by canonical name.
+    pub fn op(&self, name: &str) -> Option<&LinearOp> {
+        self.ops.iter().find(|o| o.name == name)
+    }
+
+    /// Weights a token multiplies through: active experts only, lm_head included.
+    pub fn linear_params_per_token(&self) -> u64 {
+        self.ops.iter().map(LinearOp::params_per_token).sum()
+    }
+
+    /// Weights of every linear operator, all experts, lm_head included.
+    pub fn linear_params_stored(&self) -> u64 {
+        self.ops.iter().map(LinearOp::params_stored).sum()
+    }
+}
+
+impl Validate for ModelSpec {
+    fn validate(&self) -> Result<(), (String, String)> {
+        if self.ops.is_empty() {
+            return Err(("ops".into(), "a model needs at least one operator".into()));
+        }
+        for (i, op) in self.ops.iter().enumerate() {
+            for (field, v) in [
+                ("k", op.k),
+                ("n", op.n),
+                ("count", op.count),
+                ("layers", op.layers),
+            ] {
+                if v == 0 {
+                    return Err((format!("ops[{i}].{field}"), "must be at least 1".into()));
+                }
+            }
+            if op.active == 0 || op.active > op.count {
+                return Err((
+                    format!("ops[{i}].active"),
+                    format!("must be between 1 and count ({})", op.count),
+                ));
+            }
+            if self.ops[..i].iter().any(|o| o.name == op.name) {
+                return Err((
+                    format!("ops[{i}].name"),
+                    format!("duplicate operator `{}`", op.name),
+                ));
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,383 @@
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::{DType, GemmShape, OperandOrder, SchemaVersion, Timing, Validate, WeightMode};
+
+/// How each case is timed.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct RunParams {
+    /// Untimed runs before the timed ones.
+    pub warmups: u32,
+    /// Timed runs; the statistics are over these.
+    pub repetitions: u32,
+    /// A case that takes longer than this in total is abandoned with status
+    /// `timeout`.
+    pub timeout_ms: u64,
+}
+
+impl Default for RunParams {
+    fn default() -> Self {
+        RunParams {
+            warmups: 2,
+            repetitions: 7,
+            timeout_ms: 30_000,
+        }
+    }
+}
+
+/// One GEMM to measure.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct SweepCase {
+    /// Unique within the sweep; a resumed sweep skips ids already measured.
+    pub id: String,
+    /// Processor id from `probe`.
+    pub processor: String,
+    /// M×K×N.
+    pub shape: GemmShape,
+    /// Element type.
+    pub dtype: DType,
+    /// Operand order.
+    #[serde(default)]
+    pub order: OperandOrder,
+    /// Weights as graph constants or inputs (static-graph processors only).
+    #[serde(default)]
+    pub weights: WeightMode,
+    /// Overrides the sweep's run parameters for this case.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run: Option<RunParams>,
+}
+
+/// The microbenchmarks the agent knows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum MicrobenchKind {
+    /// Host to device copy of `bytes`.
+    CopyH2d,
+    /// Device to host copy of `bytes`.
+    CopyD2h,
+    /// Launch of a tiny kernel on an empty queue, to completion.
+    SubmitEmpty,
+    /// Launch of a tiny kernel behind a queue that is already busy.
+    SubmitBusy,
+    /// Handoff with a blocking wait (clFinish, event wait, thread join).
+    SyncBlock,
+    /// Handoff by polling a host-visible flag written last by the kernel.
+    SyncPoll,
+    /// A memory-bound GEMV streaming `bytes` of weights, alone.
+    BandwidthAlone,
+    /// The same GEMV while `peer` streams at the same time.
+    BandwidthConcurrent,
+    /// Preparing (building, finalising) a static graph of `shape`.
+    GraphPrepare,
+}
+
+/// One microbenchmark to run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct MicrobenchRequest {
+    /// Unique within the sweep.
+    pub id: String,
+    /// Processor id.
+    pub processor: String,
+    /// Which benchmark.
+    pub bench: MicrobenchKind,
+    /// Transfer or stream size, for copies and bandwidth.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bytes: Option<u64>,
+    /// The other processor, for concurrent bandwidth.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub peer: Option<String>,
+    /// The graph shape, for graph prepare.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shape: Option<GemmShape>,
+}
+
+/// A sweep request: what the host asks the agent to measure.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct SweepSpec {
+    /// File format version.
+    pub schema_version: SchemaVersion,
+    /// Default run parameters.
+    #[serde(default)]
+    pub run: RunParams,
+    /// GEMM cases.
+    #[serde(default)]
+    pub cases: Vec<SweepCase>,
+    /// Microbenchmarks.
+    #[serde(default)]
+    pub microbench: Vec<MicrobenchRequest>,
+}
+
+impl Validate for SweepSpec {
+    fn validate(&self) -> Result<(), (String, String)> {
+        let mut seen = std::collections::HashSet::new();
+        for (i, c) in self.cases.iter().enumerate() {
+            if !seen.insert(c.id.as_str()) {
+                return Err((
+                    format!("cases[{i}].id"),
+                    format!("duplicate case id `{}`", c.id),
+                ));
+            }
+        }
+        for (i, b) in self.microbench.iter().enumerate() {
+            if !seen.insert(b.id.as_str()) {
+                return Err((
+                    format!("microbench[{i}].id"),
+                    format!("duplicate id `{}`", b.id),
+                ));
+            }
+        }
+        let runs = std::iter::once(("run".to_string(), &self.run)).chain(
+            self.cases
+                .iter()
+                .enumerate()
+                .filter_map(|(i, c)| c.run.as_ref().map(|r| (format!("cases[{i}].run"), r))),
+        );
+        for (path, r) in runs {
+            if r.repetitions == 0 {
+                return Err((format!("{path}.repetitions"), "must be at least 1".into()));
+            }
+            if r.timeout_ms == 0 {
+                return Err((format!("{path}.timeout_ms"), "must be at least 1".into()));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The outcome of one case.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum RowStatus {
+    /// Verified and timed.
+    Ok,
+    /// Ran, but the result did not match the CPU reference: never timed as valid.
+    Failed,
+    /// The processor lacks the dtype or operation.
+    Unsupported,
+    /// Abandoned after the case's timeout.
+    Timeout,
+    /// The backend reported an error.
+    Error,
+}
+
+/// Summary statistics of the timed repetitions, in microseconds.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct Stats {
+    /// Median.
+    pub median_us: f64,
+    /// Minimum.
+    pub min_us: f64,
+    /// 90th percentile.
+    pub p90_us: f64,
+    /// Number of timed repetitions.
+    pub count: u32,
+    /// Coefficient of variation (standard deviation / mean).
+    pub cv: f64,
+}
+
+impl Stats {
+    /// Statistics of a non-empty sample; `None` when it is empty.
+    pub fn from_samples(samples: &[f64]) -> Option<Stats> {
+        if samples.is_empty() {
+            return None;
+        }
+        let mut s = samples.to_vec();
+        s.sort_by(|a, b| a.total_cmp(b));
+        let n = s.len();
+        let median = if n % 2 == 1 {
+            s[n / 2]
+        } else {
+            0.5 * (s[n / 2 - 1] + s[n / 2])
+        };
+        // Nearest-rank percentile.
+        let p90 = s[((0.9 * n as f64).ceil() as usize).clamp(1, n) - 1];
+        let mean = s.iter().sum::<f64>() / n as f64;
+        let var = s.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / n as f64;
+        let cv = if mean > 0.0 { var.sqrt() / mean } else { 0.0 };
+        Some(Stats {
+            median_us: median,
+            min_us: s[0],
+            p90_us: p90,
+            count: n as u32,
+            cv,
+        })
+    }
+}
+
+/// The conditions a row was measured under, as far as the device shows them.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
+pub struct Conditions {
+    /// Wall-clock time at the end of the case, Unix milliseconds.
+    pub timestamp_ms: u64,
+    /// Mean current frequency of the processor's CPU cores, MHz (sysfs).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu_mhz: Option<f64>,
+    /// Hottest thermal zone, °C (sysfs).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub temp_c: Option<f64>,
+}
+
+/// One measured GEMM: one JSON line of the agent's sweep output.
+///
+/// The fields are flat on purpose: a row maps one to one onto a column of the
+/// Parquet dataset.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct MeasurementRow {
+    /// The case id from the sweep spec.
+    pub case_id: String,
+    /// Processor id.
+    pub processor: String,
+    /// Rows of the activation.
+    pub m: u32,
+    /// Inner dimension.
+    pub k: u32,
+    /// Output features.
+    pub n: u32,
+    /// Element type.
+    pub dtype: DType,
+    /// Operand order.
+    pub order: OperandOrder,
+    /// Weights as constants or inputs.
+    #[serde(default)]
+    pub weights: WeightMode,
+    /// Outcome.
+    pub status: RowStatus,
+    /// Where the time comes from; `simulated` and `emulated` rows are never
+    /// NPU latency.
+    pub timing: Timing,
+    /// Untimed warm-up runs.
+    pub warmups: u32,
+    /// Timed repetitions.
+    pub repetitions: u32,
+    /// Median time, µs (absent unless status is `ok`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub median_us: Option<f64>,
+    /// Minimum time, µs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min_us: Option<f64>,
+    /// 90th percentile, µs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub p90_us: Option<f64>,
+    /// Coefficient of variation of the timed runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cv: Option<f64>,
+    /// Host-clock time from submit to completion, µs, where the timer above
+    /// is a device timer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host_median_us: Option<f64>,
+    /// Graph prepare time, µs, for static-graph processors.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prepare_us: Option<f64>,
+    /// The output matched the CPU f64 reference within `tolerance`.
+    pub verified: bool,
+    /// Largest relative error over the sampled outputs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rel_err: Option<f64>,
+    /// The bound `rel_err` was checked against (depends on dtype).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tolerance: Option<f64>,
+    /// What went wrong, for rows that are not `ok`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    /// Measurement conditions.
+    pub conditions: Conditions,
+}
+
+impl MeasurementRow {
+    /// The row's shape; `None` if a dimension is zero (a malformed row).
+    pub fn shape(&self) -> Option<GemmShape> {
+        GemmShape::new(self.m, self.k, self.n)
+    }
+
+    /// True when the row may be used for fitting: ok, verified, with a
+    /// positive finite median.
+    pub fn is_usable(&self) -> bool {
+        self.status == RowStatus::Ok
+            && self.verified
+            && self.median_us.is_some_and(|t| t.is_finite() && t > 0.0)
+    }
+
+    /// Copies the statistics into the row.
+    pub fn set_stats(&mut self, s: &Stats) {
+        self.median_us = Some(s.median_us);
+        self.min_us = Some(s.min_us);
+        self.p90_us = Some(s.p90_us);
+        self.cv = Some(s.cv);
+        self.repetitions = s.count;
+    }
+}
+
+/// One microbenchmark result.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct MicrobenchRow {
+    /// The request id.
+    pub case_id: String,
+    /// Processor id.
+    pub processor: String,
+    /// Which benchmark.
+    pub bench: MicrobenchKind,
+    /// Size, for copies and bandwidth.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bytes: Option<u64>,
+    /// Peer processor, for concurrent bandwidth.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub peer: Option<String>,
+    /// Graph shape, for graph prepare.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shape: Option<GemmShape>,
+    /// Outcome.
+    pub status: RowStatus,
+    /// Where the time comes from.
+    pub timing: Timing,
+    /// Statistics, µs (absent unless status is `ok`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stats: Option<Stats>,
+    /// Achieved bandwidth, GB/s, for copies and streams.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gbps: Option<f64>,
+    /// What went wrong, for rows that are not `ok`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    /// Measurement conditions.
+    pub conditions: Conditions,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stats_of_known_sample() {
+        let s = Stats::from_samples(&[5.0, 1.0, 3.0, 2.0, 4.0]).unwrap();
+        assert_eq!(s.median_us, 3.0);
+        assert_eq!(s.min_us, 1.0);
+        assert_eq!(s.p90_us, 5.0);
+        assert_eq!(s.count, 5);
+        let sd = 2f64.sqrt();
+        assert!((s.cv - sd / 3.0).abs() < 1e-12);
+        assert!(Stats::from_samples(&[]).is_none());
+        assert_eq!(Stats::from_samples(&[1.0, 3.0]).unwrap().median_us, 2.0);
+    }
+
+    #[test]
+    fn duplicate_case_ids_are_refused() {
+        let case = SweepCase {
+            id: "a".into(),
+            processor: "cpu:0".into(),
+            shape: GemmShape::new(1, 2, 3).unwrap(),
+            dtype: DType::F32,
+            order: OperandOrder::Aw,
+            weights: WeightMode::Static,
+            run: None,
+        };
+        let spec = SweepSpec {
+            schema_version: SchemaVersion,
+            run: RunParams::default(),
+            cases: vec![case.clone(), case],
+            microbench: vec![],
+        };
+        let (field, msg) = spec.validate().unwrap_err();
+        assert_eq!(field, "cases[1].id");
+        assert!(msg.contains("duplicate"));
+    }
+}

@@ -1,0 +1,60 @@
+//! `hetero`: profile heterogeneous processors, fit latency models, and solve
+//! how every GEMM of an LLM is split between them.
+//!
+//! This binary is thin: it parses arguments with clap and calls the library
+//! crates. Exit codes: 0 success, 1 failure of the environment or a bug,
+//! 2 bad input (a missing file, malformed data, a bad argument).
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+mod exit;
+mod model_cmd;
+mod schema_cmd;
+
+pub use exit::BadInput;
+
+/// Profile processors, fit latency models, solve partition plans for LLMs.
+#[derive(Debug, Parser)]
+#[command(name = "hetero", version, about, long_about = None)]
+#[command(after_help = "Start with: hetero model show datasets/models/qwen2.5-1.5b.json")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Inspect a model: the GEMM operators derived from a Hugging Face config.json.
+    #[command(subcommand)]
+    Model(model_cmd::ModelCmd),
+    /// Export the JSON Schema of hetero's file formats.
+    Schema(schema_cmd::SchemaArgs),
+}
+
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            // clap prints help/version to stdout and usage errors to stderr.
+            let _ = e.print();
+            return if e.use_stderr() {
+                ExitCode::from(2)
+            } else {
+                ExitCode::SUCCESS
+            };
+        }
+    };
+    let result = match cli.command {
+        Command::Model(cmd) => model_cmd::run(cmd),
+        Command::Schema(args) => schema_cmd::run(args),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::from(exit::code_for(&e))
+        }
+    }
+}
