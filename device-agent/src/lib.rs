@@ -1,1 +1,29 @@
-//! Placeholder: filled by its own issue.
+//! The device agent: the small binary pushed to phones, boards and hosts,
+//! and the library behind it.
+//!
+//! The core is the [`Backend`] trait. A backend opens one or more processors;
+//! for each it prepares GEMMs ([`Gemm`]) and times them. The same trait is
+//! reused by `hetero-runtime` to execute plans, which is why it is object-safe
+//! (`Box<dyn Backend>`) and why a prepared GEMM keeps its weights resident and
+//! separates `write_input` / `execute` / `read_output`: the timed part is the
+//! execution alone, and the runtime can overlap processors with
+//! [`Gemm::submit`] and [`Gemm::wait`].
+//!
+//! Two layers of "optional": a cargo feature decides whether a backend is
+//! compiled in; loading its library at run time decides whether it opens
+//! here. A missing library is an [`Error::Library`] naming the library and
+//! the paths tried, never a panic. Optional capabilities default to
+//! [`Error::Unsupported`].
+#![warn(missing_docs)]
+
+mod backend;
+mod error;
+mod registry;
+
+pub use backend::{Backend, Gemm, GemmSpec, SyncMode, Timed, default_tolerance};
+pub use error::{Error, Result};
+pub use registry::{OpenOptions, Registry, Unavailable, id_matches};
+
+/// The sweep protocol version this agent speaks; the host checks it in the
+/// handshake.
+pub const PROTOCOL_VERSION: u32 = 1;

@@ -1,0 +1,128 @@
+use hetero_plan::{DType, GemmShape, OperandOrder, Processor, WeightMode};
+
+use crate::{Error, Result};
+
+/// What to prepare: shape, element type, operand order, weight mode.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct GemmSpec {
+    /// `C[M,N] = A[M,K] · W[K,N]`.
+    pub shape: GemmShape,
+    /// Element type the processor computes in.
+    pub dtype: DType,
+    /// `aw` or `wt_at` (the processor computes `Cᵀ = Wᵀ·Aᵀ`).
+    pub order: OperandOrder,
+    /// Weights baked into a static graph or passed as an input.
+    pub weights: WeightMode,
+}
+
+/// How the host learns that a submitted GEMM finished.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum SyncMode {
+    /// The API's blocking wait (clFinish, event wait, stream sync, join).
+    Block,
+    /// Sleep for `predicted_us` minus a margin, then spin on a completion
+    /// flag in host-visible memory (HeteroLLM §4.2).
+    Poll {
+        /// The predicted execution time, µs.
+        predicted_us: f64,
+    },
+}
+
+/// The time one execution took.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Timed {
+    /// Device-side time (events), where the API has it.
+    pub device_us: Option<f64>,
+    /// Host clock from submit to observed completion.
+    pub host_us: f64,
+}
+
+impl Timed {
+    /// The best time available: the device timer, else the host clock.
+    pub fn best_us(&self) -> f64 {
+        self.device_us.unwrap_or(self.host_us)
+    }
+}
+
+/// A GEMM prepared on one processor, with its weights resident.
+///
+/// Inputs and outputs are always given in the logical layout, row-major
+/// `A[M,K]` and `C[M,N]` f32, whatever the operand order and dtype: the
+/// backend converts and transposes outside the timed [`execute`](Gemm::execute).
+pub trait Gemm: Send {
+    /// What was prepared.
+    fn spec(&self) -> &GemmSpec;
+
+    /// Time spent building/finalising a static graph, µs (static-graph
+    /// processors only).
+    fn prepare_us(&self) -> Option<f64> {
+        None
+    }
+
+    /// Copies the activation `A[M,K]` (row-major f32) to where the processor reads it.
+    fn write_input(&mut self, a: &[f32]) -> Result<()>;
+
+    /// Runs the GEMM once on the current input and waits for it.
+    fn execute(&mut self) -> Result<Timed>;
+
+    /// Copies the result `C[M,N]` (row-major f32) back.
+    fn read_output(&mut self, c: &mut [f32]) -> Result<()>;
+
+    /// Starts an execution without waiting (for overlapping processors).
+    fn submit(&mut self) -> Result<()> {
+        Err(Error::unsupported(self.backend_id(), "asynchronous submit"))
+    }
+
+    /// Waits for the execution started by [`submit`](Gemm::submit).
+    fn wait(&mut self, mode: SyncMode) -> Result<Timed> {
+        let _ = mode;
+        Err(Error::unsupported(self.backend_id(), "asynchronous wait"))
+    }
+
+    /// The processor id, for error messages.
+    fn backend_id(&self) -> String;
+}
+
+/// One processor opened by a backend.
+///
+/// Few required methods; optional capabilities default to
+/// [`Error::Unsupported`]. Object-safe, so the runtime can hold
+/// `Box<dyn Backend>` per processor.
+pub trait Backend: Send {
+    /// Describes the processor (id, kind, API, capabilities, simulated).
+    fn processor(&self) -> &Processor;
+
+    /// Prepares a GEMM with the given weights `W[K,N]` (row-major f32; the
+    /// backend quantises or converts them to `spec.dtype`). For a
+    /// static-graph processor this builds and finalises the graph and
+    /// records the time in [`Gemm::prepare_us`].
+    fn prepare(&mut self, spec: &GemmSpec, weights: &[f32]) -> Result<Box<dyn Gemm>>;
+
+    /// Runs one microbenchmark and returns its timed samples, µs.
+    fn microbench(&mut self, req: &hetero_plan::MicrobenchRequest) -> Result<Vec<f64>> {
+        Err(Error::unsupported(
+            &self.processor().id,
+            format!("microbenchmark {:?}", req.bench),
+        ))
+    }
+
+    /// Relative error bound for verifying this dtype against the f64 reference.
+    fn tolerance(&self, dtype: DType, k: u32) -> f64 {
+        default_tolerance(dtype, k)
+    }
+}
+
+/// The default relative error bound for a dtype at inner dimension `k`:
+/// the unit round-off of the accumulation type grows with `sqrt(k)`.
+pub fn default_tolerance(dtype: DType, k: u32) -> f64 {
+    let growth = (k.max(1) as f64).sqrt();
+    match dtype {
+        DType::F32 => 1e-5 * growth,
+        DType::F16 => 2e-3 * growth,
+        DType::Bf16 => 1.6e-2 * growth,
+        // Quantised types are checked against the reference of the
+        // dequantised operands; the bound covers output rounding.
+        DType::U8 | DType::W8a8 => 5e-2,
+        DType::U16 | DType::W8a16 | DType::W4a16 => 2e-2,
+    }
+}
