@@ -16,7 +16,7 @@ pub struct GemmSpec {
 }
 
 /// How the host learns that a submitted GEMM finished.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub enum SyncMode {
     /// The API's blocking wait (clFinish, event wait, stream sync, join).
     Block,

@@ -120,7 +120,8 @@ pub fn to_string<T: Serialize>(value: &T, format: Format) -> Result<String> {
         Format::Ron => {
             let cfg = ron::ser::PrettyConfig::new()
                 .indentor("  ".to_string())
-                .struct_names(false);
+                .struct_names(false)
+                .compact_arrays(true);
             ron::ser::to_string_pretty(value, cfg).map_err(|e| Error::Serialize {
                 what: "RON",
                 message: e.to_string(),

@@ -1,0 +1,345 @@
+//! Golden files for every file format: a sample value of each type is
+//! written as pretty RON and JSON and compared byte for byte with the files
+//! in `tests/golden/`, then each file is parsed back and compared with the
+//! value.
+//!
+//! To regenerate after an intended format change:
+//! `HETERO_BLESS=1 cargo test -p hetero-plan --test golden`, then review the diff.
+
+use std::path::{Path, PathBuf};
+
+use hetero_plan::*;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+fn golden_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/golden")
+}
+
+fn check<T>(name: &str, value: &T)
+where
+    T: Serialize + DeserializeOwned + Validate + PartialEq + std::fmt::Debug,
+{
+    for (ext, format) in [("ron", Format::Ron), ("json", Format::Json)] {
+        let path = golden_dir().join(format!("{name}.{ext}"));
+        let text = to_string(value, format).unwrap();
+        if std::env::var_os("HETERO_BLESS").is_some() {
+            std::fs::create_dir_all(golden_dir()).unwrap();
+            std::fs::write(&path, &text).unwrap();
+        }
+        let golden = std::fs::read_to_string(&path)
+            .unwrap_or_else(|e| panic!("{}: {e} (run with HETERO_BLESS=1)", path.display()));
+        assert_eq!(
+            text,
+            golden,
+            "{} differs from the golden file",
+            path.display()
+        );
+        let back: T = load(&path).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(&back, value, "{} does not round-trip", path.display());
+    }
+}
+
+fn shape(m: u32, k: u32, n: u32) -> GemmShape {
+    GemmShape::new(m, k, n).unwrap()
+}
+
+fn conditions() -> Conditions {
+    Conditions {
+        timestamp_ms: 1_790_000_000_000,
+        cpu_mhz: Some(2400.0),
+        temp_c: Some(41.5),
+    }
+}
+
+fn processors() -> Vec<Processor> {
+    vec![
+        Processor {
+            id: "cpu:0".into(),
+            kind: ProcessorKind::Cpu,
+            api: ProcessorApi::Cpu,
+            name: "cores 0-1".into(),
+            driver: "gemm 0.19".into(),
+            capabilities: Capabilities {
+                dtypes: vec![DType::F32, DType::F16],
+                unified_memory: true,
+                compute_units: Some(2),
+                ..Default::default()
+            },
+            simulated: false,
+            emulated: false,
+        },
+        Processor {
+            id: "npu-sim".into(),
+            kind: ProcessorKind::Npu,
+            api: ProcessorApi::Sim,
+            name: "weight-stationary array 32x32 (illustrative)".into(),
+            driver: String::new(),
+            capabilities: Capabilities {
+                dtypes: vec![DType::F16, DType::W8a16],
+                static_graphs: true,
+                unified_memory: true,
+                tile: Some(32),
+                ..Default::default()
+            },
+            simulated: true,
+            emulated: false,
+        },
+    ]
+}
+
+fn sweep() -> SweepSpec {
+    SweepSpec {
+        schema_version: SchemaVersion,
+        run: RunParams::default(),
+        cases: vec![
+            SweepCase {
+                id: "cpu:0/64x256x256/f32/aw".into(),
+                processor: "cpu:0".into(),
+                shape: shape(64, 256, 256),
+                dtype: DType::F32,
+                order: OperandOrder::Aw,
+                weights: WeightMode::Static,
+                run: None,
+            },
+            SweepCase {
+                id: "npu-sim/300x1536x8960/f16/wt_at".into(),
+                processor: "npu-sim".into(),
+                shape: shape(300, 1536, 8960),
+                dtype: DType::F16,
+                order: OperandOrder::WtAt,
+                weights: WeightMode::Input,
+                run: Some(RunParams {
+                    warmups: 1,
+                    repetitions: 3,
+                    timeout_ms: 5000,
+                }),
+            },
+        ],
+        microbench: vec![MicrobenchRequest {
+            id: "cpu:0/copy_h2d/4096".into(),
+            processor: "cpu:0".into(),
+            bench: MicrobenchKind::CopyH2d,
+            bytes: Some(4096),
+            peer: None,
+            shape: None,
+        }],
+    }
+}
+
+#[test]
+fn golden_sweep_spec() {
+    check("sweep-spec", &sweep());
+}
+
+#[test]
+fn golden_device_profile() {
+    let p = DeviceProfile {
+        schema_version: SchemaVersion,
+        host: HostInfo {
+            name: "devbox".into(),
+            os: "Linux 6.1".into(),
+            arch: "x86_64".into(),
+            transport: "local".into(),
+        },
+        agent: AgentInfo {
+            version: "0.1.0".into(),
+            protocol: 1,
+            arch: "x86_64".into(),
+        },
+        processors: processors(),
+        unavailable: vec![
+            "opencl: libOpenCL.so.1 not found (tried: libOpenCL.so.1, libOpenCL.so)".into(),
+        ],
+        sweep: Some(sweep()),
+        started_ms: 1_790_000_000_000,
+        seconds: 61.5,
+    };
+    check("device-profile", &p);
+}
+
+#[derive(Debug, PartialEq, Serialize, serde::Deserialize)]
+struct Rows {
+    measurements: Vec<MeasurementRow>,
+    microbench: Vec<MicrobenchRow>,
+}
+
+impl Validate for Rows {
+    fn validate(&self) -> Result<(), (String, String)> {
+        Ok(())
+    }
+}
+
+#[test]
+fn golden_rows() {
+    let mut ok = MeasurementRow {
+        case_id: "cpu:0/64x256x256/f32/aw".into(),
+        processor: "cpu:0".into(),
+        m: 64,
+        k: 256,
+        n: 256,
+        dtype: DType::F32,
+        order: OperandOrder::Aw,
+        weights: WeightMode::Static,
+        status: RowStatus::Ok,
+        timing: Timing::Real,
+        warmups: 2,
+        repetitions: 0,
+        median_us: None,
+        min_us: None,
+        p90_us: None,
+        cv: None,
+        host_median_us: None,
+        prepare_us: None,
+        verified: true,
+        rel_err: Some(3.1e-7),
+        tolerance: Some(1.6e-4),
+        message: None,
+        conditions: conditions(),
+    };
+    ok.set_stats(&Stats::from_samples(&[41.0, 40.0, 44.0, 40.5, 42.0, 40.2, 43.0]).unwrap());
+    let unsupported = MeasurementRow {
+        case_id: "cpu:0/64x256x256/w4a16/aw".into(),
+        dtype: DType::W4a16,
+        status: RowStatus::Unsupported,
+        repetitions: 0,
+        median_us: None,
+        min_us: None,
+        p90_us: None,
+        cv: None,
+        verified: false,
+        rel_err: None,
+        tolerance: None,
+        message: Some("cpu:0: dtype w4a16 is not supported".into()),
+        ..ok.clone()
+    };
+    let sim = MeasurementRow {
+        case_id: "npu-sim/300x1536x8960/f16/wt_at".into(),
+        processor: "npu-sim".into(),
+        m: 300,
+        k: 1536,
+        n: 8960,
+        dtype: DType::F16,
+        order: OperandOrder::WtAt,
+        timing: Timing::Simulated,
+        prepare_us: Some(152_000.0),
+        ..ok.clone()
+    };
+    let bench = MicrobenchRow {
+        case_id: "cpu:0/copy_h2d/4096".into(),
+        processor: "cpu:0".into(),
+        bench: MicrobenchKind::CopyH2d,
+        bytes: Some(4096),
+        peer: None,
+        shape: None,
+        status: RowStatus::Ok,
+        timing: Timing::Real,
+        stats: Stats::from_samples(&[0.5, 0.25, 0.75]),
+        gbps: Some(8.2),
+        message: None,
+        conditions: conditions(),
+    };
+    check(
+        "rows",
+        &Rows {
+            measurements: vec![ok, unsupported, sim],
+            microbench: vec![bench],
+        },
+    );
+}
+
+#[test]
+fn golden_model_spec() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../datasets/models/qwen2.5-1.5b.json");
+    let spec = hf::load_config(&path).unwrap();
+    check("model-spec", &spec);
+}
+
+pub fn sample_plan() -> Plan {
+    let cost = |parts: Vec<f64>, sync: f64| CostBreakdown {
+        total_us: parts.iter().cloned().fold(0.0, f64::max) + sync,
+        parts_us: parts,
+        sync_us: sync,
+        copy_us: 0.0,
+    };
+    Plan {
+        schema_version: SchemaVersion,
+        model: Fingerprint::of_bytes("Qwen/Qwen2.5-1.5B", b"model"),
+        predictor: Fingerprint::of_bytes("predictor.ron", b"predictor"),
+        processors: vec!["npu-sim".into(), "cpu:0".into()],
+        graph_sets: vec![GraphSet {
+            processor: "npu-sim".into(),
+            sizes: vec![32, 256, 512],
+            prepare_us: 2.5e6,
+            bytes: 120 << 20,
+        }],
+        ops: vec![OpPlan {
+            op: "ffn_down".into(),
+            phase: Phase::Prefill,
+            k: 8960,
+            n: 1536,
+            decisions: vec![
+                Decision {
+                    len: 299,
+                    strategy: Strategy::Hybrid {
+                        padded_to: 512,
+                        parts: vec![
+                            RowPart {
+                                processor: "npu-sim".into(),
+                                rows: 1280,
+                                graph: Some(512),
+                            },
+                            RowPart {
+                                processor: "cpu:0".into(),
+                                rows: 256,
+                                graph: None,
+                            },
+                        ],
+                    },
+                    cost: cost(vec![900.0, 880.0], 25.0),
+                    runner_up: Some(RunnerUp {
+                        kind: StrategyKind::RowCut,
+                        total_us: 940.0,
+                    }),
+                },
+                Decision {
+                    len: 300,
+                    strategy: Strategy::SeqCut {
+                        parts: vec![
+                            SeqPart {
+                                processor: "npu-sim".into(),
+                                tokens: 256,
+                                graphs: vec![256],
+                            },
+                            SeqPart {
+                                processor: "cpu:0".into(),
+                                tokens: 44,
+                                graphs: vec![],
+                            },
+                        ],
+                    },
+                    cost: cost(vec![700.0, 650.0], 25.0),
+                    runner_up: Some(RunnerUp {
+                        kind: StrategyKind::Single,
+                        total_us: 1100.0,
+                    }),
+                },
+                Decision {
+                    len: 301,
+                    strategy: Strategy::Single {
+                        processor: "npu-sim".into(),
+                        padded_to: Some(512),
+                        online_prepare: false,
+                    },
+                    cost: cost(vec![1000.0], 0.0),
+                    runner_up: None,
+                },
+            ],
+        }],
+    }
+}
+
+#[test]
+fn golden_plan() {
+    check("plan", &sample_plan());
+}

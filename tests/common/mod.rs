@@ -1,0 +1,92 @@
+//! Helpers for end-to-end tests that run the real `hetero` binary.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+/// The repository root.
+pub fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// A fresh temporary folder, removed when dropped.
+pub struct TempDir(pub PathBuf);
+
+impl TempDir {
+    pub fn new(name: &str) -> TempDir {
+        let p = std::env::temp_dir().join(format!(
+            "hetero-test-{name}-{}-{}",
+            std::process::id(),
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_nanos()
+        ));
+        std::fs::create_dir_all(&p).unwrap();
+        TempDir(p)
+    }
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// Runs `hetero ARGS` in the repository root.
+pub fn hetero(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_hetero"))
+        .args(args)
+        .current_dir(root())
+        .output()
+        .expect("run hetero")
+}
+
+pub fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+pub fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// Asserts success and returns stdout.
+pub fn ok(args: &[&str]) -> String {
+    let o = hetero(args);
+    assert!(
+        o.status.success(),
+        "hetero {args:?} failed: {}\n{}",
+        o.status,
+        stderr(&o)
+    );
+    stdout(&o)
+}
+
+/// Asserts exit code 2 and returns stderr.
+pub fn bad_input(args: &[&str]) -> String {
+    let o = hetero(args);
+    assert_eq!(
+        o.status.code(),
+        Some(2),
+        "hetero {args:?} should exit 2; stdout: {} stderr: {}",
+        stdout(&o),
+        stderr(&o)
+    );
+    stderr(&o)
+}
+
+/// Compares `text` with a golden file under `tests/golden/`;
+/// `HETERO_BLESS=1` rewrites it.
+pub fn golden(name: &str, text: &str) {
+    let path = root().join("tests/golden").join(name);
+    if std::env::var_os("HETERO_BLESS").is_some() {
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(&path, text).unwrap();
+    }
+    let want = std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("{}: {e} (run with HETERO_BLESS=1)", path.display()));
+    assert_eq!(text, want, "{} differs", path.display());
+}
