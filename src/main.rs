@@ -28,6 +28,7 @@ struct Cli {
 enum Command {
     /// Inspect a model: the GEMM operators derived from a Hugging Face config.json.
     #[command(subcommand)]
+    #[command(after_help = "Example:\n  hetero model show datasets/models/llama-3.1-8b.json")]
     Model(model_cmd::ModelCmd),
     /// Export the JSON Schema of hetero's file formats.
     Schema(schema_cmd::SchemaArgs),
