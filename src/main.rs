@@ -9,8 +9,10 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+mod dataset_cmd;
 mod exit;
 mod model_cmd;
+mod profile_cmd;
 mod schema_cmd;
 
 pub use exit::BadInput;
@@ -30,6 +32,11 @@ enum Command {
     #[command(subcommand)]
     #[command(after_help = "Example:\n  hetero model show datasets/models/llama-3.1-8b.json")]
     Model(model_cmd::ModelCmd),
+    /// Profile a device (local, ssh or adb): sweep GEMMs within a time budget into a dataset.
+    Profile(Box<profile_cmd::ProfileArgs>),
+    /// Inspect, merge or export a dataset folder.
+    #[command(subcommand)]
+    Dataset(dataset_cmd::DatasetCmd),
     /// Export the JSON Schema of hetero's file formats.
     Schema(schema_cmd::SchemaArgs),
 }
@@ -49,6 +56,8 @@ fn main() -> ExitCode {
     };
     let result = match cli.command {
         Command::Model(cmd) => model_cmd::run(cmd),
+        Command::Profile(args) => profile_cmd::run(*args),
+        Command::Dataset(cmd) => dataset_cmd::run(cmd),
         Command::Schema(args) => schema_cmd::run(args),
     };
     match result {
