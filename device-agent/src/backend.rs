@@ -110,6 +110,13 @@ pub trait Backend: Send {
     fn tolerance(&self, dtype: DType, k: u32) -> f64 {
         default_tolerance(dtype, k)
     }
+
+    /// The conditions a measurement on this processor is taken under: the
+    /// timestamp, and the frequency and temperature sysfs shows. The default
+    /// reads every CPU core; a CPU backend narrows it to its own cores.
+    fn conditions(&self) -> hetero_plan::Conditions {
+        crate::conditions::read(None)
+    }
 }
 
 /// The default relative error bound for a dtype at inner dimension `k`:
