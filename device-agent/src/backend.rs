@@ -102,7 +102,7 @@ pub trait Backend: Send {
     fn microbench(&mut self, req: &hetero_plan::MicrobenchRequest) -> Result<Vec<f64>> {
         Err(Error::unsupported(
             &self.processor().id,
-            format!("microbenchmark {:?}", req.bench),
+            format!("microbenchmark {}", crate::protocol::bench_name(req.bench)),
         ))
     }
 

@@ -12,6 +12,14 @@ use serde::{Deserialize, Serialize};
 
 use crate::{Error, PROTOCOL_VERSION, Registry};
 
+/// The file and protocol name of a microbenchmark (`copy_h2d`).
+pub fn bench_name(kind: hetero_plan::MicrobenchKind) -> String {
+    serde_json::to_value(kind)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_string))
+        .unwrap_or_else(|| format!("{kind:?}"))
+}
+
 /// The handshake: who is speaking, and which protocol.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Hello {

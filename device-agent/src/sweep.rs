@@ -36,7 +36,7 @@ use hetero_plan::{
     Timing, WeightMode,
 };
 
-use crate::protocol::{AgentLine, Done, MicrobenchLine};
+use crate::protocol::{AgentLine, Done, MicrobenchLine, bench_name};
 use crate::{Backend, Error, GemmSpec, Registry, conditions, id_matches, verify};
 
 /// Weight bytes streamed by the bandwidth GEMV when a request gives none.
@@ -474,13 +474,6 @@ fn base_line(req: &MicrobenchRequest, timing: Timing) -> MicrobenchLine {
         },
         note: None,
     }
-}
-
-fn bench_name(kind: MicrobenchKind) -> String {
-    serde_json::to_value(kind)
-        .ok()
-        .and_then(|v| v.as_str().map(str::to_string))
-        .unwrap_or_else(|| format!("{kind:?}"))
 }
 
 /// Measures one case on `backend` (in the worker thread).

@@ -233,7 +233,10 @@ impl Backend for CpuBackend {
             MicrobenchKind::SyncPoll => Ok(vec![
                 self.sync_sample(SyncMode::Poll { predicted_us: 0.0 })?,
             ]),
-            other => Err(Error::unsupported(id, format!("microbenchmark {other:?}"))),
+            other => Err(Error::unsupported(
+                id,
+                format!("microbenchmark {}", crate::protocol::bench_name(other)),
+            )),
         }
     }
 

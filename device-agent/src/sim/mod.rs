@@ -349,8 +349,8 @@ impl Backend for SimBackend {
         Err(Error::unsupported(
             ID,
             format!(
-                "microbenchmark {:?} (the simulator models GEMMs and graph prepare only)",
-                req.bench
+                "microbenchmark {} (the simulator models GEMMs and graph prepare only)",
+                crate::protocol::bench_name(req.bench)
             ),
         ))
     }
