@@ -9,7 +9,7 @@ use std::io::{BufRead, Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result};
 use clap::{Args, Parser, Subcommand};
 use hetero_agent::protocol::{AgentLine, Hello, ProbeReport};
 use hetero_agent::sweep::{SweepOptions, Sweeper};
@@ -599,7 +599,7 @@ fn bench_gemm(o: &OpenArgs, a: BenchArgs) -> Result<()> {
     g.read_output(&mut c)?;
     let check = verify::check(&shape, &lhs, &rhs, &c);
     if !check.passes(hetero_agent::default_tolerance(DType::F32, a.size)) {
-        bail!("the backend's result is wrong: {check:?}");
+        anyhow::bail!("the backend's result is wrong: {check:?}");
     }
     let sv = hetero_plan::Stats::from_samples(&via).expect("non-empty");
     let sd = hetero_plan::Stats::from_samples(&direct).expect("non-empty");
