@@ -162,6 +162,6 @@ fn params_load_from_ron_with_defaults_and_named_errors() {
 
 #[test]
 fn the_example_params_file_is_the_defaults() {
-    let p = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("sim-params.example.ron");
+    let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("sim-params.example.ron");
     assert_eq!(SimParams::load(&p).unwrap(), SimParams::default());
 }
