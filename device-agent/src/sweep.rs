@@ -17,7 +17,7 @@
 //! **Microbenchmarks**: copies, submit and sync are the backend's own
 //! ([`Backend::microbench`], one or more samples per call, called until
 //! `repetitions` samples are collected). Graph prepare and the two bandwidth
-//! benchmarks are written once here on top of [`Gemm`], so every backend gets
+//! benchmarks are written once here on top of [`Gemm`](crate::Gemm), so every backend gets
 //! them: `bandwidth_alone` times a memory-bound GEMV (`1×K×N`, weights of
 //! `bytes`), `bandwidth_concurrent` times the same GEMV while the `peer`
 //! processor streams its own GEMV in a loop.
