@@ -344,7 +344,10 @@ fn microbench_emits_rows_for_each_benchmark() {
         t[0] < t[1] && t[1] < t[2],
         "prepare grows with the graph: {t:?}"
     );
-    assert!(find("npu-sim", "sync_poll")[0]["status"] == "unsupported");
+    // The default suite gives the simulator only what it models.
+    assert!(find("npu-sim", "sync_poll").is_empty());
+    let stream = find("npu-sim", "bandwidth_alone");
+    assert_eq!(stream[0]["timing"], "simulated");
 }
 
 #[test]

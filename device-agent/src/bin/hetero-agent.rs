@@ -476,6 +476,14 @@ fn microbench(o: &OpenArgs, a: MicrobenchArgs) -> Result<()> {
     };
     for p in &procs {
         for &k in &kinds {
+            // The simulator models GEMMs (so a stream) and graph prepare only.
+            let modelled = matches!(
+                k,
+                MicrobenchKind::BandwidthAlone | MicrobenchKind::GraphPrepare
+            );
+            if p.simulated && !modelled {
+                continue;
+            }
             match k {
                 MicrobenchKind::CopyH2d | MicrobenchKind::CopyD2h => {
                     let mut b = 4096u64;

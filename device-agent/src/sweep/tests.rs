@@ -176,7 +176,10 @@ fn a_slow_case_times_out_and_the_processor_comes_back() {
     assert_eq!(row.status, RowStatus::Timeout);
     assert!(row.message.unwrap().contains("100 ms"));
     // 50 repetitions of 150 ms would take 7.5 s: the runner did not wait.
-    assert!(t0.elapsed() < Duration::from_secs(2), "waited for the slow case");
+    assert!(
+        t0.elapsed() < Duration::from_secs(2),
+        "waited for the slow case"
+    );
     // The worker stops at its next run boundary (within ~150 ms); the next
     // case waits for it, then runs.
     let next = s.run_case(&case("next", "t:0", (2, 2, 2), DType::F32), &run(1, 5_000));
