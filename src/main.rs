@@ -10,7 +10,9 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 mod exit;
+mod fit_cmd;
 mod model_cmd;
+mod predict_cmd;
 mod schema_cmd;
 
 pub use exit::BadInput;
@@ -32,6 +34,10 @@ enum Command {
     Model(model_cmd::ModelCmd),
     /// Export the JSON Schema of hetero's file formats.
     Schema(schema_cmd::SchemaArgs),
+    /// Fit latency models per processor from a dataset.
+    Fit(fit_cmd::FitArgs),
+    /// Predict one GEMM's latency from a predictor file.
+    Predict(predict_cmd::PredictArgs),
 }
 
 fn main() -> ExitCode {
@@ -50,6 +56,8 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Model(cmd) => model_cmd::run(cmd),
         Command::Schema(args) => schema_cmd::run(args),
+        Command::Fit(args) => fit_cmd::run(args),
+        Command::Predict(args) => predict_cmd::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
