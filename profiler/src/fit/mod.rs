@@ -186,6 +186,22 @@ pub fn score(pairs: &[(f64, f64)], folds: usize) -> Score {
     }
 }
 
+/// The held-out rows of each fold: a seeded shuffle of `0..n` dealt into
+/// `folds` sets (each sorted), 2 ≤ folds ≤ n.
+pub fn fold_sets(n: usize, folds: usize, seed: u64) -> Vec<Vec<usize>> {
+    let mut order: Vec<usize> = (0..n).collect();
+    order.shuffle(&mut rand::rngs::StdRng::seed_from_u64(seed));
+    let folds = folds.clamp(2, n.max(2));
+    let mut sets = vec![Vec::new(); folds];
+    for (j, i) in order.into_iter().enumerate() {
+        sets[j % folds].push(i);
+    }
+    for s in &mut sets {
+        s.sort_unstable();
+    }
+    sets
+}
+
 /// Held-out predictions of one family by k-fold cross-validation, in the
 /// order of `samples`.
 pub fn cross_validate(
@@ -195,17 +211,13 @@ pub fn cross_validate(
     folds: usize,
     seed: u64,
 ) -> Result<Vec<f64>, FitError> {
-    let mut order: Vec<usize> = (0..samples.len()).collect();
-    order.shuffle(&mut rand::rngs::StdRng::seed_from_u64(seed));
-    let folds = folds.clamp(2, samples.len());
-    let per_fold: Vec<Result<Vec<(usize, f64)>, FitError>> = (0..folds)
+    let per_fold: Vec<Result<Vec<(usize, f64)>, FitError>> = fold_sets(samples.len(), folds, seed)
         .into_par_iter()
-        .map(|f| {
-            let in_fold = |j: &usize| j % folds == f;
-            let test: Vec<usize> = (0..order.len()).filter(in_fold).map(|j| order[j]).collect();
-            let train: Vec<Sample> = (0..order.len())
-                .filter(|j| !in_fold(j))
-                .map(|j| samples[order[j]])
+        .enumerate()
+        .map(|(f, test)| {
+            let train: Vec<Sample> = (0..samples.len())
+                .filter(|i| test.binary_search(i).is_err())
+                .map(|i| samples[i])
                 .collect();
             let model = family.fit(&train, dtype, seed + f as u64)?;
             Ok(test
