@@ -107,7 +107,7 @@ fn main() {
         "processor", "dtype", "learner", "rows", "MAPE %", "±10 %", "seconds"
     );
     for ((proc_, dtype), samples) in groups.iter().filter(|(_, s)| s.len() >= 20) {
-        let mut line = |name: &str, pred: Vec<f64>, secs: f64| {
+        let line = |name: &str, pred: Vec<f64>, secs: f64| {
             let pairs: Vec<(f64, f64)> = samples.iter().zip(pred).map(|(s, p)| (s.us, p)).collect();
             let sc = score(&pairs, FOLDS);
             println!(
