@@ -9,6 +9,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+mod chart;
 mod exit;
 mod fit_cmd;
 mod model_cmd;
@@ -34,6 +35,8 @@ enum Command {
     Model(model_cmd::ModelCmd),
     /// Export the JSON Schema of hetero's file formats.
     Schema(schema_cmd::SchemaArgs),
+    /// Draw charts of a plan, a dataset or a fit report.
+    Chart(chart::ChartArgs),
     /// Fit latency models per processor from a dataset.
     Fit(fit_cmd::FitArgs),
     /// Predict one GEMM's latency from a predictor file.
@@ -56,6 +59,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Model(cmd) => model_cmd::run(cmd),
         Command::Schema(args) => schema_cmd::run(args),
+        Command::Chart(args) => chart::run(args),
         Command::Fit(args) => fit_cmd::run(args),
         Command::Predict(args) => predict_cmd::run(args),
     };

@@ -106,7 +106,12 @@ fn learns_stages_within_two_percent() {
     .unwrap();
     let e = &report.entries[0];
     assert!(e.mape < 2.0, "held-out MAPE {} with {}", e.mape, e.model);
-    assert!(e.within_10pct > 0.97, "{} within 10 %: {}", e.model, e.within_10pct);
+    assert!(
+        e.within_10pct > 0.97,
+        "{} within 10 %: {}",
+        e.model,
+        e.within_10pct
+    );
     // The stage is learnt: one row over a tile edge costs a full extra tile.
     let at = |m| {
         pred.gemm_us(
