@@ -19,7 +19,7 @@ pub struct SchemaArgs {
 }
 
 /// The file formats, by the name used on the command line.
-pub const NAMES: [&str; 8] = [
+pub const NAMES: [&str; 9] = [
     "device-profile",
     "processor",
     "sweep-spec",
@@ -27,6 +27,7 @@ pub const NAMES: [&str; 8] = [
     "microbench-row",
     "model-spec",
     "plan",
+    "predictor",
     "fingerprint",
 ];
 
@@ -40,6 +41,7 @@ pub fn schema(name: &str) -> Schema {
         "microbench-row" => schema_for!(MicrobenchRow),
         "model-spec" => schema_for!(ModelSpec),
         "plan" => schema_for!(Plan),
+        "predictor" => schema_for!(Predictor),
         "fingerprint" => schema_for!(Fingerprint),
         _ => unreachable!("clap checks the name against NAMES"),
     }

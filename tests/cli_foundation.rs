@@ -107,7 +107,7 @@ fn unknown_flag_exits_2() {
 fn schema_exports_every_format() {
     let t = TempDir::new("schema");
     let out = ok(&["schema", "--out", t.path().to_str().unwrap()]);
-    assert_eq!(out.lines().count(), 8, "{out}");
+    assert_eq!(out.lines().count(), 9, "{out}");
     for line in out.lines() {
         let text = std::fs::read_to_string(line).unwrap();
         let v: serde_json::Value = serde_json::from_str(&text).unwrap();

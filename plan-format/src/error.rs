@@ -9,8 +9,9 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 /// path and, where the parser knows it, the line and column.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    /// The file could not be read or written.
-    #[error("{}: {source}", path.display())]
+    /// The file could not be read or written (the I/O error is the source,
+    /// printed after the path by `{:#}`).
+    #[error("{}", path.display())]
     Io {
         /// The file.
         path: PathBuf,

@@ -24,6 +24,7 @@ pub mod hf;
 mod io;
 mod model;
 mod plan;
+pub mod predictor;
 mod processor;
 mod profile;
 mod sweep;
@@ -37,6 +38,9 @@ pub use model::{LinearOp, MRule, ModelSpec, OpRole, Phase};
 pub use plan::{
     CostBreakdown, Decision, GraphSet, OpPlan, Plan, RowPart, RunnerUp, SeqPart, Strategy,
     StrategyKind,
+};
+pub use predictor::{
+    LatencyModel, LinearCost, Overheads, Predictor, ProcessorModel, Score, Tree, TreeNode, Work,
 };
 pub use processor::{Capabilities, Processor, ProcessorApi, ProcessorKind, Timing};
 pub use profile::{AgentInfo, DeviceProfile, HostInfo};

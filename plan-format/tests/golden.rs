@@ -343,3 +343,61 @@ pub fn sample_plan() -> Plan {
 fn golden_plan() {
     check("plan", &sample_plan());
 }
+
+#[test]
+fn golden_predictor() {
+    use hetero_plan::predictor::Work;
+    let p = Predictor {
+        schema_version: SchemaVersion,
+        dataset: Fingerprint::of_bytes("datasets/devbox", b"dataset"),
+        processors: processors(),
+        models: vec![
+            ProcessorModel {
+                processor: "cpu:0".into(),
+                dtype: DType::F32,
+                model: LatencyModel::Linear {
+                    alpha_us: 12.5,
+                    beta_us: 8.0e-6,
+                    work: Work::Flops,
+                },
+                score: Score {
+                    mape: 4.2,
+                    within_10pct: 0.97,
+                    within_20pct: 1.0,
+                    samples: 640,
+                    folds: 5,
+                },
+                candidates: vec![("roofline".into(), Score::default())],
+            },
+            ProcessorModel {
+                processor: "npu-sim".into(),
+                dtype: DType::F16,
+                model: LatencyModel::Tree(Tree {
+                    nodes: vec![
+                        TreeNode::Split {
+                            feature: 6,
+                            threshold: 1.5,
+                            left: 1,
+                            right: 2,
+                        },
+                        TreeNode::Leaf { value: 3.1 },
+                        TreeNode::Leaf { value: 3.9 },
+                    ],
+                }),
+                score: Score::default(),
+                candidates: vec![],
+            },
+        ],
+        overheads: vec![Overheads {
+            processor: "npu-sim".into(),
+            prepare: Some(LinearCost {
+                alpha_us: 2000.0,
+                beta_us_per_byte: 0.01,
+            }),
+            sync_poll_us: Some(3.0),
+            sync_block_us: Some(60.0),
+            ..Default::default()
+        }],
+    };
+    check("predictor", &p);
+}

@@ -1,0 +1,493 @@
+//! The predictor file: fitted latency models per processor, and the
+//! overhead constants fitted from microbenchmarks.
+//!
+//! Evaluation lives here, beside the data, so that the solver and the runtime
+//! can predict without depending on the fitting code (which needs polars and
+//! linfa). A model's meaning is part of the file format: the feature vector,
+//! the log-latency target of trees, the formulas of the parametric models.
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::{DType, Fingerprint, GemmShape, OperandOrder, Processor, SchemaVersion, Validate};
+
+/// Tile edges for the stage features (HeteroLLM aligns to 32 and 256).
+pub const TILES: [u32; 4] = [32, 64, 128, 256];
+
+/// Names of the entries of [`features`], in order.
+pub const FEATURE_NAMES: [&str; 30] = [
+    "m",
+    "k",
+    "n",
+    "log2_m",
+    "log2_k",
+    "log2_n",
+    "tiles_m_32",
+    "tiles_k_32",
+    "tiles_n_32",
+    "tiles_m_64",
+    "tiles_k_64",
+    "tiles_n_64",
+    "tiles_m_128",
+    "tiles_k_128",
+    "tiles_n_128",
+    "tiles_m_256",
+    "tiles_k_256",
+    "tiles_n_256",
+    "pad_waste_32",
+    "pad_waste_64",
+    "pad_waste_128",
+    "pad_waste_256",
+    "m_over_k",
+    "n_over_k",
+    "m_over_n",
+    "weight_bytes",
+    "log2_flops",
+    "arith_intensity",
+    "order_wt_at",
+    "padded_flops_32",
+];
+
+/// Number of features.
+pub const N_FEATURES: usize = FEATURE_NAMES.len();
+
+/// Bytes moved by a GEMM: A, W and C once each.
+pub fn gemm_bytes(shape: GemmShape, dtype: DType) -> f64 {
+    let (m, k, n) = shape.mkn();
+    let (m, k, n) = (m as f64, k as f64, n as f64);
+    let a = dtype.activation_bits() as f64 / 8.0;
+    let w = dtype.weight_bits() as f64 / 8.0;
+    m * k * a + k * n * w + m * n * a
+}
+
+/// The feature vector every tree model is trained and evaluated on.
+pub fn features(shape: GemmShape, dtype: DType, order: OperandOrder) -> [f64; N_FEATURES] {
+    let (m, k, n) = shape.mkn();
+    let (mf, kf, nf) = (m as f64, k as f64, n as f64);
+    let mut f = [0.0; N_FEATURES];
+    f[0] = mf;
+    f[1] = kf;
+    f[2] = nf;
+    f[3] = mf.log2();
+    f[4] = kf.log2();
+    f[5] = nf.log2();
+    for (i, t) in TILES.iter().enumerate() {
+        f[6 + 3 * i] = m.div_ceil(*t) as f64;
+        f[7 + 3 * i] = k.div_ceil(*t) as f64;
+        f[8 + 3 * i] = n.div_ceil(*t) as f64;
+        let padded = |d: u32| (d.div_ceil(*t) * t) as f64;
+        // Share of the padded work that is padding.
+        f[18 + i] = 1.0 - (mf * kf * nf) / (padded(m) * padded(k) * padded(n));
+    }
+    f[22] = mf / kf;
+    f[23] = nf / kf;
+    f[24] = mf / nf;
+    f[25] = kf * nf * dtype.weight_bits() as f64 / 8.0;
+    f[26] = shape.flops().log2();
+    f[27] = shape.flops() / gemm_bytes(shape, dtype);
+    f[28] = if order == OperandOrder::WtAt {
+        1.0
+    } else {
+        0.0
+    };
+    let p = |d: u32| (d.div_ceil(32) * 32) as f64;
+    f[29] = (2.0 * p(m) * p(k) * p(n)).log2();
+    f
+}
+
+/// A node of a regression tree.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum TreeNode {
+    /// Go `left` when `features[feature] <= threshold`, else `right`.
+    Split {
+        /// Index into [`FEATURE_NAMES`].
+        feature: u16,
+        /// Split point.
+        threshold: f64,
+        /// Node index when the feature is at most the threshold.
+        left: u32,
+        /// Node index otherwise.
+        right: u32,
+    },
+    /// A prediction.
+    Leaf {
+        /// The value (natural log of µs for latency trees).
+        value: f64,
+    },
+}
+
+/// A regression tree; node 0 is the root.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct Tree {
+    /// The nodes.
+    pub nodes: Vec<TreeNode>,
+}
+
+impl Tree {
+    /// Walks the tree; `None` if the tree is malformed (a cycle or a bad index).
+    pub fn eval(&self, x: &[f64]) -> Option<f64> {
+        let mut i = 0usize;
+        for _ in 0..=self.nodes.len() {
+            match self.nodes.get(i)? {
+                TreeNode::Leaf { value } => return Some(*value),
+                TreeNode::Split {
+                    feature,
+                    threshold,
+                    left,
+                    right,
+                } => {
+                    i = if *x.get(*feature as usize)? <= *threshold {
+                        *left
+                    } else {
+                        *right
+                    } as usize;
+                }
+            }
+        }
+        None
+    }
+}
+
+/// What the `work` of a linear model counts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Work {
+    /// `2·M·K·N`.
+    Flops,
+    /// Bytes of A, W and C.
+    Bytes,
+}
+
+/// A fitted latency model for GEMMs on one processor and dtype.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum LatencyModel {
+    /// `alpha_us + beta_us · work` (ScheInfer's α+β·n).
+    Linear {
+        /// Fixed cost, µs.
+        alpha_us: f64,
+        /// µs per unit of work.
+        beta_us: f64,
+        /// What the work counts.
+        work: Work,
+    },
+    /// `launch_us + max(flops / peak, bytes / bandwidth)`.
+    Roofline {
+        /// Peak compute, GFLOP/s.
+        peak_gflops: f64,
+        /// Memory bandwidth, GB/s.
+        bw_gbps: f64,
+        /// Fixed launch cost, µs.
+        launch_us: f64,
+    },
+    /// One regression tree on [`features`], predicting ln(µs).
+    Tree(Tree),
+    /// The mean of several trees' ln(µs).
+    Forest {
+        /// The trees.
+        trees: Vec<Tree>,
+    },
+    /// Gradient boosting: `base + rate · Σ trees`, in ln(µs).
+    Boosted {
+        /// Initial prediction, ln(µs).
+        base: f64,
+        /// Learning rate.
+        rate: f64,
+        /// The trees.
+        trees: Vec<Tree>,
+    },
+}
+
+impl LatencyModel {
+    /// The family name used in reports.
+    pub fn family(&self) -> &'static str {
+        match self {
+            LatencyModel::Linear { .. } => "linear",
+            LatencyModel::Roofline { .. } => "roofline",
+            LatencyModel::Tree(_) => "tree",
+            LatencyModel::Forest { .. } => "forest",
+            LatencyModel::Boosted { .. } => "boosted",
+        }
+    }
+
+    /// Predicted latency in µs; `None` for a malformed model.
+    pub fn predict_us(&self, shape: GemmShape, dtype: DType, order: OperandOrder) -> Option<f64> {
+        let t = match self {
+            LatencyModel::Linear {
+                alpha_us,
+                beta_us,
+                work,
+            } => {
+                let w = match work {
+                    Work::Flops => shape.flops(),
+                    Work::Bytes => gemm_bytes(shape, dtype),
+                };
+                alpha_us + beta_us * w
+            }
+            LatencyModel::Roofline {
+                peak_gflops,
+                bw_gbps,
+                launch_us,
+            } => {
+                let compute = shape.flops() / (peak_gflops * 1e3);
+                let memory = gemm_bytes(shape, dtype) / (bw_gbps * 1e3);
+                launch_us + compute.max(memory)
+            }
+            LatencyModel::Tree(t) => t.eval(&features(shape, dtype, order))?.exp(),
+            LatencyModel::Forest { trees } => {
+                let x = features(shape, dtype, order);
+                let sum: Option<f64> = trees.iter().map(|t| t.eval(&x)).sum();
+                (sum? / trees.len().max(1) as f64).exp()
+            }
+            LatencyModel::Boosted { base, rate, trees } => {
+                let x = features(shape, dtype, order);
+                let sum: Option<f64> = trees.iter().map(|t| t.eval(&x)).sum();
+                (base + rate * sum?).exp()
+            }
+        };
+        (t.is_finite() && t > 0.0).then_some(t)
+    }
+}
+
+/// Held-out accuracy of a model.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
+pub struct Score {
+    /// Mean absolute percentage error over held-out rows, in percent.
+    pub mape: f64,
+    /// Share of held-out rows within ±10 %, 0..1.
+    pub within_10pct: f64,
+    /// Share of held-out rows within ±20 %, 0..1.
+    pub within_20pct: f64,
+    /// Rows used.
+    pub samples: u32,
+    /// Folds of the cross-validation.
+    pub folds: u32,
+}
+
+/// The chosen model for one processor and dtype.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct ProcessorModel {
+    /// Processor id.
+    pub processor: String,
+    /// Element type.
+    pub dtype: DType,
+    /// The chosen model.
+    pub model: LatencyModel,
+    /// Its held-out score.
+    pub score: Score,
+    /// The other families tried, with their scores.
+    #[serde(default)]
+    pub candidates: Vec<(String, Score)>,
+}
+
+/// `alpha_us + beta_us_per_byte · bytes`.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct LinearCost {
+    /// Fixed cost, µs.
+    pub alpha_us: f64,
+    /// µs per byte.
+    pub beta_us_per_byte: f64,
+}
+
+impl LinearCost {
+    /// The cost of moving `bytes`.
+    pub fn at(&self, bytes: f64) -> f64 {
+        self.alpha_us + self.beta_us_per_byte * bytes
+    }
+}
+
+/// Overheads of one processor, fitted from microbenchmarks.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
+pub struct Overheads {
+    /// Processor id.
+    pub processor: String,
+    /// Host to device copy. Absent on unified memory (no copy).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub copy_h2d: Option<LinearCost>,
+    /// Device to host copy.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub copy_d2h: Option<LinearCost>,
+    /// Launch to completion of a tiny kernel on an empty queue, µs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub submit_empty_us: Option<f64>,
+    /// The same behind a busy queue, µs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub submit_busy_us: Option<f64>,
+    /// Handoff with a blocking wait, µs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sync_block_us: Option<f64>,
+    /// Handoff by polling a flag, µs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sync_poll_us: Option<f64>,
+    /// Static graph prepare cost against weight bytes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prepare: Option<LinearCost>,
+    /// Streaming bandwidth alone, GB/s.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bandwidth_gbps: Option<f64>,
+    /// Bandwidth while another processor streams too, as a share of alone (≤ 1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub concurrent_factor: Option<f64>,
+}
+
+/// A predictor file: everything the solver needs to know about a device.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct Predictor {
+    /// File format version.
+    pub schema_version: SchemaVersion,
+    /// The dataset it was fitted on.
+    pub dataset: Fingerprint,
+    /// The device's processors (from the dataset's `device.json`).
+    pub processors: Vec<Processor>,
+    /// GEMM latency models.
+    pub models: Vec<ProcessorModel>,
+    /// Overheads per processor.
+    #[serde(default)]
+    pub overheads: Vec<Overheads>,
+}
+
+impl Predictor {
+    /// The processor description.
+    pub fn processor(&self, id: &str) -> Option<&Processor> {
+        self.processors.iter().find(|p| p.id == id)
+    }
+
+    /// The model for a processor and dtype.
+    pub fn model(&self, processor: &str, dtype: DType) -> Option<&ProcessorModel> {
+        self.models
+            .iter()
+            .find(|m| m.processor == processor && m.dtype == dtype)
+    }
+
+    /// Predicted GEMM latency, µs.
+    pub fn gemm_us(
+        &self,
+        processor: &str,
+        shape: GemmShape,
+        dtype: DType,
+        order: OperandOrder,
+    ) -> Option<f64> {
+        self.model(processor, dtype)?
+            .model
+            .predict_us(shape, dtype, order)
+    }
+
+    /// The overheads of a processor (all absent when not measured).
+    pub fn overheads(&self, processor: &str) -> Overheads {
+        self.overheads
+            .iter()
+            .find(|o| o.processor == processor)
+            .cloned()
+            .unwrap_or_else(|| Overheads {
+                processor: processor.to_string(),
+                ..Default::default()
+            })
+    }
+}
+
+impl Validate for Predictor {
+    fn validate(&self) -> Result<(), (String, String)> {
+        for (i, m) in self.models.iter().enumerate() {
+            if self.processor(&m.processor).is_none() {
+                return Err((
+                    format!("models[{i}].processor"),
+                    format!("`{}` is not in `processors`", m.processor),
+                ));
+            }
+            let trees: Vec<&Tree> = match &m.model {
+                LatencyModel::Tree(t) => vec![t],
+                LatencyModel::Forest { trees } | LatencyModel::Boosted { trees, .. } => {
+                    trees.iter().collect()
+                }
+                _ => vec![],
+            };
+            for (j, t) in trees.iter().enumerate() {
+                for (h, node) in t.nodes.iter().enumerate() {
+                    if let TreeNode::Split {
+                        feature,
+                        left,
+                        right,
+                        ..
+                    } = node
+                    {
+                        // Children after their parent: no cycles, and every index exists.
+                        let bad_child = |c: u32| c as usize <= h || c as usize >= t.nodes.len();
+                        if *feature as usize >= N_FEATURES || bad_child(*left) || bad_child(*right)
+                        {
+                            return Err((
+                                format!("models[{i}].model.trees[{j}].nodes[{h}]"),
+                                "split refers to a missing feature or node".into(),
+                            ));
+                        }
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn shape(m: u32, k: u32, n: u32) -> GemmShape {
+        GemmShape::new(m, k, n).unwrap()
+    }
+
+    #[test]
+    fn features_have_names_and_stage_counts() {
+        let f = features(shape(33, 64, 256), DType::F16, OperandOrder::WtAt);
+        let get = |name: &str| f[FEATURE_NAMES.iter().position(|n| *n == name).unwrap()];
+        assert_eq!(get("tiles_m_32"), 2.0);
+        assert_eq!(get("tiles_n_256"), 1.0);
+        assert_eq!(get("order_wt_at"), 1.0);
+        assert!((get("pad_waste_32") - (1.0 - 33.0 / 64.0)).abs() < 1e-12);
+    }
+
+    #[test]
+    fn parametric_models_follow_their_formulas() {
+        let lin = LatencyModel::Linear {
+            alpha_us: 10.0,
+            beta_us: 1e-6,
+            work: Work::Flops,
+        };
+        let s = shape(100, 100, 100);
+        assert!((lin.predict_us(s, DType::F32, OperandOrder::Aw).unwrap() - 12.0).abs() < 1e-9);
+        let roof = LatencyModel::Roofline {
+            peak_gflops: 1000.0,
+            bw_gbps: 1e9,
+            launch_us: 5.0,
+        };
+        // 2e6 flops at 1e12 flop/s = 2 µs, plus 5.
+        assert!((roof.predict_us(s, DType::F32, OperandOrder::Aw).unwrap() - 7.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn tree_eval_and_malformed_trees() {
+        let t = Tree {
+            nodes: vec![
+                TreeNode::Split {
+                    feature: 0,
+                    threshold: 32.0,
+                    left: 1,
+                    right: 2,
+                },
+                TreeNode::Leaf { value: 1.0 },
+                TreeNode::Leaf { value: 2.0 },
+            ],
+        };
+        assert_eq!(t.eval(&[10.0]), Some(1.0));
+        assert_eq!(t.eval(&[33.0]), Some(2.0));
+        let cyclic = Tree {
+            nodes: vec![TreeNode::Split {
+                feature: 0,
+                threshold: 0.0,
+                left: 0,
+                right: 0,
+            }],
+        };
+        assert_eq!(cyclic.eval(&[1.0]), None);
+    }
+}
