@@ -5,7 +5,7 @@
 //! `docs/agent-protocol.md`.
 
 use std::collections::HashSet;
-use std::io::{BufRead, Read, Write};
+use std::io::{BufRead, IsTerminal, Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
@@ -386,9 +386,29 @@ fn run_spec(o: &OpenArgs, spec: &SweepSpec, skip: HashSet<String>) -> Result<()>
     };
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
+    // A progress line for people, on stderr and only when it is a terminal:
+    // stdout is the protocol.
+    let progress = std::io::stderr().is_terminal();
+    let total = spec.cases.len() + spec.microbench.len();
+    let mut seen = 0usize;
     let mut emit = |line: &AgentLine| -> std::io::Result<()> {
         writeln!(out, "{}", line.to_json())?;
-        out.flush()
+        out.flush()?;
+        if progress {
+            let what = match line {
+                AgentLine::Measurement(r) => Some((&r.case_id, r.status)),
+                AgentLine::Microbench(m) => Some((&m.row.case_id, m.row.status)),
+                _ => None,
+            };
+            if let Some((id, status)) = what {
+                seen += 1;
+                eprint!("\r\x1b[K[{seen}/{total}] {id}: {status:?}");
+            }
+            if matches!(line, AgentLine::Done(_)) && seen > 0 {
+                eprintln!();
+            }
+        }
+        Ok(())
     };
     emit(&AgentLine::Hello(Hello::current())).context("writing to stdout")?;
     let done = sweeper
