@@ -142,7 +142,10 @@ fn check_product(b: &mut dyn Backend, dtype: DType, order: OperandOrder, shape: 
             .execute()
             .unwrap_or_else(|e| panic!("{what}: execute: {e}"));
         assert!(
-            t.host_us.is_finite() && t.host_us >= 0.0 && t.best_us() > 0.0,
+            t.host_us.is_finite()
+                && t.host_us > 0.0
+                && t.best_us().is_finite()
+                && t.best_us() >= 0.0,
             "{what}: bad time {t:?}"
         );
         g.read_output(&mut c)
