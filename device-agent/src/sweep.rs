@@ -22,7 +22,6 @@
 //! `bytes`), `bandwidth_concurrent` times the same GEMV while the `peer`
 //! processor streams its own GEMV in a loop.
 
-use std::cell::RefCell;
 use std::collections::HashSet;
 use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -55,7 +54,7 @@ enum Outcome {
 enum State {
     Idle(Box<dyn Backend>),
     /// Still owned by the worker of a timed-out case (its id).
-    Away(Rc<RefCell<Receiver<Returned>>>, String),
+    Away(Rc<Receiver<Returned>>, String),
     /// Its worker died; the reason.
     Lost(String),
 }
@@ -291,15 +290,15 @@ impl Sweeper {
         line
     }
 
-    /// Waits (up to `timeout`) for a slot whose backend is away with a
-    /// timed-out worker; true when the backend is home.
+    /// Makes sure a slot's backend is home, waiting (up to `timeout`) for
+    /// the worker of a timed-out case to hand it back.
     fn reclaim(&mut self, idx: usize, timeout: Duration) -> Result<(), Refused> {
         let (rx, case) = match &self.slots[idx].state {
             State::Idle(_) => return Ok(()),
             State::Lost(why) => return Err(Refused::Lost(why.clone())),
             State::Away(rx, case) => (rx.clone(), case.clone()),
         };
-        let got = rx.borrow().recv_timeout(timeout);
+        let got = rx.recv_timeout(timeout);
         match got {
             Ok((backends, _stale)) => {
                 for (i, b) in backends {
@@ -376,7 +375,7 @@ impl Sweeper {
             }
             Err(RecvTimeoutError::Timeout) => {
                 cancel.store(true, Ordering::Relaxed);
-                let rx = Rc::new(RefCell::new(rx));
+                let rx = Rc::new(rx);
                 for &i in idxs {
                     self.slots[i].state =
                         State::Away(rx.clone(), format!("timed-out case `{label}`"));
