@@ -9,9 +9,12 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+mod chart;
 mod dataset_cmd;
 mod exit;
+mod fit_cmd;
 mod model_cmd;
+mod predict_cmd;
 mod profile_cmd;
 mod schema_cmd;
 
@@ -39,6 +42,12 @@ enum Command {
     Dataset(dataset_cmd::DatasetCmd),
     /// Export the JSON Schema of hetero's file formats.
     Schema(schema_cmd::SchemaArgs),
+    /// Draw charts of a plan, a dataset or a fit report.
+    Chart(chart::ChartArgs),
+    /// Fit latency models per processor from a dataset.
+    Fit(fit_cmd::FitArgs),
+    /// Predict one GEMM's latency from a predictor file.
+    Predict(predict_cmd::PredictArgs),
 }
 
 fn main() -> ExitCode {
@@ -59,6 +68,9 @@ fn main() -> ExitCode {
         Command::Profile(args) => profile_cmd::run(*args),
         Command::Dataset(cmd) => dataset_cmd::run(cmd),
         Command::Schema(args) => schema_cmd::run(args),
+        Command::Chart(args) => chart::run(args),
+        Command::Fit(args) => fit_cmd::run(args),
+        Command::Predict(args) => predict_cmd::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -12,7 +12,11 @@
 //!   high);
 //! - [`journal`] appends every row as it arrives; [`dataset`] writes and
 //!   reads the Parquet dataset ([`Dataset::load`] is what fitting calls);
-//! - [`profile::profile`] ties them together.
+//! - [`profile::profile`] ties them together;
+//! - [`fit`] turns measured rows into a [`hetero_plan::Predictor`]: one
+//!   latency model per processor and dtype, chosen among regression trees
+//!   (on log latency), linear and roofline models by k-fold held-out error,
+//!   plus overhead constants fitted from the microbenchmark rows.
 //!
 //! The design choice a newcomer would otherwise get wrong: **the journal,
 //! not the Parquet files, is the record of a run.** Rows are appended to
@@ -28,6 +32,7 @@ pub mod agent;
 pub mod dataset;
 pub mod design;
 mod error;
+pub mod fit;
 pub mod journal;
 pub mod profile;
 pub mod protocol;
