@@ -588,7 +588,6 @@ pub fn profile(opts: ProfileOptions, rep: Arc<Reporter>) -> Result<Outcome> {
     let mut done_this_run: BTreeMap<String, u64> = BTreeMap::new();
     let mut batch_no = 0u32;
     let mut failures = 0u32;
-    let mut left_for_budget: Vec<Planned> = Vec::new();
     let mut refined_out = false;
     let mut rounds = 0u32;
     let stopped: &'static str;
@@ -601,42 +600,17 @@ pub fn profile(opts: ProfileOptions, rep: Arc<Reporter>) -> Result<Outcome> {
             break;
         }
         let remaining = (deadline - now).as_secs_f64();
-        if pending.is_empty() {
-            if !opts.refine || refined_out || rounds >= opts.refine_rounds {
-                stopped = if !left_for_budget.is_empty() {
-                    "budget"
-                } else if opts.refine {
-                    "converged"
-                } else {
-                    "complete"
-                };
-                break;
-            }
-            rounds += 1;
-            let added = refine_round(&cost, &planned_ids, &rep);
-            if added.is_empty() {
-                refined_out = true;
-                continue;
-            }
-            for c in added {
-                planned_ids.insert(c.id.clone());
-                pending.push(Planned {
-                    item: Item::Case(c),
-                    stratum: design::Stratum::Refine,
-                });
-            }
-        }
 
-        // Fill a batch: short at first (to calibrate), then up to 30 s.
+        // Fill a batch: short at first (to calibrate), then up to 30 s. Items
+        // whose estimate exceeds what is left stay pending: the estimate
+        // improves as rows arrive.
         let target = if batch_no == 0 { 5.0f64 } else { 30.0 }.min(remaining);
         let mut batch: Vec<Planned> = Vec::new();
         let mut est_total = cost.startup;
         let mut keep = Vec::new();
         for p in pending.drain(..) {
             let est = cost.estimate(&p.item);
-            if est > remaining {
-                left_for_budget.push(p);
-            } else if batch.is_empty() || est_total + est <= target {
+            if est <= remaining && (batch.is_empty() || est_total + est <= target) {
                 est_total += est;
                 batch.push(p);
             } else {
@@ -654,7 +628,30 @@ pub fn profile(opts: ProfileOptions, rep: Arc<Reporter>) -> Result<Outcome> {
             remaining,
         );
         if batch.is_empty() {
-            continue;
+            // The design is done (or nothing left fits): refine.
+            if opts.refine && !refined_out && rounds < opts.refine_rounds {
+                rounds += 1;
+                let added = refine_round(&cost, &planned_ids, &rep);
+                if added.is_empty() {
+                    refined_out = true;
+                }
+                for c in added {
+                    planned_ids.insert(c.id.clone());
+                    pending.push(Planned {
+                        item: Item::Case(c),
+                        stratum: design::Stratum::Refine,
+                    });
+                }
+                continue;
+            }
+            stopped = if !pending.is_empty() {
+                "budget"
+            } else if refined_out {
+                "converged"
+            } else {
+                "complete"
+            };
+            break;
         }
         batch_no += 1;
 
@@ -817,7 +814,6 @@ pub fn profile(opts: ProfileOptions, rep: Arc<Reporter>) -> Result<Outcome> {
         std::thread::sleep(wait);
     }
 
-    left_for_budget.append(&mut pending);
     journal.sync()?;
     drop(journal);
     drop(tr);
@@ -849,7 +845,7 @@ pub fn profile(opts: ProfileOptions, rep: Arc<Reporter>) -> Result<Outcome> {
         new_rows: ds.measurements.len() + ds.microbench.len() - rows_before,
         seconds: t0.elapsed().as_secs_f64(),
         stopped,
-        left_for_budget: left_for_budget.len(),
+        left_for_budget: pending.len(),
         fingerprint,
         held_out,
     };
