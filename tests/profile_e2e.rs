@@ -290,6 +290,24 @@ fn local_fake_agent_end_to_end() {
     );
     assert!(msg.contains(&format!("{} duplicate", ids.len())), "{msg}");
     assert_eq!(dataset_ids(&merged), journal);
+
+    // The fitter reads the Parquet dataset.
+    let pred = t.path().join("p.ron");
+    let fit = expect_ok(
+        &hetero_env(
+            &[
+                "fit",
+                out.to_str().unwrap(),
+                "--out",
+                pred.to_str().unwrap(),
+            ],
+            &[],
+        ),
+        "fit",
+    );
+    assert!(fit.contains("fake-gpu"), "{fit}");
+    let p: hetero_plan::Predictor = hetero_plan::load(&pred).unwrap();
+    assert_eq!(p.dataset.sha256, done["fingerprint"].as_str().unwrap());
 }
 
 #[test]

@@ -123,10 +123,11 @@ fn check_out_folder(out: &Path, resume: bool) -> Result<Option<DeviceProfile>> {
         || out.join(MEASUREMENTS_FILE).exists()
         || out.join(MICROBENCH_FILE).exists()
         || std::fs::metadata(&journal).is_ok_and(|m| m.len() > 0);
+    // An empty journal (a run that stopped before its first row) is no data.
     let empty = std::fs::read_dir(out)
         .map_err(|e| Error::io(out, e))?
-        .next()
-        .is_none();
+        .filter_map(|e| e.ok())
+        .all(|e| e.file_name() == Journal::FILE && e.metadata().is_ok_and(|m| m.len() == 0));
     if !has_data {
         if empty {
             return Ok(None);
@@ -284,12 +285,15 @@ impl CostModel {
         if raw <= 0.0 || !wall.is_finite() {
             return;
         }
-        let ratio = (wall / raw).clamp(0.05, 50.0);
+        // The factor corrects the estimates as a whole; it never goes below
+        // 0.5 so that small cases, whose overheads dominate, cannot make a
+        // large one look cheap enough to start near the end of the budget.
+        let ratio = (wall / raw).clamp(0.5, 20.0);
         let f = self
             .factor
             .entry(item.processor().to_string())
             .or_insert(ratio);
-        *f = (0.7 * *f + 0.3 * ratio).clamp(0.05, 50.0);
+        *f = 0.7 * *f + 0.3 * ratio;
     }
 }
 
@@ -299,7 +303,7 @@ fn setup_seconds(s: &GemmShape) -> f64 {
     let (m, k, n) = (m as f64, k as f64, n as f64);
     let elems = m * k + k * n + m * n;
     let checked = (m * n).min(4096.0 + 260.0);
-    2e-3 + elems * 1e-8 + 2.0 * checked * k * 2e-9
+    2e-4 + elems * 2e-9 + 2.0 * checked * k * 2e-9
 }
 
 /// How one agent run ended.
@@ -517,8 +521,9 @@ pub fn profile(opts: ProfileOptions, rep: Arc<Reporter>) -> Result<Outcome> {
             });
         }
     }
+    // device.json is written with the first batch: a run that fails before
+    // measuring anything leaves no dataset behind.
     std::fs::create_dir_all(&out).map_err(|e| Error::io(&out, e))?;
-    hetero_plan::save(&out.join(DEVICE_FILE), &profile)?;
 
     // The journal.
     let (mut journal, mut rows, cut) = Journal::open(&out.join(Journal::FILE))?;
