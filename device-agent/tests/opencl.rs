@@ -96,7 +96,11 @@ fn run_and_check(g: &mut dyn Gemm, a: &[f32], w: &[f32], what: &str) {
     let t = g.execute().unwrap();
     let dev = t.device_us.expect("OpenCL has a device timer");
     assert!(dev.is_finite() && dev > 0.0, "{what}: device_us {dev}");
-    assert!(t.host_us.is_finite() && t.host_us > 0.0, "{what}: host_us {}", t.host_us);
+    assert!(
+        t.host_us.is_finite() && t.host_us > 0.0,
+        "{what}: host_us {}",
+        t.host_us
+    );
     let mut c = vec![f32::NAN; m * n];
     g.read_output(&mut c).unwrap();
     let err = rel_err(a, w, &c, m, k, n);
@@ -157,7 +161,11 @@ fn registry_opens_opencl_processors() {
         ..OpenOptions::default()
     };
     let reg = Registry::open(&opts, Some(&["opencl:*".to_string()]));
-    assert!(!reg.backends.is_empty(), "unavailable: {:?}", reg.unavailable);
+    assert!(
+        !reg.backends.is_empty(),
+        "unavailable: {:?}",
+        reg.unavailable
+    );
     assert!(
         reg.backends
             .iter()
@@ -167,10 +175,16 @@ fn registry_opens_opencl_processors() {
 
 #[test]
 fn f32_odd_shapes_both_orders_every_tile() {
-    let Some(mut devs) = devices("odd") else { return };
+    let Some(mut devs) = devices("odd") else {
+        return;
+    };
     for be in &mut devs {
         let tiles = fitting_tiles(be, DType::F32);
-        assert!(!tiles.is_empty(), "no candidate tile fits {}", be.processor().id);
+        assert!(
+            !tiles.is_empty(),
+            "no candidate tile fits {}",
+            be.processor().id
+        );
         for tile in tiles {
             for &(m, k, n) in ODD_SHAPES {
                 let a = data((m * k) as usize, u64::from(m * 31 + k));
@@ -188,7 +202,9 @@ fn f32_odd_shapes_both_orders_every_tile() {
 
 #[test]
 fn f16_storage_kernels_are_correct() {
-    let Some(mut devs) = devices("f16") else { return };
+    let Some(mut devs) = devices("f16") else {
+        return;
+    };
     for be in &mut devs {
         if !be.processor().capabilities.dtypes.contains(&DType::F16) {
             // The kernels store f16 with vload_half/vstore_half (core
@@ -200,15 +216,16 @@ fn f16_storage_kernels_are_correct() {
             assert!(matches!(err, Error::Unsupported { .. }), "{err}");
             be.force_f16_storage();
         }
-        let tile = fitting_tiles(be, DType::F16)[0];
-        for &(m, k, n) in &[(1, 7, 129), (129, 129, 129), (3, 4097, 5)] {
-            let a = data((m * k) as usize, 5);
-            let w = data((k * n) as usize, 6);
-            for order in [OperandOrder::Aw, OperandOrder::WtAt] {
-                let s = spec(m, k, n, DType::F16, order);
-                let mut g = be.prepare_with_tile(&s, &w, tile).unwrap();
-                let what = format!("f16 {m}x{k}x{n} {order}");
-                run_and_check(&mut g, &a, &w, &what);
+        for tile in fitting_tiles(be, DType::F16) {
+            for &(m, k, n) in &[(1, 7, 129), (129, 65, 33), (3, 4097, 5)] {
+                let a = data((m * k) as usize, 5);
+                let w = data((k * n) as usize, 6);
+                for order in [OperandOrder::Aw, OperandOrder::WtAt] {
+                    let s = spec(m, k, n, DType::F16, order);
+                    let mut g = be.prepare_with_tile(&s, &w, tile).unwrap();
+                    let what = format!("f16 {m}x{k}x{n} {order} tile {tile}");
+                    run_and_check(&mut g, &a, &w, &what);
+                }
             }
         }
     }
@@ -216,7 +233,9 @@ fn f16_storage_kernels_are_correct() {
 
 #[test]
 fn unsupported_dtypes_and_bad_lengths_are_errors() {
-    let Some(mut devs) = devices("bad") else { return };
+    let Some(mut devs) = devices("bad") else {
+        return;
+    };
     let be = &mut devs[0];
     let tile = fitting_tiles(be, DType::F32)[0];
     be.set_tile(DType::F32, tile).unwrap();
@@ -229,12 +248,21 @@ fn unsupported_dtypes_and_bad_lengths_are_errors() {
         .prepare(&spec(2, 3, 2, DType::F32, OperandOrder::Aw), &data(4, 1))
         .err()
         .unwrap();
-    assert!(matches!(&err, Error::BadRequest { field, .. } if field == "weights"), "{err}");
+    assert!(
+        matches!(&err, Error::BadRequest { field, .. } if field == "weights"),
+        "{err}"
+    );
     let mut g = be
         .prepare(&spec(2, 3, 2, DType::F32, OperandOrder::Aw), &data(6, 1))
         .unwrap();
-    assert!(matches!(g.write_input(&[1.0; 5]), Err(Error::BadRequest { .. })));
-    assert!(matches!(g.read_output(&mut [0.0; 3]), Err(Error::BadRequest { .. })));
+    assert!(matches!(
+        g.write_input(&[1.0; 5]),
+        Err(Error::BadRequest { .. })
+    ));
+    assert!(matches!(
+        g.read_output(&mut [0.0; 3]),
+        Err(Error::BadRequest { .. })
+    ));
     assert!(g.wait(SyncMode::Block).is_err(), "wait without submit");
     g.write_input(&[1.0; 6]).unwrap();
     g.submit().unwrap();
@@ -272,7 +300,11 @@ fn autotune_cache_round_trip() {
         .iter()
         .filter_map(|t| t.median_us)
         .fold(f64::INFINITY, f64::min);
-    let chosen = report.trials.iter().find(|t| t.tile == report.tile).unwrap();
+    let chosen = report
+        .trials
+        .iter()
+        .find(|t| t.tile == report.tile)
+        .unwrap();
     assert_eq!(chosen.median_us, Some(best), "the fastest tile is chosen");
     let file = dir.join(opencl::tune::CACHE_FILE);
     assert_eq!(be.cache_file(), Some(file.as_path()));
@@ -299,25 +331,37 @@ fn autotune_cache_round_trip() {
     let w = data(k * n, 3);
     let a = data(m * k, 4);
     let mut g = be2
-        .prepare(&spec(m as u32, k as u32, n as u32, DType::F32, OperandOrder::Aw), &w)
+        .prepare(
+            &spec(m as u32, k as u32, n as u32, DType::F32, OperandOrder::Aw),
+            &w,
+        )
         .unwrap();
     run_and_check(g.as_mut(), &a, &w, "tuned 64x256x256");
 }
 
 #[test]
 fn zero_copy_inputs_are_replaced_between_runs() {
-    let Some(mut devs) = devices("zerocopy") else { return };
+    let Some(mut devs) = devices("zerocopy") else {
+        return;
+    };
     for be in &mut devs {
         let p = be.processor().clone();
         if p.kind == hetero_plan::ProcessorKind::Cpu {
-            assert!(p.capabilities.unified_memory, "a CPU device shares host memory");
+            assert!(
+                p.capabilities.unified_memory,
+                "a CPU device shares host memory"
+            );
         }
         let tile = fitting_tiles(be, DType::F32)[0];
         for order in [OperandOrder::Aw, OperandOrder::WtAt] {
             let (m, k, n) = (33, 65, 17);
             let w = data(k * n, 8);
             let mut g = be
-                .prepare_with_tile(&spec(m as u32, k as u32, n as u32, DType::F32, order), &w, tile)
+                .prepare_with_tile(
+                    &spec(m as u32, k as u32, n as u32, DType::F32, order),
+                    &w,
+                    tile,
+                )
                 .unwrap();
             // Each input goes through map/unmap of the ALLOC_HOST_PTR buffer;
             // a stale mapping would show the previous product.
@@ -331,7 +375,9 @@ fn zero_copy_inputs_are_replaced_between_runs() {
 
 #[test]
 fn poll_and_block_both_complete_with_correct_results() {
-    let Some(mut devs) = devices("sync") else { return };
+    let Some(mut devs) = devices("sync") else {
+        return;
+    };
     for be in &mut devs {
         let id = be.processor().id.clone();
         let tile = fitting_tiles(be, DType::F32)[0];
@@ -339,7 +385,11 @@ fn poll_and_block_both_complete_with_correct_results() {
         let w = data(k * n, 9);
         for order in [OperandOrder::Aw, OperandOrder::WtAt] {
             let mut g = be
-                .prepare_with_tile(&spec(m as u32, k as u32, n as u32, DType::F32, order), &w, tile)
+                .prepare_with_tile(
+                    &spec(m as u32, k as u32, n as u32, DType::F32, order),
+                    &w,
+                    tile,
+                )
                 .unwrap();
             let predicted = {
                 g.write_input(&data(m * k, 1)).unwrap();
@@ -383,7 +433,9 @@ fn poll_and_block_both_complete_with_correct_results() {
 
 #[test]
 fn microbench_rows_are_sane() {
-    let Some(mut devs) = devices("micro") else { return };
+    let Some(mut devs) = devices("micro") else {
+        return;
+    };
     let be = &mut devs[0];
     let tile = fitting_tiles(be, DType::F32)[0];
     be.set_tile(DType::F32, tile).unwrap();
@@ -425,7 +477,10 @@ fn microbench_rows_are_sane() {
         medians.push(stats.median_us);
     }
     // A 16 MiB copy takes longer than a 4 KiB one.
-    assert!(medians[1] > medians[0] && medians[3] > medians[2], "{medians:?}");
+    assert!(
+        medians[1] > medians[0] && medians[3] > medians[2],
+        "{medians:?}"
+    );
     let err = be
         .microbench(&req(MicrobenchKind::CopyH2d, None))
         .unwrap_err();

@@ -10,8 +10,8 @@ use hetero_plan::{DType, OperandOrder};
 use opencl3::event::{CL_COMPLETE, Event};
 use opencl3::kernel::Kernel;
 use opencl3::memory::{
-    Buffer, CL_MAP_READ, ClMem, CL_MAP_WRITE, CL_MAP_WRITE_INVALIDATE_REGION, CL_MEM_ALLOC_HOST_PTR,
-    CL_MEM_COPY_HOST_PTR, CL_MEM_READ_ONLY, CL_MEM_READ_WRITE, CL_MEM_WRITE_ONLY,
+    Buffer, CL_MAP_READ, CL_MAP_WRITE, CL_MAP_WRITE_INVALIDATE_REGION, CL_MEM_ALLOC_HOST_PTR,
+    CL_MEM_COPY_HOST_PTR, CL_MEM_READ_ONLY, CL_MEM_READ_WRITE, CL_MEM_WRITE_ONLY, ClMem,
 };
 use opencl3::program::Program;
 use opencl3::types::{CL_BLOCKING, cl_int, cl_map_flags, cl_mem, cl_uint};
@@ -62,6 +62,9 @@ pub struct ClGemm {
     seq: u32,
     global: [usize; 2],
     local: [usize; 2],
+    /// Row pitch of the Y operand and of C, elements (S rounded up to the
+    /// tile's vector width).
+    pitch: usize,
     pending: Option<Pending>,
     poll: PollStats,
 }
@@ -92,12 +95,35 @@ impl Elem for half::f16 {
 
 const BLOCK: usize = 32;
 
-/// `dst = src` (`rows×cols` row-major), or `dst = srcᵀ` (`cols×rows`),
-/// converting to `E`; transposes in blocks to stay in cache.
-fn store<E: Elem>(dst: &mut [E], src: &[f32], rows: usize, cols: usize, transpose: bool) {
+/// Writes `src` (`rows×cols` row-major) into `dst` as is, or transposed
+/// (`cols×rows`), converting to `E`; `dst`'s rows are `pitch` elements
+/// apart and the padding past the row is zeroed. Transposes in blocks to
+/// stay in cache.
+fn store<E: Elem>(
+    dst: &mut [E],
+    src: &[f32],
+    rows: usize,
+    cols: usize,
+    transpose: bool,
+    pitch: usize,
+) {
+    let (drows, dcols) = if transpose {
+        (cols, rows)
+    } else {
+        (rows, cols)
+    };
+    debug_assert!(pitch >= dcols && dst.len() >= drows * pitch);
+    if pitch > dcols {
+        for r in 0..drows {
+            dst[r * pitch + dcols..(r + 1) * pitch].fill(E::from_f32(0.0));
+        }
+    }
     if !transpose {
-        for (d, s) in dst.iter_mut().zip(src) {
-            *d = E::from_f32(*s);
+        for r in 0..rows {
+            let d = &mut dst[r * pitch..r * pitch + cols];
+            for (d, s) in d.iter_mut().zip(&src[r * cols..(r + 1) * cols]) {
+                *d = E::from_f32(*s);
+            }
         }
         return;
     }
@@ -105,18 +131,29 @@ fn store<E: Elem>(dst: &mut [E], src: &[f32], rows: usize, cols: usize, transpos
         for c0 in (0..cols).step_by(BLOCK) {
             for r in r0..(r0 + BLOCK).min(rows) {
                 for c in c0..(c0 + BLOCK).min(cols) {
-                    dst[c * rows + r] = E::from_f32(src[r * cols + c]);
+                    dst[c * pitch + r] = E::from_f32(src[r * cols + c]);
                 }
             }
         }
     }
 }
 
-/// `dst (rows×cols) = src`, or `= srcᵀ` where `src` is `cols×rows`.
-fn load<E: Elem>(dst: &mut [f32], src: &[E], rows: usize, cols: usize, transpose: bool) {
+/// Reads `dst` (`rows×cols` row-major f32) from `src`, whose rows are
+/// `pitch` apart and which holds `dst` as is, or transposed (`cols×rows`).
+fn load<E: Elem>(
+    dst: &mut [f32],
+    src: &[E],
+    rows: usize,
+    cols: usize,
+    transpose: bool,
+    pitch: usize,
+) {
     if !transpose {
-        for (d, s) in dst.iter_mut().zip(src) {
-            *d = s.to_f32();
+        for r in 0..rows {
+            let s = &src[r * pitch..r * pitch + cols];
+            for (d, s) in dst[r * cols..(r + 1) * cols].iter_mut().zip(s) {
+                *d = s.to_f32();
+            }
         }
         return;
     }
@@ -124,7 +161,7 @@ fn load<E: Elem>(dst: &mut [f32], src: &[E], rows: usize, cols: usize, transpose
         for c0 in (0..cols).step_by(BLOCK) {
             for r in r0..(r0 + BLOCK).min(rows) {
                 for c in c0..(c0 + BLOCK).min(cols) {
-                    dst[r * cols + c] = src[c * rows + r].to_f32();
+                    dst[r * cols + c] = src[c * pitch + r].to_f32();
                 }
             }
         }
@@ -156,12 +193,19 @@ impl ClGemm {
         }
         let elem = elem_size(spec.dtype);
         let wt = spec.order == OperandOrder::WtAt;
-
-        // Weights: converted (and transposed for wt_at: Wᵀ[N,K]) once, then resident.
-        let mut wbytes = vec![0u8; k * n * elem];
+        // The kernel computes C[R,S] = X[R,K]·Y[K,S]; Y and C rows are
+        // `pitch` apart.
+        let (r, s) = if wt { (n, m) } else { (m, n) };
+        let pitch = s.next_multiple_of(tile.vw as usize);
+        let (x_len, y_len, c_len) = (r * k, k * pitch, r * pitch);
+        let (in_len, w_len) = if wt { (y_len, x_len) } else { (x_len, y_len) };
+        // Weights: converted (and transposed for wt_at: X = Wᵀ[N,K]) once,
+        // then resident.
+        let w_pitch = if wt { k } else { pitch };
+        let mut wbytes = vec![0u8; w_len * elem];
         with_elems_mut(spec.dtype, &mut wbytes, |dst| match dst {
-            ElemsMut::F32(d) => store(d, weights, k, n, wt),
-            ElemsMut::F16(d) => store(d, weights, k, n, wt),
+            ElemsMut::F32(d) => store(d, weights, k, n, wt, w_pitch),
+            ElemsMut::F16(d) => store(d, weights, k, n, wt, w_pitch),
         });
         // SAFETY: the host pointer is valid for the buffer's size and is
         // copied (COPY_HOST_PTR) before create returns.
@@ -179,7 +223,7 @@ impl ClGemm {
             Buffer::<u8>::create(
                 &dev.context,
                 CL_MEM_READ_ONLY | CL_MEM_ALLOC_HOST_PTR,
-                m * k * elem,
+                in_len * elem,
                 ptr::null_mut(),
             )
         }
@@ -189,7 +233,7 @@ impl ClGemm {
             Buffer::<u8>::create(
                 &dev.context,
                 CL_MEM_WRITE_ONLY | CL_MEM_ALLOC_HOST_PTR,
-                m * n * elem,
+                c_len * elem,
                 ptr::null_mut(),
             )
         }
@@ -208,20 +252,30 @@ impl ClGemm {
         let kernel = Kernel::create(program, "gemm").cl(&id, "clCreateKernel(gemm)")?;
         let flag_kernel =
             Kernel::create(&dev.util, "set_flag").cl(&id, "clCreateKernel(set_flag)")?;
-        // The kernel computes C[R,S] = X[R,K]·Y[K,S].
-        let (r, s, x, y) = if wt {
-            (n, m, weights_buf.get(), input.get())
+        let (x, y) = if wt {
+            (weights_buf.get(), input.get())
         } else {
-            (m, n, input.get(), weights_buf.get())
+            (input.get(), weights_buf.get())
         };
         // SAFETY: argument indices and types match `gemm` in kernels.cl.
         unsafe {
-            kernel.set_arg(0, &(r as cl_int)).cl(&id, "clSetKernelArg(R)")?;
-            kernel.set_arg(1, &(s as cl_int)).cl(&id, "clSetKernelArg(S)")?;
-            kernel.set_arg(2, &(k as cl_int)).cl(&id, "clSetKernelArg(K)")?;
-            kernel.set_arg(3, &x).cl(&id, "clSetKernelArg(X)")?;
-            kernel.set_arg(4, &y).cl(&id, "clSetKernelArg(Y)")?;
-            kernel.set_arg(5, &output.get()).cl(&id, "clSetKernelArg(C)")?;
+            kernel
+                .set_arg(0, &(r as cl_int))
+                .cl(&id, "clSetKernelArg(R)")?;
+            kernel
+                .set_arg(1, &(s as cl_int))
+                .cl(&id, "clSetKernelArg(S)")?;
+            kernel
+                .set_arg(2, &(k as cl_int))
+                .cl(&id, "clSetKernelArg(K)")?;
+            let p = pitch as cl_int;
+            kernel.set_arg(3, &p).cl(&id, "clSetKernelArg(ldy)")?;
+            kernel.set_arg(4, &p).cl(&id, "clSetKernelArg(ldc)")?;
+            kernel.set_arg(5, &x).cl(&id, "clSetKernelArg(X)")?;
+            kernel.set_arg(6, &y).cl(&id, "clSetKernelArg(Y)")?;
+            kernel
+                .set_arg(7, &output.get())
+                .cl(&id, "clSetKernelArg(C)")?;
             flag_kernel
                 .set_arg(0, &flag.get())
                 .cl(&id, "clSetKernelArg(flag)")?;
@@ -254,7 +308,10 @@ impl ClGemm {
         }
         let flag_ptr = FlagPtr(fp.cast::<u32>());
         if flag_ptr.0.is_null() || !flag_ptr.0.is_aligned() {
-            return Err(Error::backend(&id, "mapped flag pointer is null or misaligned"));
+            return Err(Error::backend(
+                &id,
+                "mapped flag pointer is null or misaligned",
+            ));
         }
         // SAFETY: valid, aligned, mapped for writing.
         unsafe { ptr::write_volatile(flag_ptr.0, 0) };
@@ -273,6 +330,7 @@ impl ClGemm {
             seq: 0,
             global,
             local,
+            pitch,
             pending: None,
             poll: PollStats::default(),
         })
@@ -393,11 +451,13 @@ impl Gemm for ClGemm {
         }
         let wt = self.spec.order == OperandOrder::WtAt;
         let dtype = self.spec.dtype;
-        let bytes = m * k * elem_size(dtype);
+        // aw: X = A[M,K], pitch K; wt_at: Y = Aᵀ[K,M], pitch `self.pitch`.
+        let (pitch, rows) = if wt { (self.pitch, k) } else { (k, m) };
+        let bytes = rows * pitch * elem_size(dtype);
         self.with_map(&self.input, bytes, CL_MAP_WRITE_INVALIDATE_REGION, |raw| {
             with_elems_mut(dtype, raw, |dst| match dst {
-                ElemsMut::F32(d) => store(d, a, m, k, wt),
-                ElemsMut::F16(d) => store(d, a, m, k, wt),
+                ElemsMut::F32(d) => store(d, a, m, k, wt, pitch),
+                ElemsMut::F16(d) => store(d, a, m, k, wt, pitch),
             })
         })
     }
@@ -431,11 +491,13 @@ impl Gemm for ClGemm {
         }
         let wt = self.spec.order == OperandOrder::WtAt;
         let dtype = self.spec.dtype;
-        let bytes = m * n * elem_size(dtype);
+        let pitch = self.pitch;
+        let rows = if wt { n } else { m };
+        let bytes = rows * pitch * elem_size(dtype);
         self.with_map(&self.output, bytes, CL_MAP_READ, |raw| {
             with_elems_mut(dtype, raw, |src| match src {
-                ElemsMut::F32(s) => load(c, s, m, n, wt),
-                ElemsMut::F16(s) => load(c, s, m, n, wt),
+                ElemsMut::F32(s) => load(c, s, m, n, wt, pitch),
+                ElemsMut::F16(s) => load(c, s, m, n, wt, pitch),
             })
         })
     }
@@ -570,16 +632,29 @@ mod tests {
     fn store_and_load_transpose_round_trip() {
         let (rows, cols) = (37, 70);
         let src: Vec<f32> = (0..rows * cols).map(|i| i as f32).collect();
-        let mut t = vec![0f32; rows * cols];
-        store(&mut t, &src, rows, cols, true);
-        assert_eq!(t[cols.min(5) * rows + 3], src[3 * cols + cols.min(5)]);
-        let mut back = vec![0f32; rows * cols];
-        load(&mut back, &t, rows, cols, true);
-        assert_eq!(back, src);
+        for pitch_pad in [0, 3] {
+            // Transposed: cols rows of `rows` elements, padded.
+            let tp = rows + pitch_pad;
+            let mut t = vec![f32::NAN; cols * tp];
+            store(&mut t, &src, rows, cols, true, tp);
+            assert_eq!(t[5 * tp + 3], src[3 * cols + 5]);
+            assert!(t.iter().all(|x| x.is_finite()), "padding zeroed");
+            let mut back = vec![0f32; rows * cols];
+            load(&mut back, &t, rows, cols, true, tp);
+            assert_eq!(back, src);
+            // As is, padded.
+            let p = cols + pitch_pad;
+            let mut d = vec![f32::NAN; rows * p];
+            store(&mut d, &src, rows, cols, false, p);
+            assert_eq!(d[2 * p + 7], src[2 * cols + 7]);
+            let mut back = vec![0f32; rows * cols];
+            load(&mut back, &d, rows, cols, false, p);
+            assert_eq!(back, src);
+        }
         let mut h = vec![half::f16::ZERO; rows * cols];
-        store(&mut h, &src[..rows * cols], rows, cols, false);
+        store(&mut h, &src[..rows * cols], rows, cols, false, cols);
         let mut hb = vec![0f32; rows * cols];
-        load(&mut hb, &h, rows, cols, false);
+        load(&mut hb, &h, rows, cols, false, cols);
         // Integers up to 2048 are exact in f16.
         assert_eq!(&hb[..2048], &src[..2048]);
     }

@@ -1,27 +1,38 @@
 // Kernels of the hetero OpenCL backend (OpenCL C 1.2).
 //
-// gemm: C[R,S] = X[R,K] . Y[K,S], every matrix row-major. The backend maps
-// both operand orders onto it: `aw` is X = A, Y = W (R = M, S = N); `wt_at`
-// is X = W^T, Y = A^T, C = C^T (R = N, S = M).
+// gemm: C[R,S] = X[R,K] . Y[K,S], every matrix row-major; X has row pitch K,
+// Y and C have row pitches ldy and ldc (>= S, multiples of VW). The backend
+// maps both operand orders onto it: `aw` is X = A, Y = W (R = M, S = N);
+// `wt_at` is X = W^T, Y = A^T, C = C^T (R = N, S = M).
 //
-// Tiling, fixed at build time by -D options:
-//   TR x TS  the block of C one work-group computes,
-//   TK       the slice of K staged in local memory per step,
-//   WR x WS  the outputs one work-item computes (strided by TR/WR, TS/WS so
-//            neighbouring work-items touch neighbouring columns).
-// Every load and store is bounds-checked, so any R, S, K >= 1 works; tiles
-// past the edge are zero-filled.
+// Two families, chosen at build time by -D options:
+//
+// * LMEM (default): a work-group computes a TR x TS block of C, staging
+//   TK-wide slices of X and Y in local memory; each work-item computes
+//   WR x WS outputs strided by TR/WR and TS/WS, so neighbouring work-items
+//   touch neighbouring columns. Every load and store is bounds-checked.
+//   The classic GPU tiling.
+// * DIRECT: no local memory and no barrier. Each work-item computes WR
+//   consecutive rows by WS vectors of VW columns (VW = 1, 4, 8 or 16),
+//   loading Y with vloadVW and broadcasting X; the caches do the blocking.
+//   Loads clamp their index into range instead of branching, so the inner
+//   loop is straight-line; stores are masked per row and per vector (the
+//   pitches are padded to VW, so a vector starting inside S stays in the
+//   row). Suits CPUs (PoCL) and vector GPUs (Mali, Adreno).
 //
 // HALF selects f16 storage: operands and result are `half` in memory, read
-// and written with vload_half / vstore_half, accumulation is f32.
+// and written with vload_half / vstore_half (core OpenCL C, no cl_khr_fp16
+// needed), accumulation is f32.
 
 #ifndef TR
 #error "TR, TS, TK, WR, WS must be defined"
 #endif
+#ifndef VW
+#define VW 1
+#endif
 
-#define LR (TR / WR)
-#define LS (TS / WS)
-#define NT (LR * LS)
+#define CAT_(a, b) a##b
+#define CAT(a, b) CAT_(a, b)
 
 #ifdef HALF
 typedef half T;
@@ -33,8 +44,77 @@ typedef float T;
 #define STORE(p, i, v) ((p)[(i)] = (v))
 #endif
 
+#ifdef DIRECT
+
+#if VW == 1
+typedef float VT;
+#define VLOAD(p, i) LOAD(p, i)
+#define VSTORE(p, i, v) STORE(p, i, v)
+#else
+typedef CAT(float, VW) VT;
+#ifdef HALF
+#define VLOAD(p, i) CAT(vload_half, VW)(0, (p) + (i))
+#define VSTORE(p, i, v) CAT(vstore_half, VW)((v), 0, (p) + (i))
+#else
+#define VLOAD(p, i) CAT(vload, VW)(0, (p) + (i))
+#define VSTORE(p, i, v) CAT(vstore, VW)((v), 0, (p) + (i))
+#endif
+#endif
+
+#define LS (TS / (WS * VW))
+#define LR (TR / WR)
+
 __kernel __attribute__((reqd_work_group_size(LS, LR, 1)))
-void gemm(const int R, const int S, const int K,
+void gemm(const int R, const int S, const int K, const int ldy, const int ldc,
+          __global const T* restrict X,
+          __global const T* restrict Y,
+          __global T* restrict C)
+{
+    // Vector column index of this work-item's first vector.
+    const int v0 = get_group_id(0) * (LS * WS) + get_local_id(0);
+    const int r0 = get_group_id(1) * TR + get_local_id(1) * WR;
+    int xrow[WR], ycol[WS];
+    for (int i = 0; i < WR; i++)
+        xrow[i] = min(r0 + i, R - 1) * K;
+    for (int j = 0; j < WS; j++)
+        ycol[j] = min((v0 + j * LS) * VW, ldy - VW);
+
+    VT acc[WR][WS];
+    for (int i = 0; i < WR; i++)
+        for (int j = 0; j < WS; j++)
+            acc[i][j] = (VT)(0.0f);
+
+    for (int k = 0; k < K; k++) {
+        VT ys[WS];
+        for (int j = 0; j < WS; j++)
+            ys[j] = VLOAD(Y, k * ldy + ycol[j]);
+        for (int i = 0; i < WR; i++) {
+            const VT x = (VT)(LOAD(X, xrow[i] + k));
+            for (int j = 0; j < WS; j++)
+                acc[i][j] = mad(x, ys[j], acc[i][j]);
+        }
+    }
+
+    for (int i = 0; i < WR; i++) {
+        const int gr = r0 + i;
+        if (gr >= R)
+            continue;
+        for (int j = 0; j < WS; j++) {
+            const int c0 = (v0 + j * LS) * VW;
+            if (c0 < S)
+                VSTORE(C, gr * ldc + c0, acc[i][j]);
+        }
+    }
+}
+
+#else // LMEM
+
+#define LR (TR / WR)
+#define LS (TS / WS)
+#define NT (LR * LS)
+
+__kernel __attribute__((reqd_work_group_size(LS, LR, 1)))
+void gemm(const int R, const int S, const int K, const int ldy, const int ldc,
           __global const T* restrict X,
           __global const T* restrict Y,
           __global T* restrict C)
@@ -62,7 +142,7 @@ void gemm(const int R, const int S, const int K,
         for (int i = tid; i < TK * TS; i += NT) {
             const int kk = i / TS, ss = i % TS;
             const int gk = k0 + kk, gs = s0 + ss;
-            Ys[kk][ss] = (gk < K && gs < S) ? LOAD(Y, gk * S + gs) : 0.0f;
+            Ys[kk][ss] = (gk < K && gs < S) ? LOAD(Y, gk * ldy + gs) : 0.0f;
         }
         barrier(CLK_LOCAL_MEM_FENCE);
         for (int kk = 0; kk < TK; kk++) {
@@ -85,7 +165,9 @@ void gemm(const int R, const int S, const int K,
         for (int j = 0; j < WS; j++) {
             const int gs = s0 + ls + j * LS;
             if (gs < S)
-                STORE(C, gr * S + gs, acc[i][j]);
+                STORE(C, gr * ldc + gs, acc[i][j]);
         }
     }
 }
+
+#endif

@@ -142,7 +142,11 @@ mod tests {
         let own = vec!["/nonexistent/hetero/libOpenCL.so.1".to_string()];
         let err = search(&own, &["/nonexistent/hetero/libOpenCL.so"]).unwrap_err();
         match &err {
-            Error::Library { library, tried, reason } => {
+            Error::Library {
+                library,
+                tried,
+                reason,
+            } => {
                 assert_eq!(library, DEFAULT_LIBRARY);
                 assert_eq!(
                     tried,
@@ -151,11 +155,17 @@ mod tests {
                         "/nonexistent/hetero/libOpenCL.so".to_string()
                     ]
                 );
-                assert!(reason.contains("/nonexistent/hetero/libOpenCL.so"), "{reason}");
+                assert!(
+                    reason.contains("/nonexistent/hetero/libOpenCL.so"),
+                    "{reason}"
+                );
             }
             other => panic!("expected Error::Library, got {other:?}"),
         }
-        assert!(err.to_string().contains("tried: /nonexistent/hetero/libOpenCL.so.1"));
+        assert!(
+            err.to_string()
+                .contains("tried: /nonexistent/hetero/libOpenCL.so.1")
+        );
     }
 
     #[test]
@@ -166,6 +176,9 @@ mod tests {
             reason: "not found".into(),
         };
         let text = e.to_string();
-        assert!(text.contains(DEFAULT_LIBRARY) && text.contains("a.so, b.so"), "{text}");
+        assert!(
+            text.contains(DEFAULT_LIBRARY) && text.contains("a.so, b.so"),
+            "{text}"
+        );
     }
 }

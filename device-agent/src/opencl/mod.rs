@@ -2,7 +2,7 @@
 //! `opencl:<platform>:<device>`.
 //!
 //! - **Loading.** libOpenCL is loaded at run time by `opencl3` (feature
-//!   `dynamic`), never linked; [`loader`] finds it first so that a missing
+//!   `dynamic`), never linked; a small loader finds it first so that a missing
 //!   library is an [`Error::Library`] naming the paths tried.
 //! - **Kernels.** One tiled GEMM kernel of our own (`kernels.cl`),
 //!   `C[R,S] = X[R,K]·Y[K,S]`, bounds-checked so any shape runs. Operand
@@ -18,9 +18,9 @@
 //!   written and read through map/unmap (zero-copy on unified memory);
 //!   weights are copied once at prepare and stay resident.
 //! - **Timing.** The queue has `CL_QUEUE_PROFILING_ENABLE`: kernel time
-//!   comes from the event's `START`/`END` ([`Timed::device_us`]), plus the
-//!   host clock from submit to observed completion ([`Timed::host_us`]).
-//! - **Sync.** [`SyncMode::Block`] is `clFinish`; [`SyncMode::Poll`] sleeps
+//!   comes from the event's `START`/`END` ([`Timed::device_us`](crate::Timed::device_us)), plus the
+//!   host clock from submit to observed completion ([`Timed::host_us`](crate::Timed::host_us)).
+//! - **Sync.** [`SyncMode::Block`](crate::SyncMode::Block) is `clFinish`; [`SyncMode::Poll`](crate::SyncMode::Poll) sleeps
 //!   for the predicted time less a margin, then spins on a flag in a mapped
 //!   `CL_MEM_ALLOC_HOST_PTR` buffer that a one-item kernel, enqueued after
 //!   the GEMM on the same in-order queue, writes last.
@@ -48,7 +48,7 @@ use opencl3::error_codes::{
 };
 use opencl3::program::Program;
 
-pub use gemm::{ClGemm, PollStats};
+pub use gemm::{ClGemm, EVENT_CHECK_EVERY, PollStats};
 pub use tune::{CANDIDATES, CHECK_SHAPE, TUNE_SHAPE, Tile, Trial, TuneReport};
 
 use crate::{Backend, Error, Gemm, GemmSpec, OpenOptions, Result};
@@ -310,7 +310,10 @@ impl OpenClBackend {
     pub fn set_tile(&mut self, dtype: DType, tile: Tile) -> Result<()> {
         self.check_dtype(dtype)?;
         if let Some(why) = tile.unfit_reason(&self.dev) {
-            return Err(Error::unsupported(&self.dev.id, format!("tile {tile}: {why}")));
+            return Err(Error::unsupported(
+                &self.dev.id,
+                format!("tile {tile}: {why}"),
+            ));
         }
         self.tiles.insert(
             dtype,
@@ -350,7 +353,10 @@ impl OpenClBackend {
     ) -> Result<ClGemm> {
         self.check_dtype(spec.dtype)?;
         if let Some(why) = tile.unfit_reason(&self.dev) {
-            return Err(Error::unsupported(&self.dev.id, format!("tile {tile}: {why}")));
+            return Err(Error::unsupported(
+                &self.dev.id,
+                format!("tile {tile}: {why}"),
+            ));
         }
         self.check_size(spec)?;
         let dev = self.dev.clone();
@@ -516,7 +522,7 @@ impl OpenClBackend {
             let mut c = vec![0f32; m as usize * n as usize];
             g.read_output(&mut c)?;
             let err = max_rel_err(&a, &w, &c, m as usize, k as usize, n as usize, 97);
-            if !(err <= tol) {
+            if err.is_nan() || err > tol {
                 return Err(Error::backend(
                     &self.dev.id,
                     format!("tile {tile} wrong on {m}x{k}x{n}: rel err {err:.3e} > {tol:.3e}"),
@@ -602,7 +608,11 @@ pub(crate) fn max_rel_err(
             abs += x.abs();
         }
         let err = (f64::from(c[i * n + j]) - dot).abs();
-        if err == 0.0 { 0.0 } else { err / abs.max(f64::MIN_POSITIVE) }
+        if err == 0.0 {
+            0.0
+        } else {
+            err / abs.max(f64::MIN_POSITIVE)
+        }
     };
     let mut worst = 0f64;
     let mut note = |e: f64| {
@@ -626,7 +636,10 @@ pub(crate) fn max_rel_err(
             s ^= s << 13;
             s ^= s >> 7;
             s ^= s << 17;
-            note(check((s % m as u64) as usize, ((s >> 32) % n as u64) as usize));
+            note(check(
+                (s % m as u64) as usize,
+                ((s >> 32) % n as u64) as usize,
+            ));
         }
     }
     worst

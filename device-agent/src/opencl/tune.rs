@@ -11,8 +11,10 @@ use serde::{Deserialize, Serialize};
 use super::DeviceCtx;
 
 /// The tiling of the GEMM kernel (`kernels.cl`): a work-group computes a
-/// `tr × ts` block of the output, staging `tk` columns of K at a time in
-/// local memory; each work-item computes `wr × ws` outputs.
+/// `tr × ts` block of the output. With `lmem` it stages `tk` columns of K
+/// at a time in local memory and each work-item computes `wr × ws` outputs;
+/// without (`DIRECT`), each work-item computes `wr` rows by `ws` vectors of
+/// `vw` columns straight from global memory.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct Tile {
     /// Output rows per work-group.
@@ -23,28 +25,57 @@ pub struct Tile {
     pub tk: u32,
     /// Output rows per work-item.
     pub wr: u32,
-    /// Output columns per work-item.
+    /// Output columns (vectors, for `DIRECT`) per work-item.
     pub ws: u32,
+    /// Vector width of `DIRECT` loads and stores (1, 2, 4, 8 or 16); 1 with `lmem`.
+    #[serde(default = "one")]
+    pub vw: u32,
+    /// Stage operands in local memory (`false`: read them straight from
+    /// global memory, the `DIRECT` kernel, better on CPUs).
+    #[serde(default = "yes")]
+    pub lmem: bool,
+}
+
+fn yes() -> bool {
+    true
+}
+
+fn one() -> u32 {
+    1
 }
 
 impl fmt::Display for Tile {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "{}x{}x{}/{}x{}",
-            self.tr, self.ts, self.tk, self.wr, self.ws
-        )
+        if self.lmem {
+            write!(
+                f,
+                "lmem {}x{}x{} {}x{}",
+                self.tr, self.ts, self.tk, self.wr, self.ws
+            )
+        } else {
+            write!(
+                f,
+                "direct {}x{} {}x{}v{}",
+                self.tr, self.ts, self.wr, self.ws, self.vw
+            )
+        }
     }
 }
 
 impl Tile {
     /// Work-group size `[columns, rows]` (dimension 0 runs along the output row).
     pub fn local(&self) -> [usize; 2] {
-        [(self.ts / self.ws) as usize, (self.tr / self.wr) as usize]
+        [
+            (self.ts / (self.ws * self.vw)) as usize,
+            (self.tr / self.wr) as usize,
+        ]
     }
 
     /// Local memory the kernel stages, bytes (f32 tiles whatever the dtype).
     pub fn local_mem_bytes(&self) -> u64 {
+        if !self.lmem {
+            return 0;
+        }
         4 * u64::from(self.tk) * u64::from(self.tr + self.ts)
     }
 
@@ -57,13 +88,19 @@ impl Tile {
         if dtype == DType::F16 {
             o.push_str(" -DHALF");
         }
+        if !self.lmem {
+            o.push_str(&format!(" -DDIRECT -DVW={}", self.vw));
+        }
         o
     }
 
     /// Whether the device can run a work-group of this tile; `None` if it can.
     pub(crate) fn unfit_reason(&self, dev: &DeviceCtx) -> Option<String> {
-        if self.tr % self.wr != 0 || self.ts % self.ws != 0 {
+        if self.tr % self.wr != 0 || self.ts % (self.ws * self.vw) != 0 {
             return Some("tile not a multiple of the work per item".into());
+        }
+        if !matches!(self.vw, 1 | 2 | 4 | 8 | 16) || (self.lmem && self.vw != 1) {
+            return Some(format!("vector width {} not allowed here", self.vw));
         }
         let [l0, l1] = self.local();
         if l0 * l1 > dev.max_work_group {
@@ -96,17 +133,91 @@ impl Tile {
 /// device is the fallback when tuning is impossible.
 pub const CANDIDATES: &[Tile] = &[
     // One output per work-item, 16×16 items: the textbook tiling.
-    Tile { tr: 16, ts: 16, tk: 16, wr: 1, ws: 1 },
+    Tile {
+        tr: 16,
+        ts: 16,
+        tk: 16,
+        wr: 1,
+        ws: 1,
+        vw: 1,
+        lmem: true,
+    },
     // 2×2 per item, 16×16 items.
-    Tile { tr: 32, ts: 32, tk: 16, wr: 2, ws: 2 },
-    // 4×4 per item, 8×8 items: more reuse per item, fewer items (CPUs).
-    Tile { tr: 32, ts: 32, tk: 32, wr: 4, ws: 4 },
+    Tile {
+        tr: 32,
+        ts: 32,
+        tk: 16,
+        wr: 2,
+        ws: 2,
+        vw: 1,
+        lmem: true,
+    },
     // 4×4 per item, 16×16 items: the usual GPU choice.
-    Tile { tr: 64, ts: 64, tk: 16, wr: 4, ws: 4 },
+    Tile {
+        tr: 64,
+        ts: 64,
+        tk: 16,
+        wr: 4,
+        ws: 4,
+        vw: 1,
+        lmem: true,
+    },
     // 8×4 per item, 8×16 items.
-    Tile { tr: 64, ts: 64, tk: 8, wr: 8, ws: 4 },
-    // 8×8 per item, 8×8 items: register-heavy, for wide SIMD.
-    Tile { tr: 64, ts: 64, tk: 16, wr: 8, ws: 8 },
+    Tile {
+        tr: 64,
+        ts: 64,
+        tk: 8,
+        wr: 8,
+        ws: 4,
+        vw: 1,
+        lmem: true,
+    },
+    // Direct (no local memory): `wr` consecutive rows × `ws` vectors of `vw`.
+    Tile {
+        tr: 4,
+        ts: 128,
+        tk: 1,
+        wr: 4,
+        ws: 2,
+        vw: 4,
+        lmem: false,
+    },
+    Tile {
+        tr: 32,
+        ts: 64,
+        tk: 1,
+        wr: 8,
+        ws: 1,
+        vw: 4,
+        lmem: false,
+    },
+    Tile {
+        tr: 6,
+        ts: 128,
+        tk: 1,
+        wr: 6,
+        ws: 2,
+        vw: 8,
+        lmem: false,
+    },
+    Tile {
+        tr: 6,
+        ts: 128,
+        tk: 1,
+        wr: 6,
+        ws: 1,
+        vw: 16,
+        lmem: false,
+    },
+    Tile {
+        tr: 8,
+        ts: 128,
+        tk: 1,
+        wr: 8,
+        ws: 2,
+        vw: 16,
+        lmem: false,
+    },
 ];
 
 /// The shape the autotuner times candidates on (`M×K×N`, operand order `aw`).
@@ -237,9 +348,8 @@ pub fn cache_store(file: &Path, key: &str, entry: CacheEntry) -> crate::Result<(
     let mut cache = read_cache(file);
     cache.version = CACHE_VERSION;
     cache.entries.insert(key.to_string(), entry);
-    let text = serde_json::to_string_pretty(&cache).map_err(|e| {
-        crate::Error::backend("opencl", format!("serialising the tune cache: {e}"))
-    })?;
+    let text = serde_json::to_string_pretty(&cache)
+        .map_err(|e| crate::Error::backend("opencl", format!("serialising the tune cache: {e}")))?;
     let fail = |e: String| {
         crate::Error::backend(
             "opencl",
