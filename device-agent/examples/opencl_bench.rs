@@ -202,7 +202,7 @@ fn main() {
         if report.from_cache {
             "from cache".to_string()
         } else {
-            format!("tuned on {:?}", opencl::TUNE_SHAPE)
+            format!("tuned on {:?}", report.shape)
         },
         t0.elapsed().as_secs_f64()
     );

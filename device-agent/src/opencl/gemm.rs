@@ -29,7 +29,9 @@ pub struct PollStats {
     pub by_event: u64,
 }
 
-/// How many flag reads between two event-status checks while polling.
+/// How many flag reads between two event-status checks while polling, as
+/// long as the flag has not been found invisible on the device (then the
+/// event status is checked on every spin).
 pub const EVENT_CHECK_EVERY: u32 = 4096;
 
 /// The mapped completion flag. Raw pointers are not `Send`; this one is owned
@@ -555,13 +557,19 @@ impl Gemm for ClGemm {
                 let flag = self.flag_ptr.0;
                 // SAFETY: the flag stays mapped for the GEMM's lifetime.
                 let seen = || unsafe { ptr::read_volatile(flag) } == p.seq;
+                let state = &self.dev.flag_state;
+                let every = if state.load(Ordering::Relaxed) == super::FLAG_UNSEEN {
+                    1
+                } else {
+                    EVENT_CHECK_EVERY
+                };
                 let mut spins = 0u32;
                 let by_flag = loop {
                     if seen() {
                         break true;
                     }
                     spins = spins.wrapping_add(1);
-                    if spins % EVENT_CHECK_EVERY == 0 {
+                    if spins % every == 0 {
                         let st = p
                             .flag
                             .command_execution_status()
@@ -583,8 +591,15 @@ impl Gemm for ClGemm {
                 fence(Ordering::Acquire);
                 if by_flag {
                     self.poll.by_flag += 1;
+                    state.store(super::FLAG_SEEN, Ordering::Relaxed);
                 } else {
                     self.poll.by_event += 1;
+                    let _ = state.compare_exchange(
+                        super::FLAG_UNKNOWN,
+                        super::FLAG_UNSEEN,
+                        Ordering::Relaxed,
+                        Ordering::Relaxed,
+                    );
                 }
                 // Profiling data is only available once the runtime has
                 // marked the event complete; wait for that after the clock stopped.

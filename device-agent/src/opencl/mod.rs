@@ -11,7 +11,8 @@
 //!   [`Gemm::write_input`] / [`Gemm::read_output`], outside the timed part.
 //!   f32, and f16 storage with f32 accumulation where `cl_khr_fp16` exists.
 //! - **Tiles.** A handful of tilings ([`CANDIDATES`]) are checked for
-//!   correctness and timed on [`TUNE_SHAPE`] the first time a dtype is
+//!   correctness and timed on [`TUNE_SHAPE`] (a larger cube on fast
+//!   devices, see [`tune::ESCALATE_BELOW_US`]) the first time a dtype is
 //!   prepared; the winner is cached per platform, device, driver and kernel
 //!   source in `opencl-tune.json` (see [`tune::cache_dir`]).
 //! - **Buffers.** Inputs and outputs are `CL_MEM_ALLOC_HOST_PTR` buffers
@@ -162,7 +163,18 @@ pub(crate) struct DeviceCtx {
     pub(crate) local_mem: u64,
     pub(crate) max_alloc: u64,
     pub(crate) compute_units: u32,
+    /// Whether the host has seen the poll flag written by a kernel:
+    /// [`FLAG_UNKNOWN`], [`FLAG_SEEN`] or [`FLAG_UNSEEN`].
+    pub(crate) flag_state: std::sync::atomic::AtomicU8,
 }
+
+/// No poll has finished yet on this device.
+pub(crate) const FLAG_UNKNOWN: u8 = 0;
+/// A poll saw the flag: it is host-visible here.
+pub(crate) const FLAG_SEEN: u8 = 1;
+/// Polls ended on the event status without seeing the flag (a discrete GPU
+/// where the kernel's write stays in device memory until unmap).
+pub(crate) const FLAG_UNSEEN: u8 = 2;
 
 /// One OpenCL device opened as a processor.
 pub struct OpenClBackend {
@@ -243,6 +255,7 @@ impl OpenClBackend {
                 .max_mem_alloc_size()
                 .cl(&id, "clGetDeviceInfo(MAX_MEM_ALLOC_SIZE)")?,
             compute_units,
+            flag_state: std::sync::atomic::AtomicU8::new(FLAG_UNKNOWN),
         };
         let mut dtypes = vec![DType::F32];
         if f16 {
@@ -259,7 +272,10 @@ impl OpenClBackend {
                 static_graphs: false,
                 unified_memory: unified,
                 device_timer: true,
-                host_flag: true,
+                // A kernel's write to a mapped ALLOC_HOST_PTR buffer is seen
+                // by the host only where memory is shared (seen on PoCL; not
+                // on NVIDIA, where Poll falls back to the event status).
+                host_flag: unified,
                 tile: None,
                 compute_units: Some(compute_units),
                 memory_bytes: Some(memory),
@@ -320,6 +336,7 @@ impl OpenClBackend {
             TuneReport {
                 dtype,
                 tile,
+                shape: TUNE_SHAPE,
                 from_cache: false,
                 cache_file: None,
                 trials: Vec::new(),
@@ -433,9 +450,11 @@ impl OpenClBackend {
         if let Some(file) = &self.cache_file {
             if let Some(e) = tune::cache_lookup(file, &key) {
                 if e.tile.unfit_reason(&self.dev).is_none() {
+                    let [m, k, n] = e.shape;
                     return Ok(TuneReport {
                         dtype,
                         tile: e.tile,
+                        shape: (m, k, n),
                         from_cache: true,
                         cache_file: Some(file.clone()),
                         trials: Vec::new(),
@@ -443,11 +462,19 @@ impl OpenClBackend {
                 }
             }
         }
+        // Every candidate is checked in full on CHECK_SHAPE and timed on
+        // TUNE_SHAPE; while the best takes under ESCALATE_BELOW_US (a fast
+        // GPU, where 512³ is launch-bound and favours small tiles), the
+        // survivors are timed again on twice the edge, up to MAX_TUNE_EDGE.
+        let mut shape = TUNE_SHAPE;
         let mut trials = Vec::new();
         for &tile in CANDIDATES {
             let outcome = match tile.unfit_reason(&self.dev) {
                 Some(why) => Err(why),
-                None => self.trial(dtype, tile).map_err(|e| e.to_string()),
+                None => self
+                    .check_tile(dtype, tile)
+                    .and_then(|()| self.time_tile(dtype, tile, shape))
+                    .map_err(|e| e.to_string()),
             };
             trials.push(Trial {
                 tile,
@@ -455,11 +482,28 @@ impl OpenClBackend {
                 error: outcome.err(),
             });
         }
-        let best = trials
-            .iter()
-            .filter_map(|t| t.median_us.map(|us| (t.tile, us)))
-            .min_by(|a, b| a.1.total_cmp(&b.1));
-        let Some((tile, median_us)) = best else {
+        let best = |trials: &[Trial]| {
+            trials
+                .iter()
+                .filter_map(|t| t.median_us.map(|us| (t.tile, us)))
+                .min_by(|a, b| a.1.total_cmp(&b.1))
+        };
+        while let Some((_, us)) = best(&trials) {
+            if us >= tune::ESCALATE_BELOW_US || shape.0 >= tune::MAX_TUNE_EDGE {
+                break;
+            }
+            shape = (shape.0 * 2, shape.1 * 2, shape.2 * 2);
+            for t in trials.iter_mut().filter(|t| t.median_us.is_some()) {
+                match self.time_tile(dtype, t.tile, shape) {
+                    Ok(us) => t.median_us = Some(us),
+                    Err(e) => {
+                        t.median_us = None;
+                        t.error = Some(format!("at {}³: {e}", shape.0));
+                    }
+                }
+            }
+        }
+        let Some((tile, median_us)) = best(&trials) else {
             let why: Vec<String> = trials
                 .iter()
                 .map(|t| format!("{}: {}", t.tile, t.error.as_deref().unwrap_or("?")))
@@ -474,11 +518,10 @@ impl OpenClBackend {
             ));
         };
         if let Some(file) = &self.cache_file {
-            let (m, k, n) = TUNE_SHAPE;
             let entry = tune::CacheEntry {
                 tile,
                 median_us,
-                shape: [m, k, n],
+                shape: [shape.0, shape.1, shape.2],
                 tuned_ms: now_ms(),
             };
             if let Err(e) = tune::cache_store(file, &key, entry) {
@@ -488,52 +531,62 @@ impl OpenClBackend {
         Ok(TuneReport {
             dtype,
             tile,
+            shape,
             from_cache: false,
             cache_file: self.cache_file.clone(),
             trials,
         })
     }
 
-    /// Checks `tile` in full on [`CHECK_SHAPE`], then times it on
-    /// [`TUNE_SHAPE`] (one warm-up, five runs, checked on sampled outputs);
-    /// returns the median kernel time, µs.
-    fn trial(&mut self, dtype: DType, tile: Tile) -> Result<f64> {
-        let tol = self.tolerance(dtype, TUNE_SHAPE.1);
-        for (shape, timed) in [(CHECK_SHAPE, false), (TUNE_SHAPE, true)] {
-            let (m, k, n) = shape;
-            let spec = GemmSpec {
-                shape: hetero_plan::GemmShape::new(m, k, n).expect("nonzero"),
-                dtype,
-                order: OperandOrder::Aw,
-                weights: WeightMode::Static,
-            };
-            let a = test_data(m as usize * k as usize, 1);
-            let w = test_data(k as usize * n as usize, 2);
-            let mut g = self.prepare_with_tile(&spec, &w, tile)?;
-            g.write_input(&a)?;
-            let mut times = Vec::new();
-            let runs = if timed { 6 } else { 1 };
-            for i in 0..runs {
-                let t = g.execute()?;
-                if i > 0 || !timed {
-                    times.push(t.best_us());
-                }
-            }
-            let mut c = vec![0f32; m as usize * n as usize];
-            g.read_output(&mut c)?;
-            let err = max_rel_err(&a, &w, &c, m as usize, k as usize, n as usize, 97);
-            if err.is_nan() || err > tol {
-                return Err(Error::backend(
-                    &self.dev.id,
-                    format!("tile {tile} wrong on {m}x{k}x{n}: rel err {err:.3e} > {tol:.3e}"),
-                ));
-            }
-            if timed {
-                times.sort_by(f64::total_cmp);
-                return Ok(times[times.len() / 2]);
+    /// Runs `tile` once on [`CHECK_SHAPE`] and checks every output.
+    fn check_tile(&mut self, dtype: DType, tile: Tile) -> Result<()> {
+        self.run_tile(dtype, tile, CHECK_SHAPE, 1).map(|_| ())
+    }
+
+    /// Median kernel time of `tile` on `shape`, µs (one warm-up, five runs;
+    /// the output is checked on sampled entries).
+    fn time_tile(&mut self, dtype: DType, tile: Tile, shape: (u32, u32, u32)) -> Result<f64> {
+        self.run_tile(dtype, tile, shape, 6)
+    }
+
+    /// Runs `tile` `runs` times on `shape` `aw` (the first untimed when
+    /// there are several), checks the output; returns the median time, µs.
+    fn run_tile(
+        &mut self,
+        dtype: DType,
+        tile: Tile,
+        (m, k, n): (u32, u32, u32),
+        runs: usize,
+    ) -> Result<f64> {
+        let tol = self.tolerance(dtype, k);
+        let spec = GemmSpec {
+            shape: hetero_plan::GemmShape::new(m, k, n).expect("nonzero"),
+            dtype,
+            order: OperandOrder::Aw,
+            weights: WeightMode::Static,
+        };
+        let a = test_data(m as usize * k as usize, 1);
+        let w = test_data(k as usize * n as usize, 2);
+        let mut g = self.prepare_with_tile(&spec, &w, tile)?;
+        g.write_input(&a)?;
+        let mut times = Vec::new();
+        for i in 0..runs {
+            let t = g.execute()?;
+            if i > 0 || runs == 1 {
+                times.push(t.best_us());
             }
         }
-        unreachable!("the timed shape returns")
+        let mut c = vec![0f32; m as usize * n as usize];
+        g.read_output(&mut c)?;
+        let err = max_rel_err(&a, &w, &c, m as usize, k as usize, n as usize, 97);
+        if err.is_nan() || err > tol {
+            return Err(Error::backend(
+                &self.dev.id,
+                format!("tile {tile} wrong on {m}x{k}x{n}: rel err {err:.3e} > {tol:.3e}"),
+            ));
+        }
+        times.sort_by(f64::total_cmp);
+        Ok(times[times.len() / 2])
     }
 
     pub(crate) fn dev(&self) -> &Arc<DeviceCtx> {

@@ -223,6 +223,13 @@ pub const CANDIDATES: &[Tile] = &[
 /// The shape the autotuner times candidates on (`M×K×N`, operand order `aw`).
 pub const TUNE_SHAPE: (u32, u32, u32) = (512, 512, 512);
 
+/// While the best candidate takes less than this on the tuning shape, µs,
+/// the tuner doubles the shape's edge and times the survivors again.
+pub const ESCALATE_BELOW_US: f64 = 2000.0;
+
+/// The largest edge the tuner escalates to.
+pub const MAX_TUNE_EDGE: u32 = 2048;
+
 /// A shape with no dimension a multiple of any tile edge, on which every
 /// candidate's output is checked in full before it is timed.
 pub const CHECK_SHAPE: (u32, u32, u32) = (67, 45, 93);
@@ -232,7 +239,8 @@ pub const CHECK_SHAPE: (u32, u32, u32) = (67, 45, 93);
 pub struct Trial {
     /// The tile.
     pub tile: Tile,
-    /// Median kernel time on [`TUNE_SHAPE`], µs (absent when it failed).
+    /// Median kernel time on the report's final tuning shape, µs (absent
+    /// when it failed).
     pub median_us: Option<f64>,
     /// Why it was not timed or was rejected.
     pub error: Option<String>,
@@ -245,6 +253,8 @@ pub struct TuneReport {
     pub dtype: DType,
     /// The chosen tile.
     pub tile: Tile,
+    /// The shape (`M, K, N`) the final timings were taken on.
+    pub shape: (u32, u32, u32),
     /// Read from the cache file, no tuning run.
     pub from_cache: bool,
     /// The cache file used, if any.
