@@ -3,9 +3,10 @@
 //!
 //! ```text
 //! cargo run --release -p hetero-agent --example opencl_bench -- [--shapes 512,1024,2048]
-//!     [--reps 7] [--tiles] [--micro] [--cache-dir DIR]
+//!     [--reps 7] [--tiles] [--micro] [--gemms 1x4096x4096,64x4096x4096] [--cache-dir DIR]
 //! ```
 //! `--tiles` times every candidate tile at each shape (kernel development);
+//! `--gemms` times further shapes in both operand orders;
 //! `--micro` runs the copy (4 KiB to 256 MiB), submit and sync microbenchmarks.
 //! Every GEMM result is checked against an f64 reference on sampled outputs
 //! before its time is printed.
@@ -72,12 +73,13 @@ fn time_opencl(
     m: usize,
     k: usize,
     n: usize,
+    order: OperandOrder,
     reps: usize,
 ) -> Result<(f64, f64), String> {
     let spec = GemmSpec {
         shape: GemmShape::new(m as u32, k as u32, n as u32).unwrap(),
         dtype: DType::F32,
-        order: OperandOrder::Aw,
+        order,
         weights: WeightMode::Static,
     };
     let a = data(m * k, 1);
@@ -159,6 +161,7 @@ fn main() {
     let mut tiles = false;
     let mut micro = false;
     let mut cache_dir = None;
+    let mut skinny: Vec<(usize, usize, usize)> = Vec::new();
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         match a.as_str() {
@@ -172,6 +175,19 @@ fn main() {
             }
             "--reps" => reps = args.next().expect("--reps N").parse().expect("a number"),
             "--tiles" => tiles = true,
+            "--gemms" => {
+                skinny = args
+                    .next()
+                    .expect("--gemms MxKxN,...")
+                    .split(',')
+                    .map(|t| {
+                        let v: Vec<usize> =
+                            t.split('x').map(|d| d.parse().expect("a number")).collect();
+                        assert_eq!(v.len(), 3, "MxKxN");
+                        (v[0], v[1], v[2])
+                    })
+                    .collect()
+            }
             "--micro" => micro = true,
             "--cache-dir" => cache_dir = Some(args.next().expect("--cache-dir DIR").into()),
             other => {
@@ -218,7 +234,7 @@ fn main() {
     );
     println!("|---|---|---|---|---|---|---|");
     for &s in &shapes {
-        let (dev, host) = match time_opencl(be, None, s, s, s, reps) {
+        let (dev, host) = match time_opencl(be, None, s, s, s, OperandOrder::Aw, reps) {
             Ok(t) => t,
             Err(e) => {
                 println!("| {s}³ | failed: {e} | | | | | |");
@@ -234,13 +250,33 @@ fn main() {
         );
         if tiles {
             for &t in CANDIDATES {
-                match time_opencl(be, Some(t), s, s, s, reps.min(3)) {
+                match time_opencl(be, Some(t), s, s, s, OperandOrder::Aw, reps.min(3)) {
                     Ok((d, _)) => println!(
                         "|   tile {t} | {d:.0} | {:.1} | | | | |",
                         gflops(s, s, s, d)
                     ),
                     Err(e) => println!("|   tile {t} | {e} | | | | | |"),
                 }
+            }
+        }
+    }
+    if !skinny.is_empty() {
+        println!();
+        println!(
+            "| M×K×N order | OpenCL kernel median µs | OpenCL GFLOP/s | gemm crate median µs | OpenCL / gemm |"
+        );
+        println!("|---|---|---|---|---|");
+    }
+    for &(m, k, n) in &skinny {
+        let cpu = time_gemm_crate(m, k, n, reps);
+        for order in [OperandOrder::Aw, OperandOrder::WtAt] {
+            match time_opencl(be, None, m, k, n, order, reps) {
+                Ok((d, _)) => println!(
+                    "| {m}×{k}×{n} {order} | {d:.0} | {:.1} | {cpu:.0} | {:.3} |",
+                    gflops(m, k, n, d),
+                    cpu / d
+                ),
+                Err(e) => println!("| {m}×{k}×{n} {order} | failed: {e} | | | |"),
             }
         }
     }

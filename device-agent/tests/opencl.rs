@@ -137,7 +137,17 @@ fn probe_describes_each_device() {
     assert!(!devs.is_empty());
     for be in &devs {
         let p = be.processor();
-        eprintln!("{}: {} [{:?}] driver {}", p.id, p.name, p.kind, p.driver);
+        eprintln!(
+            "{}: {} [{:?}] driver {}; dtypes {:?}, unified {}, host_flag {}, {} extensions",
+            p.id,
+            p.name,
+            p.kind,
+            p.driver,
+            p.capabilities.dtypes,
+            p.capabilities.unified_memory,
+            p.capabilities.host_flag,
+            p.capabilities.extensions.len()
+        );
         assert!(p.id.starts_with("opencl:"), "{}", p.id);
         assert_eq!(p.id.split(':').count(), 3, "{}", p.id);
         assert_eq!(p.api, ProcessorApi::Opencl);
