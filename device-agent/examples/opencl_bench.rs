@@ -9,7 +9,8 @@
 //! `--gemms` times further shapes in both operand orders;
 //! `--micro` runs the copy (4 KiB to 256 MiB), submit and sync microbenchmarks.
 //! Every GEMM result is checked against an f64 reference on sampled outputs
-//! before its time is printed.
+//! before its time is printed. OpenCL and `gemm` runs alternate, so that
+//! other load on the machine hits both alike.
 
 use std::time::Instant;
 
@@ -107,52 +108,80 @@ fn time_opencl(
     Ok((median(dev), median(host)))
 }
 
-fn time_gemm_crate(m: usize, k: usize, n: usize, reps: usize) -> f64 {
+/// The `gemm` crate on every host thread, C = A·W row-major.
+fn gemm_crate(a: &[f32], w: &[f32], c: &mut [f32], m: usize, k: usize, n: usize) {
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    // SAFETY: row-major A[m,k], W[k,n], C[m,n] with matching strides; the
+    // slices are exactly that long.
+    unsafe {
+        gemm::gemm(
+            m,
+            n,
+            k,
+            c.as_mut_ptr(),
+            1,
+            n as isize,
+            false,
+            a.as_ptr(),
+            1,
+            k as isize,
+            w.as_ptr(),
+            1,
+            n as isize,
+            0.0,
+            1.0,
+            false,
+            false,
+            false,
+            gemm::Parallelism::Rayon(threads),
+        )
+    }
+}
+
+/// OpenCL (tuned tile) and the `gemm` crate on the same shape, runs
+/// interleaved so that load from other processes hits both alike; both
+/// outputs checked first. Returns median OpenCL kernel µs, median OpenCL
+/// host µs, median gemm-crate µs.
+fn side_by_side(
+    be: &mut OpenClBackend,
+    (m, k, n): (usize, usize, usize),
+    order: OperandOrder,
+    reps: usize,
+) -> Result<(f64, f64, f64), String> {
+    let spec = GemmSpec {
+        shape: GemmShape::new(m as u32, k as u32, n as u32).unwrap(),
+        dtype: DType::F32,
+        order,
+        weights: WeightMode::Static,
+    };
     let a = data(m * k, 1);
     let w = data(k * n, 2);
+    let tol = default_tolerance(DType::F32, k as u32);
+    let mut g = be.prepare_cl(&spec, &w).map_err(|e| e.to_string())?;
+    g.write_input(&a).map_err(|e| e.to_string())?;
+    g.execute().map_err(|e| e.to_string())?;
     let mut c = vec![0f32; m * n];
-    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let run = |c: &mut [f32]| {
-        // SAFETY: row-major A[m,k], W[k,n], C[m,n] with matching strides;
-        // the slices are exactly that long.
-        unsafe {
-            gemm::gemm(
-                m,
-                n,
-                k,
-                c.as_mut_ptr(),
-                1,
-                n as isize,
-                false,
-                a.as_ptr(),
-                1,
-                k as isize,
-                w.as_ptr(),
-                1,
-                n as isize,
-                0.0,
-                1.0,
-                false,
-                false,
-                false,
-                gemm::Parallelism::Rayon(threads),
-            )
-        }
-    };
-    run(&mut c);
+    g.read_output(&mut c).map_err(|e| e.to_string())?;
     let err = sampled_err(&a, &w, &c, m, k, n);
-    assert!(
-        err <= default_tolerance(DType::F32, k as u32),
-        "gemm crate wrong: {err}"
-    );
-    let times: Vec<f64> = (0..reps)
-        .map(|_| {
-            let t0 = Instant::now();
-            run(&mut c);
-            t0.elapsed().as_secs_f64() * 1e6
-        })
-        .collect();
-    median(times)
+    if err.is_nan() || err > tol {
+        return Err(format!("OpenCL wrong: rel err {err:.2e} > {tol:.2e}"));
+    }
+    c.fill(0.0);
+    gemm_crate(&a, &w, &mut c, m, k, n);
+    let err = sampled_err(&a, &w, &c, m, k, n);
+    if err.is_nan() || err > tol {
+        return Err(format!("gemm crate wrong: rel err {err:.2e} > {tol:.2e}"));
+    }
+    let (mut dev, mut host, mut cpu) = (Vec::new(), Vec::new(), Vec::new());
+    for _ in 0..reps {
+        let t = g.execute().map_err(|e| e.to_string())?;
+        dev.push(t.best_us());
+        host.push(t.host_us);
+        let t0 = Instant::now();
+        gemm_crate(&a, &w, &mut c, m, k, n);
+        cpu.push(t0.elapsed().as_secs_f64() * 1e6);
+    }
+    Ok((median(dev), median(host), median(cpu)))
 }
 
 fn main() {
@@ -234,14 +263,13 @@ fn main() {
     );
     println!("|---|---|---|---|---|---|---|");
     for &s in &shapes {
-        let (dev, host) = match time_opencl(be, None, s, s, s, OperandOrder::Aw, reps) {
+        let (dev, host, cpu) = match side_by_side(be, (s, s, s), OperandOrder::Aw, reps) {
             Ok(t) => t,
             Err(e) => {
                 println!("| {s}³ | failed: {e} | | | | | |");
                 continue;
             }
         };
-        let cpu = time_gemm_crate(s, s, s, reps);
         println!(
             "| {s}³ | {dev:.0} | {:.1} | {host:.0} | {cpu:.0} | {:.1} | {:.3} |",
             gflops(s, s, s, dev),
@@ -268,10 +296,9 @@ fn main() {
         println!("|---|---|---|---|---|");
     }
     for &(m, k, n) in &skinny {
-        let cpu = time_gemm_crate(m, k, n, reps);
         for order in [OperandOrder::Aw, OperandOrder::WtAt] {
-            match time_opencl(be, None, m, k, n, order, reps) {
-                Ok((d, _)) => println!(
+            match side_by_side(be, (m, k, n), order, reps) {
+                Ok((d, _, cpu)) => println!(
                     "| {m}×{k}×{n} {order} | {d:.0} | {:.1} | {cpu:.0} | {:.3} |",
                     gflops(m, k, n, d),
                     cpu / d
