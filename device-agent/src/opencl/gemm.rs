@@ -16,6 +16,7 @@ use opencl3::memory::{
 use opencl3::program::Program;
 use opencl3::types::{CL_BLOCKING, cl_int, cl_map_flags, cl_mem, cl_uint};
 
+use super::tune::Family;
 use super::{ClResultExt, DeviceCtx, Tile};
 use crate::{Error, Gemm, GemmSpec, Result, SyncMode, Timed};
 
@@ -64,9 +65,10 @@ pub struct ClGemm {
     seq: u32,
     global: [usize; 2],
     local: [usize; 2],
-    /// Row pitch of the Y operand and of C, elements (S rounded up to the
-    /// tile's vector width).
-    pitch: usize,
+    /// How the input `A[M,K]` is laid out on the device.
+    input_layout: Layout,
+    /// Row pitch of C, elements.
+    ldc: usize,
     pending: Option<Pending>,
     poll: PollStats,
 }
@@ -96,6 +98,29 @@ impl Elem for half::f16 {
 }
 
 const BLOCK: usize = 32;
+
+/// How one operand sits in its device buffer: `rows` rows `pitch` elements
+/// apart, holding the host matrix as is or transposed.
+#[derive(Debug, Clone, Copy)]
+struct Layout {
+    transpose: bool,
+    rows: usize,
+    pitch: usize,
+}
+
+/// A row pitch for `cols` elements: a multiple of `align`, and never a
+/// multiple of 256 bytes. Such a pitch maps a walk down a column onto a few
+/// cache sets: at 1024³ on PoCL that made the direct kernel 4× slower per
+/// flop than at 512³. 64 more bytes (a multiple of every vector width)
+/// spread it over all sets.
+fn padded(cols: usize, align: usize, elem: usize) -> usize {
+    let p = cols.next_multiple_of(align);
+    if (p * elem) % 256 == 0 {
+        p + 64 / elem
+    } else {
+        p
+    }
+}
 
 /// Writes `src` (`rows×cols` row-major) into `dst` as is, or transposed
 /// (`cols×rows`), converting to `E`; `dst`'s rows are `pitch` elements
@@ -195,19 +220,61 @@ impl ClGemm {
         }
         let elem = elem_size(spec.dtype);
         let wt = spec.order == OperandOrder::WtAt;
-        // The kernel computes C[R,S] = X[R,K]·Y[K,S]; Y and C rows are
-        // `pitch` apart.
+        let dot = tile.family == Family::Dot;
+        // The kernel computes C[R,S] = X[R,K]·Y[K,S]; X rows are `ldx`
+        // apart, C rows `ldc`; Y is K rows `ldy` apart, or for `Dot` stored
+        // transposed, S rows of K.
         let (r, s) = if wt { (n, m) } else { (m, n) };
-        let pitch = s.next_multiple_of(tile.vw as usize);
-        let (x_len, y_len, c_len) = (r * k, k * pitch, r * pitch);
-        let (in_len, w_len) = if wt { (y_len, x_len) } else { (x_len, y_len) };
-        // Weights: converted (and transposed for wt_at: X = Wᵀ[N,K]) once,
+        let ldx = padded(k, tile.k_align(), elem);
+        let ldc = padded(s, tile.col_align(), elem);
+        let (y_rows, ldy) = if dot {
+            (s, padded(k, tile.k_align(), elem))
+        } else {
+            (k, padded(s, tile.col_align(), elem))
+        };
+        let x = Layout {
+            transpose: false,
+            rows: r,
+            pitch: ldx,
+        };
+        let y = Layout {
+            transpose: false,
+            rows: y_rows,
+            pitch: ldy,
+        };
+        // aw: X = A, Y = W (Wᵀ for Dot); wt_at: X = Wᵀ, Y = Aᵀ (A for Dot).
+        let (input_layout, weight_layout) = if wt {
+            (
+                Layout {
+                    transpose: !dot,
+                    ..y
+                },
+                Layout {
+                    transpose: true,
+                    ..x
+                },
+            )
+        } else {
+            (
+                x,
+                Layout {
+                    transpose: dot,
+                    ..y
+                },
+            )
+        };
+        let (in_len, w_len, c_len) = (
+            input_layout.rows * input_layout.pitch,
+            weight_layout.rows * weight_layout.pitch,
+            r * ldc,
+        );
+        // Weights: converted (and transposed where the layout says) once,
         // then resident.
-        let w_pitch = if wt { k } else { pitch };
         let mut wbytes = vec![0u8; w_len * elem];
+        let wl = weight_layout;
         with_elems_mut(spec.dtype, &mut wbytes, |dst| match dst {
-            ElemsMut::F32(d) => store(d, weights, k, n, wt, w_pitch),
-            ElemsMut::F16(d) => store(d, weights, k, n, wt, w_pitch),
+            ElemsMut::F32(d) => store(d, weights, k, n, wl.transpose, wl.pitch),
+            ElemsMut::F16(d) => store(d, weights, k, n, wl.transpose, wl.pitch),
         });
         // SAFETY: the host pointer is valid for the buffer's size and is
         // copied (COPY_HOST_PTR) before create returns.
@@ -254,7 +321,7 @@ impl ClGemm {
         let kernel = Kernel::create(program, "gemm").cl(&id, "clCreateKernel(gemm)")?;
         let flag_kernel =
             Kernel::create(&dev.util, "set_flag").cl(&id, "clCreateKernel(set_flag)")?;
-        let (x, y) = if wt {
+        let (xbuf, ybuf) = if wt {
             (weights_buf.get(), input.get())
         } else {
             (input.get(), weights_buf.get())
@@ -270,13 +337,20 @@ impl ClGemm {
             kernel
                 .set_arg(2, &(k as cl_int))
                 .cl(&id, "clSetKernelArg(K)")?;
-            let p = pitch as cl_int;
-            kernel.set_arg(3, &p).cl(&id, "clSetKernelArg(ldy)")?;
-            kernel.set_arg(4, &p).cl(&id, "clSetKernelArg(ldc)")?;
-            kernel.set_arg(5, &x).cl(&id, "clSetKernelArg(X)")?;
-            kernel.set_arg(6, &y).cl(&id, "clSetKernelArg(Y)")?;
+            let args: [(&str, cl_int); 3] = [
+                ("ldx", ldx as cl_int),
+                ("ldy", ldy as cl_int),
+                ("ldc", ldc as cl_int),
+            ];
+            for (i, (name, v)) in args.iter().enumerate() {
+                kernel
+                    .set_arg(3 + i as cl_uint, v)
+                    .cl(&id, &format!("clSetKernelArg({name})"))?;
+            }
+            kernel.set_arg(6, &xbuf).cl(&id, "clSetKernelArg(X)")?;
+            kernel.set_arg(7, &ybuf).cl(&id, "clSetKernelArg(Y)")?;
             kernel
-                .set_arg(7, &output.get())
+                .set_arg(8, &output.get())
                 .cl(&id, "clSetKernelArg(C)")?;
             flag_kernel
                 .set_arg(0, &flag.get())
@@ -332,7 +406,8 @@ impl ClGemm {
             seq: 0,
             global,
             local,
-            pitch,
+            input_layout,
+            ldc,
             pending: None,
             poll: PollStats::default(),
         })
@@ -451,15 +526,13 @@ impl Gemm for ClGemm {
         if self.pending.is_some() {
             return Err(self.busy_error());
         }
-        let wt = self.spec.order == OperandOrder::WtAt;
         let dtype = self.spec.dtype;
-        // aw: X = A[M,K], pitch K; wt_at: Y = Aᵀ[K,M], pitch `self.pitch`.
-        let (pitch, rows) = if wt { (self.pitch, k) } else { (k, m) };
-        let bytes = rows * pitch * elem_size(dtype);
+        let l = self.input_layout;
+        let bytes = l.rows * l.pitch * elem_size(dtype);
         self.with_map(&self.input, bytes, CL_MAP_WRITE_INVALIDATE_REGION, |raw| {
             with_elems_mut(dtype, raw, |dst| match dst {
-                ElemsMut::F32(d) => store(d, a, m, k, wt, pitch),
-                ElemsMut::F16(d) => store(d, a, m, k, wt, pitch),
+                ElemsMut::F32(d) => store(d, a, m, k, l.transpose, l.pitch),
+                ElemsMut::F16(d) => store(d, a, m, k, l.transpose, l.pitch),
             })
         })
     }
@@ -493,7 +566,7 @@ impl Gemm for ClGemm {
         }
         let wt = self.spec.order == OperandOrder::WtAt;
         let dtype = self.spec.dtype;
-        let pitch = self.pitch;
+        let pitch = self.ldc;
         let rows = if wt { n } else { m };
         let bytes = rows * pitch * elem_size(dtype);
         self.with_map(&self.output, bytes, CL_MAP_READ, |raw| {

@@ -50,7 +50,7 @@ use opencl3::error_codes::{
 use opencl3::program::Program;
 
 pub use gemm::{ClGemm, EVENT_CHECK_EVERY, PollStats};
-pub use tune::{CANDIDATES, CHECK_SHAPE, TUNE_SHAPE, Tile, Trial, TuneReport};
+pub use tune::{CANDIDATES, CHECK_SHAPE, Family, TUNE_SHAPE, Tile, Trial, TuneReport};
 
 use crate::{Backend, Error, Gemm, GemmSpec, OpenOptions, Result};
 

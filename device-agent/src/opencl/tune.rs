@@ -10,54 +10,62 @@ use serde::{Deserialize, Serialize};
 
 use super::DeviceCtx;
 
+/// The kernel family of a tile (see `kernels.cl`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Family {
+    /// Operands staged in local memory: the usual GPU tiling.
+    Lmem,
+    /// No local memory; each work-item reads Y rows with `vloadN`
+    /// (`Y[K,S]` row-major).
+    Direct,
+    /// No local memory; Y is stored transposed (`Yᵀ[S,K]`) and each
+    /// work-item runs dot products along K with `vloadN` on both operands,
+    /// K-contiguous: the CPU and GEMV layout.
+    Dot,
+}
+
 /// The tiling of the GEMM kernel (`kernels.cl`): a work-group computes a
-/// `tr × ts` block of the output. With `lmem` it stages `tk` columns of K
-/// at a time in local memory and each work-item computes `wr × ws` outputs;
-/// without (`DIRECT`), each work-item computes `wr` rows by `ws` vectors of
-/// `vw` columns straight from global memory.
+/// `tr × ts` block of the output, each work-item `wr` rows by `ws`
+/// columns. `Lmem` stages `tk` columns of K at a time in local memory;
+/// `Direct` works on vectors of `vw` columns (so `ws` vectors); `Dot` on
+/// vectors of `vw` along K.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct Tile {
+    /// Kernel family.
+    pub family: Family,
     /// Output rows per work-group.
     pub tr: u32,
     /// Output columns per work-group.
     pub ts: u32,
-    /// K slice staged in local memory per step.
+    /// K slice staged in local memory per step (`Lmem` only).
     pub tk: u32,
     /// Output rows per work-item.
     pub wr: u32,
-    /// Output columns (vectors, for `DIRECT`) per work-item.
+    /// Output columns (vectors of `vw`, for `Direct`) per work-item.
     pub ws: u32,
-    /// Vector width of `DIRECT` loads and stores (1, 2, 4, 8 or 16); 1 with `lmem`.
-    #[serde(default = "one")]
+    /// Vector width (1, 2, 4, 8 or 16; 1 for `Lmem`).
     pub vw: u32,
-    /// Stage operands in local memory (`false`: read them straight from
-    /// global memory, the `DIRECT` kernel, better on CPUs).
-    #[serde(default = "yes")]
-    pub lmem: bool,
-}
-
-fn yes() -> bool {
-    true
-}
-
-fn one() -> u32 {
-    1
 }
 
 impl fmt::Display for Tile {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if self.lmem {
-            write!(
+        match self.family {
+            Family::Lmem => write!(
                 f,
                 "lmem {}x{}x{} {}x{}",
                 self.tr, self.ts, self.tk, self.wr, self.ws
-            )
-        } else {
-            write!(
+            ),
+            Family::Direct => write!(
                 f,
                 "direct {}x{} {}x{}v{}",
                 self.tr, self.ts, self.wr, self.ws, self.vw
-            )
+            ),
+            Family::Dot => write!(
+                f,
+                "dot {}x{} {}x{} k{}",
+                self.tr, self.ts, self.wr, self.ws, self.vw
+            ),
         }
     }
 }
@@ -65,44 +73,75 @@ impl fmt::Display for Tile {
 impl Tile {
     /// Work-group size `[columns, rows]` (dimension 0 runs along the output row).
     pub fn local(&self) -> [usize; 2] {
+        let cols_per_item = match self.family {
+            Family::Direct => self.ws * self.vw,
+            Family::Lmem | Family::Dot => self.ws,
+        };
         [
-            (self.ts / (self.ws * self.vw)) as usize,
+            (self.ts / cols_per_item) as usize,
             (self.tr / self.wr) as usize,
         ]
     }
 
     /// Local memory the kernel stages, bytes (f32 tiles whatever the dtype).
     pub fn local_mem_bytes(&self) -> u64 {
-        if !self.lmem {
-            return 0;
+        match self.family {
+            Family::Lmem => 4 * u64::from(self.tk) * u64::from(self.tr + self.ts),
+            Family::Direct | Family::Dot => 0,
         }
-        4 * u64::from(self.tk) * u64::from(self.tr + self.ts)
+    }
+
+    /// The vector width the Y / C row pitch must be a multiple of (`Direct`).
+    pub(crate) fn col_align(&self) -> usize {
+        match self.family {
+            Family::Direct => self.vw as usize,
+            Family::Lmem | Family::Dot => 1,
+        }
+    }
+
+    /// The vector width the K pitch must be a multiple of (`Dot`).
+    pub(crate) fn k_align(&self) -> usize {
+        match self.family {
+            Family::Dot => self.vw as usize,
+            Family::Lmem | Family::Direct => 1,
+        }
     }
 
     /// The `-D` options that instantiate the kernel with this tile.
     pub(crate) fn build_options(&self, dtype: DType) -> String {
         let mut o = format!(
-            "-cl-std=CL1.2 -cl-mad-enable -DTR={} -DTS={} -DTK={} -DWR={} -DWS={}",
-            self.tr, self.ts, self.tk, self.wr, self.ws
+            "-cl-std=CL1.2 -cl-mad-enable -DTR={} -DTS={} -DTK={} -DWR={} -DWS={} -DVW={}",
+            self.tr, self.ts, self.tk, self.wr, self.ws, self.vw
         );
         if dtype == DType::F16 {
             o.push_str(" -DHALF");
         }
-        if !self.lmem {
-            o.push_str(&format!(" -DDIRECT -DVW={}", self.vw));
+        match self.family {
+            Family::Lmem => {}
+            Family::Direct => o.push_str(" -DDIRECT"),
+            Family::Dot => o.push_str(" -DDOT"),
         }
         o
     }
 
     /// Whether the device can run a work-group of this tile; `None` if it can.
     pub(crate) fn unfit_reason(&self, dev: &DeviceCtx) -> Option<String> {
-        if self.tr % self.wr != 0 || self.ts % (self.ws * self.vw) != 0 {
+        let [l0, l1] = self.local();
+        if l0 == 0
+            || l1 == 0
+            || self.tr % self.wr != 0
+            || self.ts as usize % l0 != 0
+            || self.ts as usize / l0
+                != match self.family {
+                    Family::Direct => (self.ws * self.vw) as usize,
+                    _ => self.ws as usize,
+                }
+        {
             return Some("tile not a multiple of the work per item".into());
         }
-        if !matches!(self.vw, 1 | 2 | 4 | 8 | 16) || (self.lmem && self.vw != 1) {
+        if !matches!(self.vw, 1 | 2 | 4 | 8 | 16) || (self.family == Family::Lmem && self.vw != 1) {
             return Some(format!("vector width {} not allowed here", self.vw));
         }
-        let [l0, l1] = self.local();
         if l0 * l1 > dev.max_work_group {
             return Some(format!(
                 "work-group {} > device maximum {}",
@@ -129,95 +168,60 @@ impl Tile {
     }
 }
 
-/// The tiles the autotuner tries, smallest first. The first that fits the
-/// device is the fallback when tuning is impossible.
+const fn lmem(tr: u32, ts: u32, tk: u32, wr: u32, ws: u32) -> Tile {
+    Tile {
+        family: Family::Lmem,
+        tr,
+        ts,
+        tk,
+        wr,
+        ws,
+        vw: 1,
+    }
+}
+
+const fn direct(tr: u32, ts: u32, wr: u32, ws: u32, vw: u32) -> Tile {
+    Tile {
+        family: Family::Direct,
+        tr,
+        ts,
+        tk: 1,
+        wr,
+        ws,
+        vw,
+    }
+}
+
+const fn dot(tr: u32, ts: u32, wr: u32, ws: u32, vw: u32) -> Tile {
+    Tile {
+        family: Family::Dot,
+        tr,
+        ts,
+        tk: 1,
+        wr,
+        ws,
+        vw,
+    }
+}
+
+/// The tiles the autotuner tries. Those that do not fit a device's limits
+/// are skipped there.
 pub const CANDIDATES: &[Tile] = &[
-    // One output per work-item, 16×16 items: the textbook tiling.
-    Tile {
-        tr: 16,
-        ts: 16,
-        tk: 16,
-        wr: 1,
-        ws: 1,
-        vw: 1,
-        lmem: true,
-    },
-    // 2×2 per item, 16×16 items.
-    Tile {
-        tr: 32,
-        ts: 32,
-        tk: 16,
-        wr: 2,
-        ws: 2,
-        vw: 1,
-        lmem: true,
-    },
-    // 4×4 per item, 16×16 items: the usual GPU choice.
-    Tile {
-        tr: 64,
-        ts: 64,
-        tk: 16,
-        wr: 4,
-        ws: 4,
-        vw: 1,
-        lmem: true,
-    },
-    // 8×4 per item, 8×16 items.
-    Tile {
-        tr: 64,
-        ts: 64,
-        tk: 8,
-        wr: 8,
-        ws: 4,
-        vw: 1,
-        lmem: true,
-    },
-    // Direct (no local memory): `wr` consecutive rows × `ws` vectors of `vw`.
-    Tile {
-        tr: 4,
-        ts: 128,
-        tk: 1,
-        wr: 4,
-        ws: 2,
-        vw: 4,
-        lmem: false,
-    },
-    Tile {
-        tr: 32,
-        ts: 64,
-        tk: 1,
-        wr: 8,
-        ws: 1,
-        vw: 4,
-        lmem: false,
-    },
-    Tile {
-        tr: 6,
-        ts: 128,
-        tk: 1,
-        wr: 6,
-        ws: 2,
-        vw: 8,
-        lmem: false,
-    },
-    Tile {
-        tr: 6,
-        ts: 128,
-        tk: 1,
-        wr: 6,
-        ws: 1,
-        vw: 16,
-        lmem: false,
-    },
-    Tile {
-        tr: 8,
-        ts: 128,
-        tk: 1,
-        wr: 8,
-        ws: 2,
-        vw: 16,
-        lmem: false,
-    },
+    // Local memory: one output per item on 16×16 items (the textbook
+    // tiling), then 2×2, 4×4 and 8×4 per item.
+    lmem(16, 16, 16, 1, 1),
+    lmem(32, 32, 16, 2, 2),
+    lmem(64, 64, 16, 4, 4),
+    lmem(64, 64, 8, 8, 4),
+    // Direct: `wr` consecutive rows × `ws` vectors of `vw` columns.
+    direct(4, 128, 4, 2, 4),
+    direct(32, 64, 8, 1, 4),
+    direct(6, 128, 6, 1, 16),
+    direct(8, 128, 8, 2, 16),
+    // Dot: `wr` rows × `ws` columns, K in vectors of `vw`.
+    dot(4, 32, 4, 4, 16),
+    dot(4, 32, 4, 4, 8),
+    dot(16, 64, 4, 4, 4),
 ];
 
 /// The shape the autotuner times candidates on (`M×K×N`, operand order `aw`).
@@ -286,7 +290,7 @@ pub struct CacheFile {
     pub entries: BTreeMap<String, CacheEntry>,
 }
 
-const CACHE_VERSION: u32 = 1;
+const CACHE_VERSION: u32 = 2;
 /// The cache file's name inside the cache folder.
 pub const CACHE_FILE: &str = "opencl-tune.json";
 
@@ -380,8 +384,8 @@ mod tests {
     fn candidates_are_consistent() {
         for t in CANDIDATES {
             assert_eq!(t.tr % t.wr, 0, "{t}");
-            assert_eq!(t.ts % t.ws, 0, "{t}");
             let [a, b] = t.local();
+            assert!(a > 0 && b > 0, "{t}");
             assert!(a * b <= 256, "{t}: work-group {a}x{b}");
             assert!(t.local_mem_bytes() <= 16 * 1024, "{t}");
         }
