@@ -9,8 +9,9 @@
 //! `--gemms` times further shapes in both operand orders;
 //! `--micro` runs the copy (4 KiB to 256 MiB), submit and sync microbenchmarks.
 //! Every GEMM result is checked against an f64 reference on sampled outputs
-//! before its time is printed. OpenCL and `gemm` runs alternate, so that
-//! other load on the machine hits both alike.
+//! before its time is printed. OpenCL and `gemm` runs alternate, with a
+//! 30 ms pause before each, so that other load on the machine hits both
+//! alike and neither runtime's spinning workers slow the other.
 
 use std::time::Instant;
 
@@ -173,10 +174,16 @@ fn side_by_side(
         return Err(format!("gemm crate wrong: rel err {err:.2e} > {tol:.2e}"));
     }
     let (mut dev, mut host, mut cpu) = (Vec::new(), Vec::new(), Vec::new());
+    // A pause before each run lets the other runtime's worker threads
+    // (PoCL's, rayon's) stop spinning; on a 2-core host back-to-back runs
+    // steal each other's cores.
+    let pause = || std::thread::sleep(std::time::Duration::from_millis(30));
     for _ in 0..reps {
+        pause();
         let t = g.execute().map_err(|e| e.to_string())?;
         dev.push(t.best_us());
         host.push(t.host_us);
+        pause();
         let t0 = Instant::now();
         gemm_crate(&a, &w, &mut c, m, k, n);
         cpu.push(t0.elapsed().as_secs_f64() * 1e6);
