@@ -658,7 +658,11 @@ impl Gemm for ClGemm {
                             break seen();
                         }
                     }
-                    std::hint::spin_loop();
+                    if self.dev.host_cores {
+                        std::thread::yield_now();
+                    } else {
+                        std::hint::spin_loop();
+                    }
                 };
                 let us = p.start.elapsed().as_secs_f64() * 1e6;
                 fence(Ordering::Acquire);
