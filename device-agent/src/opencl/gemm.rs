@@ -658,11 +658,7 @@ impl Gemm for ClGemm {
                             break seen();
                         }
                     }
-                    if self.dev.host_cores {
-                        std::thread::yield_now();
-                    } else {
-                        std::hint::spin_loop();
-                    }
+                    std::hint::spin_loop();
                 };
                 let us = p.start.elapsed().as_secs_f64() * 1e6;
                 fence(Ordering::Acquire);

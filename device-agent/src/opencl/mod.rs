@@ -163,9 +163,6 @@ pub(crate) struct DeviceCtx {
     pub(crate) local_mem: u64,
     pub(crate) max_alloc: u64,
     pub(crate) compute_units: u32,
-    /// The device runs on the host's own cores (PoCL): a polling host thread
-    /// yields instead of spinning, or it takes a core from the device.
-    pub(crate) host_cores: bool,
     /// Whether the host has seen the poll flag written by a kernel:
     /// [`FLAG_UNKNOWN`], [`FLAG_SEEN`] or [`FLAG_UNSEEN`].
     pub(crate) flag_state: std::sync::atomic::AtomicU8,
@@ -258,7 +255,6 @@ impl OpenClBackend {
                 .max_mem_alloc_size()
                 .cl(&id, "clGetDeviceInfo(MAX_MEM_ALLOC_SIZE)")?,
             compute_units,
-            host_cores: kind == ProcessorKind::Cpu,
             flag_state: std::sync::atomic::AtomicU8::new(FLAG_UNKNOWN),
         };
         let mut dtypes = vec![DType::F32];
