@@ -259,8 +259,8 @@ fn main() {
         t0.elapsed().as_secs_f64()
     );
     for t in &report.trials {
-        match (t.median_us, &t.error) {
-            (Some(us), _) => println!("  candidate {}: {us:.0} µs", t.tile),
+        match (t.best_us, &t.error) {
+            (Some(us), _) => println!("  candidate {}: best {us:.0} µs", t.tile),
             (None, e) => println!("  candidate {}: {}", t.tile, e.as_deref().unwrap_or("?")),
         }
     }

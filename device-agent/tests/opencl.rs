@@ -299,7 +299,7 @@ fn autotune_cache_round_trip() {
             "{} tile {}: {}",
             be.processor().id,
             t.tile,
-            match (t.median_us, &t.error) {
+            match (t.best_us, &t.error) {
                 (Some(us), _) => format!("{us:.0} µs"),
                 (None, e) => format!("rejected: {}", e.as_deref().unwrap_or("?")),
             }
@@ -308,14 +308,14 @@ fn autotune_cache_round_trip() {
     let best = report
         .trials
         .iter()
-        .filter_map(|t| t.median_us)
+        .filter_map(|t| t.best_us)
         .fold(f64::INFINITY, f64::min);
     let chosen = report
         .trials
         .iter()
         .find(|t| t.tile == report.tile)
         .unwrap();
-    assert_eq!(chosen.median_us, Some(best), "the fastest tile is chosen");
+    assert_eq!(chosen.best_us, Some(best), "the fastest tile is chosen");
     let file = dir.join(opencl::tune::CACHE_FILE);
     assert_eq!(be.cache_file(), Some(file.as_path()));
     let text = std::fs::read_to_string(&file).unwrap();

@@ -478,14 +478,14 @@ impl OpenClBackend {
             };
             trials.push(Trial {
                 tile,
-                median_us: outcome.as_ref().ok().copied(),
+                best_us: outcome.as_ref().ok().copied(),
                 error: outcome.err(),
             });
         }
         let best = |trials: &[Trial]| {
             trials
                 .iter()
-                .filter_map(|t| t.median_us.map(|us| (t.tile, us)))
+                .filter_map(|t| t.best_us.map(|us| (t.tile, us)))
                 .min_by(|a, b| a.1.total_cmp(&b.1))
         };
         while let Some((_, us)) = best(&trials) {
@@ -493,17 +493,17 @@ impl OpenClBackend {
                 break;
             }
             shape = (shape.0 * 2, shape.1 * 2, shape.2 * 2);
-            for t in trials.iter_mut().filter(|t| t.median_us.is_some()) {
+            for t in trials.iter_mut().filter(|t| t.best_us.is_some()) {
                 match self.time_tile(dtype, t.tile, shape) {
-                    Ok(us) => t.median_us = Some(us),
+                    Ok(us) => t.best_us = Some(us),
                     Err(e) => {
-                        t.median_us = None;
+                        t.best_us = None;
                         t.error = Some(format!("at {}³: {e}", shape.0));
                     }
                 }
             }
         }
-        let Some((tile, median_us)) = best(&trials) else {
+        let Some((tile, best_us)) = best(&trials) else {
             let why: Vec<String> = trials
                 .iter()
                 .map(|t| format!("{}: {}", t.tile, t.error.as_deref().unwrap_or("?")))
@@ -520,7 +520,7 @@ impl OpenClBackend {
         if let Some(file) = &self.cache_file {
             let entry = tune::CacheEntry {
                 tile,
-                median_us,
+                best_us,
                 shape: [shape.0, shape.1, shape.2],
                 tuned_ms: now_ms(),
             };
@@ -543,14 +543,14 @@ impl OpenClBackend {
         self.run_tile(dtype, tile, CHECK_SHAPE, 1).map(|_| ())
     }
 
-    /// Median kernel time of `tile` on `shape`, µs (one warm-up, five runs;
+    /// Fastest kernel time of `tile` on `shape`, µs (one warm-up, five runs;
     /// the output is checked on sampled entries).
     fn time_tile(&mut self, dtype: DType, tile: Tile, shape: (u32, u32, u32)) -> Result<f64> {
         self.run_tile(dtype, tile, shape, 6)
     }
 
     /// Runs `tile` `runs` times on `shape` `aw` (the first untimed when
-    /// there are several), checks the output; returns the median time, µs.
+    /// there are several), checks the output; returns the fastest time, µs.
     fn run_tile(
         &mut self,
         dtype: DType,
@@ -585,8 +585,7 @@ impl OpenClBackend {
                 format!("tile {tile} wrong on {m}x{k}x{n}: rel err {err:.3e} > {tol:.3e}"),
             ));
         }
-        times.sort_by(f64::total_cmp);
-        Ok(times[times.len() / 2])
+        Ok(times.into_iter().fold(f64::INFINITY, f64::min))
     }
 
     pub(crate) fn dev(&self) -> &Arc<DeviceCtx> {

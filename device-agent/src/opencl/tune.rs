@@ -243,9 +243,10 @@ pub const CHECK_SHAPE: (u32, u32, u32) = (67, 45, 93);
 pub struct Trial {
     /// The tile.
     pub tile: Tile,
-    /// Median kernel time on the report's final tuning shape, µs (absent
-    /// when it failed).
-    pub median_us: Option<f64>,
+    /// Fastest of five kernel times on the report's final tuning shape, µs
+    /// (absent when it failed). The fastest, not the median: other load on
+    /// the machine only ever adds time.
+    pub best_us: Option<f64>,
     /// Why it was not timed or was rejected.
     pub error: Option<String>,
 }
@@ -273,7 +274,7 @@ pub struct CacheEntry {
     /// The chosen tile.
     pub tile: Tile,
     /// Its median kernel time on `shape`, µs.
-    pub median_us: f64,
+    pub best_us: f64,
     /// The tuning shape `[M, K, N]`.
     pub shape: [u32; 3],
     /// When it was tuned, ms since the Unix epoch.
@@ -290,7 +291,7 @@ pub struct CacheFile {
     pub entries: BTreeMap<String, CacheEntry>,
 }
 
-const CACHE_VERSION: u32 = 2;
+const CACHE_VERSION: u32 = 3;
 /// The cache file's name inside the cache folder.
 pub const CACHE_FILE: &str = "opencl-tune.json";
 
@@ -399,7 +400,7 @@ mod tests {
         assert!(cache_lookup(&file, "k").is_none());
         let e = CacheEntry {
             tile: CANDIDATES[1],
-            median_us: 12.5,
+            best_us: 12.5,
             shape: [512, 512, 512],
             tuned_ms: 1,
         };
