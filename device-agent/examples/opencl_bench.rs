@@ -188,6 +188,12 @@ fn side_by_side(
         gemm_crate(&a, &w, &mut c, m, k, n);
         cpu.push(t0.elapsed().as_secs_f64() * 1e6);
     }
+    let min = |v: &[f64]| v.iter().copied().fold(f64::INFINITY, f64::min);
+    eprintln!(
+        "  {m}x{k}x{n} {order}: fastest OpenCL {:.0} µs, fastest gemm crate {:.0} µs",
+        min(&dev),
+        min(&cpu)
+    );
     Ok((median(dev), median(host), median(cpu)))
 }
 
