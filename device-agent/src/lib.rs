@@ -30,6 +30,8 @@ pub mod cpu;
 #[cfg(any(feature = "cpu", feature = "sim"))]
 mod dense;
 mod error;
+#[cfg(feature = "opencl")]
+pub mod opencl;
 pub mod protocol;
 mod registry;
 #[cfg(feature = "sim")]
