@@ -18,6 +18,8 @@
 
 mod backend;
 mod error;
+#[cfg(feature = "qnn")]
+pub mod qnn;
 mod registry;
 
 pub use backend::{Backend, Gemm, GemmSpec, SyncMode, Timed, default_tolerance};

@@ -9,6 +9,12 @@ pub struct OpenOptions {
     pub cpu_groups: Option<String>,
     /// Folder holding `libQnnHtp.so` and its companions.
     pub qnn_lib_dir: Option<PathBuf>,
+    /// QNN HTP SoC model (57 = SM8650, 69 = SM8750, 87 = SM8850);
+    /// `HETERO_QNN_SOC` when absent.
+    pub qnn_soc: Option<u32>,
+    /// QNN HTP performance vote, `default` or `burst`; `HETERO_QNN_PERF`
+    /// when absent.
+    pub qnn_perf: Option<String>,
     /// RON file with NPU simulator parameters; the illustrative defaults when absent.
     pub sim_params: Option<PathBuf>,
     /// Where backends cache autotuning results.
@@ -39,7 +45,10 @@ impl Registry {
     pub fn open(opts: &OpenOptions, filter: Option<&[String]>) -> Registry {
         type Opener = fn(&OpenOptions) -> crate::Result<Vec<Box<dyn Backend>>>;
         // Each backend module adds one line here, behind its feature.
-        let openers: Vec<(&str, Opener)> = vec![];
+        let openers: Vec<(&str, Opener)> = vec![
+            #[cfg(feature = "qnn")]
+            ("qnn", crate::qnn::open),
+        ];
         let mut reg = Registry {
             backends: Vec::new(),
             unavailable: Vec::new(),
