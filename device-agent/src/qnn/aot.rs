@@ -402,7 +402,7 @@ pub struct CompileArgs {
     /// Target SoC model number (QNN's socModel).
     #[arg(long)]
     pub soc: u32,
-    /// Graphs to compile: MxKxN[:dtype[:order[:weights]]],... or @FILE.
+    /// Graphs to compile: `MxKxN[:dtype[:order[:weights]]],...` or `@FILE`.
     #[arg(long)]
     pub graphs: String,
     /// Output folder (created); gets one .bin per graph and qnn-graphs.json.

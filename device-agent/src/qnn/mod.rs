@@ -254,6 +254,13 @@ impl Backend for QnnBackend {
     ///   scale): about `step / √12` of the weight RMS, 0.5 % and 7 % for
     ///   uniform weights, so 2·10⁻² and 0.2.
     fn tolerance(&self, dtype: DType, k: u32) -> f64 {
+        tolerance(dtype, k)
+    }
+}
+
+/// The verification bound of [`QnnBackend`]'s [`Backend::tolerance`].
+pub fn tolerance(dtype: DType, k: u32) -> f64 {
+    {
         match dtype {
             DType::F32 => default_tolerance(DType::F16, k),
             DType::W8a16 => 2e-2,
