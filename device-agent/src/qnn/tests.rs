@@ -413,3 +413,24 @@ fn compile_cli_writes_a_loadable_folder() {
     let err = load(&opts, &out.path().join("nowhere")).err().unwrap();
     assert!(err.to_string().contains(MANIFEST_FILE), "{err}");
 }
+
+#[test]
+fn concurrent_backends_in_threads_work() {
+    let Some(dir) = lib_dir() else { return };
+    let handles: Vec<_> = (0..3)
+        .map(|i| {
+            let dir = dir.clone();
+            std::thread::spawn(move || {
+                let mut b = open_backend(dir);
+                let d = if i == 1 { DType::W8a16 } else { DType::F16 };
+                run_and_verify(
+                    &mut b,
+                    spec(8, 64 + 64 * i, 32, d, OperandOrder::Aw, WeightMode::Static),
+                )
+            })
+        })
+        .collect();
+    for h in handles {
+        h.join().expect("thread panicked");
+    }
+}
