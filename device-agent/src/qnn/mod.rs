@@ -44,7 +44,10 @@ mod runtime;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use hetero_plan::{Capabilities, DType, Processor, ProcessorApi, ProcessorKind};
+use hetero_plan::{
+    Capabilities, DType, MicrobenchKind, MicrobenchRequest, OperandOrder, Processor, ProcessorApi,
+    ProcessorKind, WeightMode,
+};
 
 pub use aot::{
     CompileArgs, DEFAULT_SEED, GraphEntry, MANIFEST_FILE, Manifest, compile, compile_cli,
@@ -256,7 +259,37 @@ impl Backend for QnnBackend {
     fn tolerance(&self, dtype: DType, k: u32) -> f64 {
         tolerance(dtype, k)
     }
+
+    /// `graph_prepare`: builds and finalises a fresh f16 static-weight
+    /// MatMul graph of `shape` (own context each time) [`GRAPH_PREPARE_SAMPLES`]
+    /// times and returns the prepare times, µs. Other benchmarks are
+    /// unsupported.
+    fn microbench(&mut self, req: &MicrobenchRequest) -> Result<Vec<f64>> {
+        if req.bench != MicrobenchKind::GraphPrepare {
+            return Err(Error::unsupported(
+                PROCESSOR_ID,
+                format!("microbenchmark {:?}", req.bench),
+            ));
+        }
+        let shape = req.shape.ok_or_else(|| Error::BadRequest {
+            field: format!("microbench `{}`.shape", req.id),
+            message: "graph_prepare needs a shape".into(),
+        })?;
+        let spec = GemmSpec {
+            shape,
+            dtype: DType::F16,
+            order: OperandOrder::Aw,
+            weights: WeightMode::Static,
+        };
+        let w = synthetic_weights(shape, DEFAULT_SEED);
+        (0..GRAPH_PREPARE_SAMPLES)
+            .map(|_| graph::build(&self.rt, &spec, &w, self.act_abs_max).map(|g| g.prepare_us))
+            .collect()
+    }
 }
+
+/// How many graphs the `graph_prepare` microbenchmark builds.
+pub const GRAPH_PREPARE_SAMPLES: usize = 3;
 
 /// The verification bound of [`QnnBackend`]'s [`Backend::tolerance`].
 pub fn tolerance(dtype: DType, k: u32) -> f64 {

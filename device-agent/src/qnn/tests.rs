@@ -434,3 +434,41 @@ fn concurrent_backends_in_threads_work() {
         h.join().expect("thread panicked");
     }
 }
+
+#[test]
+fn graph_prepare_microbenchmark_times_fresh_graphs() {
+    let Some(dir) = lib_dir() else { return };
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let mut b = open_backend(dir);
+    let mut req = hetero_plan::MicrobenchRequest {
+        id: "prep".into(),
+        processor: PROCESSOR_ID.into(),
+        bench: hetero_plan::MicrobenchKind::GraphPrepare,
+        bytes: None,
+        peer: None,
+        shape: Some(GemmShape::new(8, 64, 32).unwrap()),
+    };
+    let samples = b.microbench(&req).unwrap();
+    assert_eq!(samples.len(), GRAPH_PREPARE_SAMPLES);
+    assert!(samples.iter().all(|&t| t > 0.0), "{samples:?}");
+    req.shape = None;
+    assert!(matches!(b.microbench(&req), Err(Error::BadRequest { .. })));
+    req.bench = hetero_plan::MicrobenchKind::CopyH2d;
+    assert!(matches!(b.microbench(&req), Err(Error::Unsupported { .. })));
+}
+
+#[test]
+fn burst_vote_is_reported_not_fatal() {
+    let Some(dir) = lib_dir() else { return };
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let q = QnnOptions::from_open(&OpenOptions {
+        qnn_lib_dir: Some(dir),
+        qnn_perf: Some("burst".into()),
+        ..Default::default()
+    })
+    .unwrap();
+    let b = QnnBackend::open(&q).unwrap();
+    let ext = &b.processor().capabilities.extensions;
+    eprintln!("extensions: {ext:?}");
+    assert!(ext.iter().any(|e| e.starts_with("perf:burst")), "{ext:?}");
+}
