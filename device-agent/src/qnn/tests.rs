@@ -440,10 +440,10 @@ fn graph_prepare_microbenchmark_times_fresh_graphs() {
     let Some(dir) = lib_dir() else { return };
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let mut b = open_backend(dir);
-    let mut req = hetero_plan::MicrobenchRequest {
+    let mut req = MicrobenchRequest {
         id: "prep".into(),
         processor: PROCESSOR_ID.into(),
-        bench: hetero_plan::MicrobenchKind::GraphPrepare,
+        bench: MicrobenchKind::GraphPrepare,
         bytes: None,
         peer: None,
         shape: Some(GemmShape::new(8, 64, 32).unwrap()),
@@ -453,7 +453,7 @@ fn graph_prepare_microbenchmark_times_fresh_graphs() {
     assert!(samples.iter().all(|&t| t > 0.0), "{samples:?}");
     req.shape = None;
     assert!(matches!(b.microbench(&req), Err(Error::BadRequest { .. })));
-    req.bench = hetero_plan::MicrobenchKind::CopyH2d;
+    req.bench = MicrobenchKind::CopyH2d;
     assert!(matches!(b.microbench(&req), Err(Error::Unsupported { .. })));
 }
 
