@@ -408,23 +408,21 @@ pub struct CompileArgs {
     /// Output folder (created); gets one .bin per graph and qnn-graphs.json.
     #[arg(long)]
     pub out: PathBuf,
-    /// Folder holding libQnnHtp.so (else HETERO_QNN_LIB_DIR, then the Android folders).
-    #[arg(long)]
-    pub qnn_lib_dir: Option<PathBuf>,
     /// Print the manifest as JSON instead of a summary.
     #[arg(long)]
     pub json: bool,
 }
 
 /// Runs `hetero-agent compile`: parses the graph list, compiles, prints a
-/// summary (or the manifest with `--json`). Bad input is
-/// [`Error::BadRequest`] (exit code 2 in the agent binary).
-pub fn compile_cli(args: &CompileArgs) -> Result<Manifest> {
+/// summary (or the manifest with `--json`). The library folder comes from
+/// `opts` (the agent's global `--qnn-lib-dir`), then the usual search;
+/// `--soc` overrides `opts.qnn_soc`. Bad input is [`Error::BadRequest`]
+/// (exit code 2 in the agent binary).
+pub fn compile_cli(args: &CompileArgs, opts: &OpenOptions) -> Result<Manifest> {
     let specs = parse_graph_specs(&args.graphs)?;
     let opts = OpenOptions {
-        qnn_lib_dir: args.qnn_lib_dir.clone(),
         qnn_soc: Some(args.soc),
-        ..Default::default()
+        ..opts.clone()
     };
     let manifest = compile(&opts, args.soc, &specs, &args.out)?;
     if args.json {

@@ -397,15 +397,14 @@ fn compile_cli_writes_a_loadable_folder() {
         soc: 69,
         graphs: "4x64x32,4x64x32:f32:wt_at".into(),
         out: out.path().join("graphs"),
-        qnn_lib_dir: Some(dir.clone()),
         json: false,
     };
-    let m = compile_cli(&args).unwrap();
-    assert_eq!(m.graphs.len(), 2);
     let opts = OpenOptions {
         qnn_lib_dir: Some(dir),
         ..Default::default()
     };
+    let m = compile_cli(&args, &opts).unwrap();
+    assert_eq!(m.graphs.len(), 2);
     for (entry, mut g) in load(&opts, &args.out).unwrap() {
         verify_loaded(&entry, &mut g);
     }
