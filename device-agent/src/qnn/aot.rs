@@ -334,8 +334,8 @@ pub fn parse_graph_specs(s: &str) -> Result<Vec<GemmSpec>> {
         None => Cow::Borrowed(s),
     };
     let bad = |item: &str, message: String| Error::BadRequest {
-        field: format!("graphs: `{item}`"),
-        message,
+        field: "graphs".into(),
+        message: format!("item `{item}`: {message}"),
     };
     let mut out = Vec::new();
     for item in text
