@@ -231,7 +231,9 @@ fn describe(rt: &runtime::Runtime) -> Processor {
             unified_memory: false,
             device_timer: false,
             host_flag: false,
-            tile: None,
+            // QAIRT's HTP network-design guidelines: activation channels
+            // are rounded up to the next multiple of 32.
+            tile: Some(32),
             compute_units: None,
             memory_bytes: None,
             extensions,

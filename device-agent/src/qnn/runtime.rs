@@ -136,7 +136,43 @@ pub(crate) fn load(explicit_dir: Option<&Path>) -> Result<&'static QnnLib> {
     })
 }
 
+/// Points C stdio's `stdout` at a duplicate of stderr, once per process,
+/// before the library is loaded.
+///
+/// `libQnnHtp.so` prints through C stdio (` # LIBNATIVE: ...` on stdout,
+/// flushed at exit), which would land in the middle of the agent's JSON
+/// Lines. Rust's own stdout writes to file descriptor 1 directly and is not
+/// affected; C code in this process that prints to `stdout` (only vendor
+/// libraries) goes to stderr instead. glibc and bionic (API 23+) both
+/// declare `stdout` as an assignable variable.
+fn divert_c_stdout() {
+    static DONE: OnceLock<()> = OnceLock::new();
+    DONE.get_or_init(|| {
+        unsafe extern "C" {
+            static mut stdout: *mut libc::FILE;
+        }
+        // SAFETY: dup/fdopen/setvbuf/fflush on valid descriptors and
+        // streams; `stdout` is C's own global, replaced once, before any
+        // library that prints to it is loaded, and never closed.
+        unsafe {
+            let fd = libc::dup(2);
+            if fd < 0 {
+                return;
+            }
+            let stream = libc::fdopen(fd, c"w".as_ptr());
+            if stream.is_null() {
+                libc::close(fd);
+                return;
+            }
+            libc::setvbuf(stream, ptr::null_mut(), libc::_IOLBF, 0);
+            libc::fflush(stdout);
+            stdout = stream;
+        }
+    });
+}
+
 fn open_library(path: &Path) -> std::result::Result<QnnLib, String> {
+    divert_c_stdout();
     // SAFETY: loading a shared library runs its initialisers; libQnnHtp.so's
     // are those of any QNN client. It is opened by absolute path so that its
     // RPATH ($ORIGIN) finds the C++ runtime beside it.
@@ -228,22 +264,54 @@ unsafe impl Sync for Runtime {}
 impl Runtime {
     /// `backendCreate`, then `deviceCreate` (with the SoC model when given),
     /// then the performance vote (best effort).
+    ///
+    /// The library holds one SoC per process: two open runtimes with
+    /// different SoC settings made the emulator fail `graphExecute` with
+    /// error 1100. So a runtime whose SoC differs from that of runtimes
+    /// still open is refused with an error naming both.
     pub fn open(lib: &'static QnnLib, soc: Option<u32>, perf: HtpPerf) -> Result<Runtime> {
+        {
+            let mut live = LIVE_SOC.lock().unwrap_or_else(|e| e.into_inner());
+            match *live {
+                Some((held, ref mut count)) if held == soc => *count += 1,
+                Some((held, count)) => {
+                    let name = |s: Option<u32>| {
+                        s.map(|s| format!("SoC {s}"))
+                            .unwrap_or_else(|| "no SoC".into())
+                    };
+                    return Err(Error::unsupported(
+                        PROCESSOR_ID,
+                        format!(
+                            "opening with {} while {count} backend(s) with {} are open \
+                             (libQnnHtp.so holds one SoC per process)",
+                            name(soc),
+                            name(held)
+                        ),
+                    ));
+                }
+                None => *live = Some((soc, 1)),
+            }
+        }
+        // From here on, dropping `rt` releases the SoC claim and frees
+        // whatever was created.
         let api = lib.api();
-        let mut backend: Handle = ptr::null_mut();
-        // SAFETY: no log handle (its callback takes a va_list), no configs.
-        let err = unsafe {
-            api.backend_create.expect("checked at load")(ptr::null_mut(), ptr::null(), &mut backend)
-        };
-        lib.check("backendCreate", err)?;
         let mut rt = Runtime {
             lib,
-            backend,
+            backend: ptr::null_mut(),
             device: ptr::null_mut(),
             soc,
             perf_note: String::new(),
             power_config_id: None,
         };
+        // SAFETY: no log handle (its callback takes a va_list), no configs.
+        let err = unsafe {
+            api.backend_create.expect("checked at load")(
+                ptr::null_mut(),
+                ptr::null(),
+                &mut rt.backend,
+            )
+        };
+        lib.check("backendCreate", err)?;
         if let Some(create) = api.device_create {
             let mut custom = soc.map(ffi::HtpDeviceCustomConfig::soc);
             let config = custom.as_mut().map(|c| ffi::Config {
@@ -395,8 +463,20 @@ impl Runtime {
     }
 }
 
+/// The SoC setting of the open runtimes, and how many there are.
+static LIVE_SOC: Mutex<Option<(Option<u32>, usize)>> = Mutex::new(None);
+
 impl Drop for Runtime {
     fn drop(&mut self) {
+        {
+            let mut live = LIVE_SOC.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some((_, count)) = live.as_mut() {
+                *count -= 1;
+                if *count == 0 {
+                    *live = None;
+                }
+            }
+        }
         let api = self.lib.api();
         if let Some((id, perf)) = self.power_config_id.take() {
             if let Some(destroy) = perf.destroy_power_config_id {

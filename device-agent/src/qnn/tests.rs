@@ -9,7 +9,10 @@ use hetero_plan::{DType, GemmShape, OperandOrder, WeightMode};
 
 use super::*;
 
-/// The HTP emulator is heavy; the library tests take turns.
+/// The HTP emulator is heavy; the library tests take turns. Every test here
+/// opens the library without a SoC (the library holds one SoC per process,
+/// and other tests of this crate open the registry without one); the SoC
+/// tests are in `tests/qnn_soc.rs`, their own process.
 static SERIAL: Mutex<()> = Mutex::new(());
 
 fn lib_dir() -> Option<PathBuf> {
@@ -309,113 +312,10 @@ fn saturated_quantized_output_is_an_error() {
     assert!(matches!(err, Error::BadRequest { .. }), "{err}");
 }
 
-/// Runs a loaded graph on synthetic input and checks it against the CPU.
-fn verify_loaded(entry: &GraphEntry, g: &mut QnnGemm) -> f64 {
-    let (m, k, n) = entry.shape.mkn();
-    let (m, k, n) = (m as usize, k as usize, n as usize);
-    let w = synthetic_weights(entry.shape, entry.weights_seed.expect("synthetic"));
-    let a = synthetic_weights(GemmShape::new(1, m as u32, k as u32).unwrap(), 3);
-    g.write_input(&a).unwrap();
-    g.execute().unwrap();
-    let mut c = vec![f32::NAN; m * n];
-    g.read_output(&mut c).unwrap();
-    let err = rel_err(&c, &reference(&a, &w, m, k, n));
-    let tol = tolerance(entry.dtype, k as u32);
-    eprintln!(
-        "loaded {}: rel_err {err:.2e} (tolerance {tol:.1e}), load {:.1} ms",
-        entry.file,
-        g.prepare_us().unwrap() / 1e3
-    );
-    assert!(err <= tol, "{}: rel_err {err} > {tol}", entry.file);
-    err
-}
-
-#[test]
-fn context_binary_round_trip_is_verified() {
-    let Some(dir) = lib_dir() else { return };
-    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let out = tempfile::tempdir().unwrap();
-    let opts = OpenOptions {
-        qnn_lib_dir: Some(dir),
-        ..Default::default()
-    };
-    let specs = [
-        spec(8, 64, 32, DType::F16, OperandOrder::Aw, WeightMode::Static),
-        spec(
-            8,
-            128,
-            32,
-            DType::W8a16,
-            OperandOrder::WtAt,
-            WeightMode::Input,
-        ),
-        spec(
-            4,
-            64,
-            16,
-            DType::W4a16,
-            OperandOrder::Aw,
-            WeightMode::Static,
-        ),
-    ];
-    let m = compile(&opts, 57, &specs, out.path()).unwrap();
-    assert_eq!(m.soc, 57);
-    assert_eq!(m.graphs.len(), specs.len());
-    for (g, s) in m.graphs.iter().zip(&specs) {
-        assert_eq!(&g.spec(), s);
-        let bytes = std::fs::metadata(out.path().join(&g.file)).unwrap().len();
-        assert!(bytes > 0 && bytes == g.bytes, "{}: {bytes} bytes", g.file);
-    }
-    assert_eq!(read_manifest(out.path()).unwrap(), m);
-
-    let loaded = load(&opts, out.path()).unwrap();
-    assert_eq!(loaded.len(), specs.len());
-    for (entry, mut g) in loaded {
-        assert!(g.prepare_us().unwrap() > 0.0);
-        verify_loaded(&entry, &mut g);
-    }
-
-    // A different SoC than the graphs were compiled for is refused.
-    let err = load(
-        &OpenOptions {
-            qnn_soc: Some(69),
-            ..opts.clone()
-        },
-        out.path(),
-    )
-    .err()
-    .expect("SoC mismatch");
-    assert!(err.to_string().contains("SoC 57"), "{err}");
-}
-
-#[test]
-fn compile_cli_writes_a_loadable_folder() {
-    let Some(dir) = lib_dir() else { return };
-    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let out = tempfile::tempdir().unwrap();
-    let args = CompileArgs {
-        soc: 69,
-        graphs: "4x64x32,4x64x32:f32:wt_at".into(),
-        out: out.path().join("graphs"),
-        json: false,
-    };
-    let opts = OpenOptions {
-        qnn_lib_dir: Some(dir),
-        ..Default::default()
-    };
-    let m = compile_cli(&args, &opts).unwrap();
-    assert_eq!(m.graphs.len(), 2);
-    for (entry, mut g) in load(&opts, &args.out).unwrap() {
-        verify_loaded(&entry, &mut g);
-    }
-    // A missing folder names the manifest it looked for.
-    let err = load(&opts, &out.path().join("nowhere")).err().unwrap();
-    assert!(err.to_string().contains(MANIFEST_FILE), "{err}");
-}
-
 #[test]
 fn concurrent_backends_in_threads_work() {
     let Some(dir) = lib_dir() else { return };
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let handles: Vec<_> = (0..3)
         .map(|i| {
             let dir = dir.clone();
@@ -470,4 +370,12 @@ fn burst_vote_is_reported_not_fatal() {
     let ext = &b.processor().capabilities.extensions;
     eprintln!("extensions: {ext:?}");
     assert!(ext.iter().any(|e| e.starts_with("perf:burst")), "{ext:?}");
+}
+
+#[test]
+fn qnn_passes_the_shared_backend_suite() {
+    let Some(dir) = lib_dir() else { return };
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let mut b = open_backend(dir);
+    crate::conformance::check_backend(&mut b);
 }
