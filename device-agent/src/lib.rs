@@ -33,6 +33,8 @@ mod error;
 #[cfg(feature = "opencl")]
 pub mod opencl;
 pub mod protocol;
+#[cfg(feature = "qnn")]
+pub mod qnn;
 mod registry;
 #[cfg(feature = "sim")]
 pub mod sim;

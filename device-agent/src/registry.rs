@@ -9,6 +9,12 @@ pub struct OpenOptions {
     pub cpu_groups: Option<String>,
     /// Folder holding `libQnnHtp.so` and its companions.
     pub qnn_lib_dir: Option<PathBuf>,
+    /// QNN HTP SoC model (57 = SM8650, 69 = SM8750, 87 = SM8850);
+    /// `HETERO_QNN_SOC` when absent.
+    pub qnn_soc: Option<u32>,
+    /// QNN HTP performance vote, `default` or `burst`; `HETERO_QNN_PERF`
+    /// when absent.
+    pub qnn_perf: Option<String>,
     /// RON file with NPU simulator parameters; the illustrative defaults when absent.
     pub sim_params: Option<PathBuf>,
     /// Where backends cache autotuning results.
@@ -46,6 +52,8 @@ impl Registry {
             ("opencl", crate::opencl::open),
             #[cfg(feature = "sim")]
             ("npu-sim", crate::sim::open),
+            #[cfg(feature = "qnn")]
+            ("qnn", crate::qnn::open),
         ];
         let mut reg = Registry {
             backends: Vec::new(),
@@ -131,9 +139,14 @@ mod tests {
         if cfg!(feature = "sim") {
             assert!(ids.contains(&"npu-sim".to_string()), "{ids:?}");
         }
-        // Backends not compiled in say so.
+        // Backends not compiled in say so; compiled-in ones whose run-time
+        // library is absent here name it.
         for u in &reg.unavailable {
-            assert!(u.reason.to_string().contains("compiled without"), "{u:?}");
+            assert!(
+                u.reason.to_string().contains("compiled without")
+                    || matches!(u.reason, Error::Library { .. }),
+                "{u:?}"
+            );
         }
         let only = Registry::open(&OpenOptions::default(), Some(&["npu-*".to_string()]));
         assert!(
