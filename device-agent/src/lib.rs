@@ -17,6 +17,8 @@
 #![warn(missing_docs)]
 
 mod backend;
+#[cfg(feature = "cuda")]
+pub mod cuda;
 mod error;
 mod registry;
 

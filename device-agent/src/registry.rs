@@ -39,7 +39,10 @@ impl Registry {
     pub fn open(opts: &OpenOptions, filter: Option<&[String]>) -> Registry {
         type Opener = fn(&OpenOptions) -> crate::Result<Vec<Box<dyn Backend>>>;
         // Each backend module adds one line here, behind its feature.
-        let openers: Vec<(&str, Opener)> = vec![];
+        let openers: Vec<(&str, Opener)> = vec![
+            #[cfg(feature = "cuda")]
+            ("cuda", crate::cuda::open),
+        ];
         let mut reg = Registry {
             backends: Vec::new(),
             unavailable: Vec::new(),
