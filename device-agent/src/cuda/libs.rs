@@ -28,6 +28,15 @@ fn keep(lib: Library) {
     KEPT.lock().unwrap_or_else(|e| e.into_inner()).push(lib);
 }
 
+/// The loader's own message (libloading's error only says "dlopen failed").
+fn describe(e: &libloading::Error) -> String {
+    use std::error::Error as _;
+    match e.source() {
+        Some(src) => src.to_string(),
+        None => e.to_string(),
+    }
+}
+
 /// Tries `dlopen` on each name; keeps the first that loads.
 fn load_first(names: &[String], tried: &mut Vec<String>, reason: &mut String) -> bool {
     for name in names {
@@ -39,7 +48,7 @@ fn load_first(names: &[String], tried: &mut Vec<String>, reason: &mut String) ->
                 keep(lib);
                 return true;
             }
-            Err(e) => *reason = e.to_string(),
+            Err(e) => *reason = describe(&e),
         }
     }
     false
@@ -47,7 +56,8 @@ fn load_first(names: &[String], tried: &mut Vec<String>, reason: &mut String) ->
 
 /// Makes sure the CUDA driver library can be loaded.
 pub(super) fn load_driver() -> Result<()> {
-    let names = cudarc::get_lib_name_candidates("cuda");
+    // cudarc's own search finds the loaded object by its soname later.
+    let names = ["libcuda.so.1".to_string(), "libcuda.so".to_string()];
     let mut tried = Vec::new();
     let mut reason = String::from("not found");
     if load_first(&names, &mut tried, &mut reason) {
@@ -138,7 +148,7 @@ fn load_path(path: &Path, reason: &mut String) -> bool {
             true
         }
         Err(e) => {
-            *reason = e.to_string();
+            *reason = describe(&e);
             false
         }
     }
