@@ -22,10 +22,13 @@ use super::mem::{DeviceBuf, MappedFlag, PinnedBuf};
 use super::{At, Device};
 use crate::{Error, Result};
 
-/// Untimed runs before the timed ones.
+/// Untimed runs before the timed ones, per call.
 const WARMUPS: usize = 10;
-/// Timed runs of the latency benchmarks.
-const LATENCY_REPS: usize = 200;
+/// Untimed copies before the timed ones, per call.
+const COPY_WARMUPS: usize = 2;
+/// Timed runs of the latency benchmarks, per call (the sweep runner calls
+/// again until it has the repetitions it wants).
+const LATENCY_REPS: usize = 100;
 /// How long the busy kernel of `submit_busy` spins, ns.
 const BUSY_NS: u64 = 50_000;
 
@@ -57,8 +60,8 @@ pub(super) fn run(dev: &Device, req: &MicrobenchRequest) -> Result<Vec<f64>> {
     }
 }
 
-/// Timed repetitions of a copy of `bytes`: at least 10, at most 100, and
-/// about 1 GiB in all.
+/// Timed copies of `bytes` per call: at least 10, at most 100, and about
+/// 1 GiB in all.
 fn copy_reps(bytes: usize) -> usize {
     ((1usize << 30) / bytes).clamp(10, 100)
 }
@@ -70,11 +73,26 @@ fn pattern(buf: &mut [u8], seed: u8) {
     }
 }
 
+/// The page-locked and device buffers of the copy benchmarks, kept between
+/// calls (allocating 256 MiB of page-locked memory takes longer than the
+/// copies it times) and grown when a larger copy comes.
+pub(super) struct CopyBuffers {
+    host: PinnedBuf,
+    device: DeviceBuf,
+}
+
 fn copy(dev: &Device, bytes: usize, h2d: bool) -> Result<Vec<f64>> {
     let id = dev.id.as_str();
     let stream = dev.stream.cu_stream();
-    let mut host = PinnedBuf::new(&dev.ctx, bytes, 0, id)?;
-    let device = DeviceBuf::new(&dev.ctx, bytes, id)?;
+    let mut cache = dev.copy_buffers.lock().unwrap_or_else(|e| e.into_inner());
+    if cache.as_ref().is_none_or(|c| c.device.bytes() < bytes) {
+        *cache = None; // free the smaller pair first
+        *cache = Some(CopyBuffers {
+            host: PinnedBuf::new(&dev.ctx, bytes, 0, id)?,
+            device: DeviceBuf::new(&dev.ctx, bytes, id)?,
+        });
+    }
+    let CopyBuffers { host, device } = cache.as_mut().expect("just filled");
     let event = dev
         .ctx
         .new_event(Some(sys::CUevent_flags::CU_EVENT_DISABLE_TIMING))
@@ -82,29 +100,33 @@ fn copy(dev: &Device, bytes: usize, h2d: bool) -> Result<Vec<f64>> {
     let mut sent = vec![0u8; bytes];
     pattern(&mut sent, if h2d { 0x5a } else { 0xa5 });
     if h2d {
-        host.as_mut_slice::<u8>().copy_from_slice(&sent);
+        host.as_mut_slice::<u8>()[..bytes].copy_from_slice(&sent);
     } else {
-        // SAFETY: `device` holds `bytes` bytes; the copy is synchronous.
+        // SAFETY: `device` holds at least `bytes` bytes; the copy is synchronous.
         unsafe { result::memcpy_htod_sync(device.ptr(), &sent) }.at(id, "cuMemcpyHtoD")?;
     }
     let mut once = || -> Result<f64> {
         let t0 = Instant::now();
-        // SAFETY: both buffers hold `bytes` bytes and live past the
+        // SAFETY: both buffers hold at least `bytes` bytes and live past the
         // synchronisation below.
         unsafe {
             if h2d {
-                result::memcpy_htod_async(device.ptr(), host.as_slice::<u8>(), stream)
+                result::memcpy_htod_async(device.ptr(), &host.as_slice::<u8>()[..bytes], stream)
                     .at(id, "cuMemcpyHtoDAsync")?;
             } else {
-                result::memcpy_dtoh_async(host.as_mut_slice::<u8>(), device.ptr(), stream)
-                    .at(id, "cuMemcpyDtoHAsync")?;
+                result::memcpy_dtoh_async(
+                    &mut host.as_mut_slice::<u8>()[..bytes],
+                    device.ptr(),
+                    stream,
+                )
+                .at(id, "cuMemcpyDtoHAsync")?;
             }
             result::event::record(event.cu_event(), stream).at(id, "cuEventRecord")?;
             result::event::synchronize(event.cu_event()).at(id, "cuEventSynchronize")?;
         }
         Ok(t0.elapsed().as_secs_f64() * 1e6)
     };
-    for _ in 0..WARMUPS.min(3) {
+    for _ in 0..COPY_WARMUPS {
         once()?;
     }
     let samples = (0..copy_reps(bytes))
@@ -113,11 +135,11 @@ fn copy(dev: &Device, bytes: usize, h2d: bool) -> Result<Vec<f64>> {
     // Check what arrived.
     let arrived = if h2d {
         let mut back = vec![0u8; bytes];
-        // SAFETY: `device` holds `bytes` bytes; the copy is synchronous.
+        // SAFETY: `device` holds at least `bytes` bytes; the copy is synchronous.
         unsafe { result::memcpy_dtoh_sync(&mut back, device.ptr()) }.at(id, "cuMemcpyDtoH")?;
         back
     } else {
-        host.as_slice::<u8>().to_vec()
+        host.as_slice::<u8>()[..bytes].to_vec()
     };
     if arrived != sent {
         let at = arrived

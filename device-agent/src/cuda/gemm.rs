@@ -73,7 +73,7 @@ impl Elem {
 }
 
 /// Conversion between f32 and an element type.
-trait Scalar: Pod {
+trait Scalar: Pod + Send {
     fn from_f32(x: f32) -> Self;
     fn to_f32(self) -> f32;
 }
@@ -126,18 +126,30 @@ macro_rules! with_elem {
 }
 
 /// `dst[j*rows + i] = src[i*cols + j]`: transposes a row-major `rows×cols`
-/// matrix while converting, in cache-sized blocks.
-fn transpose_convert<T: Scalar>(src: &[f32], rows: usize, cols: usize, dst: &mut [T]) {
+/// matrix while converting, in cache-sized blocks, on all cores (weights of
+/// a vocabulary projection are half a billion elements).
+fn transpose_convert<T: Scalar + Send>(src: &[f32], rows: usize, cols: usize, dst: &mut [T]) {
     const B: usize = 64;
-    for i0 in (0..rows).step_by(B) {
-        for j0 in (0..cols).step_by(B) {
-            for i in i0..(i0 + B).min(rows) {
-                for j in j0..(j0 + B).min(cols) {
-                    dst[j * rows + i] = T::from_f32(src[i * cols + j]);
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    // Each thread owns a band of destination rows (source columns).
+    let band = cols.div_ceil(threads).div_ceil(B).max(1) * B;
+    std::thread::scope(|scope| {
+        for (t, chunk) in dst.chunks_mut(band * rows).enumerate() {
+            let j_start = t * band;
+            scope.spawn(move || {
+                let j_end = j_start + chunk.len() / rows;
+                for i0 in (0..rows).step_by(B) {
+                    for j0 in (j_start..j_end).step_by(B) {
+                        for i in i0..(i0 + B).min(rows) {
+                            for j in j0..(j0 + B).min(j_end) {
+                                chunk[(j - j_start) * rows + i] = T::from_f32(src[i * cols + j]);
+                            }
+                        }
+                    }
                 }
-            }
+            });
         }
-    }
+    });
 }
 
 /// A GEMM prepared on one CUDA device.

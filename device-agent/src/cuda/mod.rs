@@ -75,6 +75,7 @@ pub(crate) struct Device {
     blas: CudaBlas,
     kernels: std::result::Result<Kernels, Error>,
     flag_writer: Option<FlagWriter>,
+    copy_buffers: std::sync::Mutex<Option<bench::CopyBuffers>>,
 }
 
 impl Device {
@@ -181,6 +182,7 @@ impl CudaBackend {
             blas,
             kernels,
             flag_writer: None,
+            copy_buffers: std::sync::Mutex::new(None),
         };
         dev.flag_writer = choose_flag_writer(&mut dev);
         let processor = describe(&dev)?;
