@@ -9,8 +9,11 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+mod chart;
 mod exit;
+mod fit_cmd;
 mod model_cmd;
+mod predict_cmd;
 mod schema_cmd;
 
 pub use exit::BadInput;
@@ -32,6 +35,12 @@ enum Command {
     Model(model_cmd::ModelCmd),
     /// Export the JSON Schema of hetero's file formats.
     Schema(schema_cmd::SchemaArgs),
+    /// Draw charts of a plan, a dataset or a fit report.
+    Chart(chart::ChartArgs),
+    /// Fit latency models per processor from a dataset.
+    Fit(fit_cmd::FitArgs),
+    /// Predict one GEMM's latency from a predictor file.
+    Predict(predict_cmd::PredictArgs),
 }
 
 fn main() -> ExitCode {
@@ -50,6 +59,9 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Model(cmd) => model_cmd::run(cmd),
         Command::Schema(args) => schema_cmd::run(args),
+        Command::Chart(args) => chart::run(args),
+        Command::Fit(args) => fit_cmd::run(args),
+        Command::Predict(args) => predict_cmd::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

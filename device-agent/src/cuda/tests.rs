@@ -195,3 +195,13 @@ fn microbenchmarks_return_positive_samples() {
         );
     }
 }
+
+#[test]
+fn passes_the_shared_conformance_suite() {
+    let Some(mut devices) = devices_or_skip("conformance suite") else {
+        return;
+    };
+    for b in &mut devices {
+        crate::conformance::check_backend(b.as_mut());
+    }
+}
