@@ -32,6 +32,8 @@ pub mod cuda;
 #[cfg(any(feature = "cpu", feature = "sim"))]
 mod dense;
 mod error;
+#[cfg(feature = "opencl")]
+pub mod opencl;
 pub mod protocol;
 mod registry;
 #[cfg(feature = "sim")]

@@ -42,8 +42,8 @@ impl Registry {
         let openers: Vec<(&str, Opener)> = vec![
             #[cfg(feature = "cpu")]
             ("cpu", crate::cpu::open),
-            // #[cfg(feature = "opencl")]
-            // ("opencl", crate::opencl::open),
+            #[cfg(feature = "opencl")]
+            ("opencl", crate::opencl::open),
             #[cfg(feature = "cuda")]
             ("cuda", crate::cuda::open),
             #[cfg(feature = "sim")]
