@@ -27,6 +27,8 @@ pub mod conditions;
 pub mod conformance;
 #[cfg(feature = "cpu")]
 pub mod cpu;
+#[cfg(feature = "cuda")]
+pub mod cuda;
 #[cfg(any(feature = "cpu", feature = "sim"))]
 mod dense;
 mod error;
