@@ -14,7 +14,7 @@ pub enum Input {
     /// A dataset folder, with an optional predictor to overlay.
     Dataset {
         /// The rows.
-        data: Loaded,
+        data: Box<Loaded>,
         /// The predictor.
         predictor: Option<Predictor>,
     },
@@ -28,7 +28,7 @@ impl Input {
         if path.is_dir() {
             let predictor = predictor.map(hetero_plan::load::<Predictor>).transpose()?;
             return Ok(Input::Dataset {
-                data: load_dataset(path)?,
+                data: Box::new(load_dataset(path)?),
                 predictor,
             });
         }
