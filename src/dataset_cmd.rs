@@ -173,6 +173,9 @@ fn table(s: &Summary) -> String {
             s.sources.unfinished_rows
         );
     }
+    for n in &s.sources.notes {
+        let _ = writeln!(o, "note: {n}");
+    }
     if !s.sources.skipped_lines.is_empty() {
         let _ = writeln!(
             o,

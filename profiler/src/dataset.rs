@@ -58,6 +58,70 @@ pub struct Sources {
     pub skipped_lines: Vec<String>,
     /// Rows dropped because their case id came earlier.
     pub duplicates: usize,
+    /// What the loader had to interpret.
+    pub notes: Vec<String>,
+}
+
+/// A `device.json` of another shape that carries the agent's handshake
+/// (`agent`) and `probe --json` report (`probe`), as the GPU-host script
+/// writes it: the profile is rebuilt from those.
+fn adapt_foreign_device(path: &Path) -> Option<DeviceProfile> {
+    let text = std::fs::read_to_string(path).ok()?;
+    let v: serde_json::Value = serde_json::from_str(&text).ok()?;
+    let probe = v.get("probe")?;
+    let processors: Vec<hetero_plan::Processor> =
+        serde_json::from_value(probe.get("processors")?.clone()).ok()?;
+    let hello = v.get("agent").or_else(|| probe.get("hello"))?;
+    let s = |x: &serde_json::Value, k: &str| {
+        x.get(k)
+            .and_then(|y| y.as_str())
+            .unwrap_or_default()
+            .to_string()
+    };
+    let unavailable = probe
+        .get("unavailable")
+        .and_then(|u| u.as_array())
+        .map(|a| {
+            a.iter()
+                .map(|u| {
+                    let r = s(u, "reason");
+                    if r.is_empty() { s(u, "backend") } else { r }
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    let name = match v.get("host") {
+        Some(serde_json::Value::String(h)) => h.clone(),
+        Some(serde_json::Value::Array(a)) => a
+            .first()
+            .and_then(|x| x.as_str())
+            .unwrap_or_default()
+            .to_string(),
+        Some(h) => s(h, "name"),
+        None => String::new(),
+    };
+    Some(DeviceProfile {
+        schema_version: hetero_plan::SchemaVersion,
+        host: hetero_plan::HostInfo {
+            name,
+            os: s(hello, "os"),
+            arch: s(hello, "arch"),
+            transport: "local".into(),
+        },
+        agent: hetero_plan::AgentInfo {
+            version: s(hello, "version"),
+            protocol: hello.get("protocol")?.as_u64()? as u32,
+            arch: s(hello, "arch"),
+        },
+        processors,
+        unavailable,
+        sweep: None,
+        started_ms: v
+            .get("started_unix")
+            .and_then(|x| x.as_u64())
+            .map_or(0, |t| t * 1000),
+        seconds: v.get("seconds").and_then(|x| x.as_f64()).unwrap_or(0.0),
+    })
 }
 
 impl Dataset {
@@ -76,12 +140,25 @@ impl Dataset {
             ));
         }
         let device = dir.join(DEVICE_FILE);
+        let mut src = Sources::default();
         let profile = if device.exists() {
-            Some(hetero_plan::load::<DeviceProfile>(&device)?)
+            match hetero_plan::load::<DeviceProfile>(&device) {
+                Ok(p) => Some(p),
+                Err(e) => match adapt_foreign_device(&device) {
+                    Some(p) => {
+                        src.notes.push(format!(
+                            "{}: not a DeviceProfile; host, agent and processors taken from \
+                             its `agent` and `probe` keys",
+                            device.display()
+                        ));
+                        Some(p)
+                    }
+                    None => return Err(e.into()),
+                },
+            }
         } else {
             None
         };
-        let mut src = Sources::default();
         let meas = dir.join(MEASUREMENTS_FILE);
         let micro = dir.join(MICROBENCH_FILE);
         let mut ds = Dataset {
@@ -1114,6 +1191,31 @@ mod tests {
         let _ = std::fs::remove_dir_all(&d);
         let e = Dataset::load(&d).unwrap_err();
         assert!(e.is_bad_input(), "{e}");
+    }
+
+    /// The first real dataset (issue 5) is JSON Lines with a device.json of
+    /// the GPU-host script's shape: it loads, and survives Parquet.
+    #[test]
+    fn gpu_host_jsonl_dataset_loads_and_round_trips() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../datasets/gpu-host-h200");
+        if !dir.is_dir() {
+            eprintln!("skipping: {} is not in this checkout", dir.display());
+            return;
+        }
+        let (ds, src) = Dataset::load_with_sources(&dir).unwrap();
+        assert!(src.skipped_lines.is_empty(), "{:?}", src.skipped_lines);
+        assert_eq!(src.notes.len(), 1, "device.json was adapted");
+        let p = ds.profile.as_ref().unwrap();
+        assert!(p.processors.iter().any(|q| q.id == "cuda:0"));
+        assert_eq!(p.agent.protocol, 1);
+        assert!(ds.measurements.iter().any(|r| r.processor == "cuda:0"));
+        assert!(ds.measurements.len() > 1000 && !ds.microbench.is_empty());
+        assert!(ds.measurements.iter().all(|r| r.timing == Timing::Real));
+        let out = temp("gpu-host");
+        ds.save(&out).unwrap();
+        let back = Dataset::load(&out).unwrap();
+        assert_eq!(back.fingerprint("h200"), ds.fingerprint("h200"));
+        let _ = std::fs::remove_dir_all(&out);
     }
 
     #[test]
