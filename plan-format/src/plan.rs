@@ -339,15 +339,14 @@ impl OpPlan {
     /// The decision at exactly `len`, if the plan covers it.
     pub fn at(&self, len: u32) -> Option<&Decision> {
         let first = self.decisions.first()?.len;
-        let d = self.decisions.get(len.checked_sub(first)? as usize)?;
         // Dense tables answer in O(1); fall back to a search otherwise.
-        if d.len == len {
-            Some(d)
-        } else {
-            self.decisions
+        match self.decisions.get(len.checked_sub(first)? as usize) {
+            Some(d) if d.len == len => Some(d),
+            _ => self
+                .decisions
                 .binary_search_by_key(&len, |d| d.len)
                 .ok()
-                .map(|i| &self.decisions[i])
+                .map(|i| &self.decisions[i]),
         }
     }
 }
@@ -659,6 +658,20 @@ mod tests {
             gg_rows: gg,
             gpu_tokens,
         }
+    }
+
+    #[test]
+    fn at_finds_lengths_in_sparse_tables() {
+        let mut p = plan(offload(0, 0, 512, 0));
+        let d = p.ops[0].decisions[0].clone();
+        p.ops[0].decisions = [1, 16, 256, 2048]
+            .into_iter()
+            .map(|len| Decision { len, ..d.clone() })
+            .collect();
+        let op = &p.ops[0];
+        assert_eq!(op.at(2048).map(|d| d.len), Some(2048));
+        assert_eq!(op.at(16).map(|d| d.len), Some(16));
+        assert!(op.at(17).is_none() && op.at(4096).is_none() && op.at(0).is_none());
     }
 
     #[test]
