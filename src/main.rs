@@ -11,7 +11,9 @@ use clap::{Parser, Subcommand};
 
 mod exit;
 mod model_cmd;
+mod plan_cmd;
 mod schema_cmd;
+mod solve_cmd;
 
 pub use exit::BadInput;
 
@@ -32,6 +34,14 @@ enum Command {
     Model(model_cmd::ModelCmd),
     /// Export the JSON Schema of hetero's file formats.
     Schema(schema_cmd::SchemaArgs),
+    /// Solve a plan: how every GEMM of a model runs on a device at every length.
+    Solve(Box<solve_cmd::SolveArgs>),
+    /// Inspect a plan: a summary, or why one decision won.
+    #[command(subcommand)]
+    #[command(
+        after_help = "Examples:\n  hetero plan show plan.ron\n  hetero plan explain plan.ron --op ffn_down --len 300"
+    )]
+    Plan(plan_cmd::PlanCmd),
 }
 
 fn main() -> ExitCode {
@@ -50,6 +60,8 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Model(cmd) => model_cmd::run(cmd),
         Command::Schema(args) => schema_cmd::run(args),
+        Command::Solve(args) => solve_cmd::run(*args),
+        Command::Plan(cmd) => plan_cmd::run(cmd),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
