@@ -9,9 +9,12 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+mod chart;
 mod exit;
+mod fit_cmd;
 mod model_cmd;
 mod plan_cmd;
+mod predict_cmd;
 mod schema_cmd;
 mod solve_cmd;
 
@@ -42,6 +45,12 @@ enum Command {
         after_help = "Examples:\n  hetero plan show plan.ron\n  hetero plan explain plan.ron --op ffn_down --len 300"
     )]
     Plan(plan_cmd::PlanCmd),
+    /// Draw charts of a plan, a dataset or a fit report.
+    Chart(chart::ChartArgs),
+    /// Fit latency models per processor from a dataset.
+    Fit(fit_cmd::FitArgs),
+    /// Predict one GEMM's latency from a predictor file.
+    Predict(predict_cmd::PredictArgs),
 }
 
 fn main() -> ExitCode {
@@ -62,6 +71,9 @@ fn main() -> ExitCode {
         Command::Schema(args) => schema_cmd::run(args),
         Command::Solve(args) => solve_cmd::run(*args),
         Command::Plan(cmd) => plan_cmd::run(cmd),
+        Command::Chart(args) => chart::run(args),
+        Command::Fit(args) => fit_cmd::run(args),
+        Command::Predict(args) => predict_cmd::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

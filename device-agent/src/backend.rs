@@ -102,13 +102,20 @@ pub trait Backend: Send {
     fn microbench(&mut self, req: &hetero_plan::MicrobenchRequest) -> Result<Vec<f64>> {
         Err(Error::unsupported(
             &self.processor().id,
-            format!("microbenchmark {:?}", req.bench),
+            format!("microbenchmark {}", crate::protocol::bench_name(req.bench)),
         ))
     }
 
     /// Relative error bound for verifying this dtype against the f64 reference.
     fn tolerance(&self, dtype: DType, k: u32) -> f64 {
         default_tolerance(dtype, k)
+    }
+
+    /// The conditions a measurement on this processor is taken under: the
+    /// timestamp, and the frequency and temperature sysfs shows. The default
+    /// reads every CPU core; a CPU backend narrows it to its own cores.
+    fn conditions(&self) -> hetero_plan::Conditions {
+        crate::conditions::read(None)
     }
 }
 

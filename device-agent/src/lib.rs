@@ -14,11 +14,34 @@
 //! here. A missing library is an [`Error::Library`] naming the library and
 //! the paths tried, never a panic. Optional capabilities default to
 //! [`Error::Unsupported`].
+//!
+//! The design choice a newcomer would otherwise get wrong: **no time counts
+//! until the result is checked.** The [`sweep`] runner verifies every case
+//! against a CPU f64 reference ([`verify`]) before and after its timed runs,
+//! and a wrong result becomes a `failed` row without statistics. Backends
+//! only compute and time; they never judge their own results.
 #![warn(missing_docs)]
 
 mod backend;
+pub mod conditions;
+pub mod conformance;
+#[cfg(feature = "cpu")]
+pub mod cpu;
+#[cfg(feature = "cuda")]
+pub mod cuda;
+#[cfg(any(feature = "cpu", feature = "sim"))]
+mod dense;
 mod error;
+#[cfg(feature = "opencl")]
+pub mod opencl;
+pub mod protocol;
+#[cfg(feature = "qnn")]
+pub mod qnn;
 mod registry;
+#[cfg(feature = "sim")]
+pub mod sim;
+pub mod sweep;
+pub mod verify;
 
 pub use backend::{Backend, Gemm, GemmSpec, SyncMode, Timed, default_tolerance};
 pub use error::{Error, Result};

@@ -9,6 +9,12 @@ pub struct OpenOptions {
     pub cpu_groups: Option<String>,
     /// Folder holding `libQnnHtp.so` and its companions.
     pub qnn_lib_dir: Option<PathBuf>,
+    /// QNN HTP SoC model (57 = SM8650, 69 = SM8750, 87 = SM8850);
+    /// `HETERO_QNN_SOC` when absent.
+    pub qnn_soc: Option<u32>,
+    /// QNN HTP performance vote, `default` or `burst`; `HETERO_QNN_PERF`
+    /// when absent.
+    pub qnn_perf: Option<String>,
     /// RON file with NPU simulator parameters; the illustrative defaults when absent.
     pub sim_params: Option<PathBuf>,
     /// Where backends cache autotuning results.
@@ -39,11 +45,33 @@ impl Registry {
     pub fn open(opts: &OpenOptions, filter: Option<&[String]>) -> Registry {
         type Opener = fn(&OpenOptions) -> crate::Result<Vec<Box<dyn Backend>>>;
         // Each backend module adds one line here, behind its feature.
-        let openers: Vec<(&str, Opener)> = vec![];
+        let openers: Vec<(&str, Opener)> = vec![
+            #[cfg(feature = "cpu")]
+            ("cpu", crate::cpu::open),
+            #[cfg(feature = "opencl")]
+            ("opencl", crate::opencl::open),
+            #[cfg(feature = "cuda")]
+            ("cuda", crate::cuda::open),
+            #[cfg(feature = "sim")]
+            ("npu-sim", crate::sim::open),
+            #[cfg(feature = "qnn")]
+            ("qnn", crate::qnn::open),
+        ];
         let mut reg = Registry {
             backends: Vec::new(),
             unavailable: Vec::new(),
         };
+        for (name, feature, compiled) in COMPILED {
+            if !compiled {
+                reg.unavailable.push(Unavailable {
+                    backend: name.to_string(),
+                    reason: Error::unsupported(
+                        name,
+                        format!("this build (compiled without cargo feature `{feature}`)"),
+                    ),
+                });
+            }
+        }
         for (name, open) in openers {
             match open(opts) {
                 Ok(list) => reg.backends.extend(list),
@@ -60,11 +88,28 @@ impl Registry {
         reg
     }
 
+    /// The processors opened, in order.
+    pub fn processors(&self) -> Vec<hetero_plan::Processor> {
+        self.backends
+            .iter()
+            .map(|b| b.processor().clone())
+            .collect()
+    }
+
     /// The backend for a processor id.
     pub fn get_mut(&mut self, id: &str) -> Option<&mut Box<dyn Backend>> {
         self.backends.iter_mut().find(|b| b.processor().id == id)
     }
 }
+
+/// Every backend this crate knows: name, cargo feature, compiled in.
+const COMPILED: [(&str, &str, bool); 5] = [
+    ("cpu", "cpu", cfg!(feature = "cpu")),
+    ("opencl", "opencl", cfg!(feature = "opencl")),
+    ("qnn", "qnn", cfg!(feature = "qnn")),
+    ("cuda", "cuda", cfg!(feature = "cuda")),
+    ("npu-sim", "sim", cfg!(feature = "sim")),
+];
 
 /// `cpu:0` matches itself; `opencl:*` matches every id starting `opencl:`.
 pub fn id_matches(filter: &str, id: &str) -> bool {
@@ -84,5 +129,32 @@ mod tests {
         assert!(!id_matches("cpu:0", "cpu:1"));
         assert!(id_matches("opencl:*", "opencl:0:0"));
         assert!(!id_matches("opencl:*", "cuda:0"));
+    }
+
+    #[test]
+    fn default_build_opens_cpu_and_sim_and_filters() {
+        let reg = Registry::open(&OpenOptions::default(), None);
+        let ids: Vec<String> = reg.processors().into_iter().map(|p| p.id).collect();
+        if cfg!(feature = "cpu") {
+            assert!(ids.contains(&"cpu:0".to_string()), "{ids:?}");
+        }
+        if cfg!(feature = "sim") {
+            assert!(ids.contains(&"npu-sim".to_string()), "{ids:?}");
+        }
+        // Backends not compiled in say so; compiled-in ones that did not
+        // open (cuda without libcuda) give their own reason instead.
+        for u in &reg.unavailable {
+            let compiled = COMPILED
+                .iter()
+                .any(|(name, _, compiled)| *name == u.backend && *compiled);
+            let says = u.reason.to_string().contains("compiled without");
+            assert_eq!(says, !compiled, "{u:?}");
+        }
+        let only = Registry::open(&OpenOptions::default(), Some(&["npu-*".to_string()]));
+        assert!(
+            only.backends
+                .iter()
+                .all(|b| b.processor().id.starts_with("npu-"))
+        );
     }
 }

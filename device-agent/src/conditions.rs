@@ -1,0 +1,169 @@
+//! Measurement conditions read from the operating system: the wall clock,
+//! the CPU frequency and the hottest thermal zone.
+//!
+//! Every value is optional except the timestamp: a phone shows all of them,
+//! a virtual machine often neither frequency scaling nor thermal zones.
+
+use std::path::Path;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use hetero_plan::Conditions;
+
+/// Unix time in milliseconds.
+pub fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+/// Reads the conditions now. `cpus` narrows the frequency to those cores
+/// (a CPU group); `None` averages every core shown.
+pub fn read(cpus: Option<&[usize]>) -> Conditions {
+    Conditions {
+        timestamp_ms: now_ms(),
+        cpu_mhz: cpu_mhz(Path::new("/sys/devices/system/cpu"), cpus)
+            .or_else(|| proc_cpuinfo_mhz(Path::new("/proc/cpuinfo"), cpus)),
+        temp_c: max_temp_c(Path::new("/sys/class/thermal")),
+    }
+}
+
+/// Mean `cpufreq/scaling_cur_freq` (kHz) of the given cores, in MHz.
+pub(crate) fn cpu_mhz(sys_cpu: &Path, cpus: Option<&[usize]>) -> Option<f64> {
+    let ids: Vec<usize> = match cpus {
+        Some(c) => c.to_vec(),
+        None => present_cpus(sys_cpu),
+    };
+    let khz: Vec<f64> = ids
+        .iter()
+        .filter_map(|c| read_number(&sys_cpu.join(format!("cpu{c}/cpufreq/scaling_cur_freq"))))
+        .collect();
+    mean(&khz).map(|k| k / 1000.0)
+}
+
+/// Mean `cpu MHz` of `/proc/cpuinfo` (x86 shows it; ARM usually does not).
+pub(crate) fn proc_cpuinfo_mhz(path: &Path, cpus: Option<&[usize]>) -> Option<f64> {
+    let text = std::fs::read_to_string(path).ok()?;
+    let mut current: Option<usize> = None;
+    let mut mhz = Vec::new();
+    for line in text.lines() {
+        let Some((key, value)) = line.split_once(':') else {
+            continue;
+        };
+        match key.trim() {
+            "processor" => current = value.trim().parse().ok(),
+            "cpu MHz" => {
+                let keep = match (cpus, current) {
+                    (None, _) => true,
+                    (Some(set), Some(c)) => set.contains(&c),
+                    (Some(_), None) => false,
+                };
+                if keep && let Ok(v) = value.trim().parse::<f64>() {
+                    mhz.push(v);
+                }
+            }
+            _ => {}
+        }
+    }
+    mean(&mhz)
+}
+
+/// The hottest `thermal_zone*/temp` (millidegrees), in °C.
+pub(crate) fn max_temp_c(sys_thermal: &Path) -> Option<f64> {
+    let entries = std::fs::read_dir(sys_thermal).ok()?;
+    entries
+        .filter_map(|e| e.ok())
+        .filter(|e| e.file_name().to_string_lossy().starts_with("thermal_zone"))
+        .filter_map(|e| read_number(&e.path().join("temp")))
+        // Some zones report nonsense (negative, or sensors that are off).
+        .map(|milli| milli / 1000.0)
+        .filter(|c| (-40.0..200.0).contains(c))
+        .max_by(|a, b| a.total_cmp(b))
+}
+
+/// The cores `cpuN` listed under `/sys/devices/system/cpu`.
+pub(crate) fn present_cpus(sys_cpu: &Path) -> Vec<usize> {
+    let mut ids: Vec<usize> = std::fs::read_dir(sys_cpu)
+        .map(|d| {
+            d.filter_map(|e| e.ok())
+                .filter_map(|e| {
+                    e.file_name()
+                        .to_str()?
+                        .strip_prefix("cpu")?
+                        .parse::<usize>()
+                        .ok()
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    ids.sort_unstable();
+    ids
+}
+
+/// A file holding one number.
+pub(crate) fn read_number(path: &Path) -> Option<f64> {
+    std::fs::read_to_string(path).ok()?.trim().parse().ok()
+}
+
+fn mean(v: &[f64]) -> Option<f64> {
+    if v.is_empty() {
+        None
+    } else {
+        Some(v.iter().sum::<f64>() / v.len() as f64)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tmp(name: &str) -> std::path::PathBuf {
+        let p = std::env::temp_dir().join(format!("hetero-cond-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&p);
+        std::fs::create_dir_all(&p).unwrap();
+        p
+    }
+
+    #[test]
+    fn frequency_is_the_mean_of_the_chosen_cores() {
+        let root = tmp("freq");
+        for (c, khz) in [(0, 1_000_000), (1, 2_000_000), (2, 3_000_000)] {
+            let d = root.join(format!("cpu{c}/cpufreq"));
+            std::fs::create_dir_all(&d).unwrap();
+            std::fs::write(d.join("scaling_cur_freq"), format!("{khz}\n")).unwrap();
+        }
+        std::fs::create_dir_all(root.join("cpufreq")).unwrap(); // not a core
+        assert_eq!(present_cpus(&root), vec![0, 1, 2]);
+        assert_eq!(cpu_mhz(&root, None), Some(2000.0));
+        assert_eq!(cpu_mhz(&root, Some(&[1, 2])), Some(2500.0));
+        assert_eq!(cpu_mhz(&root, Some(&[7])), None);
+        std::fs::remove_dir_all(&root).unwrap();
+    }
+
+    #[test]
+    fn temperature_is_the_hottest_sane_zone() {
+        let root = tmp("thermal");
+        for (z, t) in [(0, "41000"), (1, "67500"), (2, "-273000")] {
+            let d = root.join(format!("thermal_zone{z}"));
+            std::fs::create_dir_all(&d).unwrap();
+            std::fs::write(d.join("temp"), t).unwrap();
+        }
+        assert_eq!(max_temp_c(&root), Some(67.5));
+        std::fs::remove_dir_all(&root).unwrap();
+        assert_eq!(max_temp_c(&root), None);
+    }
+
+    #[test]
+    fn proc_cpuinfo_is_parsed_per_core() {
+        let root = tmp("cpuinfo");
+        let f = root.join("cpuinfo");
+        std::fs::write(
+            &f,
+            "processor\t: 0\ncpu MHz\t\t: 1000.0\n\nprocessor\t: 1\ncpu MHz\t\t: 3000.0\n",
+        )
+        .unwrap();
+        assert_eq!(proc_cpuinfo_mhz(&f, None), Some(2000.0));
+        assert_eq!(proc_cpuinfo_mhz(&f, Some(&[1])), Some(3000.0));
+        std::fs::remove_dir_all(&root).unwrap();
+    }
+}

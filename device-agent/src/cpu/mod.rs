@@ -1,0 +1,498 @@
+//! The cpu backend: the `gemm` crate (f32 and f16) on host threads, one
+//! processor per core cluster.
+//!
+//! Each processor owns a small rayon pool whose workers are pinned (with
+//! `sched_setaffinity`) to the cores of its group, and every GEMM runs inside
+//! that pool with `Parallelism::Rayon(group size)`. Two groups therefore run
+//! side by side without stealing each other's cores, which is what the
+//! concurrent-bandwidth microbenchmark and the runtime need.
+//!
+//! Groups come from each core's `cpufreq/cpuinfo_max_freq` (cores with the
+//! same maximum frequency form a cluster); when sysfs does not show it (many
+//! virtual machines), all cores form one group. `OpenOptions::cpu_groups`
+//! (`--cpu-groups 0-3;4-7`) overrides the detection.
+
+pub mod topology;
+
+use std::path::Path;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+use gemm::Parallelism;
+use hetero_plan::{
+    Capabilities, DType, GemmShape, MicrobenchKind, MicrobenchRequest, OperandOrder, Processor,
+    ProcessorApi, ProcessorKind, WeightMode,
+};
+
+use crate::dense::Dense;
+use crate::{Backend, Error, Gemm, GemmSpec, OpenOptions, Result, SyncMode, Timed};
+pub use topology::{CoreGroup, parse_groups};
+
+/// Opens one processor per core group.
+pub fn open(opts: &OpenOptions) -> Result<Vec<Box<dyn Backend>>> {
+    let allowed = topology::allowed_cores();
+    let sys = Path::new("/sys/devices/system/cpu");
+    let groups = match &opts.cpu_groups {
+        Some(text) => {
+            let mut groups = parse_groups(text, &allowed)?;
+            for g in &mut groups {
+                g.max_khz = topology::detect_groups(sys, &g.cores)
+                    .iter()
+                    .filter_map(|d| d.max_khz)
+                    .max();
+            }
+            groups
+        }
+        None => topology::detect_groups(sys, &allowed),
+    };
+    groups
+        .into_iter()
+        .enumerate()
+        .map(|(i, g)| CpuBackend::new(i, g).map(|b| Box::new(b) as Box<dyn Backend>))
+        .collect()
+}
+
+/// One CPU core group as a processor.
+pub struct CpuBackend {
+    processor: Processor,
+    group: CoreGroup,
+    pool: Arc<rayon::ThreadPool>,
+    /// Source and destination of the copy microbenchmark, kept between calls.
+    copy_bufs: Option<(Vec<u8>, Vec<u8>)>,
+}
+
+impl CpuBackend {
+    /// Builds the group's pool, pins its workers and checks the pinning.
+    pub fn new(index: usize, group: CoreGroup) -> Result<CpuBackend> {
+        let id = format!("cpu:{index}");
+        let cores = group.cores.clone();
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(cores.len())
+            .thread_name(move |t| format!("hetero-cpu{index}-{t}"))
+            .start_handler(move |_| {
+                // Checked below, from inside each worker.
+                let _ = topology::pin_current_thread(&cores);
+            })
+            .build()
+            .map_err(|e| Error::backend(&id, format!("building the thread pool: {e}")))?;
+        let want = group.cores.clone();
+        let pinned = pool
+            .broadcast(|_| topology::allowed_cores() == want)
+            .into_iter()
+            .all(|ok| ok);
+        let driver = format!(
+            "gemm 0.19, {} rayon threads {}",
+            group.cores.len(),
+            if pinned {
+                "pinned to the group"
+            } else {
+                "NOT pinned (sched_setaffinity refused)"
+            }
+        );
+        let processor = Processor {
+            id,
+            kind: ProcessorKind::Cpu,
+            api: ProcessorApi::Cpu,
+            name: group.describe(),
+            driver,
+            capabilities: Capabilities {
+                dtypes: vec![DType::F32, DType::F16],
+                static_graphs: false,
+                unified_memory: true,
+                device_timer: false,
+                host_flag: true,
+                tile: None,
+                compute_units: Some(group.cores.len() as u32),
+                memory_bytes: None,
+                extensions: Vec::new(),
+            },
+            simulated: false,
+            emulated: false,
+        };
+        Ok(CpuBackend {
+            processor,
+            group,
+            pool: Arc::new(pool),
+            copy_bufs: None,
+        })
+    }
+
+    /// The cores of this processor.
+    pub fn cores(&self) -> &[usize] {
+        &self.group.cores
+    }
+
+    /// Runs `f` on one of this group's workers and returns what it returns.
+    pub fn install<R: Send>(&self, f: impl FnOnce() -> R + Send) -> R {
+        self.pool.install(f)
+    }
+
+    fn copy_sample(&mut self, bytes: u64) -> Result<f64> {
+        let n = usize::try_from(bytes)
+            .map_err(|_| Error::unsupported(&self.processor.id, "copies this large"))?;
+        if self.copy_bufs.as_ref().map(|b| b.0.len()) != Some(n) {
+            // First touch outside the timed copy.
+            let src: Vec<u8> = (0..n).map(|i| i as u8).collect();
+            self.copy_bufs = Some((src, vec![1u8; n]));
+        }
+        let (src, dst) = self.copy_bufs.as_mut().expect("just set");
+        Ok(self.pool.install(|| {
+            let t = Instant::now();
+            dst.copy_from_slice(src);
+            let us = t.elapsed().as_secs_f64() * 1e6;
+            std::hint::black_box(&dst);
+            us
+        }))
+    }
+
+    fn submit_empty_sample(&self) -> f64 {
+        let flag = Arc::new(AtomicU32::new(0));
+        let f = flag.clone();
+        let t = Instant::now();
+        self.pool.spawn(move || f.store(1, Ordering::Release));
+        while flag.load(Ordering::Acquire) == 0 {
+            std::hint::spin_loop();
+        }
+        t.elapsed().as_secs_f64() * 1e6
+    }
+
+    fn submit_busy_sample(&self) -> f64 {
+        // Every worker spins for 2 ms; the tiny task is queued behind them.
+        let busy = Duration::from_millis(2);
+        let started = Arc::new(AtomicU32::new(0));
+        let s = started.clone();
+        self.pool.spawn_broadcast(move |_| {
+            s.fetch_add(1, Ordering::AcqRel);
+            let t = Instant::now();
+            while t.elapsed() < busy {
+                std::hint::spin_loop();
+            }
+        });
+        let workers = self.group.cores.len() as u32;
+        while started.load(Ordering::Acquire) < workers {
+            std::hint::spin_loop();
+        }
+        let done = Arc::new(AtomicU32::new(0));
+        let d = done.clone();
+        let t = Instant::now();
+        self.pool.spawn(move || d.store(1, Ordering::Release));
+        let us = t.elapsed().as_secs_f64() * 1e6;
+        while done.load(Ordering::Acquire) == 0 {
+            std::thread::yield_now();
+        }
+        us
+    }
+
+    fn sync_sample(&mut self, mode: SyncMode) -> Result<f64> {
+        let shape = GemmShape::new(1, 64, 64).expect("non-zero");
+        let spec = GemmSpec {
+            shape,
+            dtype: DType::F32,
+            order: OperandOrder::Aw,
+            weights: WeightMode::Static,
+        };
+        let (a, w) = crate::verify::inputs(&shape, 0);
+        let mut g = self.prepare(&spec, &w)?;
+        g.write_input(&a)?;
+        g.submit()?;
+        Ok(g.wait(mode)?.host_us)
+    }
+}
+
+impl Backend for CpuBackend {
+    fn processor(&self) -> &Processor {
+        &self.processor
+    }
+
+    fn prepare(&mut self, spec: &GemmSpec, weights: &[f32]) -> Result<Box<dyn Gemm>> {
+        let dense = Dense::new(&self.processor.id, spec, weights)?;
+        Ok(Box::new(CpuGemm {
+            id: self.processor.id.clone(),
+            pool: self.pool.clone(),
+            threads: self.group.cores.len(),
+            dense: Some(dense),
+            spec: *spec,
+            inflight: None,
+        }))
+    }
+
+    fn microbench(&mut self, req: &MicrobenchRequest) -> Result<Vec<f64>> {
+        let id = &self.processor.id;
+        match req.bench {
+            MicrobenchKind::CopyH2d | MicrobenchKind::CopyD2h => {
+                let bytes = req.bytes.ok_or_else(|| Error::BadRequest {
+                    field: "bytes".into(),
+                    message: format!("{:?} needs `bytes`", req.bench),
+                })?;
+                Ok(vec![self.copy_sample(bytes)?])
+            }
+            MicrobenchKind::SubmitEmpty => Ok(vec![self.submit_empty_sample()]),
+            MicrobenchKind::SubmitBusy => Ok(vec![self.submit_busy_sample()]),
+            MicrobenchKind::SyncBlock => Ok(vec![self.sync_sample(SyncMode::Block)?]),
+            MicrobenchKind::SyncPoll => Ok(vec![
+                self.sync_sample(SyncMode::Poll { predicted_us: 0.0 })?,
+            ]),
+            other => Err(Error::unsupported(
+                id,
+                format!("microbenchmark {}", crate::protocol::bench_name(other)),
+            )),
+        }
+    }
+
+    fn conditions(&self) -> hetero_plan::Conditions {
+        crate::conditions::read(Some(&self.group.cores))
+    }
+}
+
+/// What the submitting thread and the worker share during an asynchronous run.
+struct Shared {
+    /// Set to 1 by the worker after it has put the buffers back (written last).
+    done: AtomicU32,
+    slot: Mutex<Option<Dense>>,
+    cv: Condvar,
+}
+
+struct Inflight {
+    shared: Arc<Shared>,
+    started: Instant,
+}
+
+/// A GEMM prepared on a CPU group.
+struct CpuGemm {
+    id: String,
+    spec: GemmSpec,
+    pool: Arc<rayon::ThreadPool>,
+    threads: usize,
+    /// `None` while an asynchronous run owns the buffers.
+    dense: Option<Dense>,
+    inflight: Option<Inflight>,
+}
+
+impl CpuGemm {
+    fn parallelism(threads: usize) -> Parallelism {
+        if threads > 1 {
+            Parallelism::Rayon(threads)
+        } else {
+            Parallelism::None
+        }
+    }
+
+    fn dense(&mut self) -> Result<&mut Dense> {
+        self.dense
+            .as_mut()
+            .ok_or_else(|| Error::backend(&self.id, "a submitted run has not been waited for"))
+    }
+}
+
+impl Gemm for CpuGemm {
+    fn spec(&self) -> &GemmSpec {
+        &self.spec
+    }
+
+    fn write_input(&mut self, a: &[f32]) -> Result<()> {
+        let id = self.id.clone();
+        self.dense()?.write_input(&id, a)
+    }
+
+    fn execute(&mut self) -> Result<Timed> {
+        let par = Self::parallelism(self.threads);
+        let pool = self.pool.clone();
+        let dense = self.dense()?;
+        let t = Instant::now();
+        pool.install(|| dense.run(par));
+        Ok(Timed {
+            device_us: None,
+            host_us: t.elapsed().as_secs_f64() * 1e6,
+        })
+    }
+
+    fn read_output(&mut self, c: &mut [f32]) -> Result<()> {
+        let id = self.id.clone();
+        self.dense()?.read_output(&id, c)
+    }
+
+    fn submit(&mut self) -> Result<()> {
+        let par = Self::parallelism(self.threads);
+        let mut dense = self
+            .dense
+            .take()
+            .ok_or_else(|| Error::backend(&self.id, "already submitted"))?;
+        let shared = Arc::new(Shared {
+            done: AtomicU32::new(0),
+            slot: Mutex::new(None),
+            cv: Condvar::new(),
+        });
+        let s = shared.clone();
+        let started = Instant::now();
+        self.pool.spawn(move || {
+            dense.run(par);
+            *s.slot.lock().unwrap_or_else(|p| p.into_inner()) = Some(dense);
+            // The flag is written last: a poller that sees it finds the
+            // buffers in the slot.
+            s.done.store(1, Ordering::Release);
+            s.cv.notify_all();
+        });
+        self.inflight = Some(Inflight { shared, started });
+        Ok(())
+    }
+
+    fn wait(&mut self, mode: SyncMode) -> Result<Timed> {
+        let Inflight { shared, started } = self
+            .inflight
+            .take()
+            .ok_or_else(|| Error::backend(&self.id, "wait without submit"))?;
+        let dense = match mode {
+            SyncMode::Block => {
+                let mut g = shared.slot.lock().unwrap_or_else(|p| p.into_inner());
+                while g.is_none() {
+                    g = shared.cv.wait(g).unwrap_or_else(|p| p.into_inner());
+                }
+                g.take()
+            }
+            SyncMode::Poll { predicted_us } => {
+                // Sleep through most of the predicted time, then spin.
+                let margin = (0.1 * predicted_us).max(100.0);
+                let sleep_us = predicted_us - margin - started.elapsed().as_secs_f64() * 1e6;
+                if sleep_us > 0.0 {
+                    std::thread::sleep(Duration::from_secs_f64(sleep_us * 1e-6));
+                }
+                while shared.done.load(Ordering::Acquire) == 0 {
+                    std::hint::spin_loop();
+                }
+                shared.slot.lock().unwrap_or_else(|p| p.into_inner()).take()
+            }
+        };
+        let host_us = started.elapsed().as_secs_f64() * 1e6;
+        self.dense =
+            Some(dense.ok_or_else(|| Error::backend(&self.id, "worker lost the buffers"))?);
+        Ok(Timed {
+            device_us: None,
+            host_us,
+        })
+    }
+
+    fn backend_id(&self) -> String {
+        self.id.clone()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn backend() -> CpuBackend {
+        let cores = topology::allowed_cores();
+        CpuBackend::new(
+            0,
+            CoreGroup {
+                cores,
+                max_khz: None,
+            },
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn workers_run_on_their_group_only() {
+        let allowed = topology::allowed_cores();
+        let last = *allowed.last().unwrap();
+        let b = CpuBackend::new(
+            1,
+            CoreGroup {
+                cores: vec![last],
+                max_khz: None,
+            },
+        )
+        .unwrap();
+        assert!(b.processor().driver.contains("pinned to the group"));
+        assert_eq!(b.install(topology::allowed_cores), vec![last]);
+        assert_eq!(b.processor().id, "cpu:1");
+        // The caller's own affinity is untouched.
+        assert_eq!(topology::allowed_cores(), allowed);
+    }
+
+    #[test]
+    fn open_honours_cpu_groups() {
+        let allowed = topology::allowed_cores();
+        let text = topology::format_list(&allowed);
+        let opts = OpenOptions {
+            cpu_groups: Some(text.clone()),
+            ..Default::default()
+        };
+        let list = open(&opts).unwrap();
+        assert_eq!(list.len(), 1);
+        assert_eq!(
+            list[0].processor().capabilities.compute_units,
+            Some(allowed.len() as u32)
+        );
+        let bad = OpenOptions {
+            cpu_groups: Some("0-4096".into()),
+            ..Default::default()
+        };
+        assert!(matches!(open(&bad), Err(Error::BadRequest { .. })));
+    }
+
+    #[test]
+    fn submit_and_both_waits_give_the_product() {
+        let mut b = backend();
+        let shape = GemmShape::new(33, 65, 17).unwrap();
+        let (a, w) = crate::verify::inputs(&shape, 0);
+        for order in [OperandOrder::Aw, OperandOrder::WtAt] {
+            let spec = GemmSpec {
+                shape,
+                dtype: DType::F32,
+                order,
+                weights: WeightMode::Static,
+            };
+            let mut g = b.prepare(&spec, &w).unwrap();
+            g.write_input(&a).unwrap();
+            for mode in [SyncMode::Block, SyncMode::Poll { predicted_us: 50.0 }] {
+                g.submit().unwrap();
+                assert!(g.submit().is_err(), "double submit must fail");
+                let t = g.wait(mode).unwrap();
+                assert!(t.host_us > 0.0);
+                let mut c = vec![0f32; 33 * 17];
+                g.read_output(&mut c).unwrap();
+                let r = crate::verify::check(&shape, &a, &w, &c);
+                assert!(r.passes(1e-5), "{order} {mode:?}: {r:?}");
+            }
+            assert!(g.wait(SyncMode::Block).is_err(), "wait without submit");
+        }
+    }
+
+    #[test]
+    fn microbenchmarks_return_positive_samples() {
+        let mut b = backend();
+        for bench in [
+            MicrobenchKind::CopyH2d,
+            MicrobenchKind::SubmitEmpty,
+            MicrobenchKind::SubmitBusy,
+            MicrobenchKind::SyncBlock,
+            MicrobenchKind::SyncPoll,
+        ] {
+            let req = MicrobenchRequest {
+                id: "x".into(),
+                processor: "cpu:0".into(),
+                bench,
+                bytes: Some(4096),
+                peer: None,
+                shape: None,
+            };
+            let s = b.microbench(&req).unwrap();
+            assert!(
+                s.len() == 1 && s[0] > 0.0 && s[0].is_finite(),
+                "{bench:?}: {s:?}"
+            );
+        }
+        let req = MicrobenchRequest {
+            id: "x".into(),
+            processor: "cpu:0".into(),
+            bench: MicrobenchKind::CopyD2h,
+            bytes: None,
+            peer: None,
+            shape: None,
+        };
+        assert!(matches!(b.microbench(&req), Err(Error::BadRequest { .. })));
+    }
+}

@@ -1,0 +1,290 @@
+//! Dense buffers in the processor's operand order, and the `gemm` crate call
+//! on them. Shared by the cpu backend (which times it) and the NPU
+//! simulator (which computes the real product with it so the result can be
+//! verified).
+//!
+//! Layouts, all row-major:
+//! - `aw`: activation `A[M,K]`, weights `W[K,N]`, output `C[M,N]`;
+//!   the call is `C = A·W`.
+//! - `wt_at`: activation stored as `Aᵀ[K,M]`, weights as `Wᵀ[N,K]`, output
+//!   `Cᵀ[N,M]`; the call is `Cᵀ = Wᵀ·Aᵀ`, with the weights as the left operand.
+//!
+//! Conversions between the logical f32 layout and these happen in
+//! `load_*`/`store_output`, outside the timed call.
+
+use gemm::{Parallelism, f16};
+use hetero_plan::{DType, OperandOrder};
+
+use crate::{Error, GemmSpec, Result};
+
+/// One operand buffer in the compute type.
+pub(crate) enum Buf {
+    F32(Vec<f32>),
+    F16(Vec<f16>),
+}
+
+impl Buf {
+    fn zeros(dtype: DType, len: usize) -> Option<Buf> {
+        match dtype {
+            DType::F32 => Some(Buf::F32(vec![0.0; len])),
+            DType::F16 => Some(Buf::F16(vec![f16::ZERO; len])),
+            _ => None,
+        }
+    }
+
+    /// Stores `src` (row-major `rows × cols`) here, transposed when asked.
+    fn load(&mut self, src: &[f32], rows: usize, cols: usize, transpose: bool) {
+        match self {
+            Buf::F32(d) => fill(d, src, rows, cols, transpose, |x| x),
+            Buf::F16(d) => fill(d, src, rows, cols, transpose, f16::from_f32),
+        }
+    }
+
+    /// Reads this buffer (row-major `rows × cols`) into `dst`, transposed when asked.
+    fn store(&self, dst: &mut [f32], rows: usize, cols: usize, transpose: bool) {
+        match self {
+            Buf::F32(s) => drain(s, dst, rows, cols, transpose, |x| x),
+            Buf::F16(s) => drain(s, dst, rows, cols, transpose, f16::to_f32),
+        }
+    }
+}
+
+fn fill<T: Copy>(
+    dst: &mut [T],
+    src: &[f32],
+    rows: usize,
+    cols: usize,
+    transpose: bool,
+    conv: impl Fn(f32) -> T,
+) {
+    if transpose {
+        // dst is cols × rows.
+        for r in 0..rows {
+            for c in 0..cols {
+                dst[c * rows + r] = conv(src[r * cols + c]);
+            }
+        }
+    } else {
+        for (d, s) in dst.iter_mut().zip(src) {
+            *d = conv(*s);
+        }
+    }
+}
+
+fn drain<T: Copy>(
+    src: &[T],
+    dst: &mut [f32],
+    rows: usize,
+    cols: usize,
+    transpose: bool,
+    conv: impl Fn(T) -> f32,
+) {
+    // src is rows × cols in logical terms when not transposed, else cols × rows.
+    if transpose {
+        for r in 0..rows {
+            for c in 0..cols {
+                dst[r * cols + c] = conv(src[c * rows + r]);
+            }
+        }
+    } else {
+        for (d, s) in dst.iter_mut().zip(src) {
+            *d = conv(*s);
+        }
+    }
+}
+
+/// A prepared dense GEMM: weights resident in the compute type and order,
+/// activation and output buffers allocated.
+pub(crate) struct Dense {
+    pub spec: GemmSpec,
+    act: Buf,
+    wts: Buf,
+    out: Buf,
+}
+
+impl Dense {
+    /// Converts the weights `W[K,N]` (row-major f32) to the dtype and order.
+    pub fn new(id: &str, spec: &GemmSpec, weights: &[f32]) -> Result<Dense> {
+        let (m, k, n) = dims(spec);
+        if weights.len() != k * n {
+            return Err(Error::BadRequest {
+                field: "weights".into(),
+                message: format!(
+                    "{id}: expected K·N = {} weights for {}, got {}",
+                    k * n,
+                    spec.shape,
+                    weights.len()
+                ),
+            });
+        }
+        let unsupported = || Error::unsupported(id, format!("dtype {}", spec.dtype));
+        let mut wts = Buf::zeros(spec.dtype, k * n).ok_or_else(unsupported)?;
+        let act = Buf::zeros(spec.dtype, m * k).ok_or_else(unsupported)?;
+        let out = Buf::zeros(spec.dtype, m * n).ok_or_else(unsupported)?;
+        // wt_at keeps Wᵀ[N,K].
+        wts.load(weights, k, n, spec.order == OperandOrder::WtAt);
+        Ok(Dense {
+            spec: *spec,
+            act,
+            wts,
+            out,
+        })
+    }
+
+    /// Stores the activation `A[M,K]` (row-major f32).
+    pub fn write_input(&mut self, id: &str, a: &[f32]) -> Result<()> {
+        let (m, k, _) = dims(&self.spec);
+        check_len(id, "input", a.len(), m * k)?;
+        self.act
+            .load(a, m, k, self.spec.order == OperandOrder::WtAt);
+        Ok(())
+    }
+
+    /// Reads the output `C[M,N]` (row-major f32).
+    pub fn read_output(&self, id: &str, c: &mut [f32]) -> Result<()> {
+        let (m, _, n) = dims(&self.spec);
+        check_len(id, "output", c.len(), m * n)?;
+        self.out
+            .store(c, m, n, self.spec.order == OperandOrder::WtAt);
+        Ok(())
+    }
+
+    /// Runs the product with the `gemm` crate. Call it inside the rayon pool
+    /// that should run it.
+    pub fn run(&mut self, par: Parallelism) {
+        let (m, k, n) = dims(&self.spec);
+        let order = self.spec.order;
+        match (&mut self.out, &self.act, &self.wts) {
+            (Buf::F32(c), Buf::F32(a), Buf::F32(w)) => call(order, m, k, n, c, a, w, 0.0, 1.0, par),
+            (Buf::F16(c), Buf::F16(a), Buf::F16(w)) => {
+                call(order, m, k, n, c, a, w, f16::ZERO, f16::ONE, par)
+            }
+            _ => unreachable!("buffers are created with one dtype"),
+        }
+    }
+}
+
+fn dims(spec: &GemmSpec) -> (usize, usize, usize) {
+    let (m, k, n) = spec.shape.mkn();
+    (m as usize, k as usize, n as usize)
+}
+
+fn check_len(id: &str, what: &str, got: usize, want: usize) -> Result<()> {
+    if got == want {
+        Ok(())
+    } else {
+        Err(Error::BadRequest {
+            field: what.into(),
+            message: format!("{id}: expected {want} elements, got {got}"),
+        })
+    }
+}
+
+/// `C = A·W` (aw) or `Cᵀ = Wᵀ·Aᵀ` (wt_at) on row-major buffers.
+#[allow(clippy::too_many_arguments)]
+fn call<T: Copy + 'static>(
+    order: OperandOrder,
+    m: usize,
+    k: usize,
+    n: usize,
+    c: &mut [T],
+    a: &[T],
+    w: &[T],
+    zero: T,
+    one: T,
+    par: Parallelism,
+) {
+    assert!(c.len() == m * n && a.len() == m * k && w.len() == k * n);
+    // The `gemm` crate computes dst[m', n'] = lhs[m', k] · rhs[k, n'] with
+    // explicit column (cs) and row (rs) strides.
+    let (mm, nn, lhs, lhs_rs, rhs, rhs_rs) = match order {
+        // C[M,N] = A[M,K] · W[K,N]
+        OperandOrder::Aw => (m, n, a.as_ptr(), k, w.as_ptr(), n),
+        // Cᵀ[N,M] = Wᵀ[N,K] · Aᵀ[K,M]
+        OperandOrder::WtAt => (n, m, w.as_ptr(), k, a.as_ptr(), m),
+    };
+    // SAFETY: the assertion above bounds every access: lhs is mm × k with
+    // row stride lhs_rs = k, rhs is k × nn with row stride nn, dst is
+    // mm × nn with row stride nn, all contiguous in their rows. `read_dst`
+    // is false, so the previous contents of dst (and `alpha`) are ignored.
+    unsafe {
+        gemm::gemm(
+            mm,
+            nn,
+            k,
+            c.as_mut_ptr(),
+            1,
+            nn as isize,
+            false,
+            lhs,
+            1,
+            lhs_rs as isize,
+            rhs,
+            1,
+            rhs_rs as isize,
+            zero,
+            one,
+            false,
+            false,
+            false,
+            par,
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use hetero_plan::{GemmShape, WeightMode};
+
+    use super::*;
+    use crate::verify;
+
+    #[test]
+    fn both_orders_and_dtypes_match_the_reference() {
+        for dtype in [DType::F32, DType::F16] {
+            for order in [OperandOrder::Aw, OperandOrder::WtAt] {
+                for (m, k, n) in [(1, 1, 1), (3, 17, 5), (33, 7, 65)] {
+                    let shape = GemmShape::new(m, k, n).unwrap();
+                    let spec = GemmSpec {
+                        shape,
+                        dtype,
+                        order,
+                        weights: WeightMode::Static,
+                    };
+                    let (a, w) = verify::inputs(&shape, 0);
+                    let mut d = Dense::new("t", &spec, &w).unwrap();
+                    d.write_input("t", &a).unwrap();
+                    d.run(Parallelism::None);
+                    let mut c = vec![0f32; (m * n) as usize];
+                    d.read_output("t", &mut c).unwrap();
+                    let r = verify::check(&shape, &a, &w, &c);
+                    let tol = crate::default_tolerance(dtype, k);
+                    assert!(r.passes(tol), "{dtype} {order} {shape}: {r:?}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn wrong_lengths_and_dtypes_are_errors() {
+        let shape = GemmShape::new(2, 3, 4).unwrap();
+        let mut spec = GemmSpec {
+            shape,
+            dtype: DType::F32,
+            order: OperandOrder::Aw,
+            weights: WeightMode::Static,
+        };
+        assert!(matches!(
+            Dense::new("t", &spec, &[0.0; 11]),
+            Err(Error::BadRequest { .. })
+        ));
+        let mut d = Dense::new("t", &spec, &[0.0; 12]).unwrap();
+        assert!(d.write_input("t", &[0.0; 5]).is_err());
+        assert!(d.read_output("t", &mut [0.0; 7]).is_err());
+        spec.dtype = DType::Bf16;
+        assert!(matches!(
+            Dense::new("t", &spec, &[0.0; 12]),
+            Err(Error::Unsupported { .. })
+        ));
+    }
+}

@@ -1,0 +1,855 @@
+//! The sweep runner: measures each case of a [`SweepSpec`] on its processor
+//! and hands back one row per case, as soon as it is measured.
+//!
+//! **Per case**: inputs from [`verify::inputs`]; `prepare` (its time is the
+//! row's `prepare_us` on static-graph processors); one untimed run whose
+//! output is checked against the CPU f64 reference; `warmups` untimed runs;
+//! `repetitions` timed runs (the statistics); the output of the last timed run
+//! is checked again. A result outside the tolerance at either check gives a
+//! `failed` row without statistics: a wrong result is never timed as valid.
+//!
+//! **Timeouts**: each case runs in a worker thread that owns the processor's
+//! backend for the duration. If the case outlives its `timeout_ms`, the runner
+//! writes a `timeout` row, asks the worker to stop at its next run boundary,
+//! and moves on; the processor is unusable until the worker hands the backend
+//! back, and a later case on it first waits (up to its own timeout) for that.
+//!
+//! **Microbenchmarks**: copies, submit and sync are the backend's own
+//! ([`Backend::microbench`], one or more samples per call, called until
+//! `repetitions` samples are collected). Graph prepare and the two bandwidth
+//! benchmarks are written once here on top of [`Gemm`](crate::Gemm), so every backend gets
+//! them: `bandwidth_alone` times a memory-bound GEMV (`1×K×N`, weights of
+//! `bytes`), `bandwidth_concurrent` times the same GEMV while the `peer`
+//! processor streams its own GEMV in a loop.
+
+use std::collections::HashSet;
+use std::rc::Rc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc::{Receiver, RecvTimeoutError};
+use std::sync::{Arc, mpsc};
+use std::time::{Duration, Instant};
+
+use hetero_plan::{
+    DType, GemmShape, MeasurementRow, MicrobenchKind, MicrobenchRequest, MicrobenchRow,
+    OperandOrder, Processor, ProcessorApi, RowStatus, RunParams, Stats, SweepCase, SweepSpec,
+    Timing, WeightMode,
+};
+
+use crate::protocol::{AgentLine, Done, MicrobenchLine, bench_name};
+use crate::{Backend, Error, GemmSpec, Registry, conditions, id_matches, verify};
+
+/// Weight bytes streamed by the bandwidth GEMV when a request gives none.
+pub const DEFAULT_STREAM_BYTES: u64 = 64 << 20;
+
+/// What a worker hands back: the backends it borrowed, by slot, and its result.
+type Returned = (Vec<(usize, Box<dyn Backend>)>, Outcome);
+
+enum Outcome {
+    Measurement(MeasurementRow),
+    Microbench(MicrobenchLine),
+    /// The job panicked; the message.
+    Panicked(String),
+}
+
+enum State {
+    Idle(Box<dyn Backend>),
+    /// Still owned by the worker of a timed-out case (its id).
+    Away(Rc<Receiver<Returned>>, String),
+    /// Its worker died; the reason.
+    Lost(String),
+}
+
+struct Slot {
+    processor: Processor,
+    state: State,
+}
+
+/// How a job could not run.
+enum Refused {
+    Timeout,
+    Busy(String),
+    Lost(String),
+}
+
+/// Which cases to run.
+#[derive(Debug, Clone, Default)]
+pub struct SweepOptions {
+    /// Keep only processors matching one of these (`cpu:0`, `opencl:*`).
+    pub filter: Option<Vec<String>>,
+    /// Case ids already measured (a resumed sweep).
+    pub skip: HashSet<String>,
+}
+
+/// Runs sweeps over a set of processors.
+pub struct Sweeper {
+    slots: Vec<Slot>,
+}
+
+impl Sweeper {
+    /// A runner over these backends.
+    pub fn new(backends: Vec<Box<dyn Backend>>) -> Sweeper {
+        Sweeper {
+            slots: backends
+                .into_iter()
+                .map(|b| Slot {
+                    processor: b.processor().clone(),
+                    state: State::Idle(b),
+                })
+                .collect(),
+        }
+    }
+
+    /// A runner over every processor a registry opened.
+    pub fn from_registry(reg: Registry) -> Sweeper {
+        Sweeper::new(reg.backends)
+    }
+
+    /// The processors, in order.
+    pub fn processors(&self) -> Vec<Processor> {
+        self.slots.iter().map(|s| s.processor.clone()).collect()
+    }
+
+    fn index(&self, id: &str) -> Option<usize> {
+        self.slots.iter().position(|s| s.processor.id == id)
+    }
+
+    /// Checks that every processor a spec names is here and that each
+    /// microbenchmark has the fields it needs. The error names the field
+    /// (`cases[2].processor`).
+    pub fn check_spec(&self, spec: &SweepSpec) -> Result<(), Error> {
+        let known: Vec<String> = self.slots.iter().map(|s| s.processor.id.clone()).collect();
+        let missing = |field: String, id: &str| Error::BadRequest {
+            field,
+            message: format!(
+                "no processor `{id}` here; `probe` lists: {}",
+                if known.is_empty() {
+                    "none".to_string()
+                } else {
+                    known.join(", ")
+                }
+            ),
+        };
+        for (i, c) in spec.cases.iter().enumerate() {
+            if self.index(&c.processor).is_none() {
+                return Err(missing(format!("cases[{i}].processor"), &c.processor));
+            }
+        }
+        for (i, b) in spec.microbench.iter().enumerate() {
+            let field = |f: &str| format!("microbench[{i}].{f}");
+            if self.index(&b.processor).is_none() {
+                return Err(missing(field("processor"), &b.processor));
+            }
+            let need = |what: &str| Error::BadRequest {
+                field: field(what),
+                message: format!("`{}` needs `{what}`", bench_name(b.bench)),
+            };
+            match b.bench {
+                MicrobenchKind::CopyH2d | MicrobenchKind::CopyD2h if b.bytes.is_none() => {
+                    return Err(need("bytes"));
+                }
+                MicrobenchKind::BandwidthConcurrent => match &b.peer {
+                    None => return Err(need("peer")),
+                    Some(p) if self.index(p).is_none() => return Err(missing(field("peer"), p)),
+                    _ => {}
+                },
+                MicrobenchKind::GraphPrepare if b.shape.is_none() => {
+                    return Err(need("shape"));
+                }
+                _ => {}
+            }
+            if b.bytes == Some(0) {
+                return Err(Error::BadRequest {
+                    field: field("bytes"),
+                    message: "must be at least 1".into(),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// Runs every case and microbenchmark of `spec` in order, calling `emit`
+    /// with each row as soon as it is measured. Returns the tally.
+    pub fn run(
+        &mut self,
+        spec: &SweepSpec,
+        opts: &SweepOptions,
+        emit: &mut dyn FnMut(&AgentLine) -> std::io::Result<()>,
+    ) -> std::io::Result<Done> {
+        let started = Instant::now();
+        let mut done = Done::default();
+        let keep = |id: &str, processor: &str| {
+            !opts.skip.contains(id)
+                && opts
+                    .filter
+                    .as_ref()
+                    .is_none_or(|f| f.iter().any(|p| id_matches(p, processor)))
+        };
+        for case in &spec.cases {
+            if !keep(&case.id, &case.processor) {
+                done.skipped += 1;
+                continue;
+            }
+            let run = case.run.unwrap_or(spec.run);
+            let row = self.run_case(case, &run);
+            tally(&mut done, row.status);
+            emit(&AgentLine::Measurement(row))?;
+        }
+        for req in &spec.microbench {
+            if !keep(&req.id, &req.processor) {
+                done.skipped += 1;
+                continue;
+            }
+            let line = self.run_microbench(req, &spec.run);
+            tally(&mut done, line.row.status);
+            emit(&AgentLine::Microbench(line))?;
+        }
+        done.seconds = started.elapsed().as_secs_f64();
+        Ok(done)
+    }
+
+    /// Measures one GEMM case, with its timeout.
+    pub fn run_case(&mut self, case: &SweepCase, run: &RunParams) -> MeasurementRow {
+        let Some(idx) = self.index(&case.processor) else {
+            let mut row = base_row(case, Timing::Real, run);
+            row.message = Some(format!("no processor `{}` here", case.processor));
+            return row;
+        };
+        let timing = self.slots[idx].processor.timing();
+        let (c, r) = (case.clone(), *run);
+        let job = move |b: &mut [Box<dyn Backend>], cancel: &AtomicBool| {
+            Outcome::Measurement(measure(&mut *b[0], &c, &r, cancel))
+        };
+        let timeout = Duration::from_millis(run.timeout_ms);
+        let mut row = base_row(case, timing, run);
+        match self.run_job(&[idx], timeout, &case.id, job) {
+            Ok(Outcome::Measurement(measured)) => return measured,
+            Ok(Outcome::Microbench(_)) => unreachable!("a case job returns a measurement"),
+            Ok(Outcome::Panicked(msg)) => {
+                row.message = Some(format!("the backend panicked: {msg}"));
+            }
+            Err(refused) => {
+                (row.status, row.message) = refusal(refused, run.timeout_ms, &case.processor);
+            }
+        }
+        row
+    }
+
+    /// Runs one microbenchmark, with the timeout of `run`.
+    pub fn run_microbench(&mut self, req: &MicrobenchRequest, run: &RunParams) -> MicrobenchLine {
+        let Some(idx) = self.index(&req.processor) else {
+            let mut line = base_line(req, Timing::Real);
+            line.row.message = Some(format!("no processor `{}` here", req.processor));
+            return line;
+        };
+        let proc = &self.slots[idx].processor;
+        let timing = proc.timing();
+        let mut idxs = vec![idx];
+        if req.bench == MicrobenchKind::BandwidthConcurrent {
+            let unsupported = |msg: String| {
+                let mut line = base_line(req, timing);
+                line.row.status = RowStatus::Unsupported;
+                line.row.message = Some(msg);
+                line
+            };
+            let Some(peer) = req.peer.as_deref() else {
+                return unsupported("bandwidth_concurrent needs a `peer` processor".into());
+            };
+            if peer == req.processor {
+                return unsupported(format!(
+                    "needs two different processors, got `{peer}` twice; on a machine with one CPU group, split it with --cpu-groups (e.g. \"0;1\")"
+                ));
+            }
+            let Some(pidx) = self.index(peer) else {
+                return unsupported(format!("no peer processor `{peer}` here"));
+            };
+            if proc.simulated || self.slots[pidx].processor.simulated {
+                return unsupported(
+                    "a simulated processor has no memory traffic to share; pair two real processors"
+                        .into(),
+                );
+            }
+            idxs.push(pidx);
+        }
+        let (q, r) = (req.clone(), *run);
+        let job = move |b: &mut [Box<dyn Backend>], cancel: &AtomicBool| {
+            Outcome::Microbench(microbench(b, &q, &r, cancel))
+        };
+        let timeout = Duration::from_millis(run.timeout_ms);
+        let mut line = base_line(req, timing);
+        match self.run_job(&idxs, timeout, &req.id, job) {
+            Ok(Outcome::Microbench(measured)) => return measured,
+            Ok(Outcome::Measurement(_)) => unreachable!("a microbench job returns a microbench"),
+            Ok(Outcome::Panicked(msg)) => {
+                line.row.message = Some(format!("the backend panicked: {msg}"));
+            }
+            Err(refused) => {
+                (line.row.status, line.row.message) =
+                    refusal(refused, run.timeout_ms, &req.processor);
+            }
+        }
+        line
+    }
+
+    /// Makes sure a slot's backend is home, waiting (up to `timeout`) for
+    /// the worker of a timed-out case to hand it back.
+    fn reclaim(&mut self, idx: usize, timeout: Duration) -> Result<(), Refused> {
+        let (rx, case) = match &self.slots[idx].state {
+            State::Idle(_) => return Ok(()),
+            State::Lost(why) => return Err(Refused::Lost(why.clone())),
+            State::Away(rx, case) => (rx.clone(), case.clone()),
+        };
+        let got = rx.recv_timeout(timeout);
+        match got {
+            Ok((backends, _stale)) => {
+                for (i, b) in backends {
+                    self.slots[i].state = State::Idle(b);
+                }
+                Ok(())
+            }
+            Err(RecvTimeoutError::Timeout) => Err(Refused::Busy(case)),
+            Err(RecvTimeoutError::Disconnected) => {
+                let why = format!("its worker died during {case}");
+                for s in &mut self.slots {
+                    if matches!(&s.state, State::Away(r, _) if Rc::ptr_eq(r, &rx)) {
+                        s.state = State::Lost(why.clone());
+                    }
+                }
+                Err(Refused::Lost(why))
+            }
+        }
+    }
+
+    /// Runs `job` in a worker thread that owns the backends of `idxs`.
+    fn run_job(
+        &mut self,
+        idxs: &[usize],
+        timeout: Duration,
+        label: &str,
+        job: impl FnOnce(&mut [Box<dyn Backend>], &AtomicBool) -> Outcome + Send + 'static,
+    ) -> Result<Outcome, Refused> {
+        for &i in idxs {
+            self.reclaim(i, timeout)?;
+        }
+        let mut borrowed: Vec<(usize, Box<dyn Backend>)> = Vec::new();
+        for &i in idxs {
+            let state = std::mem::replace(&mut self.slots[i].state, State::Lost(String::new()));
+            let State::Idle(b) = state else {
+                unreachable!("reclaimed above")
+            };
+            borrowed.push((i, b));
+        }
+        let cancel = Arc::new(AtomicBool::new(false));
+        let (tx, rx) = mpsc::channel::<Returned>();
+        let c = cancel.clone();
+        let spawned = std::thread::Builder::new()
+            .name("hetero-case".into())
+            .spawn(move || {
+                let (slots, mut backends): (Vec<usize>, Vec<Box<dyn Backend>>) =
+                    borrowed.into_iter().unzip();
+                let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    job(&mut backends, &c)
+                }));
+                let outcome = outcome.unwrap_or_else(|p| {
+                    let msg = p
+                        .downcast_ref::<String>()
+                        .cloned()
+                        .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
+                        .unwrap_or_else(|| "unknown panic".into());
+                    Outcome::Panicked(msg)
+                });
+                let _ = tx.send((slots.into_iter().zip(backends).collect(), outcome));
+            });
+        if let Err(e) = spawned {
+            let why = format!("could not start a worker thread: {e}");
+            for &i in idxs {
+                self.slots[i].state = State::Lost(why.clone());
+            }
+            return Err(Refused::Lost(why));
+        }
+        match rx.recv_timeout(timeout) {
+            Ok((backends, outcome)) => {
+                for (i, b) in backends {
+                    self.slots[i].state = State::Idle(b);
+                }
+                Ok(outcome)
+            }
+            Err(RecvTimeoutError::Timeout) => {
+                cancel.store(true, Ordering::Relaxed);
+                let rx = Rc::new(rx);
+                for &i in idxs {
+                    self.slots[i].state =
+                        State::Away(rx.clone(), format!("timed-out case `{label}`"));
+                }
+                Err(Refused::Timeout)
+            }
+            Err(RecvTimeoutError::Disconnected) => {
+                let why = "its worker thread died".to_string();
+                for &i in idxs {
+                    self.slots[i].state = State::Lost(why.clone());
+                }
+                Err(Refused::Lost(why))
+            }
+        }
+    }
+}
+
+fn tally(done: &mut Done, status: RowStatus) {
+    done.rows += 1;
+    match status {
+        RowStatus::Ok => done.ok += 1,
+        RowStatus::Failed => done.failed += 1,
+        RowStatus::Unsupported => done.unsupported += 1,
+        RowStatus::Timeout => done.timeout += 1,
+        RowStatus::Error => done.error += 1,
+    }
+}
+
+fn refusal(r: Refused, timeout_ms: u64, processor: &str) -> (RowStatus, Option<String>) {
+    match r {
+        Refused::Timeout => (
+            RowStatus::Timeout,
+            Some(format!(
+                "abandoned after {timeout_ms} ms; `{processor}` is unusable until that run returns"
+            )),
+        ),
+        Refused::Busy(case) => (
+            RowStatus::Timeout,
+            Some(format!(
+                "`{processor}` was still busy with {case} after {timeout_ms} ms"
+            )),
+        ),
+        Refused::Lost(why) => (
+            RowStatus::Error,
+            Some(format!("`{processor}` is unusable: {why}")),
+        ),
+    }
+}
+
+/// A row for `case` with status `error` and nothing measured yet.
+fn base_row(case: &SweepCase, timing: Timing, run: &RunParams) -> MeasurementRow {
+    let (m, k, n) = case.shape.mkn();
+    MeasurementRow {
+        case_id: case.id.clone(),
+        processor: case.processor.clone(),
+        m,
+        k,
+        n,
+        dtype: case.dtype,
+        order: case.order,
+        weights: case.weights,
+        status: RowStatus::Error,
+        timing,
+        warmups: run.warmups,
+        repetitions: run.repetitions,
+        median_us: None,
+        min_us: None,
+        p90_us: None,
+        cv: None,
+        host_median_us: None,
+        prepare_us: None,
+        verified: false,
+        rel_err: None,
+        tolerance: None,
+        message: None,
+        conditions: conditions::read(None),
+    }
+}
+
+fn base_line(req: &MicrobenchRequest, timing: Timing) -> MicrobenchLine {
+    MicrobenchLine {
+        row: MicrobenchRow {
+            case_id: req.id.clone(),
+            processor: req.processor.clone(),
+            bench: req.bench,
+            bytes: req.bytes,
+            peer: req.peer.clone(),
+            shape: req.shape,
+            status: RowStatus::Error,
+            timing,
+            stats: None,
+            gbps: None,
+            message: None,
+            conditions: conditions::read(None),
+        },
+        note: None,
+    }
+}
+
+/// Measures one case on `backend` (in the worker thread).
+pub fn measure(
+    backend: &mut dyn Backend,
+    case: &SweepCase,
+    run: &RunParams,
+    cancel: &AtomicBool,
+) -> MeasurementRow {
+    let proc = backend.processor().clone();
+    let mut row = base_row(case, proc.timing(), run);
+    let result = measure_into(backend, &proc, case, run, cancel, &mut row);
+    if let Err(e) = result {
+        row.status = match e {
+            Error::Unsupported { .. } => RowStatus::Unsupported,
+            Error::Timeout { .. } => RowStatus::Timeout,
+            _ => RowStatus::Error,
+        };
+        row.message = Some(e.to_string());
+        row.median_us = None;
+        row.min_us = None;
+        row.p90_us = None;
+        row.cv = None;
+        row.host_median_us = None;
+        row.verified = false;
+    }
+    row.conditions = backend.conditions();
+    row
+}
+
+fn measure_into(
+    backend: &mut dyn Backend,
+    proc: &Processor,
+    case: &SweepCase,
+    run: &RunParams,
+    cancel: &AtomicBool,
+    row: &mut MeasurementRow,
+) -> Result<(), Error> {
+    if !proc.capabilities.dtypes.contains(&case.dtype) {
+        let has: Vec<&str> = proc
+            .capabilities
+            .dtypes
+            .iter()
+            .map(|d| d.as_str())
+            .collect();
+        return Err(Error::unsupported(
+            &proc.id,
+            format!("dtype {} (it runs {})", case.dtype, has.join(", ")),
+        ));
+    }
+    let shape = case.shape;
+    let (m, k, n) = shape.mkn();
+    let spec = GemmSpec {
+        shape,
+        dtype: case.dtype,
+        order: case.order,
+        weights: case.weights,
+    };
+    let (a, w) = verify::inputs(&shape, 0);
+    let mut g = backend.prepare(&spec, &w)?;
+    row.prepare_us = g.prepare_us();
+    let tolerance = backend.tolerance(case.dtype, k);
+    row.tolerance = Some(tolerance);
+    let mut c = vec![0f32; m as usize * n as usize];
+    let cancelled = || {
+        if cancel.load(Ordering::Relaxed) {
+            Err(Error::Timeout { ms: run.timeout_ms })
+        } else {
+            Ok(())
+        }
+    };
+    g.write_input(&a)?;
+    g.execute()?;
+    g.read_output(&mut c)?;
+    let first = verify::check(&shape, &a, &w, &c);
+    row.rel_err = Some(first.rel_err);
+    if !first.passes(tolerance) {
+        row.status = RowStatus::Failed;
+        row.message = Some(wrong(&first, tolerance, "first run"));
+        return Ok(());
+    }
+    for _ in 0..run.warmups {
+        cancelled()?;
+        g.execute()?;
+    }
+    let mut best = Vec::with_capacity(run.repetitions as usize);
+    let mut host = Vec::with_capacity(run.repetitions as usize);
+    let mut device_timer = false;
+    for _ in 0..run.repetitions {
+        cancelled()?;
+        let t = g.execute()?;
+        device_timer |= t.device_us.is_some();
+        best.push(t.best_us());
+        host.push(t.host_us);
+    }
+    g.read_output(&mut c)?;
+    let last = verify::check(&shape, &a, &w, &c);
+    row.rel_err = Some(first.rel_err.max(last.rel_err));
+    if !last.passes(tolerance) {
+        row.status = RowStatus::Failed;
+        row.message = Some(wrong(&last, tolerance, "last timed run"));
+        return Ok(());
+    }
+    let stats = Stats::from_samples(&best).ok_or_else(|| Error::BadRequest {
+        field: "repetitions".into(),
+        message: "must be at least 1".into(),
+    })?;
+    row.set_stats(&stats);
+    if device_timer && !proc.simulated {
+        row.host_median_us = Stats::from_samples(&host).map(|s| s.median_us);
+    }
+    row.verified = true;
+    row.status = RowStatus::Ok;
+    Ok(())
+}
+
+fn wrong(c: &verify::Check, tolerance: f64, when: &str) -> String {
+    format!(
+        "wrong result after the {when}: error {:.3e} > tolerance {:.3e} at C[{},{}] ({} outputs checked)",
+        c.rel_err, tolerance, c.worst.0, c.worst.1, c.sampled
+    )
+}
+
+/// Runs a microbenchmark (in the worker thread). `backends[1]` is the peer
+/// of a concurrent-bandwidth run.
+fn microbench(
+    backends: &mut [Box<dyn Backend>],
+    req: &MicrobenchRequest,
+    run: &RunParams,
+    cancel: &AtomicBool,
+) -> MicrobenchLine {
+    let proc = backends[0].processor().clone();
+    let mut line = base_line(req, proc.timing());
+    let result = match req.bench {
+        MicrobenchKind::GraphPrepare => graph_prepare(&mut *backends[0], req, run, cancel),
+        MicrobenchKind::BandwidthAlone | MicrobenchKind::BandwidthConcurrent => {
+            stream(backends, req, run, cancel).map(|(s, note)| {
+                line.note = note;
+                s
+            })
+        }
+        _ => backend_samples(&mut *backends[0], req, run, cancel),
+    };
+    match result {
+        Ok(samples) => match Stats::from_samples(&samples) {
+            Some(stats) => {
+                line.row.status = RowStatus::Ok;
+                let bytes = match req.bench {
+                    MicrobenchKind::CopyH2d | MicrobenchKind::CopyD2h => req.bytes,
+                    MicrobenchKind::BandwidthAlone | MicrobenchKind::BandwidthConcurrent => {
+                        line.row.bytes
+                    }
+                    _ => None,
+                };
+                if let Some(b) = bytes {
+                    line.row.gbps = Some(b as f64 / (stats.median_us * 1e3));
+                }
+                line.row.stats = Some(stats);
+            }
+            None => {
+                line.row.message = Some("no samples".into());
+            }
+        },
+        Err(e) => {
+            line.row.status = match e {
+                Error::Unsupported { .. } => RowStatus::Unsupported,
+                Error::Timeout { .. } => RowStatus::Timeout,
+                _ => RowStatus::Error,
+            };
+            line.row.message = Some(e.to_string());
+        }
+    }
+    if line.note.is_none()
+        && proc.api == ProcessorApi::Cpu
+        && matches!(req.bench, MicrobenchKind::CopyH2d | MicrobenchKind::CopyD2h)
+    {
+        line.note = Some(
+            "cpu: memcpy between two host buffers on the group's cores (a CPU has no device memory)"
+                .into(),
+        );
+    }
+    line.row.conditions = backends[0].conditions();
+    line
+}
+
+fn check_cancel(cancel: &AtomicBool, run: &RunParams) -> Result<(), Error> {
+    if cancel.load(Ordering::Relaxed) {
+        Err(Error::Timeout { ms: run.timeout_ms })
+    } else {
+        Ok(())
+    }
+}
+
+/// Calls the backend's own microbenchmark until `repetitions` samples are in.
+fn backend_samples(
+    b: &mut dyn Backend,
+    req: &MicrobenchRequest,
+    run: &RunParams,
+    cancel: &AtomicBool,
+) -> Result<Vec<f64>, Error> {
+    for _ in 0..run.warmups {
+        check_cancel(cancel, run)?;
+        b.microbench(req)?;
+    }
+    let want = run.repetitions.max(1) as usize;
+    let mut samples = Vec::with_capacity(want);
+    while samples.len() < want {
+        check_cancel(cancel, run)?;
+        let got = b.microbench(req)?;
+        if got.is_empty() {
+            return Err(Error::backend(
+                &req.processor,
+                "microbenchmark returned no sample",
+            ));
+        }
+        samples.extend(got);
+    }
+    samples.truncate(want);
+    Ok(samples)
+}
+
+fn preferred_dtype(proc: &Processor, order: &[DType]) -> Result<DType, Error> {
+    order
+        .iter()
+        .copied()
+        .find(|d| proc.capabilities.dtypes.contains(d))
+        .or_else(|| proc.capabilities.dtypes.first().copied())
+        .ok_or_else(|| Error::unsupported(&proc.id, "any dtype"))
+}
+
+fn graph_prepare(
+    b: &mut dyn Backend,
+    req: &MicrobenchRequest,
+    run: &RunParams,
+    cancel: &AtomicBool,
+) -> Result<Vec<f64>, Error> {
+    let proc = b.processor().clone();
+    if !proc.capabilities.static_graphs {
+        return Err(Error::unsupported(
+            &proc.id,
+            "graph prepare (not a static-graph processor)",
+        ));
+    }
+    let shape = req.shape.ok_or_else(|| Error::BadRequest {
+        field: "shape".into(),
+        message: "graph_prepare needs `shape`".into(),
+    })?;
+    let spec = GemmSpec {
+        shape,
+        dtype: preferred_dtype(&proc, &[DType::F16, DType::F32])?,
+        order: OperandOrder::WtAt,
+        weights: WeightMode::Static,
+    };
+    let (_, w) = verify::inputs(&shape, 0);
+    let mut samples = Vec::new();
+    for i in 0..run.warmups + run.repetitions.max(1) {
+        check_cancel(cancel, run)?;
+        let g = b.prepare(&spec, &w)?;
+        let us = g.prepare_us().ok_or_else(|| {
+            Error::backend(
+                &proc.id,
+                "a static-graph processor reported no prepare time",
+            )
+        })?;
+        if i >= run.warmups {
+            samples.push(us);
+        }
+    }
+    Ok(samples)
+}
+
+/// The memory-bound GEMV of the bandwidth benchmarks: `1×K×N` with weights
+/// of about `bytes`.
+fn gemv_spec(proc: &Processor, bytes: u64) -> Result<GemmSpec, Error> {
+    let dtype = preferred_dtype(proc, &[DType::F32, DType::F16])?;
+    let elem = (dtype.weight_bits() as u64).div_ceil(8);
+    let side = (((bytes / elem) as f64).sqrt() as u32 / 64 * 64).max(64);
+    Ok(GemmSpec {
+        shape: GemmShape::new(1, side, side).expect("non-zero"),
+        dtype,
+        order: OperandOrder::Aw,
+        weights: WeightMode::Static,
+    })
+}
+
+/// Prepares the GEMV on `b`, checks its result once, and returns it ready to run.
+fn ready_gemv(b: &mut dyn Backend, spec: &GemmSpec) -> Result<Box<dyn crate::Gemm>, Error> {
+    let (a, w) = verify::inputs(&spec.shape, 0);
+    let mut g = b.prepare(spec, &w)?;
+    g.write_input(&a)?;
+    g.execute()?;
+    let mut c = vec![0f32; spec.shape.n.get() as usize];
+    g.read_output(&mut c)?;
+    let r = verify::check(&spec.shape, &a, &w, &c);
+    let tol = b.tolerance(spec.dtype, spec.shape.k.get());
+    if !r.passes(tol) {
+        return Err(Error::backend(
+            &b.processor().id,
+            format!(
+                "the bandwidth GEMV gave a wrong result: {}",
+                wrong(&r, tol, "first run")
+            ),
+        ));
+    }
+    Ok(g)
+}
+
+fn stream(
+    backends: &mut [Box<dyn Backend>],
+    req: &MicrobenchRequest,
+    run: &RunParams,
+    cancel: &AtomicBool,
+) -> Result<(Vec<f64>, Option<String>), Error> {
+    let bytes = req.bytes.unwrap_or(DEFAULT_STREAM_BYTES);
+    let spec = gemv_spec(backends[0].processor(), bytes)?;
+    let mut g = ready_gemv(&mut *backends[0], &spec)?;
+    let (k, n) = (spec.shape.k.get() as u64, spec.shape.n.get() as u64);
+    let streamed = k * n * (spec.dtype.weight_bits() as u64).div_ceil(8);
+    let timed = |g: &mut Box<dyn crate::Gemm>| -> Result<Vec<f64>, Error> {
+        for _ in 0..run.warmups {
+            check_cancel(cancel, run)?;
+            g.execute()?;
+        }
+        let mut s = Vec::new();
+        for _ in 0..run.repetitions.max(1) {
+            check_cancel(cancel, run)?;
+            s.push(g.execute()?.best_us());
+        }
+        Ok(s)
+    };
+    let note_bytes = format!(
+        "GEMV 1x{k}x{n} {}: {streamed} weight bytes per run",
+        spec.dtype
+    );
+    if req.bench == MicrobenchKind::BandwidthAlone || backends.len() < 2 {
+        let s = timed(&mut g)?;
+        return Ok((s, Some(note_bytes)));
+    }
+    let peer_spec = gemv_spec(backends[1].processor(), bytes)?;
+    let mut pg = ready_gemv(&mut *backends[1], &peer_spec)?;
+    let stop = AtomicBool::new(false);
+    let peer_runs = AtomicU64::new(0);
+    let peer_err: std::sync::Mutex<Option<Error>> = std::sync::Mutex::new(None);
+    let samples = std::thread::scope(|sc| {
+        sc.spawn(|| {
+            while !stop.load(Ordering::Relaxed) {
+                if let Err(e) = pg.execute() {
+                    *peer_err.lock().unwrap_or_else(|p| p.into_inner()) = Some(e);
+                    break;
+                }
+                peer_runs.fetch_add(1, Ordering::Relaxed);
+            }
+        });
+        // Start timing once the peer is streaming.
+        while peer_runs.load(Ordering::Relaxed) == 0
+            && peer_err.lock().map(|e| e.is_none()).unwrap_or(false)
+        {
+            std::thread::yield_now();
+        }
+        let s = timed(&mut g);
+        stop.store(true, Ordering::Relaxed);
+        s
+    })?;
+    if let Some(e) = peer_err.into_inner().unwrap_or_else(|p| p.into_inner()) {
+        return Err(e);
+    }
+    let (pk, pn) = (peer_spec.shape.k.get(), peer_spec.shape.n.get());
+    Ok((
+        samples,
+        Some(format!(
+            "{note_bytes}; peer `{}` streamed GEMV 1x{pk}x{pn} {} {} times meanwhile",
+            backends[1].processor().id,
+            peer_spec.dtype,
+            peer_runs.load(Ordering::Relaxed)
+        )),
+    ))
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,323 @@
+//! The runner's rules, on a naive test backend with injectable faults.
+
+use std::time::Duration;
+
+use hetero_plan::{Capabilities, ProcessorKind, SchemaVersion};
+
+use super::*;
+use crate::{Gemm, Timed};
+
+#[derive(Clone, Copy, PartialEq)]
+enum Fault {
+    None,
+    /// Adds 1 to one output of every run.
+    Wrong,
+    /// Correct first run, wrong afterwards (goes bad during timing).
+    WrongLater,
+    /// Sleeps this long per execution.
+    Slow(u64),
+    Panic,
+}
+
+struct Naive {
+    p: Processor,
+    fault: Fault,
+}
+
+struct NaiveGemm {
+    spec: GemmSpec,
+    w: Vec<f32>,
+    a: Vec<f32>,
+    c: Vec<f32>,
+    fault: Fault,
+    runs: u32,
+}
+
+fn naive(id: &str, fault: Fault) -> Box<dyn Backend> {
+    Box::new(Naive {
+        p: Processor {
+            id: id.into(),
+            kind: ProcessorKind::Cpu,
+            api: ProcessorApi::Cpu,
+            name: "naive test backend".into(),
+            driver: String::new(),
+            capabilities: Capabilities {
+                dtypes: vec![DType::F32],
+                ..Default::default()
+            },
+            simulated: false,
+            emulated: false,
+        },
+        fault,
+    })
+}
+
+impl Backend for Naive {
+    fn processor(&self) -> &Processor {
+        &self.p
+    }
+    fn prepare(&mut self, spec: &GemmSpec, weights: &[f32]) -> crate::Result<Box<dyn Gemm>> {
+        if spec.dtype != DType::F32 {
+            return Err(Error::unsupported(&self.p.id, spec.dtype.to_string()));
+        }
+        let (m, _, n) = spec.shape.mkn();
+        Ok(Box::new(NaiveGemm {
+            spec: *spec,
+            w: weights.to_vec(),
+            a: Vec::new(),
+            c: vec![0.0; (m * n) as usize],
+            fault: self.fault,
+            runs: 0,
+        }))
+    }
+}
+
+impl Gemm for NaiveGemm {
+    fn spec(&self) -> &GemmSpec {
+        &self.spec
+    }
+    fn write_input(&mut self, a: &[f32]) -> crate::Result<()> {
+        self.a = a.to_vec();
+        Ok(())
+    }
+    fn execute(&mut self) -> crate::Result<Timed> {
+        let (m, k, n) = self.spec.shape.mkn();
+        let (m, k, n) = (m as usize, k as usize, n as usize);
+        for i in 0..m {
+            for j in 0..n {
+                self.c[i * n + j] = (0..k).map(|p| self.a[i * k + p] * self.w[p * n + j]).sum();
+            }
+        }
+        self.runs += 1;
+        match self.fault {
+            Fault::Wrong => self.c[0] += 1.0,
+            Fault::WrongLater if self.runs > 1 => self.c[0] += 1.0,
+            Fault::Slow(ms) => std::thread::sleep(Duration::from_millis(ms)),
+            Fault::Panic => panic!("injected panic"),
+            _ => {}
+        }
+        Ok(Timed {
+            device_us: None,
+            host_us: 1.0 + self.runs as f64,
+        })
+    }
+    fn read_output(&mut self, c: &mut [f32]) -> crate::Result<()> {
+        c.copy_from_slice(&self.c);
+        Ok(())
+    }
+    fn backend_id(&self) -> String {
+        "naive".into()
+    }
+}
+
+fn case(id: &str, processor: &str, mkn: (u32, u32, u32), dtype: DType) -> SweepCase {
+    SweepCase {
+        id: id.into(),
+        processor: processor.into(),
+        shape: GemmShape::new(mkn.0, mkn.1, mkn.2).unwrap(),
+        dtype,
+        order: OperandOrder::Aw,
+        weights: WeightMode::Static,
+        run: None,
+    }
+}
+
+fn run(reps: u32, timeout_ms: u64) -> RunParams {
+    RunParams {
+        warmups: 1,
+        repetitions: reps,
+        timeout_ms,
+    }
+}
+
+#[test]
+fn a_good_case_is_verified_and_timed() {
+    let mut s = Sweeper::new(vec![naive("t:0", Fault::None)]);
+    let row = s.run_case(&case("a", "t:0", (5, 9, 4), DType::F32), &run(5, 10_000));
+    assert_eq!(row.status, RowStatus::Ok, "{:?}", row.message);
+    assert!(row.verified && row.is_usable());
+    assert_eq!(row.repetitions, 5);
+    assert_eq!(row.warmups, 1);
+    // Runs 1 (check) and 2 (warm-up) are untimed; 3..=7 give 4..=8 µs.
+    assert_eq!(row.median_us, Some(6.0));
+    assert_eq!(row.min_us, Some(4.0));
+    assert!(row.rel_err.unwrap() <= row.tolerance.unwrap());
+    assert!(row.conditions.timestamp_ms > 0);
+}
+
+#[test]
+fn a_wrong_result_fails_and_is_never_timed() {
+    for fault in [Fault::Wrong, Fault::WrongLater] {
+        let mut s = Sweeper::new(vec![naive("t:0", fault)]);
+        let row = s.run_case(&case("a", "t:0", (5, 9, 4), DType::F32), &run(3, 10_000));
+        assert_eq!(row.status, RowStatus::Failed);
+        assert!(!row.verified && !row.is_usable());
+        assert_eq!(row.median_us, None);
+        assert!(row.rel_err.unwrap() > row.tolerance.unwrap());
+        assert!(row.message.unwrap().contains("C[0,0]"));
+    }
+}
+
+#[test]
+fn a_dtype_the_processor_lacks_is_unsupported() {
+    let mut s = Sweeper::new(vec![naive("t:0", Fault::None)]);
+    let row = s.run_case(&case("a", "t:0", (2, 2, 2), DType::Bf16), &run(3, 10_000));
+    assert_eq!(row.status, RowStatus::Unsupported);
+    assert!(row.message.unwrap().contains("bf16"));
+    assert_eq!(row.median_us, None);
+}
+
+#[test]
+fn a_slow_case_times_out_and_the_processor_comes_back() {
+    let mut s = Sweeper::new(vec![naive("t:0", Fault::Slow(150))]);
+    let slow = case("slow", "t:0", (2, 2, 2), DType::F32);
+    let t0 = Instant::now();
+    let row = s.run_case(&slow, &run(50, 100));
+    assert_eq!(row.status, RowStatus::Timeout);
+    assert!(row.message.unwrap().contains("100 ms"));
+    // 50 repetitions of 150 ms would take 7.5 s: the runner did not wait.
+    assert!(
+        t0.elapsed() < Duration::from_secs(2),
+        "waited for the slow case"
+    );
+    // The worker stops at its next run boundary (within ~150 ms); the next
+    // case waits for it, then runs.
+    let next = s.run_case(&case("next", "t:0", (2, 2, 2), DType::F32), &run(1, 5_000));
+    assert_eq!(next.status, RowStatus::Ok, "{:?}", next.message);
+}
+
+#[test]
+fn a_busy_processor_gives_a_timeout_row_naming_the_case() {
+    let mut s = Sweeper::new(vec![naive("t:0", Fault::Slow(3000))]);
+    let r = s.run_case(&case("slow", "t:0", (2, 2, 2), DType::F32), &run(5, 50));
+    assert_eq!(r.status, RowStatus::Timeout);
+    let r = s.run_case(&case("next", "t:0", (2, 2, 2), DType::F32), &run(1, 50));
+    assert_eq!(r.status, RowStatus::Timeout);
+    assert!(r.message.unwrap().contains("`slow`"));
+}
+
+#[test]
+fn a_panicking_backend_gives_an_error_row() {
+    let mut s = Sweeper::new(vec![naive("t:0", Fault::Panic)]);
+    let r = s.run_case(&case("p", "t:0", (2, 2, 2), DType::F32), &run(1, 5_000));
+    assert_eq!(r.status, RowStatus::Error);
+    assert!(r.message.unwrap().contains("injected panic"));
+    assert_eq!(r.case_id, "p");
+}
+
+#[test]
+fn spec_checks_name_the_field() {
+    let s = Sweeper::new(vec![naive("t:0", Fault::None)]);
+    let mut spec = SweepSpec {
+        schema_version: SchemaVersion,
+        run: RunParams::default(),
+        cases: vec![
+            case("a", "t:0", (1, 1, 1), DType::F32),
+            case("b", "gpu:9", (1, 1, 1), DType::F32),
+        ],
+        microbench: vec![],
+    };
+    let Err(Error::BadRequest { field, message }) = s.check_spec(&spec) else {
+        panic!()
+    };
+    assert_eq!(field, "cases[1].processor");
+    assert!(message.contains("t:0"), "{message}");
+    spec.cases.pop();
+    spec.microbench.push(MicrobenchRequest {
+        id: "c".into(),
+        processor: "t:0".into(),
+        bench: MicrobenchKind::CopyH2d,
+        bytes: None,
+        peer: None,
+        shape: None,
+    });
+    let Err(Error::BadRequest { field, .. }) = s.check_spec(&spec) else {
+        panic!()
+    };
+    assert_eq!(field, "microbench[0].bytes");
+}
+
+#[test]
+fn run_filters_skips_and_tallies() {
+    let mut s = Sweeper::new(vec![naive("t:0", Fault::None), naive("u:0", Fault::Wrong)]);
+    let spec = SweepSpec {
+        schema_version: SchemaVersion,
+        run: run(2, 10_000),
+        cases: vec![
+            case("a", "t:0", (2, 3, 4), DType::F32),
+            case("b", "t:0", (2, 3, 4), DType::F32),
+            case("c", "u:0", (2, 3, 4), DType::F32),
+            case("d", "t:0", (2, 3, 4), DType::F16),
+        ],
+        microbench: vec![],
+    };
+    let opts = SweepOptions {
+        filter: None,
+        skip: ["b".to_string()].into(),
+    };
+    let mut ids = Vec::new();
+    let done = s
+        .run(&spec, &opts, &mut |l| {
+            if let AgentLine::Measurement(r) = l {
+                ids.push((r.case_id.clone(), r.status));
+            }
+            Ok(())
+        })
+        .unwrap();
+    assert_eq!(
+        ids,
+        vec![
+            ("a".into(), RowStatus::Ok),
+            ("c".into(), RowStatus::Failed),
+            ("d".into(), RowStatus::Unsupported)
+        ]
+    );
+    assert_eq!(
+        (
+            done.rows,
+            done.ok,
+            done.failed,
+            done.unsupported,
+            done.skipped
+        ),
+        (3, 1, 1, 1, 1)
+    );
+    let only_u = SweepOptions {
+        filter: Some(vec!["u:*".into()]),
+        skip: HashSet::new(),
+    };
+    let done = s.run(&spec, &only_u, &mut |_| Ok(())).unwrap();
+    assert_eq!((done.rows, done.skipped), (1, 3));
+}
+
+#[test]
+fn generic_bandwidth_and_prepare_rules() {
+    let mut s = Sweeper::new(vec![naive("t:0", Fault::None), naive("u:0", Fault::None)]);
+    let req = |bench, peer: Option<&str>| MicrobenchRequest {
+        id: "x".into(),
+        processor: "t:0".into(),
+        bench,
+        bytes: Some(64 * 64 * 4),
+        peer: peer.map(str::to_string),
+        shape: GemmShape::new(4, 4, 4),
+    };
+    let r = run(3, 10_000);
+    let alone = s.run_microbench(&req(MicrobenchKind::BandwidthAlone, None), &r);
+    assert_eq!(alone.row.status, RowStatus::Ok, "{:?}", alone.row.message);
+    assert!(alone.row.gbps.unwrap() > 0.0);
+    assert!(alone.note.unwrap().contains("1x64x64"));
+    let both = s.run_microbench(&req(MicrobenchKind::BandwidthConcurrent, Some("u:0")), &r);
+    assert_eq!(both.row.status, RowStatus::Ok, "{:?}", both.row.message);
+    assert!(both.note.unwrap().contains("peer `u:0`"));
+    let same = s.run_microbench(&req(MicrobenchKind::BandwidthConcurrent, Some("t:0")), &r);
+    assert_eq!(same.row.status, RowStatus::Unsupported);
+    assert!(same.row.message.unwrap().contains("--cpu-groups"));
+    let prep = s.run_microbench(&req(MicrobenchKind::GraphPrepare, None), &r);
+    assert_eq!(prep.row.status, RowStatus::Unsupported);
+    let copy = s.run_microbench(&req(MicrobenchKind::CopyH2d, None), &r);
+    assert_eq!(
+        copy.row.status,
+        RowStatus::Unsupported,
+        "naive has no copy benchmark"
+    );
+}

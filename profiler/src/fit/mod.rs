@@ -1,0 +1,397 @@
+//! Fitting latency models from measured rows.
+//!
+//! For every (processor, dtype) with enough usable rows, each model family is
+//! scored by k-fold held-out error, the best is refitted on all rows, and the
+//! choice is stored with its score and the runners-up. Trees and ensembles
+//! learn ln(latency) on [`hetero_plan::predictor::features`]; the linear and
+//! roofline models are fitted by relative least squares.
+
+mod families;
+mod overheads;
+pub mod tree;
+
+use std::collections::BTreeMap;
+
+use hetero_plan::{
+    DType, DeviceProfile, Fingerprint, GemmShape, MeasurementRow, MicrobenchRow, OperandOrder,
+    Predictor, ProcessorModel, RowStatus, SchemaVersion, Score,
+};
+use rand::SeedableRng;
+use rand::seq::SliceRandom;
+use rayon::prelude::*;
+use serde::{Deserialize, Serialize};
+
+pub use families::Family;
+pub use overheads::fit_overheads;
+
+/// Fewest usable rows a (processor, dtype) needs to be fitted.
+pub const MIN_ROWS: usize = 12;
+
+/// Why fitting failed. All of these are the dataset's fault (exit code 2).
+#[derive(Debug, thiserror::Error)]
+pub enum FitError {
+    /// A usable-looking row has a timing that is not a positive finite number.
+    #[error(
+        "row `{case_id}` ({processor}): median_us is {value}; timings must be positive and finite"
+    )]
+    BadTiming {
+        /// The row's case id.
+        case_id: String,
+        /// Its processor.
+        processor: String,
+        /// The offending value.
+        value: f64,
+    },
+    /// Nothing could be fitted.
+    #[error(
+        "too few usable rows to fit any processor: need at least {MIN_ROWS} ok, verified rows per processor and dtype; have {have}"
+    )]
+    TooSmall {
+        /// Usable rows per (processor, dtype), as `id/dtype: n`.
+        have: String,
+    },
+    /// A tree could not be grown.
+    #[error(transparent)]
+    Tree(#[from] tree::TreeError),
+}
+
+/// Fitting options.
+#[derive(Debug, Clone)]
+pub struct FitParams {
+    /// Folds of the cross-validation.
+    pub folds: usize,
+    /// Seed for fold assignment and ensembles.
+    pub seed: u64,
+    /// Families to try.
+    pub families: Vec<Family>,
+}
+
+impl Default for FitParams {
+    fn default() -> Self {
+        FitParams {
+            folds: 5,
+            seed: 7,
+            families: Family::ALL.to_vec(),
+        }
+    }
+}
+
+/// A held-out prediction that missed by the most.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct WorstShape {
+    /// `MxKxN`.
+    pub shape: String,
+    /// Operand order.
+    pub order: OperandOrder,
+    /// Measured median, µs.
+    pub measured_us: f64,
+    /// Held-out prediction, µs.
+    pub predicted_us: f64,
+    /// (predicted − measured) / measured, percent.
+    pub error_pct: f64,
+}
+
+/// One line of the fit report.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ReportEntry {
+    /// Processor id.
+    pub processor: String,
+    /// Element type.
+    pub dtype: DType,
+    /// Where its times come from (`real`, `emulated`, `simulated`).
+    pub timing: hetero_plan::Timing,
+    /// The chosen family.
+    pub model: String,
+    /// Held-out MAPE, percent.
+    pub mape: f64,
+    /// Share of held-out rows within ±10 %.
+    pub within_10pct: f64,
+    /// Share within ±20 %.
+    pub within_20pct: f64,
+    /// Rows used.
+    pub samples: u32,
+    /// Held-out score of every family tried.
+    pub candidates: Vec<(String, Score)>,
+    /// The worst held-out predictions of the chosen family.
+    pub worst: Vec<WorstShape>,
+    /// Every held-out prediction of the chosen family: (measured, predicted) µs.
+    pub held_out: Vec<(f64, f64)>,
+}
+
+/// The fit report.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Report {
+    /// The dataset fitted.
+    pub dataset: Fingerprint,
+    /// One entry per fitted processor and dtype.
+    pub entries: Vec<ReportEntry>,
+    /// Groups with too few rows, as `processor/dtype: n rows`.
+    pub skipped: Vec<String>,
+}
+
+/// One usable measurement, as the fitting code sees it.
+#[derive(Debug, Clone, Copy)]
+pub struct Sample {
+    /// Shape.
+    pub shape: GemmShape,
+    /// Operand order.
+    pub order: OperandOrder,
+    /// Median latency, µs.
+    pub us: f64,
+}
+
+/// Checks the rows and groups the usable ones by (processor, dtype).
+///
+/// Failed, unsupported, timed-out and unverified rows are never used; an
+/// ok, verified row whose timing is not positive and finite is an error.
+pub fn usable_groups(
+    rows: &[MeasurementRow],
+) -> Result<BTreeMap<(String, DType), Vec<Sample>>, FitError> {
+    let mut groups: BTreeMap<(String, DType), Vec<Sample>> = BTreeMap::new();
+    for r in rows {
+        if r.status != RowStatus::Ok || !r.verified {
+            continue;
+        }
+        let value = r.median_us.unwrap_or(f64::NAN);
+        let shape = r.shape();
+        if !(value.is_finite() && value > 0.0) || shape.is_none() {
+            return Err(FitError::BadTiming {
+                case_id: r.case_id.clone(),
+                processor: r.processor.clone(),
+                value,
+            });
+        }
+        groups
+            .entry((r.processor.clone(), r.dtype))
+            .or_default()
+            .push(Sample {
+                shape: shape.expect("checked above"),
+                order: r.order,
+                us: value,
+            });
+    }
+    Ok(groups)
+}
+
+/// Scores held-out predictions.
+pub fn score(pairs: &[(f64, f64)], folds: usize) -> Score {
+    let n = pairs.len().max(1) as f64;
+    let errs: Vec<f64> = pairs.iter().map(|(m, p)| ((p - m) / m).abs()).collect();
+    Score {
+        mape: 100.0 * errs.iter().sum::<f64>() / n,
+        within_10pct: errs.iter().filter(|e| **e <= 0.10).count() as f64 / n,
+        within_20pct: errs.iter().filter(|e| **e <= 0.20).count() as f64 / n,
+        samples: pairs.len() as u32,
+        folds: folds as u32,
+    }
+}
+
+/// The held-out rows of each fold: a seeded shuffle of `0..n` dealt into
+/// `folds` sets (each sorted), 2 ≤ folds ≤ n.
+pub fn fold_sets(n: usize, folds: usize, seed: u64) -> Vec<Vec<usize>> {
+    let mut order: Vec<usize> = (0..n).collect();
+    order.shuffle(&mut rand::rngs::StdRng::seed_from_u64(seed));
+    let folds = folds.clamp(2, n.max(2));
+    let mut sets = vec![Vec::new(); folds];
+    for (j, i) in order.into_iter().enumerate() {
+        sets[j % folds].push(i);
+    }
+    for s in &mut sets {
+        s.sort_unstable();
+    }
+    sets
+}
+
+/// Held-out predictions of one family by k-fold cross-validation, in the
+/// order of `samples`.
+pub fn cross_validate(
+    family: Family,
+    samples: &[Sample],
+    dtype: DType,
+    folds: usize,
+    seed: u64,
+) -> Result<Vec<f64>, FitError> {
+    let per_fold: Vec<Result<Vec<(usize, f64)>, FitError>> = fold_sets(samples.len(), folds, seed)
+        .into_par_iter()
+        .enumerate()
+        .map(|(f, test)| {
+            let train: Vec<Sample> = (0..samples.len())
+                .filter(|i| test.binary_search(i).is_err())
+                .map(|i| samples[i])
+                .collect();
+            let model = family.fit(&train, dtype, seed + f as u64)?;
+            Ok(test
+                .into_iter()
+                .map(|i| {
+                    let s = samples[i];
+                    let p = model
+                        .predict_us(s.shape, dtype, s.order)
+                        .unwrap_or(f64::INFINITY);
+                    (i, p)
+                })
+                .collect())
+        })
+        .collect();
+    let mut pred = vec![f64::NAN; samples.len()];
+    for fold in per_fold {
+        for (i, p) in fold? {
+            pred[i] = p;
+        }
+    }
+    Ok(pred)
+}
+
+/// Ranks scores: most rows within ±10 %, then lowest MAPE.
+fn better(a: &Score, b: &Score) -> bool {
+    (a.within_10pct, -a.mape) > (b.within_10pct, -b.mape)
+}
+
+/// The outcome of fitting one (processor, dtype).
+#[derive(Debug, Clone)]
+pub struct GroupFit {
+    /// The chosen family.
+    pub family: Family,
+    /// The refitted model with its held-out score.
+    pub model: ProcessorModel,
+    /// The worst held-out predictions.
+    pub worst: Vec<WorstShape>,
+    /// Every held-out (measured, predicted) pair, µs.
+    pub held_out: Vec<(f64, f64)>,
+}
+
+/// Fits one (processor, dtype) group: scores every family, refits the best.
+pub fn fit_group(
+    processor: &str,
+    dtype: DType,
+    samples: &[Sample],
+    params: &FitParams,
+) -> Result<GroupFit, FitError> {
+    let mut scored: Vec<(Family, Score, Vec<f64>)> = Vec::new();
+    for &family in &params.families {
+        let pred = cross_validate(family, samples, dtype, params.folds, params.seed)?;
+        let pairs: Vec<(f64, f64)> = samples.iter().zip(&pred).map(|(s, p)| (s.us, *p)).collect();
+        scored.push((family, score(&pairs, params.folds), pred));
+    }
+    let best = (0..scored.len())
+        .reduce(|a, b| {
+            if better(&scored[b].1, &scored[a].1) {
+                b
+            } else {
+                a
+            }
+        })
+        .expect("at least one family");
+    let (family, best_score, pred) = scored[best].clone();
+    let model = family.fit(samples, dtype, params.seed)?;
+    let mut worst: Vec<WorstShape> = samples
+        .iter()
+        .zip(&pred)
+        .map(|(s, p)| WorstShape {
+            shape: s.shape.to_string(),
+            order: s.order,
+            measured_us: s.us,
+            predicted_us: *p,
+            error_pct: 100.0 * (p - s.us) / s.us,
+        })
+        .collect();
+    worst.sort_by(|a, b| b.error_pct.abs().total_cmp(&a.error_pct.abs()));
+    worst.truncate(5);
+    let held_out = samples.iter().zip(&pred).map(|(s, p)| (s.us, *p)).collect();
+    let candidates = scored
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| *i != best)
+        .map(|(_, (f, s, _))| (f.name().to_string(), s.clone()))
+        .collect();
+    Ok(GroupFit {
+        family,
+        model: ProcessorModel {
+            processor: processor.to_string(),
+            dtype,
+            model,
+            score: best_score,
+            candidates,
+        },
+        worst,
+        held_out,
+    })
+}
+
+/// Fits a predictor and its report from a dataset's rows.
+pub fn fit(
+    profile: &DeviceProfile,
+    dataset: Fingerprint,
+    rows: &[MeasurementRow],
+    micro: &[MicrobenchRow],
+    params: &FitParams,
+) -> Result<(Predictor, Report), FitError> {
+    let groups = usable_groups(rows)?;
+    let (fit_these, skip): (Vec<_>, Vec<_>) = groups.iter().partition(|(_, s)| s.len() >= MIN_ROWS);
+    if fit_these.is_empty() {
+        let have = groups
+            .iter()
+            .map(|((p, d), s)| format!("{p}/{d}: {}", s.len()))
+            .collect::<Vec<_>>();
+        return Err(FitError::TooSmall {
+            have: if have.is_empty() {
+                "none".into()
+            } else {
+                have.join(", ")
+            },
+        });
+    }
+    let fitted: Vec<_> = fit_these
+        .par_iter()
+        .map(|((p, d), s)| fit_group(p, *d, s, params))
+        .collect::<Result<_, _>>()?;
+    let timing = |id: &str| {
+        profile
+            .processors
+            .iter()
+            .find(|p| p.id == id)
+            .map_or(hetero_plan::Timing::Real, |p| p.timing())
+    };
+    let mut models = Vec::new();
+    let mut entries = Vec::new();
+    for GroupFit {
+        family,
+        model: m,
+        worst,
+        held_out,
+    } in fitted
+    {
+        entries.push(ReportEntry {
+            processor: m.processor.clone(),
+            dtype: m.dtype,
+            timing: timing(&m.processor),
+            model: family.name().to_string(),
+            mape: m.score.mape,
+            within_10pct: m.score.within_10pct,
+            within_20pct: m.score.within_20pct,
+            samples: m.score.samples,
+            candidates: m.candidates.clone(),
+            worst,
+            held_out,
+        });
+        models.push(m);
+    }
+    let predictor = Predictor {
+        schema_version: SchemaVersion,
+        dataset: dataset.clone(),
+        processors: profile.processors.clone(),
+        models,
+        overheads: fit_overheads(&profile.processors, rows, micro),
+    };
+    let report = Report {
+        dataset,
+        entries,
+        skipped: skip
+            .iter()
+            .map(|((p, d), s)| format!("{p}/{d}: {} rows", s.len()))
+            .collect(),
+    };
+    Ok((predictor, report))
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,118 @@
+//! `hetero predict`: ask a predictor file for one GEMM's latency.
+
+use std::path::PathBuf;
+
+use clap::Args;
+use hetero_plan::{DType, GemmShape, OperandOrder, Predictor};
+
+use crate::BadInput;
+
+#[derive(Debug, Args)]
+#[command(
+    after_help = "Example:\n  hetero predict /tmp/p.ron --processor cpu:0 --shape 300x1536x8960"
+)]
+pub struct PredictArgs {
+    /// A predictor file written by `hetero fit`.
+    predictor: PathBuf,
+    /// Processor id, as in `hetero-agent probe`.
+    #[arg(long)]
+    processor: String,
+    /// GEMM shape MxKxN (M tokens, K in, N out).
+    #[arg(long)]
+    shape: GemmShape,
+    /// Element type; the processor's only fitted dtype when absent.
+    #[arg(long)]
+    dtype: Option<DType>,
+    /// Operand order.
+    #[arg(long, default_value = "aw")]
+    order: OperandOrder,
+    /// Print JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+pub fn run(args: PredictArgs) -> anyhow::Result<()> {
+    let p: Predictor = hetero_plan::load(&args.predictor)?;
+    let fitted: Vec<DType> = p
+        .models
+        .iter()
+        .filter(|m| m.processor == args.processor)
+        .map(|m| m.dtype)
+        .collect();
+    let known = || {
+        let mut ids: Vec<&str> = p.models.iter().map(|m| m.processor.as_str()).collect();
+        ids.dedup();
+        ids.join(", ")
+    };
+    let dtype = match (args.dtype, fitted.as_slice()) {
+        (_, []) => {
+            return Err(BadInput(format!(
+                "{}: no model for processor `{}`; fitted: {}",
+                args.predictor.display(),
+                args.processor,
+                known()
+            ))
+            .into());
+        }
+        (Some(d), f) if !f.contains(&d) => {
+            return Err(BadInput(format!(
+                "{}: `{}` has no {d} model; fitted dtypes: {}",
+                args.predictor.display(),
+                args.processor,
+                f.iter().map(|d| d.as_str()).collect::<Vec<_>>().join(", ")
+            ))
+            .into());
+        }
+        (Some(d), _) => d,
+        (None, [d]) => *d,
+        (None, f) => {
+            return Err(BadInput(format!(
+                "`{}` has models for several dtypes ({}); pick one with --dtype",
+                args.processor,
+                f.iter().map(|d| d.as_str()).collect::<Vec<_>>().join(", ")
+            ))
+            .into());
+        }
+    };
+    let model = p.model(&args.processor, dtype).expect("checked above");
+    let us = model
+        .model
+        .predict_us(args.shape, dtype, args.order)
+        .ok_or_else(|| {
+            BadInput(format!(
+                "{}: the {} model of `{}` is malformed",
+                args.predictor.display(),
+                model.model.family(),
+                args.processor
+            ))
+        })?;
+    let timing = p
+        .processor(&args.processor)
+        .map_or(hetero_plan::Timing::Real, |p| p.timing());
+    if args.json {
+        let v = serde_json::json!({
+            "processor": args.processor,
+            "shape": args.shape.to_string(),
+            "dtype": dtype,
+            "order": args.order,
+            "predicted_us": us,
+            "model": model.model.family(),
+            "timing": timing,
+        });
+        println!("{v}");
+    } else {
+        let label = match timing {
+            hetero_plan::Timing::Real => "",
+            hetero_plan::Timing::Emulated => " (emulated processor: not a hardware latency)",
+            hetero_plan::Timing::Simulated => " (simulated processor: not a hardware latency)",
+        };
+        println!(
+            "{} {} {dtype} {}: {us:.1} µs ({} model){label}",
+            args.processor,
+            args.shape,
+            args.order,
+            model.model.family()
+        );
+    }
+    Ok(())
+}

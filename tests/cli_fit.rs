@@ -1,0 +1,129 @@
+//! End-to-end tests of `hetero fit` and `hetero predict` on datasets written
+//! into temporary folders. The rows are synthetic and marked simulated.
+
+mod common;
+mod synthetic;
+
+use common::*;
+use hetero_plan::*;
+use synthetic::*;
+
+#[test]
+fn fit_then_predict() {
+    let t = TempDir::new("fit");
+    let ds = t.path().join("ds");
+    write_dataset(&ds, &staged_rows());
+    let pred = t.path().join("p.ron");
+    let report = t.path().join("r.json");
+    let out = ok(&[
+        "fit",
+        ds.to_str().unwrap(),
+        "--out",
+        pred.to_str().unwrap(),
+        "--report",
+        report.to_str().unwrap(),
+    ]);
+    assert!(out.contains("npu-sim"), "{out}");
+    assert!(out.contains("simulated"), "{out}");
+    let r: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+    let e = &r["entries"][0];
+    for field in [
+        "processor",
+        "model",
+        "mape",
+        "within_10pct",
+        "within_20pct",
+        "samples",
+    ] {
+        assert!(!e[field].is_null(), "report lacks {field}: {e}");
+    }
+    assert!(e["mape"].as_f64().unwrap() < 2.0, "{e}");
+
+    let p: Predictor = load(&pred).unwrap();
+    assert_eq!(p.models.len(), 1);
+    let prep = p.overheads("npu-sim").prepare.expect("prepare cost fitted");
+    assert!((prep.alpha_us - 1000.0).abs() < 1.0, "{prep:?}");
+
+    let json = ok(&[
+        "predict",
+        pred.to_str().unwrap(),
+        "--processor",
+        "npu-sim",
+        "--shape",
+        "300x512x512",
+        "--order",
+        "wt_at",
+        "--json",
+    ]);
+    let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+    let us = v["predicted_us"].as_f64().unwrap();
+    let want = staged_us(300, 512, 512);
+    assert!(
+        (us / want - 1.0).abs() < 0.05,
+        "predicted {us}, staged {want}"
+    );
+    assert_eq!(v["timing"], "simulated");
+}
+
+#[test]
+fn bad_datasets_exit_2_and_write_nothing() {
+    let t = TempDir::new("fit-bad");
+    let out = t.path().join("p.ron");
+    let run = |ds: &std::path::Path| {
+        bad_input(&["fit", ds.to_str().unwrap(), "--out", out.to_str().unwrap()])
+    };
+
+    let mut rows = staged_rows();
+    rows[5].median_us = None; // NaN in the source serialises as null
+    let nan = t.path().join("nan");
+    write_dataset(&nan, &rows);
+    let e = run(&nan);
+    assert!(e.contains(&rows[5].case_id) && e.contains("NaN"), "{e}");
+
+    rows[5].median_us = Some(0.0);
+    let zero = t.path().join("zero");
+    write_dataset(&zero, &rows);
+    assert!(run(&zero).contains("positive"));
+
+    let empty = t.path().join("empty");
+    write_dataset(&empty, &[]);
+    assert!(run(&empty).contains("too few usable rows"));
+
+    let small = t.path().join("small");
+    write_dataset(&small, &staged_rows()[..5]);
+    assert!(run(&small).contains("too few usable rows"));
+
+    let e = run(&t.path().join("missing"));
+    assert!(e.contains("missing"), "{e}");
+    assert!(!out.exists(), "a predictor was written for bad input");
+}
+
+#[test]
+fn predict_bad_input() {
+    let e = bad_input(&[
+        "predict",
+        "plan-format/tests/golden/predictor.ron",
+        "--processor",
+        "gpu:9",
+        "--shape",
+        "1x2x3",
+    ]);
+    assert!(e.contains("gpu:9") && e.contains("cpu:0"), "{e}");
+    bad_input(&[
+        "predict",
+        "plan-format/tests/golden/predictor.ron",
+        "--processor",
+        "cpu:0",
+        "--shape",
+        "0x2x3",
+    ]);
+    bad_input(&[
+        "predict",
+        "/nonexistent.ron",
+        "--processor",
+        "cpu:0",
+        "--shape",
+        "1x2x3",
+    ]);
+}
