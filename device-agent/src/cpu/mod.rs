@@ -295,6 +295,11 @@ impl Gemm for CpuGemm {
         self.dense()?.write_input(&id, a)
     }
 
+    fn write_weights(&mut self, w: &[f32]) -> Result<()> {
+        let id = self.id.clone();
+        self.dense()?.write_weights(&id, w)
+    }
+
     fn execute(&mut self) -> Result<Timed> {
         let par = Self::parallelism(self.threads);
         let pool = self.pool.clone();
