@@ -833,6 +833,15 @@ impl Runtime {
         Ok(())
     }
 
+    /// The GEMM dimensions of an operator at a length: rows per instance
+    /// (M), input features (K), output features (N), instances per layer.
+    pub fn op_dims(&self, op: &str, phase: Phase, len: u32) -> Result<(u32, u32, u32, u32)> {
+        let (oi, di, mi) = self.lookup(op, phase, len)?;
+        let d = &self.plan.ops[oi].decisions[di];
+        let o = &self.model.ops[mi];
+        Ok((d.rows_m(), o.k, o.n, d.instances))
+    }
+
     /// Runs one operator of one layer at a length on `input`
     /// (`instances × M × K`, row-major) into `output` (`instances × M × N`),
     /// as the plan decides; prepares it on first use. `output` is written
@@ -1390,3 +1399,6 @@ pub fn label(s: &Strategy, m: u32) -> String {
 pub fn load_model(path: &Path) -> Result<ModelSpec> {
     Ok(hetero_plan::hf::load_config(path)?)
 }
+
+#[cfg(test)]
+mod tests;
