@@ -12,6 +12,55 @@ use crate::oracle::GemmModel;
 
 pub(crate) const INF: f64 = f64::INFINITY;
 
+/// A vector of at most `N` items stored inline (candidates have at most
+/// three parts; the hot loop makes millions of them).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) struct Small<T: Copy + Default, const N: usize> {
+    len: u8,
+    items: [T; N],
+}
+
+impl<T: Copy + Default, const N: usize> Small<T, N> {
+    pub fn new() -> Self {
+        Small {
+            len: 0,
+            items: [T::default(); N],
+        }
+    }
+
+    pub fn from_slice(s: &[T]) -> Self {
+        let mut v = Self::new();
+        for &x in s {
+            v.push(x);
+        }
+        v
+    }
+
+    pub fn push(&mut self, x: T) {
+        assert!((self.len as usize) < N, "more than {N} parts");
+        self.items[self.len as usize] = x;
+        self.len += 1;
+    }
+}
+
+impl<T: Copy + Default, const N: usize> std::ops::Deref for Small<T, N> {
+    type Target = [T];
+    fn deref(&self) -> &[T] {
+        &self.items[..self.len as usize]
+    }
+}
+
+impl<T: Copy + Default, const N: usize> std::ops::DerefMut for Small<T, N> {
+    fn deref_mut(&mut self) -> &mut [T] {
+        &mut self.items[..self.len as usize]
+    }
+}
+
+/// Parts of a candidate: processor index and rows.
+pub(crate) type RowParts = Small<(usize, u32), 3>;
+/// Per-part times.
+pub(crate) type Times = Small<f64, 3>;
+
 /// One processor, resolved: its model in the chosen dtype and the overhead
 /// constants the cost model uses.
 #[derive(Clone)]
@@ -107,7 +156,7 @@ pub(crate) enum Shape {
     /// Output rows split; `graph`: the static part runs the prepared graph
     /// of this M (bigger than M: hybrid cutting).
     Rows {
-        parts: Vec<(usize, u32)>,
+        parts: RowParts,
         graph: Option<u32>,
     },
     /// Sequence split: `graphs` on static `s`, `rest` tokens on `d`.
@@ -132,11 +181,13 @@ pub(crate) enum Shape {
     },
 }
 
+type FamilyKey = (StrategyKind, Small<usize, 3>, bool);
+
 /// A costed candidate. `parts` follow the processor order of the shape.
 #[derive(Debug, Clone)]
 pub(crate) struct Cand {
     pub shape: Shape,
-    pub parts: Vec<f64>,
+    pub parts: Times,
     pub sync: f64,
     pub copy: f64,
     pub total: f64,
@@ -159,19 +210,28 @@ impl Cand {
     }
 
     /// Processor indices in part order.
-    pub fn procs(&self) -> Vec<usize> {
+    pub fn procs(&self) -> Small<usize, 3> {
         match &self.shape {
-            Shape::Single { p, .. } => vec![*p],
-            Shape::Rows { parts, .. } => parts.iter().map(|x| x.0).collect(),
-            Shape::Seq { s, d, .. } => std::iter::once(*s).chain(*d).collect(),
-            Shape::Chunked { s, .. } => vec![*s],
-            Shape::Offload { cpu, gpu, .. } => vec![*cpu, *gpu],
+            Shape::Single { p, .. } => Small::from_slice(&[*p]),
+            Shape::Rows { parts, .. } => {
+                let mut v = Small::new();
+                for x in parts.iter() {
+                    v.push(x.0);
+                }
+                v
+            }
+            Shape::Seq { s, d, .. } => match d {
+                Some(d) => Small::from_slice(&[*s, *d]),
+                None => Small::from_slice(&[*s]),
+            },
+            Shape::Chunked { s, .. } => Small::from_slice(&[*s]),
+            Shape::Offload { cpu, gpu, .. } => Small::from_slice(&[*cpu, *gpu]),
         }
     }
 
     /// Candidates of one family compete; the runner-up is the best of
     /// another family.
-    pub fn family(&self, m: u32) -> (StrategyKind, Vec<usize>, bool) {
+    pub fn family(&self, m: u32) -> (StrategyKind, Small<usize, 3>, bool) {
         let mut p = self.procs();
         p.sort_unstable();
         // ScheInfer's token assignment is its own family.
@@ -309,7 +369,7 @@ impl Cand {
 
     pub fn scale(mut self, by: f64) -> Cand {
         if by != 1.0 {
-            for p in &mut self.parts {
+            for p in self.parts.iter_mut() {
                 *p *= by;
             }
             self.sync *= by;
@@ -318,6 +378,33 @@ impl Cand {
         }
         self
     }
+}
+
+/// The row share prepared at each size, sorted by size: `(size, rows, the
+/// static part's time at that share)`.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct RowShares(pub Vec<(u32, u32, f64)>);
+
+impl RowShares {
+    pub fn get(&self, size: u32) -> Option<(u32, f64)> {
+        self.0
+            .binary_search_by_key(&size, |x| x.0)
+            .ok()
+            .map(|i| (self.0[i].1, self.0[i].2))
+    }
+}
+
+/// The best total among families other than the best candidate's.
+fn second_family_best(cands: &[Cand], m: u32) -> f64 {
+    let Some(best) = cands.iter().min_by(|a, b| a.total.total_cmp(&b.total)) else {
+        return INF;
+    };
+    let fam = best.family(m);
+    cands
+        .iter()
+        .filter(|c| c.family(m) != fam)
+        .map(|c| c.total)
+        .fold(INF, f64::min)
 }
 
 /// Per-static-processor state of one operator.
@@ -334,7 +421,7 @@ pub(crate) struct StaticCtx {
     pub reach: Vec<u32>,
     /// The row share prepared at each size (when a row cut can use it) and
     /// the static part's time at that share.
-    pub row_share: HashMap<u32, (u32, f64)>,
+    pub row_share: RowShares,
 }
 
 impl StaticCtx {
@@ -359,6 +446,78 @@ impl StaticCtx {
     }
 }
 
+/// Predictions of one operator in one phase, shared by the graph-set choice,
+/// the solve and explanations.
+pub(crate) struct Tables {
+    /// Operand order per processor.
+    pub orders: Vec<OperandOrder>,
+    /// `full[p][m]`: time of the whole operator (all N) at M = m.
+    pub full: Vec<Vec<f64>>,
+}
+
+impl Tables {
+    /// Predicts M = 1..=`top` on every processor (in parallel). The orders
+    /// are chosen over lengths up to `max_m` unless given.
+    ///
+    /// With `static_m`, static-graph processors are predicted only at those
+    /// M (their graph sizes); other entries are NaN and predicted on demand.
+    pub fn new(
+        setup: &Setup,
+        op: &LinearOp,
+        phase: Phase,
+        top: u32,
+        max_m: u32,
+        orders: Option<Vec<OperandOrder>>,
+        static_m: Option<&[u32]>,
+    ) -> Tables {
+        use rayon::prelude::*;
+        let (k, n) = (op.k, op.n);
+        let orders: Vec<OperandOrder> = orders.unwrap_or_else(|| {
+            setup
+                .procs
+                .iter()
+                .map(|p| choose_order(p, k, n, phase, max_m))
+                .collect()
+        });
+        let full = setup
+            .procs
+            .iter()
+            .zip(&orders)
+            .map(|(p, &o)| match static_m {
+                Some(ms) if p.static_graphs => {
+                    let mut v = vec![f64::NAN; top.max(1) as usize + 1];
+                    for &m in ms {
+                        if let Some(slot) = v.get_mut(m as usize) {
+                            *slot = predict(p, m, k, n, o);
+                        }
+                    }
+                    v
+                }
+                _ => std::iter::once(INF)
+                    .chain(
+                        (1..=top.max(1))
+                            .into_par_iter()
+                            .map(|m| predict(p, m, k, n, o))
+                            .collect::<Vec<f64>>(),
+                    )
+                    .collect(),
+            })
+            .collect();
+        Tables { orders, full }
+    }
+}
+
+/// The table size an operator needs: every M it sees and every graph size.
+pub(crate) fn table_top(setup: &Setup, phase: Phase, max_m: u32) -> u32 {
+    let max_g = setup
+        .graphs
+        .iter()
+        .flat_map(|g| g.sizes(phase).iter().copied())
+        .max()
+        .unwrap_or(0);
+    max_m.max(max_g).max(1)
+}
+
 /// One operator in one phase: prediction tables and candidate generation.
 pub(crate) struct OpCtx<'s, 'a> {
     pub setup: &'s Setup<'a>,
@@ -366,12 +525,13 @@ pub(crate) struct OpCtx<'s, 'a> {
     pub phase: Phase,
     pub k: u32,
     pub n: u32,
-    pub orders: Vec<OperandOrder>,
-    /// `full[p][m]`: time of the whole operator (all N) at M = m.
-    pub full: Vec<Vec<f64>>,
+    pub tables: std::sync::Arc<Tables>,
     pub statics: Vec<StaticCtx>,
     /// Offload mode: rows resident on the GPU.
     pub resident: Option<u32>,
+    /// Skip candidates that can be neither winner nor runner-up (off when
+    /// explaining, which lists every family).
+    pub prune: bool,
 }
 
 /// The candidates of one cell.
@@ -385,58 +545,31 @@ pub(crate) struct Cell {
 impl<'s, 'a> OpCtx<'s, 'a> {
     /// Builds the tables up to M = `max_m` (and every graph size).
     pub fn new(setup: &'s Setup<'a>, op: &'s LinearOp, phase: Phase, max_m: u32) -> Self {
-        Self::with_orders(setup, op, phase, max_m, None)
+        let top = table_top(setup, phase, max_m);
+        let t = Tables::new(setup, op, phase, top, max_m, None, None);
+        Self::with_tables(setup, op, phase, std::sync::Arc::new(t))
     }
 
-    /// As [`OpCtx::new`], with the operand orders given (re-solving a cell
-    /// of a plan uses the plan's).
-    pub fn with_orders(
+    /// Builds the context on tables made earlier.
+    pub fn with_tables(
         setup: &'s Setup<'a>,
         op: &'s LinearOp,
         phase: Phase,
-        max_m: u32,
-        orders: Option<Vec<OperandOrder>>,
+        tables: std::sync::Arc<Tables>,
     ) -> Self {
-        let (k, n) = (op.k, op.n);
-        let max_g = setup
-            .graphs
-            .iter()
-            .flat_map(|g| g.sizes(phase).iter().copied())
-            .max()
-            .unwrap_or(0);
-        let top = max_m.max(max_g).max(1) as usize;
-        let orders: Vec<OperandOrder> = orders.unwrap_or_else(|| {
-            setup
-                .procs
-                .iter()
-                .map(|p| choose_order(p, k, n, phase, max_m))
-                .collect()
-        });
-        let full = setup
-            .procs
-            .iter()
-            .zip(&orders)
-            .map(|(p, &o)| {
-                let mut v = vec![INF; top + 1];
-                for (m, slot) in v.iter_mut().enumerate().skip(1) {
-                    *slot = predict(p, m as u32, k, n, o);
-                }
-                v
-            })
-            .collect();
         let mut cx = OpCtx {
             setup,
             op,
             phase,
-            k,
-            n,
-            orders,
-            full,
+            k: op.k,
+            n: op.n,
+            tables,
             statics: vec![],
             resident: setup
                 .offload
                 .as_ref()
                 .map(|o| o.resident.get(&op.name).copied().unwrap_or(0)),
+            prune: true,
         };
         if setup.offload.is_none() {
             for g in &setup.graphs {
@@ -445,6 +578,12 @@ impl<'s, 'a> OpCtx<'s, 'a> {
                 } else {
                     g.sizes(phase).to_vec()
                 };
+                let top = cx
+                    .tables
+                    .full
+                    .first()
+                    .map_or(1, |v| v.len() - 1)
+                    .max(sizes.last().copied().unwrap_or(0) as usize);
                 let st = cx.static_ctx(g.p, sizes, top);
                 cx.statics.push(st);
             }
@@ -452,16 +591,34 @@ impl<'s, 'a> OpCtx<'s, 'a> {
         cx
     }
 
+    /// The operand order of processor `p`.
+    pub fn order(&self, p: usize) -> OperandOrder {
+        self.tables.orders[p]
+    }
+
+    /// Time of the whole operator at M = m on `p` (from the table when it
+    /// covers `m`).
+    pub fn full(&self, p: usize, m: u32) -> f64 {
+        match self.tables.full[p].get(m as usize) {
+            Some(t) if !t.is_nan() => *t,
+            _ => predict(&self.setup.procs[p], m, self.k, self.n, self.order(p)),
+        }
+    }
+
     fn static_ctx(&self, p: usize, sizes: Vec<u32>, top: usize) -> StaticCtx {
         let mut exact = vec![INF; top + 1];
         let mut back = vec![0u32; top + 1];
         exact[0] = 0.0;
+        // Larger graphs first: on ties, fewer graphs.
+        let graph_us: Vec<(usize, u32, f64)> = sizes
+            .iter()
+            .rev()
+            .map(|&g| (g as usize, g, self.full(p, g)))
+            .collect();
         for t in 1..=top {
-            // Larger graphs first: on ties, fewer graphs.
-            for &g in sizes.iter().rev() {
-                let g_us = g as usize;
-                if g_us <= t && exact[t - g_us].is_finite() {
-                    let c = exact[t - g_us] + self.full[p][g_us];
+            for &(gu, g, tg) in &graph_us {
+                if gu <= t && exact[t - gu].is_finite() {
+                    let c = exact[t - gu] + tg;
                     if c < exact[t] {
                         exact[t] = c;
                         back[t] = g;
@@ -478,19 +635,19 @@ impl<'s, 'a> OpCtx<'s, 'a> {
             exact,
             back,
             reach,
-            row_share: HashMap::new(),
+            row_share: RowShares::default(),
         };
         // A row-share graph is prepared only where a row cut beats the
         // static processor alone at that very size.
         for &g in &sizes {
             if let Some(c) = self.best_free_rows(p, g)
-                && c.total < self.full[p][g as usize]
+                && c.total < self.full(p, g)
             {
                 let (_, rows) = match &c.shape {
                     Shape::Rows { parts, .. } => *parts.iter().find(|x| x.0 == p).unwrap(),
                     _ => unreachable!(),
                 };
-                st.row_share.insert(g, (rows, self.time(p, g, rows)));
+                st.row_share.0.push((g, rows, self.time(p, g, rows)));
             }
         }
         st
@@ -498,12 +655,10 @@ impl<'s, 'a> OpCtx<'s, 'a> {
 
     /// Time of M = m over `rows` output rows on processor `p`, µs.
     pub fn time(&self, p: usize, m: u32, rows: u32) -> f64 {
-        if rows == self.n
-            && let Some(t) = self.full[p].get(m as usize)
-        {
-            return *t;
+        if rows == self.n {
+            return self.full(p, m);
         }
-        predict(&self.setup.procs[p], m, self.k, rows, self.orders[p])
+        predict(&self.setup.procs[p], m, self.k, rows, self.order(p))
     }
 
     pub fn dynamic(&self) -> impl Iterator<Item = usize> + '_ {
@@ -528,16 +683,14 @@ impl<'s, 'a> OpCtx<'s, 'a> {
     pub fn finish(&self, shape: Shape, raw: &[(usize, f64)], copy: f64) -> Cand {
         let procs = &self.setup.procs;
         let split = raw.len() > 1;
-        let parts: Vec<f64> = raw
-            .iter()
-            .map(|&(p, t)| {
-                if split && self.phase == Phase::Decode {
-                    t / procs[p].concurrent
-                } else {
-                    t
-                }
-            })
-            .collect();
+        let mut parts = Times::new();
+        for &(p, t) in raw {
+            parts.push(if split && self.phase == Phase::Decode {
+                t / procs[p].concurrent
+            } else {
+                t
+            });
+        }
         let (sync, rule) = if split {
             let dom = (0..parts.len())
                 .max_by(|&a, &b| parts[a].total_cmp(&parts[b]))
@@ -594,25 +747,38 @@ impl<'s, 'a> OpCtx<'s, 'a> {
             .sum()
     }
 
-    /// A row split costed: `fixed` parts keep their rows; the static part
-    /// runs at M = `graph` when given.
+    /// A row split costed; the static part runs at M = `graph` when given.
     fn rows_cand(&self, m: u32, parts: &[(usize, u32)], graph: Option<u32>) -> Cand {
         let procs = &self.setup.procs;
-        let raw: Vec<(usize, f64)> = parts
-            .iter()
-            .map(|&(p, r)| {
-                let gm = if procs[p].static_graphs {
-                    graph.unwrap_or(m)
-                } else {
-                    m
-                };
-                (p, self.time(p, gm, r))
-            })
-            .collect();
+        let mut times = Times::new();
+        for &(p, r) in parts {
+            let gm = if procs[p].static_graphs {
+                graph.unwrap_or(m)
+            } else {
+                m
+            };
+            times.push(self.time(p, gm, r));
+        }
+        self.rows_cand_t(m, parts, &times, graph)
+    }
+
+    /// As [`OpCtx::rows_cand`], with the parts' times already predicted.
+    fn rows_cand_t(
+        &self,
+        m: u32,
+        parts: &[(usize, u32)],
+        times: &[f64],
+        graph: Option<u32>,
+    ) -> Cand {
+        let procs = &self.setup.procs;
+        let mut raw: Small<(usize, f64), 3> = Small::new();
+        for (&(p, _), &t) in parts.iter().zip(times) {
+            raw.push((p, t));
+        }
         let copy = self.rows_copy(m, parts);
         self.finish(
             Shape::Rows {
-                parts: parts.to_vec(),
+                parts: RowParts::from_slice(parts),
                 graph: graph.or_else(|| {
                     parts
                         .iter()
@@ -657,25 +823,43 @@ impl<'s, 'a> OpCtx<'s, 'a> {
                 1.0
             }
         };
-        let ta = |j: u32| self.time(a, gm(a), j * align) / f(a);
-        let tb = |j: u32| self.time(b, gm(b), total - j * align) / f(b);
-        // Smallest j with ta(j) >= tb(j).
+        let raw_a = |j: u32| self.time(a, gm(a), j * align);
+        let raw_b = |j: u32| self.time(b, gm(b), total - j * align);
+        // Smallest j with ta(j) >= tb(j); the cost is least at it or just
+        // below it (each side's time grows with its rows).
+        let mut seen: Vec<(u32, f64, f64)> = Vec::with_capacity(12);
+        let mut eval = |j: u32| -> (f64, f64) {
+            if let Some(&(_, x, y)) = seen.iter().find(|e| e.0 == j) {
+                return (x, y);
+            }
+            let (x, y) = (raw_a(j), raw_b(j));
+            seen.push((j, x, y));
+            (x, y)
+        };
         let (mut lo, mut hi) = (1u32, j_max + 1);
         while lo < hi {
             let mid = (lo + hi) / 2;
-            if ta(mid) >= tb(mid) {
+            let (x, y) = eval(mid);
+            if x / f(a) >= y / f(b) {
                 hi = mid;
             } else {
                 lo = mid + 1;
             }
         }
         let mut best: Option<Cand> = None;
-        for j in lo.saturating_sub(2).max(1)..=(lo + 1).min(j_max) {
-            let mut parts = fixed.to_vec();
+        for j in lo.saturating_sub(1).max(1)..=lo.min(j_max) {
+            let (x, y) = eval(j);
+            let mut parts = RowParts::from_slice(fixed);
             parts.push((a, j * align));
             parts.push((b, total - j * align));
-            let c = self.rows_cand(m, &parts, graph);
-            if best.as_ref().is_none_or(|x| c.total < x.total) {
+            let mut times = Times::new();
+            for &(p, r) in fixed {
+                times.push(self.time(p, gm(p), r));
+            }
+            times.push(x);
+            times.push(y);
+            let c = self.rows_cand_t(m, &parts, &times, graph);
+            if best.as_ref().is_none_or(|b| c.total < b.total) {
                 best = Some(c);
             }
         }
@@ -712,8 +896,12 @@ impl<'s, 'a> OpCtx<'s, 'a> {
             rows[1] = n - align - rows[0];
         }
         rows[2] = n - rows[0] - rows[1];
-        let mk = |rows: &[u32; 3]| -> Vec<(usize, u32)> {
-            ps.iter().zip(rows).map(|(&p, &r)| (p, r)).collect()
+        let mk = |rows: &[u32; 3]| -> RowParts {
+            let mut v = RowParts::new();
+            for (&p, &r) in ps.iter().zip(rows) {
+                v.push((p, r));
+            }
+            v
         };
         let mut best = self.rows_cand(m, &mk(&rows), graph);
         for _ in 0..64 {
@@ -776,35 +964,50 @@ impl<'s, 'a> OpCtx<'s, 'a> {
 
     /// Every candidate family at one length, best of each family first.
     pub fn cell(&self, len: u32) -> Cell {
+        let (m, instances) = self.rows(len);
+        self.cell_at(m, instances)
+    }
+
+    /// Rows per instance and instances at a length.
+    pub fn rows(&self, len: u32) -> (u32, u32) {
         let (shape, instances) = self
             .op
             .gemms(self.phase, len)
             .expect("operator dimensions are positive");
-        let m = shape.m.get();
+        (shape.m.get(), instances)
+    }
+
+    /// The cell of `instances` GEMMs of M = `m` (lengths with the same rows
+    /// share it: the lm_head in prefill, routed experts).
+    pub fn cell_at(&self, m: u32, instances: u32) -> Cell {
         let mut cands = if self.setup.offload.is_some() {
             self.offload_cands(m)
         } else {
             self.cands(m)
         };
         cands.retain(|c| c.total.is_finite());
-        let mut best: HashMap<(StrategyKind, Vec<usize>, bool), Cand> = HashMap::new();
+        let mut best: Vec<(FamilyKey, Cand)> = Vec::with_capacity(cands.len());
         for c in cands {
             let key = c.family(m);
-            match best.get(&key) {
-                Some(b) if b.total <= c.total => {}
-                _ => {
-                    best.insert(key, c);
-                }
+            match best.iter_mut().find(|(k, _)| *k == key) {
+                Some((_, b)) if b.total <= c.total => {}
+                Some((_, b)) => *b = c,
+                None => best.push((key, c)),
             }
         }
         let mut cands: Vec<Cand> = best
-            .into_values()
-            .map(|c| c.scale(instances as f64))
+            .into_iter()
+            .map(|(_, c)| c.scale(instances as f64))
             .collect();
+        // Ties are broken by family, so the order never depends on hashing.
+        let key = |c: &Cand| {
+            let (kind, procs, tokens) = c.family(m);
+            (kind as u8, procs, tokens)
+        };
         cands.sort_by(|a, b| {
             a.total
                 .total_cmp(&b.total)
-                .then_with(|| a.procs().cmp(&b.procs()))
+                .then_with(|| key(a).cmp(&key(b)))
         });
         Cell {
             m,
@@ -839,22 +1042,22 @@ impl<'s, 'a> OpCtx<'s, 'a> {
     /// The cheapest use of one prepared size `c` at M = `m` (padding,
     /// one-graph sequence cut, chunks, hybrid), as the graph-set choice
     /// estimates it. INF when `c` cannot serve `m`.
-    pub fn static_term(&self, st: &StaticCtx, c: u32, m: u32) -> f64 {
+    pub fn static_term(&self, st: &StaticCtx, c: u32, m: u32, hybrid: bool) -> f64 {
         let s = st.p;
-        let t_c = self.full[s][c as usize];
+        let t_c = self.full(s, c);
         let mut best = INF;
         if c >= m {
             best = best.min(t_c);
-            if c <= 2 * m
+            if hybrid
                 && self.setup.procs[s].can_split
-                && let Some(&(r, t_r)) = st.row_share.get(&c)
+                && let Some((r, t_r)) = st.row_share.get(c)
             {
                 for d in self.dynamic().filter(|&d| self.splittable(d)) {
                     let raw = [(s, t_r), (d, self.time(d, m, self.n - r))];
                     let copy = self.rows_copy(m, &[(s, r), (d, self.n - r)]);
                     let cand = self.finish(
                         Shape::Rows {
-                            parts: vec![],
+                            parts: Small::new(),
                             graph: Some(c),
                         },
                         &raw,
@@ -907,23 +1110,7 @@ impl<'s, 'a> OpCtx<'s, 'a> {
                         padded_to: Some(g),
                         online: false,
                     },
-                    &[(s, self.full[s][g as usize])],
-                    0.0,
-                ));
-            }
-            if !st.has(m)
-                && let Some(prep) = sp.prepare
-            {
-                let bytes = self.k as f64 * self.n as f64 * sp.wbytes();
-                let share = (self.op.layers.max(1)) as f64;
-                let t = self.time(s, m, self.n) + prep.at(bytes) / share;
-                out.push(self.finish(
-                    Shape::Single {
-                        p: s,
-                        padded_to: None,
-                        online: true,
-                    },
-                    &[(s, t)],
+                    &[(s, self.full(s, g))],
                     0.0,
                 ));
             }
@@ -935,7 +1122,7 @@ impl<'s, 'a> OpCtx<'s, 'a> {
                         chunk: c,
                         chunks,
                     },
-                    &[(s, chunks as f64 * self.full[s][c as usize])],
+                    &[(s, chunks as f64 * self.full(s, c))],
                     0.0,
                 ));
             }
@@ -964,13 +1151,14 @@ impl<'s, 'a> OpCtx<'s, 'a> {
             if st.has(m) {
                 out.extend(self.free_rows_with(s, m));
             } else if let Some(g) = st.smallest_ge(m)
-                && let Some(&(r, _)) = st.row_share.get(&g)
+                && let Some((r, t_r)) = st.row_share.get(g)
             {
                 // Hybrid: the prepared row-share graph padded, the rest of
                 // the rows on one or two dynamic processors.
                 let rest = self.n - r;
                 for &d in &dy_split {
-                    out.push(self.rows_cand(m, &[(s, r), (d, rest)], Some(g)));
+                    let t_d = self.time(d, m, rest);
+                    out.push(self.rows_cand_t(m, &[(s, r), (d, rest)], &[t_r, t_d], Some(g)));
                 }
                 for (i, &d1) in dy_split.iter().enumerate() {
                     for &d2 in &dy_split[i + 1..] {
@@ -978,6 +1166,32 @@ impl<'s, 'a> OpCtx<'s, 'a> {
                     }
                 }
             }
+        }
+        // Online prepare last: its prepare share is a lower bound, and when
+        // two other families already beat it, it can be neither the winner
+        // nor the runner-up, so its GEMM need not be predicted.
+        for st in &self.statics {
+            let s = st.p;
+            let sp = &procs[s];
+            if st.has(m) {
+                continue;
+            }
+            let Some(prep) = sp.prepare else { continue };
+            let bytes = self.k as f64 * self.n as f64 * sp.wbytes();
+            let share = prep.at(bytes) / self.op.layers.max(1) as f64;
+            if self.prune && share >= second_family_best(&out, m) {
+                continue;
+            }
+            let t = self.full(s, m) + share;
+            out.push(self.finish(
+                Shape::Single {
+                    p: s,
+                    padded_to: None,
+                    online: true,
+                },
+                &[(s, t)],
+                0.0,
+            ));
         }
         out
     }
@@ -995,6 +1209,19 @@ impl<'s, 'a> OpCtx<'s, 'a> {
         };
         let dp = &procs[d];
         let a = dp.abytes();
+        let fs = if self.phase == Phase::Decode {
+            procs[s].concurrent
+        } else {
+            1.0
+        };
+        // The same total as `finish` for two parts, without allocating.
+        let sp = &procs[s];
+        let total = |ts: f64, td: f64, copy: f64| {
+            let (ts, td) = (ts / fs, td / fd);
+            let (dom, other) = if ts > td { (sp, dp) } else { (dp, sp) };
+            let submit = if other.queue { other.submit_us } else { 0.0 };
+            ts.max(td) + dom.sync_us + submit + copy
+        };
         let end = st.reach.partition_point(|&t| t < m);
         let mut best: Option<(f64, u32)> = None;
         for &t in st.reach[..end].iter().rev() {
@@ -1007,18 +1234,9 @@ impl<'s, 'a> OpCtx<'s, 'a> {
                 rest as f64 * self.k as f64 * a,
                 rest as f64 * self.n as f64 * a,
             );
-            let c = self.finish(
-                Shape::Seq {
-                    s,
-                    graphs: vec![],
-                    d: Some(d),
-                    rest,
-                },
-                &[(s, st.exact[t as usize]), (d, td)],
-                copy,
-            );
-            if best.is_none_or(|(b, _)| c.total < b) {
-                best = Some((c.total, t));
+            let c = total(st.exact[t as usize], td, copy);
+            if best.is_none_or(|(b, _)| c < b) {
+                best = Some((c, t));
             }
         }
         let (_, t) = best?;

@@ -5,7 +5,7 @@ use std::collections::HashMap;
 
 use hetero_plan::{Decision, ModelSpec, OperandOrder, Phase, Plan, Strategy, StrategyKind};
 
-use crate::engine::{OffloadSetup, OpCtx, Setup, StaticGraphs};
+use crate::engine::{OffloadSetup, OpCtx, Setup, StaticGraphs, Tables, table_top};
 use crate::oracle::LatencyOracle;
 use crate::solve::{build_procs, decision, select_ops};
 use crate::{Error, Result};
@@ -139,7 +139,10 @@ pub fn explain<O: LatencyOracle + ?Sized>(
     let setup = setup_from_plan(oracle, plan)?;
     let orders: Vec<OperandOrder> = setup.procs.iter().map(|p| op_plan.order(&p.id)).collect();
     let m = lop.gemms(phase, len).map_or(len, |g| g.0.m.get());
-    let cx = OpCtx::with_orders(&setup, lop, phase, m, Some(orders));
+    let top = table_top(&setup, phase, m);
+    let tables = Tables::new(&setup, lop, phase, top, m, Some(orders), None);
+    let mut cx = OpCtx::with_tables(&setup, lop, phase, std::sync::Arc::new(tables));
+    cx.prune = false;
     let cell = cx.cell(len);
     let procs = &setup.procs;
     let candidates = cell
@@ -148,9 +151,9 @@ pub fn explain<O: LatencyOracle + ?Sized>(
         .map(|c| ExplainedCandidate {
             kind: c.kind(cell.m),
             label: c.label(procs, cell.m),
-            processors: c.procs().into_iter().map(|p| procs[p].id.clone()).collect(),
+            processors: c.procs().iter().map(|&p| procs[p].id.clone()).collect(),
             strategy: c.strategy(procs, cell.m),
-            parts_us: c.parts.clone(),
+            parts_us: c.parts.to_vec(),
             sync_us: c.sync,
             sync_rule: c.sync_rule.into(),
             copy_us: c.copy,

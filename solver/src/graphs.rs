@@ -14,7 +14,10 @@
 use hetero_plan::{LinearOp, Phase};
 use rayon::prelude::*;
 
-use crate::engine::{INF, OpCtx, Setup};
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use crate::engine::{INF, OpCtx, Setup, Tables};
 use crate::settings::{MAX_AUTO_GRAPHS, fmt_bytes, fmt_us};
 use crate::{Error, Result};
 
@@ -38,6 +41,56 @@ pub(crate) fn graph_costs(setup: &Setup, s: usize, ops: &[&LinearOp]) -> GraphCo
         prepare_full_us: ops.iter().map(|o| prep(o.k, o.n)).sum(),
         bytes_per_m: ops.iter().map(|o| (o.k + o.n) as f64 * p.abytes()).sum(),
     }
+}
+
+/// Prepare time and buffer bytes of the graphs every plan needs on static
+/// processor `gi`: the decode sizes, and the M = 1 graph of operators that
+/// see only the last token in prefill. Each operator has a full graph per
+/// size, plus a row-share graph where a row cut beats the static processor
+/// alone at that size.
+pub(crate) fn reserved(
+    setup: &Setup,
+    gi: usize,
+    ops: &[&LinearOp],
+    has_prefill: bool,
+) -> (f64, f64) {
+    let g = &setup.graphs[gi];
+    let p = &setup.procs[g.p];
+    let prep = |k: u32, n: u32| {
+        p.prepare
+            .map_or(0.0, |c| c.at(k as f64 * n as f64 * p.wbytes()))
+    };
+    let (mut us, mut bytes) = (0.0, 0.0);
+    let mut add = |cx: &OpCtx, op: &LinearOp, sizes: &[u32]| {
+        let st = cx
+            .statics
+            .iter()
+            .find(|st| st.p == g.p)
+            .expect("static context");
+        for &m in sizes {
+            us += prep(op.k, op.n);
+            bytes += m as f64 * (op.k + op.n) as f64 * p.abytes();
+            if let Some((r, _)) = st.row_share.get(m) {
+                us += prep(op.k, r);
+                bytes += m as f64 * (op.k + r) as f64 * p.abytes();
+            }
+        }
+    };
+    for op in ops {
+        if !g.decode.is_empty() {
+            let max = *g.decode.last().expect("not empty");
+            let cx = OpCtx::new(setup, op, Phase::Decode, max);
+            add(&cx, op, &g.decode);
+        }
+        if has_prefill
+            && crate::engine::last_token_only(op, Phase::Prefill)
+            && !g.decode.contains(&1)
+        {
+            let cx = OpCtx::new(setup, op, Phase::Prefill, 1);
+            add(&cx, op, &[1]);
+        }
+    }
+    (us, bytes)
 }
 
 /// Sample points of the distribution: `(length, probability)`, each length
@@ -89,14 +142,28 @@ pub(crate) struct Chosen {
     pub sizes: Vec<u32>,
 }
 
+/// The candidate sizes for a static processor: multiples of its tile up to
+/// the longest length, at most 256 of them.
+pub(crate) fn pool(max_len: u32, tile: u32) -> Vec<u32> {
+    let tile = tile.max(1);
+    let count = max_len.div_ceil(tile);
+    let stride = tile * count.div_ceil(256).max(1);
+    (1..)
+        .map(|i| i * stride)
+        .take_while(|&c| c < max_len + stride)
+        .collect()
+}
+
 /// Chooses the prefill sizes of static processor `s` (index into
 /// `setup.procs`; its entry in `setup.graphs` is `gi`). `reserved_us` and
-/// `reserved_bytes` are already spent on decode graphs.
+/// `reserved_bytes` are already spent on decode graphs. `tables` holds the
+/// prefill predictions of every operator.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn choose(
     setup: &Setup,
     gi: usize,
     ops: &[&LinearOp],
+    tables: &HashMap<String, Arc<Tables>>,
     dist: &[(u32, f64)],
     solved: &[u32],
     prepare_budget_us: f64,
@@ -107,15 +174,7 @@ pub(crate) fn choose(
     let s = setup.graphs[gi].p;
     let sp = &setup.procs[s];
     let max_len = *solved.last().expect("lengths checked non-empty");
-    let tile = sp.tile.max(1);
-    // Candidate sizes: multiples of the tile up to the longest length,
-    // at most 256 of them.
-    let count = max_len.div_ceil(tile);
-    let stride = tile * count.div_ceil(256).max(1);
-    let pool: Vec<u32> = (1..)
-        .map(|i| i * stride)
-        .take_while(|&c| c < max_len + stride)
-        .collect();
+    let pool = pool(max_len, sp.tile);
     let mut tmp = setup.clone();
     for (j, g) in tmp.graphs.iter_mut().enumerate() {
         if j == gi {
@@ -127,41 +186,52 @@ pub(crate) fn choose(
     // Per op: weighted dynamic-only cost per sample, and per size the
     // weighted cost when that size is prepared.
     struct Terms {
+        /// Per sample: the dynamic processors' best.
         base: Vec<f64>,
+        /// Per candidate size, per sample: the best with that size.
         with: Vec<Vec<f32>>,
         rows_at: Vec<bool>,
     }
     let terms: Vec<Terms> = ops
         .par_iter()
         .map(|op| {
-            let max_m = samples
-                .iter()
-                .map(|&(l, _)| op.gemms(Phase::Prefill, l).map_or(1, |g| g.0.m.get()))
-                .max()
-                .unwrap_or(1);
-            let cx = OpCtx::new(&tmp, op, Phase::Prefill, max_m);
+            let cx = OpCtx::with_tables(&tmp, op, Phase::Prefill, tables[&op.name].clone());
             let st = cx
                 .statics
                 .iter()
                 .find(|st| st.p == s)
                 .expect("the static processor has a context");
-            let rows_at = pool.iter().map(|c| st.row_share.contains_key(c)).collect();
-            let (base, with): (Vec<f64>, Vec<Vec<f32>>) = samples
+            let rows_at = pool
+                .iter()
+                .map(|c| st.row_share.get(*c).is_some())
+                .collect();
+            let per_sample: Vec<(f64, Vec<f32>)> = samples
                 .par_iter()
                 .map(|&(l, w)| {
                     let (shape, inst) = op.gemms(Phase::Prefill, l).expect("positive dims");
                     let m = shape.m.get();
                     let scale = w * op.layers as f64 * inst as f64;
                     let dy = cx.dyn_cands(m).iter().map(|c| c.total).fold(INF, f64::min);
+                    // Hybrids pad to one of the four smallest sizes at or
+                    // above M; padding further is left to plain padding.
+                    let first = pool.partition_point(|&c| c < m);
                     let per: Vec<f32> = pool
                         .iter()
-                        .map(|&c| (cx.static_term(st, c, m) * scale) as f32)
+                        .enumerate()
+                        .map(|(i, &c)| {
+                            let hybrid = i >= first && i < first + 4;
+                            (cx.static_term(st, c, m, hybrid) * scale) as f32
+                        })
                         .collect();
                     (dy * scale, per)
                 })
-                .unzip();
+                .collect();
+            // Size-major, so each step of the greedy reads contiguously.
+            let with = (0..pool.len())
+                .map(|ci| per_sample.iter().map(|p| p.1[ci]).collect())
+                .collect();
             Terms {
-                base,
+                base: per_sample.iter().map(|p| p.0).collect(),
                 with,
                 rows_at,
             }
@@ -232,10 +302,10 @@ pub(crate) fn choose(
                     .iter()
                     .zip(&cur)
                     .map(|(t, c)| {
-                        t.with
+                        t.with[ci]
                             .iter()
                             .zip(c)
-                            .map(|(w, &now)| (now - w[ci] as f64).max(0.0))
+                            .map(|(&w, &now)| (now - w as f64).max(0.0))
                             .sum::<f64>()
                     })
                     .sum();
@@ -253,8 +323,8 @@ pub(crate) fn choose(
             break;
         }
         for (t, c) in terms.iter().zip(cur.iter_mut()) {
-            for (w, now) in t.with.iter().zip(c.iter_mut()) {
-                *now = now.min(w[ci] as f64);
+            for (&w, now) in t.with[ci].iter().zip(c.iter_mut()) {
+                *now = now.min(w as f64);
             }
         }
         spent_us += prep[ci];

@@ -139,7 +139,7 @@ impl OpCtx<'_, '_> {
                 gg,
                 gpu_tokens: ng,
             },
-            parts: vec![cpu_compute, gpu_compute],
+            parts: crate::engine::Times::from_slice(&[cpu_compute, gpu_compute]),
             sync,
             copy: (end - cpu_compute.max(gpu_compute)).max(0.0),
             total,

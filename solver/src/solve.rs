@@ -10,7 +10,11 @@ use hetero_plan::{
 };
 use rayon::prelude::*;
 
-use crate::engine::{Cell, OffloadSetup, OpCtx, Proc, Setup, StaticGraphs, last_token_only};
+use std::sync::Arc;
+
+use crate::engine::{
+    Cell, OffloadSetup, OpCtx, Proc, Setup, StaticGraphs, Tables, last_token_only, table_top,
+};
 use crate::oracle::LatencyOracle;
 use crate::settings::{DEFAULT_PREPARE_BUDGET_US, Distribution, GraphChoice, Settings, fmt_bytes};
 use crate::{Error, Result, graphs, offload};
@@ -372,6 +376,51 @@ pub fn solve<O: LatencyOracle + ?Sized>(
         setup.offload.as_mut().expect("offload mode").resident = resident;
     }
 
+    // Prefill predictions, shared by the graph-set choice and the solve:
+    // every M the lengths reach, and every candidate graph size.
+    let max_m_of = |op: &LinearOp, phase: Phase, lens: &[u32]| {
+        lens.iter()
+            .map(|&l| op.gemms(phase, l).map_or(1, |g| g.0.m.get()))
+            .max()
+            .unwrap_or(1)
+    };
+    let pool_top = setup
+        .graphs
+        .iter()
+        .map(|g| {
+            graphs::pool(prefill_max, setup.procs[g.p].tile)
+                .last()
+                .copied()
+                .unwrap_or(0)
+        })
+        .max()
+        .unwrap_or(0);
+    let prefill_tables: HashMap<String, Arc<Tables>> = if has_prefill {
+        ops.par_iter()
+            .map(|op| {
+                let max_m = max_m_of(op, Phase::Prefill, &settings.prefill_lengths);
+                let mut top = table_top(&setup, Phase::Prefill, max_m);
+                if !last_token_only(op, Phase::Prefill) {
+                    top = top.max(pool_top);
+                }
+                // Static processors: the candidate sizes (and any given).
+                let mut sizes: Vec<u32> = match &settings.graphs {
+                    GraphChoice::Sizes(v) => v.clone(),
+                    _ => vec![],
+                };
+                if settings.graphs == GraphChoice::Auto {
+                    for g in &setup.graphs {
+                        sizes.extend(graphs::pool(prefill_max, setup.procs[g.p].tile));
+                    }
+                }
+                sizes.push(1);
+                let t = Tables::new(&setup, op, Phase::Prefill, top, max_m, None, Some(&sizes));
+                (op.name.clone(), Arc::new(t))
+            })
+            .collect()
+    } else {
+        HashMap::new()
+    };
     // Static graph sets.
     let prepare_budget = settings
         .prepare_budget_us
@@ -384,15 +433,8 @@ pub fn solve<O: LatencyOracle + ?Sized>(
         .collect();
     for gi in 0..setup.graphs.len() {
         let s = setup.graphs[gi].p;
-        let costs = graphs::graph_costs(&setup, s, &ops);
-        let decode_n = setup.graphs[gi].decode.len() as f64;
-        // Decode graphs come first: a full and a row-share graph per size.
-        let reserved_us = 2.0 * costs.prepare_full_us * decode_n;
-        let reserved_b: f64 = setup.graphs[gi]
-            .decode
-            .iter()
-            .map(|&d| 2.0 * d as f64 * costs.bytes_per_m)
-            .sum();
+        // Decode graphs (and the lm_head's M = 1 graph) come first.
+        let (reserved_us, reserved_b) = graphs::reserved(&setup, gi, &ops, has_prefill);
         let mem_budget = settings.graph_mem_budget.or(oracle
             .processors()
             .iter()
@@ -404,6 +446,7 @@ pub fn solve<O: LatencyOracle + ?Sized>(
                 &setup,
                 gi,
                 &growing,
+                &prefill_tables,
                 &dist.points,
                 &settings.prefill_lengths,
                 prepare_budget,
@@ -443,17 +486,27 @@ pub fn solve<O: LatencyOracle + ?Sized>(
     let solved: Vec<Result<OpPlan>> = tasks
         .par_iter()
         .map(|&(op, phase, lens)| {
-            let max_m = lens
-                .iter()
-                .map(|&l| op.gemms(phase, l).map_or(1, |g| g.0.m.get()))
-                .max()
-                .unwrap_or(1);
-            let cx = OpCtx::new(setup_ref, op, phase, max_m);
+            let cx = match prefill_tables.get(&op.name) {
+                Some(t) if phase == Phase::Prefill => {
+                    OpCtx::with_tables(setup_ref, op, phase, t.clone())
+                }
+                _ => OpCtx::new(setup_ref, op, phase, max_m_of(op, phase, lens)),
+            };
+            // Lengths with the same rows share a cell.
+            let rows: Vec<(u32, u32)> = lens.iter().map(|&l| cx.rows(l)).collect();
+            let mut keys = rows.clone();
+            keys.sort_unstable();
+            keys.dedup();
+            let cells: HashMap<(u32, u32), Cell> = keys
+                .par_iter()
+                .map(|&(m, i)| ((m, i), cx.cell_at(m, i)))
+                .collect();
             let decisions: Vec<Result<Decision>> = lens
                 .par_iter()
-                .map(|&len| {
-                    let cell = cx.cell(len);
-                    decision(&setup_ref.procs, len, &cell).ok_or_else(|| {
+                .zip(&rows)
+                .map(|(&len, key)| {
+                    let cell = &cells[key];
+                    decision(&setup_ref.procs, len, cell).ok_or_else(|| {
                         Error::arg(
                             "predictor",
                             format!(
@@ -473,7 +526,7 @@ pub fn solve<O: LatencyOracle + ?Sized>(
                 orders: setup_ref
                     .procs
                     .iter()
-                    .zip(&cx.orders)
+                    .zip(&cx.tables.orders)
                     .filter(|(_, o)| **o != hetero_plan::OperandOrder::Aw)
                     .map(|(p, o)| ProcessorOrder {
                         processor: p.id.clone(),
