@@ -63,8 +63,8 @@ fn setup(dir: &Path) -> (PathBuf, PathBuf, PathBuf) {
         dtypes: vec![(None, DType::F32)],
         ..Default::default()
     };
-    let plan = hetero_solver::solve(&pred, pred.fingerprint("predictor.ron"), &model, &settings)
-        .unwrap();
+    let plan =
+        hetero_solver::solve(&pred, pred.fingerprint("predictor.ron"), &model, &settings).unwrap();
     let plan_path = dir.join("plan.ron");
     hetero_plan::save(&plan_path, &plan).unwrap();
     (config, plan_path, pred_path)
@@ -79,11 +79,30 @@ fn run_prefill_with_check_prints_json_with_the_promised_fields() {
     let dir = TempDir::new("run-prefill");
     let (config, plan, pred) = setup(dir.path());
     let out = ok(&[
-        "run", s(&plan), "--model", s(&config), "--phase", "prefill", "--len", "13", "--check",
-        "--json", "--repeat", "2", "--predictor", s(&pred),
+        "run",
+        s(&plan),
+        "--model",
+        s(&config),
+        "--phase",
+        "prefill",
+        "--len",
+        "13",
+        "--check",
+        "--json",
+        "--repeat",
+        "2",
+        "--predictor",
+        s(&pred),
     ]);
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
-    for key in ["predicted_us", "measured_us", "per_op", "check", "ttft_us", "dispatch"] {
+    for key in [
+        "predicted_us",
+        "measured_us",
+        "per_op",
+        "check",
+        "ttft_us",
+        "dispatch",
+    ] {
         assert!(v.get(key).is_some(), "{key} missing: {out}");
     }
     assert_eq!(v["check"]["passed"], v["check"]["outputs"]);
@@ -93,9 +112,21 @@ fn run_prefill_with_check_prints_json_with_the_promised_fields() {
     assert!(v["per_op"][0]["measured_us"].as_f64().unwrap() > 0.0);
     // The table for people.
     let text = ok(&[
-        "run", s(&plan), "--model", s(&config), "--phase", "prefill", "--len", "5", "--repeat", "1",
+        "run",
+        s(&plan),
+        "--model",
+        s(&config),
+        "--phase",
+        "prefill",
+        "--len",
+        "5",
+        "--repeat",
+        "1",
     ]);
-    assert!(text.contains("TTFT") && text.contains("dispatch per operator"), "{text}");
+    assert!(
+        text.contains("TTFT") && text.contains("dispatch per operator"),
+        "{text}"
+    );
 }
 
 #[test]
@@ -103,8 +134,22 @@ fn run_decode_with_block_sync_reports_tokens_per_second() {
     let dir = TempDir::new("run-decode");
     let (config, plan, _) = setup(dir.path());
     let out = ok(&[
-        "run", s(&plan), "--model", s(&config), "--phase", "decode", "--len", "1", "--tokens",
-        "3", "--sync", "block", "--json", "--repeat", "1", "--check",
+        "run",
+        s(&plan),
+        "--model",
+        s(&config),
+        "--phase",
+        "decode",
+        "--len",
+        "1",
+        "--tokens",
+        "3",
+        "--sync",
+        "block",
+        "--json",
+        "--repeat",
+        "1",
+        "--check",
     ]);
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
     assert_eq!(v["sync"], "block");
@@ -120,22 +165,64 @@ fn bad_inputs_exit_2_naming_the_mismatch() {
     let (config, plan, _) = setup(dir.path());
     // A plan for another model.
     let other = dir.path().join("other.json");
-    std::fs::write(&other, TINY.replace("\"num_hidden_layers\": 2", "\"num_hidden_layers\": 3"))
-        .unwrap();
-    let e = bad_input(&["run", s(&plan), "--model", s(&other), "--phase", "prefill", "--len", "4"]);
+    std::fs::write(
+        &other,
+        TINY.replace("\"num_hidden_layers\": 2", "\"num_hidden_layers\": 3"),
+    )
+    .unwrap();
+    let e = bad_input(&[
+        "run",
+        s(&plan),
+        "--model",
+        s(&other),
+        "--phase",
+        "prefill",
+        "--len",
+        "4",
+    ]);
     assert!(e.contains("solved for model"), "{e}");
     // A processor that is not here.
     let text = std::fs::read_to_string(&plan).unwrap();
     let absent = dir.path().join("absent.ron");
     std::fs::write(&absent, text.replace("\"npu-sim\"", "\"opencl:0:0\"")).unwrap();
-    let e = bad_input(&["run", s(&absent), "--model", s(&config), "--phase", "prefill", "--len", "4"]);
-    assert!(e.contains("`opencl:0:0`") && e.contains("not available"), "{e}");
+    let e = bad_input(&[
+        "run",
+        s(&absent),
+        "--model",
+        s(&config),
+        "--phase",
+        "prefill",
+        "--len",
+        "4",
+    ]);
+    assert!(
+        e.contains("`opencl:0:0`") && e.contains("not available"),
+        "{e}"
+    );
     // A length the plan does not cover.
-    let e = bad_input(&["run", s(&plan), "--model", s(&config), "--phase", "prefill", "--len", "99"]);
+    let e = bad_input(&[
+        "run",
+        s(&plan),
+        "--model",
+        s(&config),
+        "--phase",
+        "prefill",
+        "--len",
+        "99",
+    ]);
     assert!(e.contains("1..=16"), "{e}");
     // --tokens in prefill.
     bad_input(&[
-        "run", s(&plan), "--model", s(&config), "--phase", "prefill", "--len", "4", "--tokens", "2",
+        "run",
+        s(&plan),
+        "--model",
+        s(&config),
+        "--phase",
+        "prefill",
+        "--len",
+        "4",
+        "--tokens",
+        "2",
     ]);
 }
 
@@ -170,7 +257,8 @@ fn write_weights(path: &Path, wrong: Option<&str>) {
         .map(|(n, s, d)| {
             (
                 n.clone(),
-                safetensors::tensor::TensorView::new(safetensors::Dtype::F32, s.clone(), d).unwrap(),
+                safetensors::tensor::TensorView::new(safetensors::Dtype::F32, s.clone(), d)
+                    .unwrap(),
             )
         })
         .collect();
@@ -185,19 +273,41 @@ fn real_weights_run_checked_and_mismatched_weights_exit_2() {
     let good = dir.path().join("model.safetensors");
     write_weights(&good, None);
     let out = ok(&[
-        "run", s(&plan), "--model", s(&config), "--phase", "prefill", "--len", "9", "--weights",
-        s(&good), "--check", "--json", "--repeat", "1",
+        "run",
+        s(&plan),
+        "--model",
+        s(&config),
+        "--phase",
+        "prefill",
+        "--len",
+        "9",
+        "--weights",
+        s(&good),
+        "--check",
+        "--json",
+        "--repeat",
+        "1",
     ]);
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
     assert_eq!(v["check"]["passed"], 15);
     let bad = dir.path().join("bad.safetensors");
     write_weights(&bad, Some("model.layers.1.mlp.down_proj.weight"));
     let e = bad_input(&[
-        "run", s(&plan), "--model", s(&config), "--phase", "prefill", "--len", "9", "--weights",
+        "run",
+        s(&plan),
+        "--model",
+        s(&config),
+        "--phase",
+        "prefill",
+        "--len",
+        "9",
+        "--weights",
         s(&bad),
     ]);
     assert!(
-        e.contains("model.layers.1.mlp.down_proj.weight") && e.contains("[64, 97]") && e.contains("[64, 96]"),
+        e.contains("model.layers.1.mlp.down_proj.weight")
+            && e.contains("[64, 97]")
+            && e.contains("[64, 96]"),
         "{e}"
     );
 }
@@ -208,12 +318,25 @@ fn a_processor_failing_mid_run_is_a_clear_error_and_writes_nothing() {
     let (config, plan, _) = setup(dir.path());
     let report = dir.path().join("report.json");
     let o = hetero(&[
-        "run", s(&plan), "--model", s(&config), "--phase", "prefill", "--len", "12", "--out",
-        s(&report), "--inject-fault", "cpu:0:6",
+        "run",
+        s(&plan),
+        "--model",
+        s(&config),
+        "--phase",
+        "prefill",
+        "--len",
+        "12",
+        "--out",
+        s(&report),
+        "--inject-fault",
+        "cpu:0:6",
     ]);
     assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
     let e = stderr(&o);
-    assert!(e.contains("cpu:0 failed running") && e.contains("injected fault"), "{e}");
+    assert!(
+        e.contains("cpu:0 failed running") && e.contains("injected fault"),
+        "{e}"
+    );
     assert!(!report.exists(), "nothing is written when a run fails");
     assert!(o.stdout.is_empty());
 }
@@ -221,5 +344,10 @@ fn a_processor_failing_mid_run_is_a_clear_error_and_writes_nothing() {
 #[test]
 fn run_help_has_an_example() {
     let out = ok(&["run", "--help"]);
-    assert!(out.contains("hetero run plan.ron --model config.json --phase prefill --len 300 --check --json"), "{out}");
+    assert!(
+        out.contains(
+            "hetero run plan.ron --model config.json --phase prefill --len 300 --check --json"
+        ),
+        "{out}"
+    );
 }

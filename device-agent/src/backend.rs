@@ -73,7 +73,10 @@ pub trait Gemm: Send {
     /// processor for every run (ScheInfer's CG rows).
     fn write_weights(&mut self, w: &[f32]) -> Result<()> {
         let _ = w;
-        Err(Error::unsupported(self.backend_id(), "writing weights after prepare"))
+        Err(Error::unsupported(
+            self.backend_id(),
+            "writing weights after prepare",
+        ))
     }
 
     /// Starts an execution without waiting (for overlapping processors).

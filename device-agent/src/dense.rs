@@ -135,7 +135,8 @@ impl Dense {
     pub fn write_weights(&mut self, id: &str, w: &[f32]) -> Result<()> {
         let (_, k, n) = dims(&self.spec);
         check_len(id, "weights", w.len(), k * n)?;
-        self.wts.load(w, k, n, self.spec.order == OperandOrder::WtAt);
+        self.wts
+            .load(w, k, n, self.spec.order == OperandOrder::WtAt);
         Ok(())
     }
 

@@ -136,7 +136,9 @@ fn phase_of(p: u32) -> Result<Phase, String> {
     match p {
         HETERO_PREFILL => Ok(Phase::Prefill),
         HETERO_DECODE => Ok(Phase::Decode),
-        _ => Err(format!("phase {p}: expected HETERO_PREFILL (0) or HETERO_DECODE (1)")),
+        _ => Err(format!(
+            "phase {p}: expected HETERO_PREFILL (0) or HETERO_DECODE (1)"
+        )),
     }
 }
 
@@ -207,7 +209,11 @@ pub unsafe extern "C" fn hetero_runtime_open(
         let sync = match o.sync {
             HETERO_SYNC_POLL => SyncChoice::Poll,
             HETERO_SYNC_BLOCK => SyncChoice::Block,
-            s => return bad(&format!("sync {s}: expected HETERO_SYNC_POLL or HETERO_SYNC_BLOCK")),
+            s => {
+                return bad(&format!(
+                    "sync {s}: expected HETERO_SYNC_POLL or HETERO_SYNC_BLOCK"
+                ));
+            }
         };
         let spec = match hetero_plan::hf::load_config(std::path::Path::new(&model)) {
             Ok(s) => s,
@@ -379,7 +385,13 @@ pub unsafe extern "C" fn hetero_op_dims(
     instances: *mut u32,
 ) -> c_int {
     guard(|| {
-        if rt.is_null() || op.is_null() || m.is_null() || k.is_null() || n.is_null() || instances.is_null() {
+        if rt.is_null()
+            || op.is_null()
+            || m.is_null()
+            || k.is_null()
+            || n.is_null()
+            || instances.is_null()
+        {
             return bad("hetero_op_dims: no argument may be NULL");
         }
         // SAFETY: non-NULL; the caller passes a live runtime and a C string.
@@ -456,18 +468,28 @@ mod tests {
         let rt = unsafe { hetero_runtime_open(std::ptr::null(), &o) };
         assert!(rt.is_null());
         // SAFETY: the library returns a NUL-terminated string.
-        let msg = unsafe { CStr::from_ptr(hetero_last_error()) }.to_str().unwrap();
+        let msg = unsafe { CStr::from_ptr(hetero_last_error()) }
+            .to_str()
+            .unwrap();
         assert!(msg.contains("must not be NULL"), "{msg}");
         let plan = CString::new("/nonexistent/plan.ron").unwrap();
         // SAFETY: valid strings; model_config NULL is reported.
         let rt = unsafe { hetero_runtime_open(plan.as_ptr(), &o) };
         assert!(rt.is_null());
         // SAFETY: as above.
-        let msg = unsafe { CStr::from_ptr(hetero_last_error()) }.to_str().unwrap();
+        let msg = unsafe { CStr::from_ptr(hetero_last_error()) }
+            .to_str()
+            .unwrap();
         assert!(msg.contains("model_config"), "{msg}");
         // SAFETY: NULL runtime is reported, not dereferenced.
         let rc = unsafe {
-            hetero_linear(std::ptr::null_mut(), plan.as_ptr(), 1, std::ptr::null(), std::ptr::null_mut())
+            hetero_linear(
+                std::ptr::null_mut(),
+                plan.as_ptr(),
+                1,
+                std::ptr::null(),
+                std::ptr::null_mut(),
+            )
         };
         assert_eq!(rc, HETERO_BAD_INPUT);
         // SAFETY: NULL is ignored.

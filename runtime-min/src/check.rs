@@ -93,6 +93,10 @@ mod tests {
         }
         assert!(check((m, k, n), &a, &w, &bad, &blocks).rel_err > 1e-2);
         bad[5] = f32::NAN;
-        assert!(check((m, k, n), &a, &w, &bad, &blocks).rel_err.is_infinite());
+        assert!(
+            check((m, k, n), &a, &w, &bad, &blocks)
+                .rel_err
+                .is_infinite()
+        );
     }
 }

@@ -44,7 +44,14 @@ impl Decider {
             let first = op.decisions.first().map(|d| d.len).unwrap_or(1);
             let last = op.decisions.last().map(|d| d.len).unwrap_or(0);
             let span = last.saturating_sub(first).saturating_add(1).min(MAX_SPAN);
-            let mut index = vec![NONE; if op.decisions.is_empty() { 0 } else { span as usize }];
+            let mut index = vec![
+                NONE;
+                if op.decisions.is_empty() {
+                    0
+                } else {
+                    span as usize
+                }
+            ];
             for (j, d) in op.decisions.iter().enumerate() {
                 if let Some(slot) = index.get_mut((d.len - first) as usize) {
                     *slot = j as u32;
@@ -203,8 +210,15 @@ mod tests {
     #[test]
     fn dense_and_sparse_tables_answer_exact_lengths_only() {
         let dense: Vec<_> = (1..=300).map(|l| (l, single("cpu:0"))).collect();
-        let sparse = vec![(1, single("cpu:0")), (16, single("cpu:0")), (256, single("cpu:0"))];
-        let plan = plan_with(vec![("a", Phase::Prefill, dense), ("b", Phase::Decode, sparse)]);
+        let sparse = vec![
+            (1, single("cpu:0")),
+            (16, single("cpu:0")),
+            (256, single("cpu:0")),
+        ];
+        let plan = plan_with(vec![
+            ("a", Phase::Prefill, dense),
+            ("b", Phase::Decode, sparse),
+        ]);
         let d = Decider::new(&plan);
         let a = d.op_index("a", Phase::Prefill).unwrap();
         let b = d.op_index("b", Phase::Decode).unwrap();
@@ -250,7 +264,11 @@ mod tests {
         // A stump cannot isolate three regimes plus an outlier: the stated
         // agreement is below 1 and equals the share it gets right.
         let stump = tree::DistilledTree::fit(&plan.ops[0], Some(1));
-        assert!(stump.agreement < 1.0 && stump.agreement > 0.5, "{}", stump.agreement);
+        assert!(
+            stump.agreement < 1.0 && stump.agreement > 0.5,
+            "{}",
+            stump.agreement
+        );
         let right = (1..=512u32)
             .filter(|&l| stump.predict(l) == &plan.ops[0].decisions[l as usize - 1].strategy)
             .count();

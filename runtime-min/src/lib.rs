@@ -36,7 +36,7 @@ mod weights;
 pub use decider::Decider;
 pub use error::{Error, Result};
 pub use exec::SyncChoice;
-pub use graphs::{GraphRequest, GraphSource, Prepare, Preloaded};
+pub use graphs::{GraphRequest, GraphSource, Preloaded, Prepare};
 pub use report::Report;
 pub use runtime::{LinearTiming, RunSpec, Runtime, RuntimeOptions, label, load_model};
 pub use weights::WeightSource;

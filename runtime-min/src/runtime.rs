@@ -190,11 +190,20 @@ impl Runtime {
                     });
                 };
                 let diff = if here.kind != there.kind {
-                    Some(format!("kind {:?} here, {:?} in the predictor", here.kind, there.kind))
+                    Some(format!(
+                        "kind {:?} here, {:?} in the predictor",
+                        here.kind, there.kind
+                    ))
                 } else if here.api != there.api {
-                    Some(format!("API {:?} here, {:?} in the predictor", here.api, there.api))
+                    Some(format!(
+                        "API {:?} here, {:?} in the predictor",
+                        here.api, there.api
+                    ))
                 } else if here.name != there.name {
-                    Some(format!("`{}` here, `{}` in the predictor", here.name, there.name))
+                    Some(format!(
+                        "`{}` here, `{}` in the predictor",
+                        here.name, there.name
+                    ))
                 } else if here.simulated != there.simulated {
                     Some("simulated here but not in the predictor, or the reverse".into())
                 } else {
@@ -203,9 +212,7 @@ impl Runtime {
                 if let Some(d) = diff {
                     return Err(Error::DeviceMismatch {
                         id: here.id.clone(),
-                        message: format!(
-                            "not the processor the plan was solved for ({name}): {d}"
-                        ),
+                        message: format!("not the processor the plan was solved for ({name}): {d}"),
                     });
                 }
             }
@@ -361,7 +368,11 @@ impl Runtime {
 
     /// Where one processor's prepared GEMMs come from (default: [`Prepare`]).
     /// Set it before anything is prepared.
-    pub fn set_graph_source(&mut self, processor: &str, source: Box<dyn GraphSource>) -> Result<()> {
+    pub fn set_graph_source(
+        &mut self,
+        processor: &str,
+        source: Box<dyn GraphSource>,
+    ) -> Result<()> {
         let i = self.proc_index(processor)?;
         self.sources[i] = source;
         Ok(())
@@ -377,21 +388,24 @@ impl Runtime {
 
     /// The plan operator index, its decision index and the model operator.
     fn lookup(&self, op: &str, phase: Phase, len: u32) -> Result<(usize, usize, usize)> {
-        let oi = self.decider.op_index(op, phase).ok_or_else(|| Error::NoDecision {
-            op: op.to_string(),
-            phase,
-            len,
-            covered: format!(
-                "no {phase} table for it; operators with one: {}",
-                self.plan
-                    .ops
-                    .iter()
-                    .filter(|o| o.phase == phase)
-                    .map(|o| o.op.as_str())
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            ),
-        })?;
+        let oi = self
+            .decider
+            .op_index(op, phase)
+            .ok_or_else(|| Error::NoDecision {
+                op: op.to_string(),
+                phase,
+                len,
+                covered: format!(
+                    "no {phase} table for it; operators with one: {}",
+                    self.plan
+                        .ops
+                        .iter()
+                        .filter(|o| o.phase == phase)
+                        .map(|o| o.op.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+            })?;
         let d = self.decider.decision(&self.plan, oi, len)?;
         let di = self.plan.ops[oi]
             .decisions
@@ -416,7 +430,12 @@ impl Runtime {
             .enumerate()
             .filter(|(_, o)| o.phase == phase)
             .map(|(i, o)| {
-                let mi = self.model.ops.iter().position(|m| m.name == o.op).unwrap_or(0);
+                let mi = self
+                    .model
+                    .ops
+                    .iter()
+                    .position(|m| m.name == o.op)
+                    .unwrap_or(0);
                 (self.model.ops[mi].role == OpRole::LmHead, mi, i)
             })
             .collect();
@@ -451,13 +470,7 @@ impl Runtime {
                 .expect("the plan validates its processors")
         };
         let is_static = |p: usize| self.backends[p].processor().capabilities.static_graphs;
-        let predicted = |i: usize| {
-            d.cost
-                .parts_us
-                .get(i)
-                .copied()
-                .unwrap_or(d.cost.total_us)
-        };
+        let predicted = |i: usize| d.cost.parts_us.get(i).copied().unwrap_or(d.cost.total_us);
         let full = |pad: usize| StepLayout {
             rows: 0..m,
             pad_to: pad,
@@ -695,12 +708,13 @@ impl Runtime {
                         .sum();
                     let mut steps = Vec::with_capacity(pl.steps.len());
                     for sl in &pl.steps {
-                        let shape = GemmShape::new(sl.pad_to as u32, k as u32, sl.cols.len() as u32)
-                            .ok_or_else(|| Error::PlanModel {
-                                op: op.into(),
-                                phase,
-                                message: format!("an empty part on `{pid}` at length {len}"),
-                            })?;
+                        let shape =
+                            GemmShape::new(sl.pad_to as u32, k as u32, sl.cols.len() as u32)
+                                .ok_or_else(|| Error::PlanModel {
+                                    op: op.into(),
+                                    phase,
+                                    message: format!("an empty part on `{pid}` at length {len}"),
+                                })?;
                         let spec = GemmSpec {
                             shape,
                             dtype,
@@ -771,7 +785,8 @@ impl Runtime {
                                 if let Some(r) = g.prepare_us() {
                                     *st.reported_us.get_or_insert(0.0) += r;
                                 }
-                                if let Some(f) = self.fault.as_ref().filter(|f| f.processor == pid) {
+                                if let Some(f) = self.fault.as_ref().filter(|f| f.processor == pid)
+                                {
                                     g = Box::new(FaultyGemm {
                                         inner: g,
                                         fault: f.clone(),
@@ -950,7 +965,12 @@ impl Runtime {
         };
         // Warm-up (and check).
         let mut checks: Vec<(String, OutputCheck, f64)> = Vec::new();
-        self.pass(&ops, spec, None, if spec.check { Some(&mut checks) } else { None })?;
+        self.pass(
+            &ops,
+            spec,
+            None,
+            if spec.check { Some(&mut checks) } else { None },
+        )?;
         let grown_before = self.grown;
         // Timed passes: samples[op][execution], one per layer.
         let mut samples: Vec<Vec<Sample>> = vec![Vec::new(); ops.len()];
@@ -972,7 +992,16 @@ impl Runtime {
             }
         }
         let grown_while_timed = self.grown - grown_before;
-        Ok(self.report(spec, &ops, samples, totals, walls, checks, grown_while_timed, prepare_wall))
+        Ok(self.report(
+            spec,
+            &ops,
+            samples,
+            totals,
+            walls,
+            checks,
+            grown_while_timed,
+            prepare_wall,
+        ))
     }
 
     /// One pass over every operator and layer of a phase.
@@ -1006,7 +1035,12 @@ impl Runtime {
                 }
             }
         }
-        order.extend(head.iter().enumerate().filter(|(_, h)| **h).map(|(j, _)| (j, 0)));
+        order.extend(
+            head.iter()
+                .enumerate()
+                .filter(|(_, h)| **h)
+                .map(|(j, _)| (j, 0)),
+        );
         for (j, layer) in order {
             let oi = ops[j];
             let s = self.run_layer(oi, spec.len, layer, checks.as_deref_mut())?;
@@ -1038,7 +1072,9 @@ impl Runtime {
             backends,
             ..
         } = self;
-        let p = prepared.get_mut(&(oi, len)).expect("prepared before the pass");
+        let p = prepared
+            .get_mut(&(oi, len))
+            .expect("prepared before the pass");
         let (m, k, n) = (p.m, p.k, p.n);
         let input = &inputs[&(oi, m as u32)];
         let mut total = Sample::default();
@@ -1224,7 +1260,9 @@ impl Runtime {
                     .take(20)
                     .map(|(w, r, b)| format!("{w}: error {:.3e} > bound {b:.3e}", r.rel_err))
                     .collect(),
-                reference: "host f64 product of the whole operator (agent metric |C-ref| / sum|A||W|)".into(),
+                reference:
+                    "host f64 product of the whole operator (agent metric |C-ref| / sum|A||W|)"
+                        .into(),
             }
         });
         let processors = self
@@ -1284,10 +1322,11 @@ impl Runtime {
             processors,
             pool: PoolReport {
                 buffers: 2 + 2 + self.inputs.len(),
-                bytes: 4 * (self.output.capacity()
-                    + self.stage.input.capacity()
-                    + self.stage.output.capacity()
-                    + self.inputs.values().map(Vec::capacity).sum::<usize>()),
+                bytes: 4
+                    * (self.output.capacity()
+                        + self.stage.input.capacity()
+                        + self.stage.output.capacity()
+                        + self.inputs.values().map(Vec::capacity).sum::<usize>()),
                 grown_while_timed,
             },
             notes,
@@ -1322,7 +1361,11 @@ fn describe_share(pl: &PartLayout) -> String {
                 s.rows.end,
                 s.cols.start,
                 s.cols.end,
-                if s.upload { " (weights copied each run)" } else { "" }
+                if s.upload {
+                    " (weights copied each run)"
+                } else {
+                    ""
+                }
             )
         })
         .collect();

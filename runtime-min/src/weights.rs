@@ -273,19 +273,31 @@ mod tests {
     #[test]
     fn layer_and_expert_names() {
         assert_eq!(
-            layer_of("model.layers.12.self_attn.q_proj.weight", "self_attn.q_proj.weight"),
+            layer_of(
+                "model.layers.12.self_attn.q_proj.weight",
+                "self_attn.q_proj.weight"
+            ),
             Some(12)
         );
         assert_eq!(
-            layer_of("layers.0.self_attn.q_proj.weight", "self_attn.q_proj.weight"),
+            layer_of(
+                "layers.0.self_attn.q_proj.weight",
+                "self_attn.q_proj.weight"
+            ),
             Some(0)
         );
         assert_eq!(
-            layer_of("model.layers.1.mlp.shared_expert.gate_proj.weight", "mlp.gate_proj.weight"),
+            layer_of(
+                "model.layers.1.mlp.shared_expert.gate_proj.weight",
+                "mlp.gate_proj.weight"
+            ),
             None
         );
         assert_eq!(
-            layer_of("model.notlayers.1.self_attn.q_proj.weight", "self_attn.q_proj.weight"),
+            layer_of(
+                "model.notlayers.1.self_attn.q_proj.weight",
+                "self_attn.q_proj.weight"
+            ),
             None
         );
         let mut op = crate::testutil::linear("expert_gate", 8, 4);

@@ -26,7 +26,9 @@ fn c_example_compiles_runs_and_matches_the_rust_api() {
         return;
     }
     let Some(lib) = lib_dir() else {
-        panic!("libhetero_runtime.so not found next to the test binary: the cdylib crate-type was not built");
+        panic!(
+            "libhetero_runtime.so not found next to the test binary: the cdylib crate-type was not built"
+        );
     };
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
     let dir = common::Tmp::new("capi");
@@ -45,7 +47,11 @@ fn c_example_compiles_runs_and_matches_the_rust_api() {
         .arg(&exe)
         .output()
         .unwrap();
-    assert!(cc.status.success(), "cc failed: {}", String::from_utf8_lossy(&cc.stderr));
+    assert!(
+        cc.status.success(),
+        "cc failed: {}",
+        String::from_utf8_lossy(&cc.stderr)
+    );
 
     let (op, len, layer) = ("attn_q", 11u32, 1u32);
     let out = Command::new(&exe)

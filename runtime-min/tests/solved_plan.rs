@@ -29,7 +29,11 @@ fn a_solved_plan_runs_every_phase_and_passes_the_check() {
             },
         )
         .unwrap();
-        for (phase, len) in [(Phase::Prefill, 13), (Phase::Prefill, 4), (Phase::Decode, 1)] {
+        for (phase, len) in [
+            (Phase::Prefill, 13),
+            (Phase::Prefill, 4),
+            (Phase::Decode, 1),
+        ] {
             let r = rt
                 .run(&RunSpec {
                     phase,
@@ -69,6 +73,9 @@ fn a_predictor_other_than_the_plans_is_refused() {
     )
     .err()
     .unwrap();
-    assert!(matches!(e, Error::Fingerprint { .. }) && e.is_bad_input(), "{e}");
+    assert!(
+        matches!(e, Error::Fingerprint { .. }) && e.is_bad_input(),
+        "{e}"
+    );
     assert!(e.to_string().contains("predictor"), "{e}");
 }

@@ -93,7 +93,10 @@ fn open_tiny(
     let plan = tiny_plan(
         &model,
         &["cpu:0", "npu-sim"],
-        &[(Phase::Prefill, (1..=8).collect()), (Phase::Decode, vec![1, 2])],
+        &[
+            (Phase::Prefill, (1..=8).collect()),
+            (Phase::Decode, vec![1, 2]),
+        ],
         decide,
     );
     let path = dir.0.join("plan.ron");
@@ -148,7 +151,10 @@ fn every_strategy_runs_and_passes_the_check_with_both_syncs() {
             } else {
                 assert!(r.per_token_us.unwrap() > 0.0 && r.tokens_per_s.unwrap() > 0.0);
             }
-            assert_eq!(down.samples as u32, 2 * 2 * if phase == Phase::Decode { 2 } else { 1 });
+            assert_eq!(
+                down.samples as u32,
+                2 * 2 * if phase == Phase::Decode { 2 } else { 1 }
+            );
         }
     }
 }
@@ -195,11 +201,16 @@ fn a_wrong_merge_fails_the_check() {
     }
     let dir = Tmp::new("broken");
     let mut rt = open_tiny(&dir, every_strategy, RuntimeOptions::default()).unwrap();
-    rt.set_graph_source("npu-sim", Box::new(BrokenSource)).unwrap();
+    rt.set_graph_source("npu-sim", Box::new(BrokenSource))
+        .unwrap();
     let r = rt.run(&spec(Phase::Prefill, 8)).unwrap();
     let c = r.check.unwrap();
     assert!(c.passed < c.outputs, "{c:?}");
-    assert!(c.failures.iter().any(|f| f.contains("attn_q")), "{:?}", c.failures);
+    assert!(
+        c.failures.iter().any(|f| f.contains("attn_q")),
+        "{:?}",
+        c.failures
+    );
     assert!(r.processors.iter().any(|p| p.graphs == "broken"));
 }
 
@@ -209,35 +220,53 @@ fn a_plan_for_another_model_or_an_absent_processor_is_refused() {
     let model = tiny_model();
     let mut other = model.clone();
     other.layers = 3;
-    let plan = tiny_plan(&other, &["cpu:0"], &[(Phase::Prefill, vec![1])], |_, _, _, _| {
-        single("cpu:0")
-    });
+    let plan = tiny_plan(
+        &other,
+        &["cpu:0"],
+        &[(Phase::Prefill, vec![1])],
+        |_, _, _, _| single("cpu:0"),
+    );
     let path = dir.0.join("plan.ron");
     hetero_plan::save(&path, &plan).unwrap();
     let e = Runtime::open(&path, model.clone(), RuntimeOptions::default())
         .err()
         .unwrap();
-    assert!(matches!(e, Error::Fingerprint { .. }) && e.is_bad_input(), "{e}");
+    assert!(
+        matches!(e, Error::Fingerprint { .. }) && e.is_bad_input(),
+        "{e}"
+    );
     assert!(e.to_string().contains("model"), "{e}");
 
-    let plan = tiny_plan(&model, &["cpu:7"], &[(Phase::Prefill, vec![1])], |_, _, _, _| {
-        single("cpu:7")
-    });
+    let plan = tiny_plan(
+        &model,
+        &["cpu:7"],
+        &[(Phase::Prefill, vec![1])],
+        |_, _, _, _| single("cpu:7"),
+    );
     hetero_plan::save(&path, &plan).unwrap();
     let e = Runtime::open(&path, model.clone(), RuntimeOptions::default())
         .err()
         .unwrap();
     assert!(matches!(e, Error::MissingProcessor { .. }) && e.is_bad_input());
-    assert!(e.to_string().contains("`cpu:7`") && e.to_string().contains("cpu:0"), "{e}");
+    assert!(
+        e.to_string().contains("`cpu:7`") && e.to_string().contains("cpu:0"),
+        "{e}"
+    );
 
     // A length the plan does not cover names what it covers.
-    let plan = tiny_plan(&model, &["cpu:0"], &[(Phase::Prefill, vec![1, 2, 3])], |_, _, _, _| {
-        single("cpu:0")
-    });
+    let plan = tiny_plan(
+        &model,
+        &["cpu:0"],
+        &[(Phase::Prefill, vec![1, 2, 3])],
+        |_, _, _, _| single("cpu:0"),
+    );
     hetero_plan::save(&path, &plan).unwrap();
     let mut rt = Runtime::open(&path, model, RuntimeOptions::default()).unwrap();
     let e = rt.run(&spec(Phase::Prefill, 9)).unwrap_err();
-    assert!(e.is_bad_input() && e.to_string().contains("lengths 1..=3"), "{e}");
+    assert!(
+        e.is_bad_input() && e.to_string().contains("lengths 1..=3"),
+        "{e}"
+    );
     let e = rt.run(&spec(Phase::Decode, 1)).unwrap_err();
     assert!(e.is_bad_input(), "{e}");
 }
@@ -257,12 +286,18 @@ fn a_processor_failing_mid_run_is_a_clear_error_and_leaves_the_output_untouched(
     let e = rt.run(&spec(Phase::Prefill, 8)).unwrap_err();
     assert!(!e.is_bad_input());
     let msg = e.to_string();
-    assert!(msg.contains("cpu:0 failed running") && msg.contains("injected fault"), "{msg}");
+    assert!(
+        msg.contains("cpu:0 failed running") && msg.contains("injected fault"),
+        "{msg}"
+    );
     // The C-style entry point writes nothing on failure.
     let (k, n) = (64, 64);
     let input = vec![0.5f32; 8 * k];
     let mut out = vec![7.0f32; 8 * n];
-    assert!(rt.linear("attn_q", Phase::Prefill, 0, 8, &input, &mut out).is_err());
+    assert!(
+        rt.linear("attn_q", Phase::Prefill, 0, 8, &input, &mut out)
+            .is_err()
+    );
     assert!(out.iter().all(|&x| x == 7.0));
 }
 
@@ -271,13 +306,20 @@ fn linear_matches_the_reference_and_checks_its_buffers() {
     let dir = Tmp::new("linear");
     let mut rt = open_tiny(&dir, every_strategy, RuntimeOptions::default()).unwrap();
     let model = tiny_model();
-    for (op, len) in [("attn_q", 5u32), ("attn_v", 7), ("ffn_up", 6), ("attn_o", 3)] {
+    for (op, len) in [
+        ("attn_q", 5u32),
+        ("attn_v", 7),
+        ("ffn_up", 6),
+        ("attn_o", 3),
+    ] {
         let lop = model.op(op).unwrap();
         let (k, n) = (lop.k as usize, lop.n as usize);
         let m = len as usize;
         let input = hetero_agent::verify::random_vec(m * k, 9);
         let mut out = vec![0f32; m * n];
-        let t = rt.linear(op, Phase::Prefill, 1, len, &input, &mut out).unwrap();
+        let t = rt
+            .linear(op, Phase::Prefill, 1, len, &input, &mut out)
+            .unwrap();
         assert!(t.measured_us > 0.0 && t.predicted_us == 105.0);
         let w = rt.weights.get(lop, 1, 0);
         let shape = GemmShape::new(len, lop.k, lop.n).unwrap();
@@ -319,7 +361,11 @@ fn padded_graphs_are_shared_across_lengths_and_layers_when_asked() {
     // One graph per operator: layers share it.
     assert_eq!(after_first, 8);
     rt.prepare(Phase::Prefill, 6).unwrap();
-    assert_eq!(rt.gemms.len(), after_first, "the padded graph of 8 serves length 6");
+    assert_eq!(
+        rt.gemms.len(),
+        after_first,
+        "the padded graph of 8 serves length 6"
+    );
     let r = rt.run(&spec(Phase::Prefill, 6)).unwrap();
     assert_eq!(r.check.unwrap().passed, 15);
 }

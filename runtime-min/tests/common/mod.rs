@@ -44,7 +44,10 @@ impl Drop for Tmp {
 /// A predictor for cpu:0 and npu-sim as opened here (roofline models with
 /// made-up constants: the plan's predictions are not expected to hold).
 pub fn predictor() -> Predictor {
-    let reg = Registry::open(&OpenOptions::default(), Some(&["cpu:0".into(), "npu-sim".into()]));
+    let reg = Registry::open(
+        &OpenOptions::default(),
+        Some(&["cpu:0".into(), "npu-sim".into()]),
+    );
     let processors = reg.processors();
     let roof = |peak: f64, bw: f64, launch: f64| LatencyModel::Roofline {
         peak_gflops: peak,
