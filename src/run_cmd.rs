@@ -69,6 +69,13 @@ pub struct RunArgs {
     /// Print JSON instead of a table.
     #[arg(long)]
     json: bool,
+    /// Also distil a decision tree (linfa-trees) from every operator's
+    /// table and report its agreement with the table (the run uses the table).
+    #[arg(long)]
+    tree: bool,
+    /// Depth limit of those trees (default: grown fully).
+    #[arg(long, requires = "tree")]
+    tree_depth: Option<usize>,
     /// Testing: processor ID fails at its N-th execution (`ID:N`).
     #[arg(long, hide = true)]
     inject_fault: Option<String>,
@@ -124,13 +131,16 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
         fail_after,
     };
     let mut rt = Runtime::open(&args.plan, model, opts)?;
-    let report = rt.run(&RunSpec {
+    let mut report = rt.run(&RunSpec {
         phase: args.phase,
         len: args.len,
         steps,
         repeat: args.repeat,
         check: args.check,
     })?;
+    if args.tree {
+        report.tree = Some(rt.tree_agreement(args.phase, args.tree_depth));
+    }
     let json = serde_json::to_string_pretty(&report)?;
     if let Some(out) = &args.out {
         hetero_plan::write_atomic(out, format!("{json}\n").as_bytes())?;

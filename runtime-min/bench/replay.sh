@@ -25,7 +25,7 @@ agent=target/release/hetero-agent
 
 # K x N of every operator of the model, from `hetero model show --json`.
 target/release/hetero model show "$model" --json > "$out/model.json"
-kn=$(python3 -c 'import json,sys; m=json.load(open(sys.argv[1])); print(" ".join(sorted({f"{o[\"k\"]}x{o[\"n\"]}" for o in m["ops"]})))' "$out/model.json")
+kn=$(python3 -c 'import json,sys; m=json.load(open(sys.argv[1])); print(" ".join(sorted({"%dx%d" % (o["k"], o["n"]) for o in m["ops"]})))' "$out/model.json")
 
 # Shapes: M at the lengths that matter, N every multiple of 128 up to N
 # (the row shares a 128-aligned cut gives each side).
@@ -40,16 +40,25 @@ done
 list=$(IFS=,; echo "${shapes[*]}")
 echo "sweeping ${#shapes[@]} shapes on each processor" >&2
 
-"$agent" --cpu-groups "$groups" probe --json > "$out/probe.json"
-: > "$out/dataset/measurements.jsonl"
+"$agent" --cpu-groups "$groups" --processors cpu:0,cpu:1 probe --json > "$out/probe.json"
+: > "$out/sweep.jsonl"
 for p in cpu:0 cpu:1; do
   "$agent" --cpu-groups "$groups" --processors "$p" sweep --processor "$p" \
-    --shapes "$list" --dtype f32 --reps 5 --warmups 2 >> "$out/dataset/measurements.jsonl"
+    --shapes "$list" --dtype f32 --reps 5 --warmups 2 >> "$out/sweep.jsonl"
 done
-"$agent" --cpu-groups "$groups" microbench > "$out/dataset/microbench.jsonl"
+"$agent" --cpu-groups "$groups" --processors cpu:0,cpu:1 microbench > "$out/microbench.jsonl"
+# The dataset folder `hetero fit` reads: device.json and the rows without
+# the agent's line envelope.
 python3 - "$out" <<'PY'
 import json, sys, time, platform
 out = sys.argv[1]
+for src, kind, dst in [("sweep", "measurement", "measurements"), ("microbench", "microbench", "microbench")]:
+    with open(f"{out}/dataset/{dst}.jsonl", "w") as f:
+        for line in open(f"{out}/{src}.jsonl"):
+            row = json.loads(line)
+            if row.pop("type", None) == kind:
+                row.pop("note", None)
+                f.write(json.dumps(row) + "\n")
 probe = json.load(open(f"{out}/probe.json"))
 device = {
     "schema_version": 1,

@@ -30,9 +30,9 @@ fn main() {
     )
     .unwrap();
     println!(
-        "| phase | len | predicted | measured poll | measured block | poll/pred | block/poll | dispatch median (p90) | check |"
+        "| phase | len | predicted | measured poll | measured block | poll/pred | block/pred | block/poll | dispatch median (p90) | submit median (p90) | check |"
     );
-    println!("|---|---|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|");
     for case in cases.split(',') {
         let (phase, len) = case.split_once(':').unwrap();
         let phase: Phase = phase.parse().unwrap();
@@ -48,7 +48,8 @@ fn main() {
         let first = rt.run(&spec(true)).unwrap();
         let c = first.check.as_ref().unwrap();
         let check = format!("{}/{}", c.passed, c.outputs);
-        let (mut poll, mut block, mut dispatch) = (Vec::new(), Vec::new(), Vec::new());
+        let (mut poll, mut block, mut dispatch, mut submit) =
+            (Vec::new(), Vec::new(), Vec::new(), Vec::new());
         for _ in 0..passes {
             for sync in [SyncChoice::Poll, SyncChoice::Block] {
                 rt.set_sync(sync);
@@ -58,16 +59,20 @@ fn main() {
                     SyncChoice::Block => block.push(r.measured_us),
                 }
                 dispatch.extend(r.per_op.iter().map(|o| o.dispatch_us));
+                submit.extend(r.per_op.iter().map(|o| o.submit_us));
             }
         }
         let (p, b) = (median(&poll), median(&block));
         println!(
-            "| {phase} | {len} | {:.0} µs | {p:.0} µs | {b:.0} µs | {:.2} | {:.3} | {:.2} µs ({:.2}) | {check} |",
+            "| {phase} | {len} | {:.0} µs | {p:.0} µs | {b:.0} µs | {:.2} | {:.2} | {:.3} | {:.2} µs ({:.2}) | {:.2} µs ({:.2}) | {check} |",
             first.predicted_us,
             p / first.predicted_us,
+            b / first.predicted_us,
             b / p,
             median(&dispatch),
             quantile(&dispatch, 0.9),
+            median(&submit),
+            quantile(&submit, 0.9),
         );
         eprintln!("{}", first.to_text());
     }

@@ -21,7 +21,7 @@ pub enum Error {
         /// The plan file.
         plan: PathBuf,
         /// What differs.
-        mismatch: hetero_plan::FingerprintMismatch,
+        mismatch: Box<hetero_plan::FingerprintMismatch>,
     },
     /// A processor the plan uses is not here.
     #[error(
@@ -97,7 +97,7 @@ pub enum Error {
         /// Length.
         len: u32,
         /// The backend's error.
-        source: hetero_agent::Error,
+        source: Box<hetero_agent::Error>,
     },
     /// A processor could not prepare a graph or GEMM before the run.
     #[error("{processor} could not prepare `{op}` ({what}): {source}")]
@@ -109,7 +109,7 @@ pub enum Error {
         /// The GEMM, in words.
         what: String,
         /// The backend's error.
-        source: hetero_agent::Error,
+        source: Box<hetero_agent::Error>,
     },
     /// An output differed from the reference by more than its bound.
     #[error("check failed: {failed} of {checked} outputs off the reference; worst: {worst}")]

@@ -124,8 +124,11 @@ pub(crate) struct Sample {
     /// The operator's time: the wall clock, or for simulated/emulated parts
     /// the real overheads plus the overlapped part times.
     pub measured_us: f64,
-    /// Time the runtime spent in its own code and submit calls.
+    /// Time the runtime spent in its own code (lookups, bookkeeping),
+    /// outside every backend call.
     pub dispatch_us: f64,
+    /// Time inside the backends' submit calls.
+    pub submit_us: f64,
     /// Time copying inputs, outputs and uploads.
     pub copy_us: f64,
     /// Per part, the backend's time (device timer, model, or host clock).
@@ -263,6 +266,7 @@ pub(crate) fn run_instance(
 ) -> Result<Sample, Failure> {
     let t0 = Instant::now();
     let mut copy = 0.0;
+    let mut submit = 0.0;
     let mut blocked = 0.0; // waits and inline executions of real parts
     let mut host_nonreal = 0.0; // the host computing simulated products
     let mut parts_us = vec![0.0; parts.len()];
@@ -282,7 +286,10 @@ pub(crate) fn run_instance(
             let t = Instant::now();
             feed(g, step, input, k, stage).map_err(|e| (part.proc, e))?;
             copy += us(t);
-            match g.submit() {
+            let t = Instant::now();
+            let submitted = g.submit();
+            submit += us(t);
+            match submitted {
                 Ok(()) => {
                     part.asynchronous = Some(true);
                     inflight.push((pi, 0));
@@ -335,7 +342,9 @@ pub(crate) fn run_instance(
                 let t = Instant::now();
                 feed(g, next, input, k, stage).map_err(|e| (part.proc, e))?;
                 copy += us(t);
+                let t = Instant::now();
                 g.submit().map_err(|e| (part.proc, e))?;
+                submit += us(t);
                 inflight[0].1 = si + 1;
             } else {
                 inflight.remove(0);
@@ -386,7 +395,8 @@ pub(crate) fn run_instance(
     Ok(Sample {
         wall_us: wall,
         measured_us: wall_real + (max_nonreal - max_real).max(0.0),
-        dispatch_us: (wall_real - copy - blocked).max(0.0),
+        dispatch_us: (wall_real - copy - blocked - submit).max(0.0),
+        submit_us: submit,
         copy_us: copy,
         parts_us,
         simulated: parts.iter().any(|p| p.timing == Timing::Simulated),

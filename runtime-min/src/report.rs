@@ -98,9 +98,11 @@ pub struct OpReport {
     /// part it includes the host computing the simulated product: not a
     /// latency of any processor.
     pub wall_us: f64,
-    /// Median runtime overhead per execution (decider, bookkeeping, submit
-    /// calls; not copies or waits), µs.
+    /// Median runtime overhead per execution: the runtime's own code
+    /// (decider and pool lookups, bookkeeping), outside every backend call, µs.
     pub dispatch_us: f64,
+    /// Median time inside the backends' submit calls per execution, µs.
+    pub submit_us: f64,
     /// Median time copying inputs and merging outputs, µs.
     pub copy_us: f64,
     /// `measured` (every part real), `simulated` or `emulated`.
@@ -141,6 +143,10 @@ pub struct DispatchReport {
     pub max_us: f64,
     /// Executions.
     pub samples: usize,
+    /// Median time inside the backends' submit calls per execution, µs.
+    pub submit_median_us: f64,
+    /// Its 90th percentile, µs.
+    pub submit_p90_us: f64,
 }
 
 /// A whole run.
@@ -191,8 +197,29 @@ pub struct Report {
     pub processors: Vec<ProcessorReport>,
     /// Buffers of the pool: count and bytes; allocations made during timed passes.
     pub pool: PoolReport,
+    /// With `--tree`: per operator, the agreement of a decision tree
+    /// distilled from its table with the table.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tree: Option<Vec<TreeReport>>,
     /// What the numbers leave out, and assumptions.
     pub notes: Vec<String>,
+}
+
+/// A decision tree distilled from one operator's table.
+#[derive(Debug, Clone, Serialize)]
+pub struct TreeReport {
+    /// Operator.
+    pub op: String,
+    /// Lengths in the table.
+    pub lengths: usize,
+    /// Distinct strategies (classes).
+    pub classes: usize,
+    /// Leaves of the tree.
+    pub leaves: usize,
+    /// Depth of the tree.
+    pub depth: usize,
+    /// Share of the table's lengths where the tree picks the table's strategy.
+    pub agreement: f64,
 }
 
 /// The buffer pool.
@@ -247,8 +274,8 @@ impl Report {
         );
         let _ = writeln!(
             s,
-            "{:<14} {:>6} {:<10} {:>11} {:>11} {:>6} {:>9}  {}",
-            "op", "layers", "strategy", "predicted", "measured", "ratio", "dispatch", "decision"
+            "{:<14} {:>6} {:<10} {:>11} {:>11} {:>6} {:>9}  decision",
+            "op", "layers", "strategy", "predicted", "measured", "ratio", "dispatch"
         );
         for o in &self.per_op {
             let _ = writeln!(
@@ -294,11 +321,13 @@ impl Report {
         }
         let _ = writeln!(
             s,
-            "dispatch per operator: median {}, p90 {}, max {} over {} executions",
+            "dispatch per operator: median {}, p90 {}, max {} over {} executions (runtime code); backend submit calls: median {}, p90 {}",
             fmt_us(self.dispatch.median_us),
             fmt_us(self.dispatch.p90_us),
             fmt_us(self.dispatch.max_us),
-            self.dispatch.samples
+            self.dispatch.samples,
+            fmt_us(self.dispatch.submit_median_us),
+            fmt_us(self.dispatch.submit_p90_us),
         );
         if let Some(c) = &self.check {
             let _ = writeln!(
@@ -308,6 +337,20 @@ impl Report {
             );
             for f in &c.failures {
                 let _ = writeln!(s, "  FAILED {f}");
+            }
+        }
+        if let Some(t) = &self.tree {
+            for r in t {
+                let _ = writeln!(
+                    s,
+                    "tree {}: {} strategies over {} lengths, {} leaves, depth {}: agrees with the table at {:.1} % of lengths",
+                    r.op,
+                    r.classes,
+                    r.lengths,
+                    r.leaves,
+                    r.depth,
+                    100.0 * r.agreement
+                );
             }
         }
         for n in &self.notes {

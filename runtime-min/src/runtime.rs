@@ -161,7 +161,7 @@ impl Runtime {
         plan.check_inputs(pfp.as_ref(), Some(&model.fingerprint()))
             .map_err(|mismatch| Error::Fingerprint {
                 plan: plan_path.to_path_buf(),
-                mismatch,
+                mismatch: Box::new(mismatch),
             })?;
         let mut reg = Registry::open(&opts.open, Some(&plan.processors));
         let mut backends = Vec::with_capacity(plan.processors.len());
@@ -233,7 +233,7 @@ impl Runtime {
         plan.check_inputs(None, Some(&model.fingerprint()))
             .map_err(|mismatch| Error::Fingerprint {
                 plan: plan_path.to_path_buf(),
-                mismatch,
+                mismatch: Box::new(mismatch),
             })?;
         if backends.len() != plan.processors.len() {
             return Err(Error::arg(
@@ -300,14 +300,13 @@ impl Runtime {
             WeightSource::Synthetic { seed, .. } => *seed,
             WeightSource::Safetensors(_) => 0x5eed,
         };
-        let fault = match &opts.fail_after {
-            Some((p, n)) => Some(Arc::new(Fault {
+        let fault = opts.fail_after.as_ref().map(|(p, n)| {
+            Arc::new(Fault {
                 processor: p.clone(),
                 after: *n,
                 count: AtomicU32::new(0),
-            })),
-            None => None,
-        };
+            })
+        });
         let mut notes = vec![
             "only the linear operators (GEMMs) run; attention, norms and activations are not modelled, so TTFT and per-token times cover the GEMMs alone".to_string(),
         ];
@@ -359,6 +358,31 @@ impl Runtime {
     /// The decider.
     pub fn decider(&self) -> &Decider {
         &self.decider
+    }
+
+    /// Distils a decision tree from every operator table of a phase and
+    /// states its agreement with the table (`max_depth: None`: grown fully).
+    #[cfg(feature = "tree")]
+    pub fn tree_agreement(
+        &self,
+        phase: Phase,
+        max_depth: Option<usize>,
+    ) -> Vec<report::TreeReport> {
+        self.phase_ops(phase)
+            .into_iter()
+            .map(|oi| {
+                let op = &self.plan.ops[oi];
+                let t = crate::decider::tree::DistilledTree::fit(op, max_depth);
+                report::TreeReport {
+                    op: op.op.clone(),
+                    lengths: op.decisions.len(),
+                    classes: t.classes.len(),
+                    leaves: t.leaves,
+                    depth: t.depth,
+                    agreement: t.agreement,
+                }
+            })
+            .collect()
     }
 
     /// Changes how the host waits for submitted parts.
@@ -767,7 +791,7 @@ impl Runtime {
                                         processor: pid.clone(),
                                         op: op.into(),
                                         what: what.clone(),
-                                        source,
+                                        source: Box::new(source),
                                     })?;
                                 if sl.upload {
                                     // Offload re-writes these weights every run: the
@@ -776,7 +800,7 @@ impl Runtime {
                                         processor: pid.clone(),
                                         op: op.into(),
                                         what: format!("{what}, weights copied every run"),
-                                        source,
+                                        source: Box::new(source),
                                     })?;
                                 }
                                 let st = &mut self.prep[proc];
@@ -926,7 +950,7 @@ impl Runtime {
                 layer,
                 phase,
                 len,
-                source,
+                source: Box::new(source),
             })?;
             staged[i * m * n..(i + 1) * m * n].copy_from_slice(&pool_out[..m * n]);
             t.measured_us += s.measured_us;
@@ -1072,12 +1096,20 @@ impl Runtime {
             backends,
             ..
         } = self;
+        // The lookups count as dispatch.
+        let t_lookup = Instant::now();
         let p = prepared
             .get_mut(&(oi, len))
             .expect("prepared before the pass");
         let (m, k, n) = (p.m, p.k, p.n);
         let input = &inputs[&(oi, m as u32)];
-        let mut total = Sample::default();
+        let lookup_us = t_lookup.elapsed().as_secs_f64() * 1e6;
+        let mut total = Sample {
+            wall_us: lookup_us,
+            measured_us: lookup_us,
+            dispatch_us: lookup_us,
+            ..Sample::default()
+        };
         let mut checks = checks;
         for inst in 0..p.instances as usize {
             let parts = &mut p.layers[layer as usize][inst];
@@ -1097,7 +1129,7 @@ impl Runtime {
                 layer,
                 phase: plan.ops[oi].phase,
                 len,
-                source,
+                source: Box::new(source),
             })?;
             if let Some(c) = checks.as_deref_mut() {
                 let lop = &model.ops[p.model_op];
@@ -1133,6 +1165,7 @@ impl Runtime {
             total.wall_us += s.wall_us;
             total.measured_us += s.measured_us;
             total.dispatch_us += s.dispatch_us;
+            total.submit_us += s.submit_us;
             total.copy_us += s.copy_us;
             total.simulated |= s.simulated;
             total.emulated |= s.emulated;
@@ -1170,6 +1203,7 @@ impl Runtime {
         let mut per_op = Vec::new();
         let mut predicted_total = 0.0;
         let mut all_dispatch = Vec::new();
+        let mut all_submit = Vec::new();
         let (mut any_sim, mut any_emu) = (false, false);
         for (j, &oi) in ops.iter().enumerate() {
             let p = &self.prepared[&(oi, spec.len)];
@@ -1180,6 +1214,8 @@ impl Runtime {
             let measured = report::median(&col(&|x| x.measured_us));
             let dispatch_each: Vec<f64> = col(&|x| x.dispatch_us / p.instances as f64);
             all_dispatch.extend_from_slice(&dispatch_each);
+            let submit_each: Vec<f64> = col(&|x| x.submit_us / p.instances as f64);
+            all_submit.extend_from_slice(&submit_each);
             let sim = s.iter().any(|x| x.simulated);
             let emu = s.iter().any(|x| x.emulated);
             any_sim |= sim;
@@ -1220,6 +1256,7 @@ impl Runtime {
                 ratio: ratio(measured, d.cost.total_us),
                 wall_us: report::median(&col(&|x| x.wall_us)),
                 dispatch_us: report::median(&dispatch_each),
+                submit_us: report::median(&submit_each),
                 copy_us: report::median(&col(&|x| x.copy_us)),
                 timing: timing_of(sim, emu).into(),
                 samples: s.len(),
@@ -1316,6 +1353,8 @@ impl Runtime {
                 p90_us: report::quantile(&all_dispatch, 0.9),
                 max_us: all_dispatch.iter().cloned().fold(0.0, f64::max),
                 samples: all_dispatch.len(),
+                submit_median_us: report::median(&all_submit),
+                submit_p90_us: report::quantile(&all_submit, 0.9),
             },
             per_op,
             check,
@@ -1329,6 +1368,7 @@ impl Runtime {
                         + self.inputs.values().map(Vec::capacity).sum::<usize>()),
                 grown_while_timed,
             },
+            tree: None,
             notes,
         }
     }

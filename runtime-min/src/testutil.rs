@@ -50,8 +50,11 @@ fn cost(parts: usize) -> CostBreakdown {
     }
 }
 
+/// One operator's decision table: name, phase, (length, strategy) pairs.
+pub type Table<'a> = (&'a str, Phase, Vec<(u32, Strategy)>);
+
 /// A plan whose operators have the given decision tables (K = N = 1024).
-pub fn plan_with(ops: Vec<(&str, Phase, Vec<(u32, Strategy)>)>) -> Plan {
+pub fn plan_with(ops: Vec<Table<'_>>) -> Plan {
     Plan {
         schema_version: SchemaVersion,
         model: Fingerprint::of_bytes("m", b"m"),
