@@ -8,10 +8,17 @@ use common::*;
 #[test]
 fn help_lists_subcommands_and_each_has_an_example() {
     let help = ok(&["--help"]);
-    for sub in ["model", "schema"] {
+    for sub in ["model", "schema", "fit", "predict", "chart"] {
         assert!(help.contains(sub), "--help lacks {sub}:\n{help}");
     }
-    for args in [&["model", "show", "--help"][..], &["schema", "--help"][..]] {
+    for args in [
+        &["model", "--help"][..],
+        &["model", "show", "--help"][..],
+        &["schema", "--help"][..],
+        &["fit", "--help"][..],
+        &["predict", "--help"][..],
+        &["chart", "--help"][..],
+    ] {
         let h = ok(args);
         assert!(
             h.contains("Example"),

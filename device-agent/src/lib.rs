@@ -27,10 +27,16 @@ pub mod conditions;
 pub mod conformance;
 #[cfg(feature = "cpu")]
 pub mod cpu;
+#[cfg(feature = "cuda")]
+pub mod cuda;
 #[cfg(any(feature = "cpu", feature = "sim"))]
 mod dense;
 mod error;
+#[cfg(feature = "opencl")]
+pub mod opencl;
 pub mod protocol;
+#[cfg(feature = "qnn")]
+pub mod qnn;
 mod registry;
 #[cfg(feature = "sim")]
 pub mod sim;

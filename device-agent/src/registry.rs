@@ -9,6 +9,12 @@ pub struct OpenOptions {
     pub cpu_groups: Option<String>,
     /// Folder holding `libQnnHtp.so` and its companions.
     pub qnn_lib_dir: Option<PathBuf>,
+    /// QNN HTP SoC model (57 = SM8650, 69 = SM8750, 87 = SM8850);
+    /// `HETERO_QNN_SOC` when absent.
+    pub qnn_soc: Option<u32>,
+    /// QNN HTP performance vote, `default` or `burst`; `HETERO_QNN_PERF`
+    /// when absent.
+    pub qnn_perf: Option<String>,
     /// RON file with NPU simulator parameters; the illustrative defaults when absent.
     pub sim_params: Option<PathBuf>,
     /// Where backends cache autotuning results.
@@ -42,10 +48,14 @@ impl Registry {
         let openers: Vec<(&str, Opener)> = vec![
             #[cfg(feature = "cpu")]
             ("cpu", crate::cpu::open),
-            // #[cfg(feature = "opencl")]
-            // ("opencl", crate::opencl::open),
+            #[cfg(feature = "opencl")]
+            ("opencl", crate::opencl::open),
+            #[cfg(feature = "cuda")]
+            ("cuda", crate::cuda::open),
             #[cfg(feature = "sim")]
             ("npu-sim", crate::sim::open),
+            #[cfg(feature = "qnn")]
+            ("qnn", crate::qnn::open),
         ];
         let mut reg = Registry {
             backends: Vec::new(),
@@ -131,9 +141,14 @@ mod tests {
         if cfg!(feature = "sim") {
             assert!(ids.contains(&"npu-sim".to_string()), "{ids:?}");
         }
-        // Backends not compiled in say so.
+        // Backends not compiled in say so; compiled-in ones that did not
+        // open (cuda without libcuda) give their own reason instead.
         for u in &reg.unavailable {
-            assert!(u.reason.to_string().contains("compiled without"), "{u:?}");
+            let compiled = COMPILED
+                .iter()
+                .any(|(name, _, compiled)| *name == u.backend && *compiled);
+            let says = u.reason.to_string().contains("compiled without");
+            assert_eq!(says, !compiled, "{u:?}");
         }
         let only = Registry::open(&OpenOptions::default(), Some(&["npu-*".to_string()]));
         assert!(

@@ -33,7 +33,7 @@ mod version;
 pub use error::{Error, Result};
 pub use fingerprint::Fingerprint;
 pub use gemm::{DType, GemmShape, OperandOrder, WeightMode};
-pub use io::{Format, load, load_str, save, to_string, write_atomic};
+pub use io::{Format, load, load_str, save, to_string, to_string_depth, write_atomic};
 pub use model::{LinearOp, MRule, ModelSpec, OpRole, Phase};
 pub use plan::{
     CostBreakdown, Decision, FingerprintMismatch, GraphSet, OffloadPlacement, OpPlan, Plan,

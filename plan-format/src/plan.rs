@@ -11,6 +11,10 @@ fn one() -> u32 {
     1
 }
 
+fn is_zero(v: &f64) -> bool {
+    *v == 0.0
+}
+
 /// A prepared graph that computes only a share of an operator's output rows
 /// (the static side of a row cut or hybrid cut at that graph size).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -244,8 +248,10 @@ pub struct CostBreakdown {
     /// ([`Strategy::processors`]; one entry for a single processor).
     pub parts_us: Vec<f64>,
     /// Synchronisation and submission cost.
+    #[serde(default, skip_serializing_if = "is_zero")]
     pub sync_us: f64,
     /// Data movement not hidden behind compute (zero on unified memory).
+    #[serde(default, skip_serializing_if = "is_zero")]
     pub copy_us: f64,
     /// The total the solver minimised.
     pub total_us: f64,
@@ -479,6 +485,16 @@ fn short(sha: &str) -> &str {
 }
 
 impl Plan {
+    /// Plans are written pretty down to this depth and one decision per
+    /// line below it ([`crate::to_string_depth`]): a plan holds one decision
+    /// per operator, phase and length, tens of thousands of them.
+    pub const PRETTY_DEPTH: usize = 4;
+
+    /// The plan as text in `format`, one decision per line.
+    pub fn to_text(&self, format: crate::Format) -> crate::Result<String> {
+        crate::to_string_depth(self, format, Some(Self::PRETTY_DEPTH))
+    }
+
     /// The decision table of an operator in a phase.
     pub fn op(&self, name: &str, phase: Phase) -> Option<&OpPlan> {
         self.ops.iter().find(|o| o.op == name && o.phase == phase)

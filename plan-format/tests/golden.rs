@@ -413,6 +413,30 @@ fn golden_plan() {
     check("plan", &sample_plan());
 }
 
+/// Plans are written one decision per line (`Plan::to_text`); the compact
+/// layout parses back to the same plan.
+#[test]
+fn golden_plan_one_decision_per_line() {
+    let plan = sample_plan();
+    for (ext, format) in [("ron", Format::Ron), ("json", Format::Json)] {
+        let path = golden_dir().join(format!("plan-compact.{ext}"));
+        let text = plan.to_text(format).unwrap();
+        if std::env::var_os("HETERO_BLESS").is_some() {
+            std::fs::write(&path, &text).unwrap();
+        }
+        let golden = std::fs::read_to_string(&path)
+            .unwrap_or_else(|e| panic!("{}: {e} (run with HETERO_BLESS=1)", path.display()));
+        assert_eq!(text, golden, "{} differs", path.display());
+        let lines = text
+            .lines()
+            .filter(|l| l.contains("len:") || l.contains("\"len\":"))
+            .count();
+        assert_eq!(lines, plan.ops[0].decisions.len(), "{text}");
+        let back: Plan = load(&path).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(back, plan);
+    }
+}
+
 #[test]
 fn golden_predictor() {
     use hetero_plan::predictor::Work;

@@ -135,8 +135,13 @@ fn time<O: LatencyOracle>(name: &str, oracle: &O, model: &hetero_plan::ModelSpec
 }
 
 fn main() {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../tests/fixtures/configs/llama-70b-class.json");
+    // HETERO_BENCH_CONFIG overrides the fixture's path (for a copied binary).
+    let path = std::env::var_os("HETERO_BENCH_CONFIG")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| {
+            Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("../tests/fixtures/configs/llama-70b-class.json")
+        });
     let model = hf::load_config(&path).expect("fixture config");
     let which: Vec<String> = std::env::args()
         .skip(1)

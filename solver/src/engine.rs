@@ -181,7 +181,7 @@ pub(crate) enum Shape {
     },
 }
 
-type FamilyKey = (StrategyKind, Small<usize, 3>, bool);
+pub(crate) type FamilyKey = (StrategyKind, Small<usize, 3>, u8);
 
 /// A costed candidate. `parts` follow the processor order of the shape.
 #[derive(Debug, Clone)]
@@ -231,12 +231,17 @@ impl Cand {
 
     /// Candidates of one family compete; the runner-up is the best of
     /// another family.
-    pub fn family(&self, m: u32) -> (StrategyKind, Small<usize, 3>, bool) {
+    pub fn family(&self, m: u32) -> FamilyKey {
         let mut p = self.procs();
         p.sort_unstable();
-        // ScheInfer's token assignment is its own family.
-        let tokens = matches!(self.shape, Shape::Offload { gpu_tokens, .. } if gpu_tokens > 0);
-        (self.kind(m), p, tokens)
+        // Online prepare and ScheInfer's token assignment are families of
+        // their own.
+        let variant = match self.shape {
+            Shape::Single { online: true, .. } => 1,
+            Shape::Offload { gpu_tokens, .. } if gpu_tokens > 0 => 1,
+            _ => 0,
+        };
+        (self.kind(m), p, variant)
     }
 
     /// The plan strategy for rows `m` (a padded row cut is a hybrid).
@@ -1001,8 +1006,8 @@ impl<'s, 'a> OpCtx<'s, 'a> {
             .collect();
         // Ties are broken by family, so the order never depends on hashing.
         let key = |c: &Cand| {
-            let (kind, procs, tokens) = c.family(m);
-            (kind as u8, procs, tokens)
+            let (kind, procs, variant) = c.family(m);
+            (kind as u8, procs, variant)
         };
         cands.sort_by(|a, b| {
             a.total

@@ -155,7 +155,7 @@ impl OpCtx<'_, '_> {
             return None;
         }
         let align = self.align();
-        let search_cc = |ng: u32| -> Cand {
+        let search_cc = |ng: u32| -> Option<Cand> {
             let steps = free / align;
             let cc_at = |j: u32| if j >= steps { free } else { j * align };
             let side = |j: u32| {
@@ -174,19 +174,14 @@ impl OpCtx<'_, '_> {
             }
             let mut js: Vec<u32> = (lo.saturating_sub(2)..=(lo + 1).min(steps)).collect();
             js.extend([0, steps]);
+            // All rows on the CPU is the CPU alone, not an offload.
             js.into_iter()
+                .filter(|&j| !(gg == 0 && ng == 0 && cc_at(j) == free))
                 .map(|j| self.offload_cost(m, gg, cc_at(j), ng))
                 .min_by(|a, b| a.total.total_cmp(&b.total))
-                .expect("at least one slicing")
         };
-        let best = search_cc(0);
-        // All-CC is the CPU alone; keep the slicing only when it uses the GPU.
-        match best.shape {
-            Shape::Offload {
-                cc, gpu_tokens: 0, ..
-            } if cc == free && gg == 0 => None,
-            _ => Some(best),
-        }
+        let best = search_cc(0)?;
+        Some(best)
     }
 }
 

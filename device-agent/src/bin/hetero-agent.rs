@@ -47,6 +47,12 @@ struct OpenArgs {
     /// Folder holding libQnnHtp.so and its companions.
     #[arg(long, global = true)]
     qnn_lib_dir: Option<PathBuf>,
+    /// QNN HTP SoC model (57 = SM8650, 69 = SM8750, 87 = SM8850); else HETERO_QNN_SOC.
+    #[arg(long, global = true)]
+    qnn_soc: Option<u32>,
+    /// QNN HTP performance vote, default or burst; else HETERO_QNN_PERF.
+    #[arg(long, global = true)]
+    qnn_perf: Option<String>,
     /// Where backends cache autotuning results.
     #[arg(long, global = true)]
     cache_dir: Option<PathBuf>,
@@ -82,6 +88,11 @@ enum Command {
     ///
     /// Example: cargo run --release -p hetero-agent -- bench-gemm --size 2048
     BenchGemm(BenchArgs),
+    /// Compile MatMul graphs ahead of time into QNN context binaries for a SoC.
+    ///
+    /// Example: hetero-agent compile --soc 57 --graphs 128x4096x4096,1x4096x4096:w8a16 --out graphs/
+    #[cfg(feature = "qnn")]
+    Compile(hetero_agent::qnn::CompileArgs),
 }
 
 #[derive(Args)]
@@ -209,6 +220,8 @@ fn run(cli: Cli) -> Result<()> {
         Command::Sweep(args) => sweep(&cli.open, args),
         Command::Microbench(args) => microbench(&cli.open, args),
         Command::BenchGemm(args) => bench_gemm(&cli.open, args),
+        #[cfg(feature = "qnn")]
+        Command::Compile(args) => compile(&cli.open, args),
     }
 }
 
@@ -234,6 +247,8 @@ fn open_registry(o: &OpenArgs, filter: bool) -> Result<Registry> {
     let opts = OpenOptions {
         cpu_groups: o.cpu_groups.clone(),
         qnn_lib_dir: o.qnn_lib_dir.clone(),
+        qnn_soc: o.qnn_soc,
+        qnn_perf: o.qnn_perf.clone(),
         sim_params: o.sim_params.clone(),
         cache_dir: o.cache_dir.clone(),
     };
@@ -243,6 +258,29 @@ fn open_registry(o: &OpenArgs, filter: bool) -> Result<Registry> {
         None
     };
     Ok(Registry::open(&opts, f))
+}
+
+/// `compile`: QNN context binaries for a SoC (bad graph lists exit 2).
+#[cfg(feature = "qnn")]
+fn compile(o: &OpenArgs, args: hetero_agent::qnn::CompileArgs) -> Result<()> {
+    if let Some(d) = &o.qnn_lib_dir
+        && !d.is_dir()
+    {
+        return Err(bad(format!(
+            "--qnn-lib-dir: {} is not a folder",
+            d.display()
+        )));
+    }
+    let opts = OpenOptions {
+        qnn_lib_dir: o.qnn_lib_dir.clone(),
+        qnn_perf: o.qnn_perf.clone(),
+        ..Default::default()
+    };
+    match hetero_agent::qnn::compile_cli(&args, &opts) {
+        Ok(_) => Ok(()),
+        Err(e @ AgentError::BadRequest { .. }) => Err(bad(e.to_string())),
+        Err(e) => Err(e.into()),
+    }
 }
 
 fn probe(o: &OpenArgs, json: bool) -> Result<()> {

@@ -1,0 +1,373 @@
+//! OpenCL GEMM and microbenchmarks on the first OpenCL device, side by side
+//! with the `gemm` crate on the host CPU in the same process.
+//!
+//! ```text
+//! cargo run --release -p hetero-agent --example opencl_bench -- [--shapes 512,1024,2048]
+//!     [--reps 7] [--tiles] [--micro] [--gemms 1x4096x4096,64x4096x4096] [--cache-dir DIR]
+//! ```
+//! `--tiles` times every candidate tile at each shape (kernel development);
+//! `--gemms` times further shapes in both operand orders;
+//! `--micro` runs the copy (4 KiB to 256 MiB), submit and sync microbenchmarks.
+//! Every GEMM result is checked against an f64 reference on sampled outputs
+//! before its time is printed. OpenCL and `gemm` runs alternate, with a
+//! 30 ms pause before each, so that other load on the machine hits both
+//! alike and neither runtime's spinning workers slow the other.
+
+use std::time::Instant;
+
+use hetero_agent::opencl::{self, CANDIDATES, OpenClBackend, Tile};
+use hetero_agent::{Backend, Gemm, GemmSpec, OpenOptions, default_tolerance};
+use hetero_plan::{DType, GemmShape, MicrobenchKind, MicrobenchRequest, OperandOrder, WeightMode};
+
+fn data(len: usize, seed: u64) -> Vec<f32> {
+    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..len)
+        .map(|_| {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            ((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+        })
+        .collect()
+}
+
+/// Largest |c - ref| / Σ|a·w| over 256 sampled outputs.
+fn sampled_err(a: &[f32], w: &[f32], c: &[f32], m: usize, k: usize, n: usize) -> f64 {
+    let mut s = 0x2545_F491_4F6C_DD1Du64;
+    let mut worst = 0f64;
+    for _ in 0..256 {
+        s ^= s << 13;
+        s ^= s >> 7;
+        s ^= s << 17;
+        let (i, j) = ((s % m as u64) as usize, ((s >> 32) % n as u64) as usize);
+        let (mut dot, mut abs) = (0f64, 0f64);
+        for p in 0..k {
+            let x = f64::from(a[i * k + p]) * f64::from(w[p * n + j]);
+            dot += x;
+            abs += x.abs();
+        }
+        let e = (f64::from(c[i * n + j]) - dot).abs() / abs.max(f64::MIN_POSITIVE);
+        if e.is_nan() || e > worst {
+            worst = e;
+        }
+    }
+    worst
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
+}
+
+fn gflops(m: usize, k: usize, n: usize, us: f64) -> f64 {
+    2.0 * (m * k * n) as f64 / us / 1e3
+}
+
+/// Median kernel (device timer) and host times of `reps` runs, after checking.
+fn time_opencl(
+    be: &mut OpenClBackend,
+    tile: Option<Tile>,
+    m: usize,
+    k: usize,
+    n: usize,
+    order: OperandOrder,
+    reps: usize,
+) -> Result<(f64, f64), String> {
+    let spec = GemmSpec {
+        shape: GemmShape::new(m as u32, k as u32, n as u32).unwrap(),
+        dtype: DType::F32,
+        order,
+        weights: WeightMode::Static,
+    };
+    let a = data(m * k, 1);
+    let w = data(k * n, 2);
+    let mut g = match tile {
+        Some(t) => be.prepare_with_tile(&spec, &w, t),
+        None => be.prepare_cl(&spec, &w),
+    }
+    .map_err(|e| e.to_string())?;
+    g.write_input(&a).map_err(|e| e.to_string())?;
+    g.execute().map_err(|e| e.to_string())?;
+    let mut c = vec![0f32; m * n];
+    g.read_output(&mut c).map_err(|e| e.to_string())?;
+    let err = sampled_err(&a, &w, &c, m, k, n);
+    let tol = default_tolerance(DType::F32, k as u32);
+    if err.is_nan() || err > tol {
+        return Err(format!("wrong result: rel err {err:.2e} > {tol:.2e}"));
+    }
+    let (mut dev, mut host) = (Vec::new(), Vec::new());
+    for _ in 0..reps {
+        let t = g.execute().map_err(|e| e.to_string())?;
+        dev.push(t.best_us());
+        host.push(t.host_us);
+    }
+    Ok((median(dev), median(host)))
+}
+
+/// The `gemm` crate on every host thread, C = A·W row-major.
+fn gemm_crate(a: &[f32], w: &[f32], c: &mut [f32], m: usize, k: usize, n: usize) {
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    // SAFETY: row-major A[m,k], W[k,n], C[m,n] with matching strides; the
+    // slices are exactly that long.
+    unsafe {
+        gemm::gemm(
+            m,
+            n,
+            k,
+            c.as_mut_ptr(),
+            1,
+            n as isize,
+            false,
+            a.as_ptr(),
+            1,
+            k as isize,
+            w.as_ptr(),
+            1,
+            n as isize,
+            0.0,
+            1.0,
+            false,
+            false,
+            false,
+            gemm::Parallelism::Rayon(threads),
+        )
+    }
+}
+
+/// OpenCL (tuned tile) and the `gemm` crate on the same shape, runs
+/// interleaved so that load from other processes hits both alike; both
+/// outputs checked first. Returns median OpenCL kernel µs, median OpenCL
+/// host µs, median gemm-crate µs.
+fn side_by_side(
+    be: &mut OpenClBackend,
+    (m, k, n): (usize, usize, usize),
+    order: OperandOrder,
+    reps: usize,
+) -> Result<(f64, f64, f64), String> {
+    let spec = GemmSpec {
+        shape: GemmShape::new(m as u32, k as u32, n as u32).unwrap(),
+        dtype: DType::F32,
+        order,
+        weights: WeightMode::Static,
+    };
+    let a = data(m * k, 1);
+    let w = data(k * n, 2);
+    let tol = default_tolerance(DType::F32, k as u32);
+    let mut g = be.prepare_cl(&spec, &w).map_err(|e| e.to_string())?;
+    g.write_input(&a).map_err(|e| e.to_string())?;
+    g.execute().map_err(|e| e.to_string())?;
+    let mut c = vec![0f32; m * n];
+    g.read_output(&mut c).map_err(|e| e.to_string())?;
+    let err = sampled_err(&a, &w, &c, m, k, n);
+    if err.is_nan() || err > tol {
+        return Err(format!("OpenCL wrong: rel err {err:.2e} > {tol:.2e}"));
+    }
+    c.fill(0.0);
+    gemm_crate(&a, &w, &mut c, m, k, n);
+    let err = sampled_err(&a, &w, &c, m, k, n);
+    if err.is_nan() || err > tol {
+        return Err(format!("gemm crate wrong: rel err {err:.2e} > {tol:.2e}"));
+    }
+    let (mut dev, mut host, mut cpu) = (Vec::new(), Vec::new(), Vec::new());
+    // A pause before each run lets the other runtime's worker threads
+    // (PoCL's, rayon's) stop spinning; on a 2-core host back-to-back runs
+    // steal each other's cores.
+    let pause = || std::thread::sleep(std::time::Duration::from_millis(30));
+    for _ in 0..reps {
+        pause();
+        let t = g.execute().map_err(|e| e.to_string())?;
+        dev.push(t.best_us());
+        host.push(t.host_us);
+        pause();
+        let t0 = Instant::now();
+        gemm_crate(&a, &w, &mut c, m, k, n);
+        cpu.push(t0.elapsed().as_secs_f64() * 1e6);
+    }
+    let min = |v: &[f64]| v.iter().copied().fold(f64::INFINITY, f64::min);
+    eprintln!(
+        "  {m}x{k}x{n} {order}: fastest OpenCL {:.0} µs, fastest gemm crate {:.0} µs",
+        min(&dev),
+        min(&cpu)
+    );
+    Ok((median(dev), median(host), median(cpu)))
+}
+
+fn main() {
+    let mut shapes = vec![512usize, 1024, 2048];
+    let mut reps = 7;
+    let mut tiles = false;
+    let mut micro = false;
+    let mut cache_dir = None;
+    let mut skinny: Vec<(usize, usize, usize)> = Vec::new();
+    let mut args = std::env::args().skip(1);
+    while let Some(a) = args.next() {
+        match a.as_str() {
+            "--shapes" => {
+                shapes = args
+                    .next()
+                    .expect("--shapes LIST")
+                    .split(',')
+                    .map(|s| s.parse().expect("a number"))
+                    .collect()
+            }
+            "--reps" => reps = args.next().expect("--reps N").parse().expect("a number"),
+            "--tiles" => tiles = true,
+            "--gemms" => {
+                skinny = args
+                    .next()
+                    .expect("--gemms MxKxN,...")
+                    .split(',')
+                    .map(|t| {
+                        let v: Vec<usize> =
+                            t.split('x').map(|d| d.parse().expect("a number")).collect();
+                        assert_eq!(v.len(), 3, "MxKxN");
+                        (v[0], v[1], v[2])
+                    })
+                    .collect()
+            }
+            "--micro" => micro = true,
+            "--cache-dir" => cache_dir = Some(args.next().expect("--cache-dir DIR").into()),
+            other => {
+                eprintln!("unknown argument {other}");
+                std::process::exit(2);
+            }
+        }
+    }
+    let opts = OpenOptions {
+        cache_dir,
+        ..OpenOptions::default()
+    };
+    let mut devs = match opencl::open_devices(&opts) {
+        Ok(d) => d,
+        Err(e) => {
+            eprintln!("no OpenCL device: {e}");
+            std::process::exit(1);
+        }
+    };
+    let be = &mut devs[0];
+    let p = be.processor().clone();
+    println!("device: {} ({}), {}", p.id, p.name, p.driver);
+    let t0 = Instant::now();
+    let report = be.tune(DType::F32).expect("autotune").clone();
+    println!(
+        "tile {} ({}, {:.1} s)",
+        report.tile,
+        if report.from_cache {
+            "from cache".to_string()
+        } else {
+            format!("tuned on {:?}", report.shape)
+        },
+        t0.elapsed().as_secs_f64()
+    );
+    for t in &report.trials {
+        match (t.best_us, &t.error) {
+            (Some(us), _) => println!("  candidate {}: best {us:.0} µs", t.tile),
+            (None, e) => println!("  candidate {}: {}", t.tile, e.as_deref().unwrap_or("?")),
+        }
+    }
+    println!();
+    println!(
+        "| shape | OpenCL kernel median µs | OpenCL GFLOP/s | host median µs | gemm crate median µs | gemm GFLOP/s | OpenCL / gemm |"
+    );
+    println!("|---|---|---|---|---|---|---|");
+    for &s in &shapes {
+        let (dev, host, cpu) = match side_by_side(be, (s, s, s), OperandOrder::Aw, reps) {
+            Ok(t) => t,
+            Err(e) => {
+                println!("| {s}³ | failed: {e} | | | | | |");
+                continue;
+            }
+        };
+        println!(
+            "| {s}³ | {dev:.0} | {:.1} | {host:.0} | {cpu:.0} | {:.1} | {:.3} |",
+            gflops(s, s, s, dev),
+            gflops(s, s, s, cpu),
+            cpu / dev
+        );
+        if tiles {
+            for &t in CANDIDATES {
+                match time_opencl(be, Some(t), s, s, s, OperandOrder::Aw, reps.min(3)) {
+                    Ok((d, _)) => println!(
+                        "|   tile {t} | {d:.0} | {:.1} | | | | |",
+                        gflops(s, s, s, d)
+                    ),
+                    Err(e) => println!("|   tile {t} | {e} | | | | | |"),
+                }
+            }
+        }
+    }
+    if !skinny.is_empty() {
+        println!();
+        println!(
+            "| M×K×N order | OpenCL kernel median µs | OpenCL GFLOP/s | gemm crate median µs | OpenCL / gemm |"
+        );
+        println!("|---|---|---|---|---|");
+    }
+    for &(m, k, n) in &skinny {
+        for order in [OperandOrder::Aw, OperandOrder::WtAt] {
+            match side_by_side(be, (m, k, n), order, reps) {
+                Ok((d, _, cpu)) => println!(
+                    "| {m}×{k}×{n} {order} | {d:.0} | {:.1} | {cpu:.0} | {:.3} |",
+                    gflops(m, k, n, d),
+                    cpu / d
+                ),
+                Err(e) => println!("| {m}×{k}×{n} {order} | failed: {e} | | | |"),
+            }
+        }
+    }
+    if micro {
+        println!();
+        println!("| microbenchmark | bytes | median µs | min µs | cv | GB/s |");
+        println!("|---|---|---|---|---|---|");
+        let mut reqs = Vec::new();
+        for kind in [MicrobenchKind::CopyH2d, MicrobenchKind::CopyD2h] {
+            let mut b = 4096u64;
+            while b <= 256 << 20 {
+                reqs.push((kind, Some(b)));
+                b *= 8;
+            }
+            if reqs.last().map(|r| r.1) != Some(Some(256 << 20)) {
+                reqs.push((kind, Some(256 << 20)));
+            }
+        }
+        for kind in [
+            MicrobenchKind::SubmitEmpty,
+            MicrobenchKind::SubmitBusy,
+            MicrobenchKind::SyncBlock,
+            MicrobenchKind::SyncPoll,
+        ] {
+            reqs.push((kind, None));
+        }
+        for (bench, bytes) in reqs {
+            let req = MicrobenchRequest {
+                id: format!("{bench:?}"),
+                processor: p.id.clone(),
+                bench,
+                bytes,
+                peer: None,
+                shape: None,
+            };
+            match be.microbench(&req) {
+                Ok(samples) => {
+                    let st = hetero_plan::Stats::from_samples(&samples).unwrap();
+                    let gbps = bytes
+                        .map(|b| format!("{:.2}", b as f64 / st.median_us / 1e3))
+                        .unwrap_or_default();
+                    println!(
+                        "| {bench:?} | {} | {:.1} | {:.1} | {:.2} | {gbps} |",
+                        bytes.map(|b| b.to_string()).unwrap_or_default(),
+                        st.median_us,
+                        st.min_us,
+                        st.cv
+                    );
+                }
+                Err(e) => println!("| {bench:?} | {bytes:?} | failed: {e} | | | |"),
+            }
+        }
+    }
+}

@@ -1,0 +1,207 @@
+//! Tests of the CUDA backend. Where libcuda or a device is absent they
+//! check the error and print why the device tests were skipped.
+
+use hetero_plan::{GemmShape, MicrobenchKind, OperandOrder, WeightMode};
+
+use super::*;
+use crate::{SyncMode, default_tolerance};
+
+/// The opened devices, or `None` after printing why there are none.
+fn devices_or_skip(test: &str) -> Option<Vec<Box<dyn Backend>>> {
+    match open(&OpenOptions::default()) {
+        Ok(list) => Some(list),
+        Err(e @ Error::Library { .. }) => {
+            eprintln!("skipping {test}: {e}");
+            None
+        }
+        Err(e @ Error::Backend { .. }) => {
+            eprintln!("skipping {test}: no usable CUDA device: {e}");
+            None
+        }
+        Err(e) => panic!("{test}: unexpected error opening CUDA: {e}"),
+    }
+}
+
+/// Deterministic values in [-1, 1).
+fn values(n: usize, seed: u64) -> Vec<f32> {
+    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..n)
+        .map(|_| {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            ((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+        })
+        .collect()
+}
+
+/// Largest |c − ref| over all outputs, relative to the largest |ref|.
+fn rel_err(a: &[f32], w: &[f32], c: &[f32], m: usize, k: usize, n: usize) -> f64 {
+    let (mut err, mut scale) = (0f64, 0f64);
+    for i in 0..m {
+        for j in 0..n {
+            let r: f64 = (0..k)
+                .map(|p| a[i * k + p] as f64 * w[p * n + j] as f64)
+                .sum();
+            err = err.max((c[i * n + j] as f64 - r).abs());
+            scale = scale.max(r.abs());
+        }
+    }
+    err / scale.max(f64::MIN_POSITIVE)
+}
+
+fn spec(m: u32, k: u32, n: u32, dtype: DType, order: OperandOrder) -> GemmSpec {
+    GemmSpec {
+        shape: GemmShape::new(m, k, n).unwrap(),
+        dtype,
+        order,
+        weights: WeightMode::Static,
+    }
+}
+
+#[test]
+fn open_without_cuda_is_a_library_error() {
+    match open(&OpenOptions::default()) {
+        Ok(list) => {
+            eprintln!("skipping: CUDA opened here with {} device(s)", list.len());
+            assert!(list.iter().all(|b| b.processor().id.starts_with("cuda:")));
+        }
+        Err(Error::Library {
+            library,
+            tried,
+            reason,
+        }) => {
+            assert!(library.starts_with("libcu"), "{library}");
+            assert!(!tried.is_empty());
+            assert!(!reason.is_empty());
+        }
+        Err(e) => eprintln!("skipping: CUDA loaded but did not open: {e}"),
+    }
+}
+
+#[test]
+fn gemm_matches_the_f64_reference_in_every_dtype_and_order() {
+    let Some(mut devices) = devices_or_skip("gemm reference test") else {
+        return;
+    };
+    for dev in &mut devices {
+        for &(m, k, n) in &[(1, 64, 48), (3, 67, 45), (64, 256, 128), (130, 96, 257)] {
+            for dtype in [DType::F32, DType::F16, DType::Bf16] {
+                for order in [OperandOrder::Aw, OperandOrder::WtAt] {
+                    let w = values(k * n, 7 + k as u64);
+                    let a = values(m * k, 11 + m as u64);
+                    let s = spec(m as u32, k as u32, n as u32, dtype, order);
+                    let mut g = dev.prepare(&s, &w).unwrap();
+                    g.write_input(&a).unwrap();
+                    let t = g.execute().unwrap();
+                    assert!(t.host_us > 0.0 && t.device_us.unwrap() > 0.0);
+                    // Poison, then read: every element must be written.
+                    let mut c = vec![f32::NAN; m * n];
+                    g.read_output(&mut c).unwrap();
+                    let err = rel_err(&a, &w, &c, m, k, n);
+                    let tol = dev.tolerance(dtype, k as u32);
+                    assert!(
+                        err <= tol,
+                        "{} {m}x{k}x{n} {dtype} {order}: rel err {err} > {tol}",
+                        dev.processor().id
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn submit_and_wait_block_and_poll() {
+    let Some(mut devices) = devices_or_skip("submit/wait test") else {
+        return;
+    };
+    for dev in &mut devices {
+        let (m, k, n) = (32, 512, 256);
+        let w = values(k * n, 3);
+        let a = values(m * k, 5);
+        let mut g = dev
+            .prepare(&spec(32, 512, 256, DType::F16, OperandOrder::WtAt), &w)
+            .unwrap();
+        g.write_input(&a).unwrap();
+        for mode in [
+            SyncMode::Block,
+            SyncMode::Poll { predicted_us: 0.0 },
+            SyncMode::Poll {
+                predicted_us: 500.0,
+            },
+        ] {
+            g.submit().unwrap();
+            let t = g.wait(mode).unwrap();
+            assert!(t.host_us > 0.0, "{mode:?}");
+            let mut c = vec![f32::NAN; m * n];
+            g.read_output(&mut c).unwrap();
+            assert!(rel_err(&a, &w, &c, m, k, n) <= default_tolerance(DType::F16, k as u32));
+        }
+        assert!(g.wait(SyncMode::Block).is_err(), "wait without submit");
+    }
+}
+
+#[test]
+fn unsupported_dtype_and_bad_lengths_are_refused() {
+    let Some(mut devices) = devices_or_skip("refusal test") else {
+        return;
+    };
+    let dev = &mut devices[0];
+    let s = spec(2, 4, 3, DType::W4a16, OperandOrder::Aw);
+    assert!(matches!(
+        dev.prepare(&s, &[0.5; 12]),
+        Err(Error::Unsupported { .. })
+    ));
+    let s = spec(2, 4, 3, DType::F32, OperandOrder::Aw);
+    assert!(matches!(
+        dev.prepare(&s, &[0.5; 11]),
+        Err(Error::BadRequest { .. })
+    ));
+    let mut g = dev.prepare(&s, &[0.5; 12]).unwrap();
+    assert!(matches!(
+        g.write_input(&[1.0; 7]),
+        Err(Error::BadRequest { .. })
+    ));
+}
+
+#[test]
+fn microbenchmarks_return_positive_samples() {
+    let Some(mut devices) = devices_or_skip("microbenchmark test") else {
+        return;
+    };
+    let dev = &mut devices[0];
+    let id = dev.processor().id.clone();
+    for (bench, bytes) in [
+        (MicrobenchKind::CopyH2d, Some(1 << 20)),
+        (MicrobenchKind::CopyD2h, Some(4096)),
+        (MicrobenchKind::SubmitEmpty, None),
+        (MicrobenchKind::SubmitBusy, None),
+        (MicrobenchKind::SyncBlock, None),
+        (MicrobenchKind::SyncPoll, None),
+    ] {
+        let req = MicrobenchRequest {
+            id: format!("{bench:?}"),
+            processor: id.clone(),
+            bench,
+            bytes,
+            peer: None,
+            shape: None,
+        };
+        let samples = dev.microbench(&req).unwrap();
+        assert!(
+            !samples.is_empty() && samples.iter().all(|&s| s > 0.0),
+            "{bench:?}"
+        );
+    }
+}
+
+#[test]
+fn passes_the_shared_conformance_suite() {
+    let Some(mut devices) = devices_or_skip("conformance suite") else {
+        return;
+    };
+    for b in &mut devices {
+        crate::conformance::check_backend(b.as_mut());
+    }
+}

@@ -1,0 +1,840 @@
+//! One MatMul graph per prepared GEMM: tensors, quantisation, execution.
+
+use std::ffi::{CString, c_void};
+use std::ptr;
+use std::sync::Arc;
+use std::time::Instant;
+
+use half::f16;
+use hetero_plan::{DType, OperandOrder, WeightMode};
+use serde::{Deserialize, Serialize};
+
+use super::PROCESSOR_ID;
+use super::ffi::{self, Handle};
+use super::runtime::Runtime;
+use crate::{Error, Gemm, GemmSpec, Result, Timed};
+
+/// The graph's name inside its context.
+pub(crate) const GRAPH_NAME: &str = "matmul";
+
+/// How a tensor's elements are stored.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Element {
+    /// IEEE float32.
+    F32,
+    /// IEEE float16.
+    F16,
+    /// Unsigned 16-bit fixed point, `real = scale · (q + offset)`.
+    U16 {
+        /// Step.
+        scale: f32,
+        /// Zero-point term (negative of the zero point).
+        offset: i32,
+    },
+    /// Signed 8-bit fixed point.
+    S8 {
+        /// Step.
+        scale: f32,
+        /// Zero-point term.
+        offset: i32,
+    },
+    /// Signed 4-bit values stored one per byte (`SFIXED_POINT_8` with the
+    /// `BW_SCALE_OFFSET` encoding, bit width 4): HTP 2.51 refuses packed
+    /// 4-bit tensors but accepts this form.
+    S4InS8 {
+        /// Step.
+        scale: f32,
+        /// Zero-point term.
+        offset: i32,
+    },
+}
+
+impl Element {
+    fn data_type(self) -> u32 {
+        match self {
+            Element::F32 => ffi::DT_FLOAT_32,
+            Element::F16 => ffi::DT_FLOAT_16,
+            Element::U16 { .. } => ffi::DT_UFIXED_POINT_16,
+            Element::S8 { .. } | Element::S4InS8 { .. } => ffi::DT_SFIXED_POINT_8,
+        }
+    }
+
+    fn quantize_params(self) -> ffi::QuantizeParams {
+        match self {
+            Element::F32 | Element::F16 => ffi::QuantizeParams::undefined(),
+            Element::U16 { scale, offset } | Element::S8 { scale, offset } => {
+                ffi::QuantizeParams::scale_offset(scale, offset)
+            }
+            Element::S4InS8 { scale, offset } => {
+                ffi::QuantizeParams::bw_scale_offset(4, scale, offset)
+            }
+        }
+    }
+
+    /// Bytes per element as stored.
+    pub fn bytes(self) -> usize {
+        match self {
+            Element::F32 => 4,
+            Element::F16 | Element::U16 { .. } => 2,
+            Element::S8 { .. } | Element::S4InS8 { .. } => 1,
+        }
+    }
+
+    /// The smallest and largest stored integer, for fixed-point elements.
+    fn q_range(self) -> Option<(i32, i32)> {
+        match self {
+            Element::F32 | Element::F16 => None,
+            Element::U16 { .. } => Some((0, 65535)),
+            Element::S8 { .. } => Some((-128, 127)),
+            Element::S4InS8 { .. } => Some((-8, 7)),
+        }
+    }
+
+    fn scale_offset(self) -> (f32, i32) {
+        match self {
+            Element::U16 { scale, offset }
+            | Element::S8 { scale, offset }
+            | Element::S4InS8 { scale, offset } => (scale, offset),
+            Element::F32 | Element::F16 => (1.0, 0),
+        }
+    }
+
+    /// Quantises one value (round to nearest, clamped to the stored range).
+    pub fn quantize(self, x: f32) -> i32 {
+        let (scale, offset) = self.scale_offset();
+        let (lo, hi) = self.q_range().unwrap_or((i32::MIN, i32::MAX));
+        ((x / scale).round() as i64 - offset as i64).clamp(lo as i64, hi as i64) as i32
+    }
+
+    /// The real value of a stored integer.
+    pub fn dequantize(self, q: i32) -> f32 {
+        let (scale, offset) = self.scale_offset();
+        scale * (q + offset) as f32
+    }
+
+    /// Encodes `src` into `dst` (`src.len() * bytes()` bytes).
+    pub fn encode(self, src: &[f32], dst: &mut [u8]) {
+        debug_assert_eq!(dst.len(), src.len() * self.bytes());
+        match self {
+            Element::F32 => {
+                for (d, s) in dst.chunks_exact_mut(4).zip(src) {
+                    d.copy_from_slice(&s.to_ne_bytes());
+                }
+            }
+            Element::F16 => {
+                for (d, s) in dst.chunks_exact_mut(2).zip(src) {
+                    d.copy_from_slice(&f16::from_f32(*s).to_ne_bytes());
+                }
+            }
+            Element::U16 { .. } => {
+                for (d, s) in dst.chunks_exact_mut(2).zip(src) {
+                    d.copy_from_slice(&(self.quantize(*s) as u16).to_ne_bytes());
+                }
+            }
+            Element::S8 { .. } | Element::S4InS8 { .. } => {
+                for (d, s) in dst.iter_mut().zip(src) {
+                    *d = self.quantize(*s) as i8 as u8;
+                }
+            }
+        }
+    }
+
+    /// Decodes `src` into `dst`; returns how many values sat at the ends of
+    /// a fixed-point range (possible saturation).
+    pub fn decode(self, src: &[u8], dst: &mut [f32]) -> usize {
+        let mut at_limit = 0;
+        let mut fixed = |q: i32| {
+            if let Some((lo, hi)) = self.q_range() {
+                if q == lo || q == hi {
+                    at_limit += 1;
+                }
+            }
+            self.dequantize(q)
+        };
+        match self {
+            Element::F32 => {
+                for (d, s) in dst.iter_mut().zip(src.chunks_exact(4)) {
+                    *d = f32::from_ne_bytes(s.try_into().expect("4 bytes"));
+                }
+            }
+            Element::F16 => {
+                for (d, s) in dst.iter_mut().zip(src.chunks_exact(2)) {
+                    *d = f16::from_ne_bytes(s.try_into().expect("2 bytes")).to_f32();
+                }
+            }
+            Element::U16 { .. } => {
+                for (d, s) in dst.iter_mut().zip(src.chunks_exact(2)) {
+                    *d = fixed(u16::from_ne_bytes(s.try_into().expect("2 bytes")) as i32);
+                }
+            }
+            Element::S8 { .. } | Element::S4InS8 { .. } => {
+                for (d, s) in dst.iter_mut().zip(src) {
+                    *d = fixed(*s as i8 as i32);
+                }
+            }
+        }
+        at_limit
+    }
+}
+
+/// What the backend needs to know about one graph tensor, also written to
+/// the ahead-of-time manifest.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TensorDesc {
+    /// Name inside the graph.
+    pub name: String,
+    /// The id the backend assigned at creation (graphExecute needs it).
+    pub id: u32,
+    /// Dimensions, row-major.
+    pub dims: Vec<u32>,
+    /// Element storage and encoding.
+    pub element: Element,
+}
+
+impl TensorDesc {
+    fn len(&self) -> usize {
+        self.dims.iter().map(|&d| d as usize).product()
+    }
+}
+
+/// The tensors of one MatMul graph.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GraphIo {
+    /// The activation input.
+    pub a: TensorDesc,
+    /// The weight, when it is a graph input (`weights: input`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub w: Option<TensorDesc>,
+    /// The output.
+    pub c: TensorDesc,
+    /// The weight is the first MatMul input (`wt_at`): graph inputs are
+    /// passed in MatMul order.
+    pub weight_first: bool,
+    /// The activation range the input encoding covers (quantised dtypes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub act_abs_max: Option<f32>,
+}
+
+/// The elements used for a dtype: (activation, weight, output).
+pub(crate) struct Elements {
+    pub a: Element,
+    pub w: Element,
+    pub c: Element,
+}
+
+/// Chooses storage and encodings for a dtype, from the weights (known at
+/// prepare time) and the activation range the input encoding must cover.
+///
+/// * `f16`: everything float16. `f32`: float32 tensors, computed in float16
+///   inside (graph precision option).
+/// * `w8a16`: activations and output unsigned 16-bit, symmetric around 0;
+///   weights signed 8-bit, symmetric, `scale = max|W| / 127`. (Asymmetric
+///   unsigned 8-bit weights also run, but the emulator's error against the
+///   dequantised weights was 8× larger: 2.7·10⁻³ against 3.3·10⁻⁴.)
+/// * `w4a16`: weights signed 4-bit stored in 8 bits (bit width 4),
+///   symmetric, `scale = max|W| / 7`.
+///
+/// The output range is `±4 · (act_abs_max / √3) · max_n ‖W[:,n]‖₂`: four
+/// standard deviations of an output whose inputs are spread evenly over
+/// `±act_abs_max`. It should be tight: the HTP's output resolution measured
+/// on the emulator is about 1/4000 of the range (12 bits, not 16), so the
+/// error grows in proportion to any over-estimate. Values landing on the
+/// range ends are reported as saturation by `read_output`, never returned
+/// silently.
+pub(crate) fn elements_for(
+    dtype: DType,
+    w: &[f32],
+    k: usize,
+    n: usize,
+    act_abs_max: f32,
+) -> Result<Elements> {
+    let u16_sym = |abs_max: f32| {
+        let abs_max = abs_max.max(f32::MIN_POSITIVE);
+        Element::U16 {
+            scale: 2.0 * abs_max / 65535.0,
+            offset: -32768,
+        }
+    };
+    let out = || {
+        let mut col = vec![0f64; n];
+        for row in w.chunks_exact(n).take(k) {
+            for (c, &x) in col.iter_mut().zip(row) {
+                *c += (x as f64) * (x as f64);
+            }
+        }
+        let l2 = col.iter().fold(0f64, |m, &c| m.max(c.sqrt()));
+        let act_rms = act_abs_max as f64 / 3f64.sqrt();
+        u16_sym((4.0 * act_rms * l2.max(1e-6)) as f32)
+    };
+    Ok(match dtype {
+        DType::F16 => Elements {
+            a: Element::F16,
+            w: Element::F16,
+            c: Element::F16,
+        },
+        DType::F32 => Elements {
+            a: Element::F32,
+            w: Element::F32,
+            c: Element::F32,
+        },
+        DType::W8a16 => {
+            let m = w.iter().fold(0f32, |m, &x| m.max(x.abs()));
+            Elements {
+                a: u16_sym(act_abs_max),
+                w: Element::S8 {
+                    scale: (m / 127.0).max(f32::MIN_POSITIVE),
+                    offset: 0,
+                },
+                c: out(),
+            }
+        }
+        DType::W4a16 => {
+            let m = w.iter().fold(0f32, |m, &x| m.max(x.abs()));
+            Elements {
+                a: u16_sym(act_abs_max),
+                w: Element::S4InS8 {
+                    scale: (m / 7.0).max(f32::MIN_POSITIVE),
+                    offset: 0,
+                },
+                c: out(),
+            }
+        }
+        other => {
+            return Err(Error::unsupported(
+                PROCESSOR_ID,
+                format!("dtype {other} (supported: f16, f32, w8a16, w4a16)"),
+            ));
+        }
+    })
+}
+
+/// The weights as the processor sees them: quantised and dequantised with
+/// the prepared encoding (identity for float types except f16 rounding).
+pub fn effective_weights(element: Element, w: &[f32]) -> Vec<f32> {
+    let mut bytes = vec![0u8; w.len() * element.bytes()];
+    element.encode(w, &mut bytes);
+    let mut out = vec![0f32; w.len()];
+    element.decode(&bytes, &mut out);
+    out
+}
+
+/// Transposes a row-major `rows × cols` matrix.
+pub(crate) fn transpose(src: &[f32], rows: usize, cols: usize) -> Vec<f32> {
+    let mut out = vec![0f32; src.len()];
+    for r in 0..rows {
+        for c in 0..cols {
+            out[c * rows + r] = src[r * cols + c];
+        }
+    }
+    out
+}
+
+/// The owned storage behind one `Qnn_Tensor_t`.
+struct OwnedTensor {
+    name: CString,
+    dims: Vec<u32>,
+    desc: TensorDesc,
+    data: Vec<u8>,
+}
+
+impl OwnedTensor {
+    fn new(desc: TensorDesc) -> Result<Self> {
+        let name = CString::new(desc.name.clone()).map_err(|_| Error::BadRequest {
+            field: "tensor name".into(),
+            message: format!("`{}` contains NUL", desc.name),
+        })?;
+        let bytes = desc.len() * desc.element.bytes();
+        u32::try_from(bytes).map_err(|_| {
+            Error::unsupported(PROCESSOR_ID, format!("tensor `{}` over 4 GiB", desc.name))
+        })?;
+        Ok(OwnedTensor {
+            name,
+            dims: desc.dims.clone(),
+            data: vec![0u8; bytes],
+            desc,
+        })
+    }
+
+    /// A `Qnn_Tensor_t` pointing at this storage; valid while `self` is
+    /// neither moved nor resized.
+    fn raw(&mut self, tensor_type: u32, with_data: bool) -> ffi::Tensor {
+        ffi::Tensor {
+            version: ffi::TENSOR_VERSION_2,
+            v2: ffi::TensorV2 {
+                id: self.desc.id,
+                name: self.name.as_ptr(),
+                tensor_type,
+                data_format: ffi::DATA_FORMAT_FLAT_BUFFER,
+                data_type: self.desc.element.data_type(),
+                quantize_params: self.desc.element.quantize_params(),
+                rank: self.dims.len() as u32,
+                dimensions: self.dims.as_mut_ptr(),
+                mem_type: ffi::MEM_RAW,
+                client_buf: if with_data {
+                    ffi::ClientBuffer {
+                        data: self.data.as_mut_ptr().cast::<c_void>(),
+                        data_size: self.data.len() as u32,
+                    }
+                } else {
+                    ffi::ClientBuffer {
+                        data: ptr::null_mut(),
+                        data_size: 0,
+                    }
+                },
+                is_dynamic_dimensions: ptr::null_mut(),
+                sparse_params: ffi::SparseParams {
+                    layout_type: ffi::SPARSE_UNDEFINED,
+                    num_specified_elements: 0,
+                    num_sparse_dimensions: 0,
+                },
+                is_produced: 0,
+            },
+        }
+    }
+}
+
+/// A context holding one finalised (or retrieved) MatMul graph.
+pub(crate) struct BuiltGraph {
+    pub rt: Arc<Runtime>,
+    pub context: Handle,
+    pub graph: Handle,
+    pub io: GraphIo,
+    pub prepare_us: f64,
+}
+
+impl Drop for BuiltGraph {
+    fn drop(&mut self) {
+        self.rt.free_context(self.context);
+    }
+}
+
+/// Builds and finalises the MatMul graph for `spec` with weights
+/// `W[K,N]` (row-major f32). The prepare time covers `contextCreate`
+/// through `graphFinalize` (weight conversion excluded).
+pub(crate) fn build(
+    rt: &Arc<Runtime>,
+    spec: &GemmSpec,
+    weights: &[f32],
+    act_abs_max: f32,
+) -> Result<BuiltGraph> {
+    let (m, k, n) = spec.shape.mkn();
+    let (m, k, n) = (m as usize, k as usize, n as usize);
+    if weights.len() != k * n {
+        return Err(Error::BadRequest {
+            field: "weights".into(),
+            message: format!("expected K·N = {} values, got {}", k * n, weights.len()),
+        });
+    }
+    let el = elements_for(spec.dtype, weights, k, n, act_abs_max)?;
+    let weight_first = spec.order == OperandOrder::WtAt;
+    let quantised = matches!(spec.dtype, DType::W8a16 | DType::W4a16);
+
+    // Operands in MatMul order. aw: A[M,K]·W[K,N] = C[M,N].
+    // wt_at: Wᵀ[N,K]·(A[M,K])ᵀ (transpose_in1) = Cᵀ[N,M].
+    let desc = |name: &str, dims: Vec<u32>, element| TensorDesc {
+        name: name.into(),
+        id: 0,
+        dims,
+        element,
+    };
+    let (a_dims, w_dims, c_dims) = if weight_first {
+        (
+            vec![m as u32, k as u32],
+            vec![n as u32, k as u32],
+            vec![n as u32, m as u32],
+        )
+    } else {
+        (
+            vec![m as u32, k as u32],
+            vec![k as u32, n as u32],
+            vec![m as u32, n as u32],
+        )
+    };
+    let mut a = OwnedTensor::new(desc("a", a_dims, el.a))?;
+    let mut w = OwnedTensor::new(desc("w", w_dims, el.w))?;
+    let mut c = OwnedTensor::new(desc("c", c_dims, el.c))?;
+    let w_layout = if weight_first {
+        transpose(weights, k, n)
+    } else {
+        weights.to_vec()
+    };
+    w.desc.element.encode(&w_layout, &mut w.data);
+    drop(w_layout);
+
+    let api = rt.lib.api();
+    let lib = rt.lib;
+    let start = Instant::now();
+    let context = rt.create_context()?;
+    // From here on `built` frees the context on every exit path.
+    let mut built = BuiltGraph {
+        rt: Arc::clone(rt),
+        context,
+        graph: ptr::null_mut(),
+        io: GraphIo {
+            a: a.desc.clone(),
+            w: None,
+            c: c.desc.clone(),
+            weight_first,
+            act_abs_max: quantised.then_some(act_abs_max),
+        },
+        prepare_us: 0.0,
+    };
+
+    // Float32 graphs run in float16 inside (the HTP has no fp32 MatMul).
+    let mut precision = ffi::HtpGraphCustomConfig::precision_fp16();
+    let precision_cfg = ffi::Config {
+        option: ffi::CONFIG_OPTION_CUSTOM,
+        custom: (&mut precision as *mut ffi::HtpGraphCustomConfig).cast(),
+    };
+    let graph_cfgs: Vec<*const ffi::Config> = if spec.dtype == DType::F32 {
+        vec![&precision_cfg, ptr::null()]
+    } else {
+        vec![ptr::null()]
+    };
+    let name = CString::new(GRAPH_NAME).expect("no NUL");
+    let mut graph: Handle = ptr::null_mut();
+    // SAFETY: valid context, NUL-terminated name, NULL-terminated config list
+    // whose entries outlive the call.
+    let err = unsafe {
+        api.graph_create.expect("checked at load")(
+            context,
+            name.as_ptr(),
+            graph_cfgs.as_ptr(),
+            &mut graph,
+        )
+    };
+    lib.check("graphCreate", err)?;
+    built.graph = graph;
+
+    let create = |t: &mut OwnedTensor, tensor_type: u32, with_data: bool| -> Result<()> {
+        let mut raw = t.raw(tensor_type, with_data);
+        // SAFETY: `raw` points at `t`'s live storage; the backend writes the id back.
+        let err =
+            unsafe { api.tensor_create_graph_tensor.expect("checked at load")(graph, &mut raw) };
+        lib.check(&format!("tensorCreateGraphTensor({})", t.desc.name), err)?;
+        // SAFETY: v2 is the variant we wrote.
+        t.desc.id = raw.v2.id;
+        Ok(())
+    };
+    let static_w = spec.weights == WeightMode::Static;
+    let w_type = if static_w {
+        ffi::TENSOR_STATIC
+    } else {
+        ffi::TENSOR_APP_WRITE
+    };
+    if weight_first {
+        create(&mut w, w_type, static_w)?;
+        create(&mut a, ffi::TENSOR_APP_WRITE, false)?;
+    } else {
+        create(&mut a, ffi::TENSOR_APP_WRITE, false)?;
+        create(&mut w, w_type, static_w)?;
+    }
+    create(&mut c, ffi::TENSOR_APP_READ, false)?;
+
+    let bool_param = |name: &CString, value: bool| ffi::Param {
+        param_type: ffi::PARAM_SCALAR,
+        name: name.as_ptr(),
+        value: ffi::ParamValue {
+            scalar: ffi::Scalar {
+                data_type: ffi::DT_BOOL_8,
+                value: value as u64,
+            },
+        },
+    };
+    let (t0, t1) = (
+        CString::new("transpose_in0").expect("no NUL"),
+        CString::new("transpose_in1").expect("no NUL"),
+    );
+    let mut params = [bool_param(&t0, false), bool_param(&t1, weight_first)];
+    let mut inputs = if weight_first {
+        [w.raw(w_type, static_w), a.raw(ffi::TENSOR_APP_WRITE, false)]
+    } else {
+        [a.raw(ffi::TENSOR_APP_WRITE, false), w.raw(w_type, static_w)]
+    };
+    let mut outputs = [c.raw(ffi::TENSOR_APP_READ, false)];
+    let (node, package, op) = (
+        CString::new("matmul_0").expect("no NUL"),
+        CString::new("qti.aisw").expect("no NUL"),
+        CString::new("MatMul").expect("no NUL"),
+    );
+    let config = ffi::OpConfig {
+        version: ffi::OPCONFIG_VERSION_1,
+        v1: ffi::OpConfigV1 {
+            name: node.as_ptr(),
+            package_name: package.as_ptr(),
+            type_name: op.as_ptr(),
+            num_params: params.len() as u32,
+            params: params.as_mut_ptr(),
+            num_inputs: inputs.len() as u32,
+            inputs: inputs.as_mut_ptr(),
+            num_outputs: 1,
+            outputs: outputs.as_mut_ptr(),
+        },
+    };
+    // SAFETY: every pointer in `config` refers to locals alive for the call;
+    // the op config is passed by value as the API declares.
+    let err = unsafe { api.graph_add_node.expect("checked at load")(graph, config) };
+    lib.check("graphAddNode(MatMul)", err)?;
+    // SAFETY: a graph of this context; no profile, no signal.
+    let err = unsafe {
+        api.graph_finalize.expect("checked at load")(graph, ptr::null_mut(), ptr::null_mut())
+    };
+    lib.check("graphFinalize", err)?;
+    built.prepare_us = start.elapsed().as_secs_f64() * 1e6;
+
+    built.io.a = a.desc.clone();
+    built.io.c = c.desc.clone();
+    if !static_w {
+        built.io.w = Some(w.desc.clone());
+    }
+    Ok(built)
+}
+
+/// A prepared MatMul on the HTP: its graph, and host buffers for its
+/// inputs and output in the processor's element types.
+pub struct QnnGemm {
+    spec: GemmSpec,
+    built: BuiltGraph,
+    a: OwnedTensor,
+    /// The weight buffer, when weights are a graph input.
+    w: Option<OwnedTensor>,
+    c: OwnedTensor,
+    /// Scratch for the transposed output of `wt_at`.
+    scratch: Vec<f32>,
+    has_input: bool,
+}
+
+// SAFETY: the graph and context handles are not bound to a thread, and the
+// raw pointers built from the owned buffers are only formed during calls.
+unsafe impl Send for QnnGemm {}
+
+impl QnnGemm {
+    pub(crate) fn new(spec: GemmSpec, built: BuiltGraph, weights: Option<&[f32]>) -> Result<Self> {
+        let a = OwnedTensor::new(built.io.a.clone())?;
+        let c = OwnedTensor::new(built.io.c.clone())?;
+        let w = match &built.io.w {
+            Some(d) => Some(OwnedTensor::new(d.clone())?),
+            None => None,
+        };
+        let mut g = QnnGemm {
+            spec,
+            built,
+            a,
+            w,
+            c,
+            scratch: Vec::new(),
+            has_input: false,
+        };
+        if let (Some(w), true) = (weights, g.w.is_some()) {
+            g.write_weights(w)?;
+        }
+        Ok(g)
+    }
+
+    /// The graph's tensors and encodings.
+    pub fn io(&self) -> &GraphIo {
+        &self.built.io
+    }
+
+    /// Writes the weights `W[K,N]` (row-major f32) of a graph whose weights
+    /// are an input (`weights: input`); for static graphs they are baked in.
+    pub fn write_weights(&mut self, w: &[f32]) -> Result<()> {
+        let (_, k, n) = self.spec.shape.mkn();
+        let (k, n) = (k as usize, n as usize);
+        let weight_first = self.built.io.weight_first;
+        let Some(t) = self.w.as_mut() else {
+            return Err(Error::unsupported(
+                PROCESSOR_ID,
+                "writing weights of a static-weight graph (they are baked in)",
+            ));
+        };
+        if w.len() != k * n {
+            return Err(Error::BadRequest {
+                field: "weights".into(),
+                message: format!("expected K·N = {} values, got {}", k * n, w.len()),
+            });
+        }
+        if weight_first {
+            t.desc.element.encode(&transpose(w, k, n), &mut t.data);
+        } else {
+            t.desc.element.encode(w, &mut t.data);
+        }
+        Ok(())
+    }
+}
+
+impl Gemm for QnnGemm {
+    fn spec(&self) -> &GemmSpec {
+        &self.spec
+    }
+
+    fn prepare_us(&self) -> Option<f64> {
+        Some(self.built.prepare_us)
+    }
+
+    fn write_input(&mut self, a: &[f32]) -> Result<()> {
+        let (m, k, _) = self.spec.shape.mkn();
+        if a.len() != m as usize * k as usize {
+            return Err(Error::BadRequest {
+                field: "input".into(),
+                message: format!("expected M·K = {} values, got {}", m * k, a.len()),
+            });
+        }
+        if let Some(limit) = self.built.io.act_abs_max {
+            if let Some(x) = a.iter().find(|x| x.abs() > limit || !x.is_finite()) {
+                return Err(Error::BadRequest {
+                    field: "input".into(),
+                    message: format!(
+                        "value {x} is outside the activation range ±{limit} the {} encoding \
+                         was prepared for (HETERO_QNN_ACT_MAX)",
+                        self.spec.dtype
+                    ),
+                });
+            }
+        }
+        // Both orders read A[M,K] as stored: wt_at transposes it in the graph.
+        self.a.desc.element.encode(a, &mut self.a.data);
+        self.has_input = true;
+        Ok(())
+    }
+
+    fn execute(&mut self) -> Result<Timed> {
+        if !self.has_input {
+            return Err(Error::BadRequest {
+                field: "input".into(),
+                message: "execute before write_input".into(),
+            });
+        }
+        let weight_first = self.built.io.weight_first;
+        let a = self.a.raw(ffi::TENSOR_APP_WRITE, true);
+        let inputs: Vec<ffi::Tensor> = match self.w.as_mut() {
+            Some(w) if weight_first => vec![w.raw(ffi::TENSOR_APP_WRITE, true), a],
+            Some(w) => vec![a, w.raw(ffi::TENSOR_APP_WRITE, true)],
+            None => vec![a],
+        };
+        let mut outputs = [self.c.raw(ffi::TENSOR_APP_READ, true)];
+        let rt = &self.built.rt;
+        let exec = rt.lib.api().graph_execute.expect("checked at load");
+        let start = Instant::now();
+        // SAFETY: the tensors point at buffers owned by `self`, sized for the
+        // graph; ids are the backend-assigned ones.
+        let err = unsafe {
+            exec(
+                self.built.graph,
+                inputs.as_ptr(),
+                inputs.len() as u32,
+                outputs.as_mut_ptr(),
+                1,
+                ptr::null_mut(),
+                ptr::null_mut(),
+            )
+        };
+        let host_us = start.elapsed().as_secs_f64() * 1e6;
+        rt.lib.check("graphExecute", err)?;
+        Ok(Timed {
+            device_us: None,
+            host_us,
+        })
+    }
+
+    fn read_output(&mut self, c: &mut [f32]) -> Result<()> {
+        let (m, _, n) = self.spec.shape.mkn();
+        let (m, n) = (m as usize, n as usize);
+        if c.len() != m * n {
+            return Err(Error::BadRequest {
+                field: "output".into(),
+                message: format!("expected M·N = {} values, got {}", m * n, c.len()),
+            });
+        }
+        let element = self.c.desc.element;
+        let saturated = if self.built.io.weight_first {
+            self.scratch.resize(m * n, 0.0);
+            let s = element.decode(&self.c.data, &mut self.scratch);
+            for r in 0..n {
+                for col in 0..m {
+                    c[col * n + r] = self.scratch[r * m + col];
+                }
+            }
+            s
+        } else {
+            element.decode(&self.c.data, c)
+        };
+        // One value at an end of the range can be legitimate; many cannot.
+        if saturated > 0 && saturated * 1000 > m * n {
+            return Err(Error::backend(
+                PROCESSOR_ID,
+                format!(
+                    "{saturated} of {} outputs sit at the ends of the {} output encoding: \
+                     saturated (activations larger than the prepared range?)",
+                    m * n,
+                    self.spec.dtype
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    fn backend_id(&self) -> String {
+        PROCESSOR_ID.to_string()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quantisation_round_trips_within_half_a_step() {
+        let w: Vec<f32> = (0..200).map(|i| (i as f32 - 90.0) / 37.0).collect();
+        let el = elements_for(DType::W8a16, &w, 10, 20, 8.0).unwrap();
+        let (scale, _) = el.w.scale_offset();
+        for (x, y) in w.iter().zip(effective_weights(el.w, &w)) {
+            assert!((x - y).abs() <= 0.5 * scale + 1e-6, "{x} vs {y}");
+        }
+        let el4 = elements_for(DType::W4a16, &w, 10, 20, 8.0).unwrap();
+        let (s4, _) = el4.w.scale_offset();
+        let q = effective_weights(el4.w, &w);
+        for (x, y) in w.iter().zip(&q) {
+            assert!((x - y).abs() <= 0.5 * s4 + 1e-6, "{x} vs {y}");
+        }
+        let distinct: std::collections::BTreeSet<i32> =
+            w.iter().map(|&x| el4.w.quantize(x)).collect();
+        assert!(
+            distinct.len() <= 16
+                && *distinct.first().unwrap() >= -8
+                && *distinct.last().unwrap() <= 7
+        );
+    }
+
+    #[test]
+    fn u16_activation_encoding_is_symmetric() {
+        let el = elements_for(DType::W8a16, &[1.0; 4], 2, 2, 4.0).unwrap();
+        assert_eq!(el.a.quantize(0.0), 32768);
+        assert!((el.a.dequantize(el.a.quantize(3.99)) - 3.99).abs() < 1e-3);
+        assert!((el.a.dequantize(el.a.quantize(-3.99)) + 3.99).abs() < 1e-3);
+        let mut bytes = [0u8; 4];
+        el.a.encode(&[100.0, -100.0], &mut bytes);
+        let mut back = [0f32; 2];
+        assert_eq!(
+            el.a.decode(&bytes, &mut back),
+            2,
+            "clamped values are reported"
+        );
+    }
+
+    #[test]
+    fn transpose_is_its_own_inverse() {
+        let x: Vec<f32> = (0..6).map(|i| i as f32).collect();
+        let t = transpose(&x, 2, 3);
+        assert_eq!(t, vec![0.0, 3.0, 1.0, 4.0, 2.0, 5.0]);
+        assert_eq!(transpose(&t, 3, 2), x);
+    }
+
+    #[test]
+    fn unsupported_dtypes_are_refused_by_name() {
+        let err = elements_for(DType::Bf16, &[0.0], 1, 1, 1.0).err().unwrap();
+        assert!(matches!(err, Error::Unsupported { .. }), "{err}");
+        assert!(err.to_string().contains("bf16"));
+    }
+}
