@@ -5,7 +5,7 @@
 #    cpu:1 = core 1) with hetero-agent: a GEMM sweep over the shapes of
 #    bench-model.json at the lengths solved, and the microbenchmarks;
 # 2. fits a predictor with `hetero fit`;
-# 3. solves a plan for prefill 1..=128 and decode 1, 2, 4 (bench_plan);
+# 3. solves a plan for prefill 1..=128 and decode 1..=4 (`hetero solve`);
 # 4. replays it (replay_bench): per phase and length, predicted against
 #    measured, polling against blocking synchronisation alternated pass by
 #    pass in one process, and the dispatch overhead per operator.
@@ -20,7 +20,7 @@ model=runtime-min/bench/bench-model.json
 mkdir -p "$out/dataset"
 
 cargo build --release -p hetero -p hetero-agent
-cargo build --release -p hetero-runtime --example bench_plan --example replay_bench
+cargo build --release -p hetero-runtime --example replay_bench
 agent=target/release/hetero-agent
 
 # K x N of every operator of the model, from `hetero model show --json`.
@@ -71,6 +71,8 @@ device = {
 json.dump(device, open(f"{out}/dataset/device.json", "w"), indent=1)
 PY
 target/release/hetero fit "$out/dataset" --out "$out/predictor.ron" --report "$out/fit.json"
-target/release/examples/bench_plan "$out/predictor.ron" "$model" "$out/plan.ron" cpu:0,cpu:1
+target/release/hetero solve --predictor "$out/predictor.ron" --model "$model" --out "$out/plan.ron" \
+  --lengths 1..128 --decode-lengths 1..4 --npu-graphs none --dtype f32 \
+  --processors cpu:0,cpu:1 --row-align 128
 target/release/examples/replay_bench "$out/plan.ron" "$model" "$groups" "$passes" \
   prefill:16,prefill:64,prefill:128,decode:1,decode:4 | tee "$out/replay.md"
