@@ -17,6 +17,7 @@ mod model_cmd;
 mod plan_cmd;
 mod predict_cmd;
 mod profile_cmd;
+mod run_cmd;
 mod schema_cmd;
 mod solve_cmd;
 
@@ -58,6 +59,8 @@ enum Command {
     Fit(fit_cmd::FitArgs),
     /// Predict one GEMM's latency from a predictor file.
     Predict(predict_cmd::PredictArgs),
+    /// Run a plan on this machine's processors: predicted against measured.
+    Run(Box<run_cmd::RunArgs>),
 }
 
 fn main() -> ExitCode {
@@ -83,6 +86,7 @@ fn main() -> ExitCode {
         Command::Chart(args) => chart::run(args),
         Command::Fit(args) => fit_cmd::run(args),
         Command::Predict(args) => predict_cmd::run(args),
+        Command::Run(args) => run_cmd::run(*args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

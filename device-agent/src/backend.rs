@@ -68,6 +68,17 @@ pub trait Gemm: Send {
     /// Copies the result `C[M,N]` (row-major f32) back.
     fn read_output(&mut self, c: &mut [f32]) -> Result<()>;
 
+    /// Replaces the resident weights `W[K,N]` (row-major f32) without
+    /// preparing again: weights stored on the host and copied to the
+    /// processor for every run (ScheInfer's CG rows).
+    fn write_weights(&mut self, w: &[f32]) -> Result<()> {
+        let _ = w;
+        Err(Error::unsupported(
+            self.backend_id(),
+            "writing weights after prepare",
+        ))
+    }
+
     /// Starts an execution without waiting (for overlapping processors).
     fn submit(&mut self) -> Result<()> {
         Err(Error::unsupported(self.backend_id(), "asynchronous submit"))

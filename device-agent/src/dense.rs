@@ -131,6 +131,15 @@ impl Dense {
         })
     }
 
+    /// Replaces the weights `W[K,N]` (row-major f32).
+    pub fn write_weights(&mut self, id: &str, w: &[f32]) -> Result<()> {
+        let (_, k, n) = dims(&self.spec);
+        check_len(id, "weights", w.len(), k * n)?;
+        self.wts
+            .load(w, k, n, self.spec.order == OperandOrder::WtAt);
+        Ok(())
+    }
+
     /// Stores the activation `A[M,K]` (row-major f32).
     pub fn write_input(&mut self, id: &str, a: &[f32]) -> Result<()> {
         let (m, k, _) = dims(&self.spec);

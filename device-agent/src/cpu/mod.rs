@@ -245,6 +245,9 @@ impl Backend for CpuBackend {
     }
 }
 
+/// Busy-wait iterations of a polling wait before it yields between checks.
+const SPINS_BEFORE_YIELD: u32 = 2000;
+
 /// What the submitting thread and the worker share during an asynchronous run.
 struct Shared {
     /// Set to 1 by the worker after it has put the buffers back (written last).
@@ -293,6 +296,11 @@ impl Gemm for CpuGemm {
     fn write_input(&mut self, a: &[f32]) -> Result<()> {
         let id = self.id.clone();
         self.dense()?.write_input(&id, a)
+    }
+
+    fn write_weights(&mut self, w: &[f32]) -> Result<()> {
+        let id = self.id.clone();
+        self.dense()?.write_weights(&id, w)
     }
 
     fn execute(&mut self) -> Result<Timed> {
@@ -357,8 +365,18 @@ impl Gemm for CpuGemm {
                 if sleep_us > 0.0 {
                     std::thread::sleep(Duration::from_secs_f64(sleep_us * 1e-6));
                 }
+                // Spin briefly, then yield between checks: when every core
+                // runs a worker (the host thread has no core of its own), a
+                // pure spin would hold the worker's core for a whole
+                // scheduler slice (milliseconds) before it could finish.
+                let mut spins = 0u32;
                 while shared.done.load(Ordering::Acquire) == 0 {
-                    std::hint::spin_loop();
+                    if spins < SPINS_BEFORE_YIELD {
+                        spins += 1;
+                        std::hint::spin_loop();
+                    } else {
+                        std::thread::yield_now();
+                    }
                 }
                 shared.slot.lock().unwrap_or_else(|p| p.into_inner()).take()
             }

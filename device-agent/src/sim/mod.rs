@@ -382,6 +382,11 @@ impl Gemm for SimGemm {
         self.dense.write_input(ID, a)
     }
 
+    fn write_weights(&mut self, w: &[f32]) -> Result<()> {
+        self.computed = false;
+        self.dense.write_weights(ID, w)
+    }
+
     fn execute(&mut self) -> Result<Timed> {
         let t = Instant::now();
         // The product is computed once per input: executing the same input

@@ -1,0 +1,277 @@
+//! The control-plane decider (HeteroLLM §4.3): which decision of the plan
+//! applies to an operator at a length, in O(1).
+//!
+//! [`Decider`] turns every operator's decision list into a dense table
+//! indexed by `len - first`, so a lookup is one subtraction and one load
+//! whatever the plan's lengths look like (dense `1..=2048`, or sparse
+//! `1, 16, 256`: the gaps hold "no decision"). With the `tree` feature,
+//! [`tree::DistilledTree`] fits a linfa decision tree to the same table and
+//! states how often it agrees with it.
+
+use std::collections::HashMap;
+
+use hetero_plan::{Decision, OpPlan, Phase, Plan};
+
+use crate::{Error, Result};
+
+const NONE: u32 = u32::MAX;
+
+/// One operator's table: `index[len - first]` is the decision index.
+#[derive(Debug, Clone)]
+struct Table {
+    first: u32,
+    index: Vec<u32>,
+}
+
+/// O(1) lookup of the plan's decision for any operator, phase and length.
+#[derive(Debug, Clone)]
+pub struct Decider {
+    tables: Vec<Table>,
+    by_name: HashMap<(String, Phase), usize>,
+}
+
+/// The widest length range a table is built for; longer sparse plans fall
+/// back to a binary search past it (never for plans the solver writes).
+const MAX_SPAN: u32 = 1 << 20;
+
+impl Decider {
+    /// Builds the tables of every operator of the plan.
+    pub fn new(plan: &Plan) -> Decider {
+        let mut tables = Vec::with_capacity(plan.ops.len());
+        let mut by_name = HashMap::new();
+        for (i, op) in plan.ops.iter().enumerate() {
+            by_name.insert((op.op.clone(), op.phase), i);
+            let first = op.decisions.first().map(|d| d.len).unwrap_or(1);
+            let last = op.decisions.last().map(|d| d.len).unwrap_or(0);
+            let span = last.saturating_sub(first).saturating_add(1).min(MAX_SPAN);
+            let mut index = vec![
+                NONE;
+                if op.decisions.is_empty() {
+                    0
+                } else {
+                    span as usize
+                }
+            ];
+            for (j, d) in op.decisions.iter().enumerate() {
+                if let Some(slot) = index.get_mut((d.len - first) as usize) {
+                    *slot = j as u32;
+                }
+            }
+            tables.push(Table { first, index });
+        }
+        Decider { tables, by_name }
+    }
+
+    /// The index of an operator's table in the plan (`plan.ops[i]`).
+    pub fn op_index(&self, op: &str, phase: Phase) -> Option<usize> {
+        self.by_name.get(&(op.to_string(), phase)).copied()
+    }
+
+    /// The decision index for `plan.ops[op]` at `len`, in O(1).
+    #[inline]
+    pub fn decide(&self, op: usize, len: u32) -> Option<usize> {
+        let t = self.tables.get(op)?;
+        let i = *t.index.get(len.checked_sub(t.first)? as usize)?;
+        (i != NONE).then_some(i as usize)
+    }
+
+    /// The decision itself, or an error naming what the plan covers.
+    pub fn decision<'p>(&self, plan: &'p Plan, op: usize, len: u32) -> Result<&'p Decision> {
+        let o = &plan.ops[op];
+        match self.decide(op, len) {
+            Some(i) => Ok(&o.decisions[i]),
+            None => match o.decisions.binary_search_by_key(&len, |d| d.len) {
+                // Only past MAX_SPAN.
+                Ok(i) => Ok(&o.decisions[i]),
+                Err(_) => Err(Error::NoDecision {
+                    op: o.op.clone(),
+                    phase: o.phase,
+                    len,
+                    covered: covered(o),
+                }),
+            },
+        }
+    }
+}
+
+/// The lengths an operator's table covers, in words (`1..=2048`, `1, 2, 4`).
+pub fn covered(op: &OpPlan) -> String {
+    let lens: Vec<u32> = op.decisions.iter().map(|d| d.len).collect();
+    match lens.as_slice() {
+        [] => "no lengths".into(),
+        [a] => format!("length {a}"),
+        [a, .., b] if (b - a) as usize + 1 == lens.len() => format!("lengths {a}..={b}"),
+        _ if lens.len() <= 8 => format!(
+            "lengths {}",
+            lens.iter()
+                .map(u32::to_string)
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+        [a, .., b] => format!("{} lengths between {a} and {b}", lens.len()),
+    }
+}
+
+#[cfg(feature = "tree")]
+pub mod tree {
+    //! A decision tree distilled from the decision table (linfa-trees).
+    //!
+    //! The classes are the distinct strategies of one operator's table; the
+    //! only feature is the length. The table stays the source of truth: the
+    //! tree is a compact stand-in whose [`agreement`](DistilledTree::agreement)
+    //! with the table over every length it covers is measured, not assumed.
+
+    use hetero_plan::{OpPlan, Strategy};
+    use linfa::prelude::*;
+    use linfa_trees::DecisionTree;
+    use ndarray::{Array1, Array2};
+
+    /// One operator's tree.
+    pub struct DistilledTree {
+        tree: Option<DecisionTree<f64, usize>>,
+        /// The distinct strategies, indexed by class.
+        pub classes: Vec<Strategy>,
+        /// Share of the table's lengths where the tree picks the table's strategy.
+        pub agreement: f64,
+        /// Leaves of the tree.
+        pub leaves: usize,
+        /// Depth of the tree.
+        pub depth: usize,
+    }
+
+    impl DistilledTree {
+        /// Fits a tree to the table of `op`; `max_depth: None` grows it fully.
+        pub fn fit(op: &OpPlan, max_depth: Option<usize>) -> DistilledTree {
+            let mut classes: Vec<Strategy> = Vec::new();
+            let y: Vec<usize> = op
+                .decisions
+                .iter()
+                .map(|d| match classes.iter().position(|c| *c == d.strategy) {
+                    Some(i) => i,
+                    None => {
+                        classes.push(d.strategy.clone());
+                        classes.len() - 1
+                    }
+                })
+                .collect();
+            if classes.len() <= 1 {
+                // One strategy everywhere: the tree is a single leaf.
+                return DistilledTree {
+                    tree: None,
+                    agreement: 1.0,
+                    leaves: 1,
+                    depth: 0,
+                    classes,
+                };
+            }
+            let x = Array2::from_shape_vec(
+                (y.len(), 1),
+                op.decisions.iter().map(|d| d.len as f64).collect(),
+            )
+            .expect("one feature per decision");
+            let data = Dataset::new(x.clone(), Array1::from(y.clone()));
+            let tree = DecisionTree::params()
+                .max_depth(max_depth)
+                .min_weight_split(2.0)
+                .min_weight_leaf(1.0)
+                .min_impurity_decrease(1e-12)
+                .fit(&data)
+                .expect("a tree fits any non-empty table");
+            let pred = tree.predict(&x);
+            let agree = pred.iter().zip(&y).filter(|(a, b)| a == b).count();
+            DistilledTree {
+                agreement: agree as f64 / y.len() as f64,
+                leaves: tree.num_leaves(),
+                depth: tree.max_depth(),
+                tree: Some(tree),
+                classes,
+            }
+        }
+
+        /// The strategy the tree picks at `len`.
+        pub fn predict(&self, len: u32) -> &Strategy {
+            let class = match &self.tree {
+                None => 0,
+                Some(t) => {
+                    let x = Array2::from_shape_vec((1, 1), vec![len as f64]).expect("1x1");
+                    t.predict(&x)[0]
+                }
+            };
+            &self.classes[class]
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testutil::{plan_with, row_cut, single};
+
+    #[test]
+    fn dense_and_sparse_tables_answer_exact_lengths_only() {
+        let dense: Vec<_> = (1..=300).map(|l| (l, single("cpu:0"))).collect();
+        let sparse = vec![
+            (1, single("cpu:0")),
+            (16, single("cpu:0")),
+            (256, single("cpu:0")),
+        ];
+        let plan = plan_with(vec![
+            ("a", Phase::Prefill, dense),
+            ("b", Phase::Decode, sparse),
+        ]);
+        let d = Decider::new(&plan);
+        let a = d.op_index("a", Phase::Prefill).unwrap();
+        let b = d.op_index("b", Phase::Decode).unwrap();
+        assert!(d.op_index("a", Phase::Decode).is_none());
+        for len in 1..=300 {
+            assert_eq!(d.decide(a, len), Some(len as usize - 1));
+        }
+        assert_eq!(d.decide(a, 0), None);
+        assert_eq!(d.decide(a, 301), None);
+        assert_eq!(d.decide(b, 16), Some(1));
+        assert_eq!(d.decide(b, 17), None);
+        let e = d.decision(&plan, b, 17).unwrap_err().to_string();
+        assert!(e.contains("lengths 1, 16, 256"), "{e}");
+        let e = d.decision(&plan, a, 301).unwrap_err().to_string();
+        assert!(e.contains("lengths 1..=300"), "{e}");
+    }
+
+    #[cfg(feature = "tree")]
+    #[test]
+    fn distilled_tree_states_its_agreement_with_the_table() {
+        // Three regimes: cpu alone, a row cut, npu alone, with one odd
+        // length inside the row-cut range.
+        let table: Vec<_> = (1..=512)
+            .map(|l| {
+                let s = if l < 64 || l == 200 {
+                    single("cpu:0")
+                } else if l < 300 {
+                    row_cut(&[("cpu:0", 256), ("npu-sim", 768)])
+                } else {
+                    single("npu-sim")
+                };
+                (l, s)
+            })
+            .collect();
+        let plan = plan_with(vec![("a", Phase::Prefill, table)]);
+        let full = tree::DistilledTree::fit(&plan.ops[0], None);
+        assert_eq!(full.classes.len(), 3);
+        assert_eq!(full.agreement, 1.0, "a full tree reproduces the table");
+        for len in [1u32, 63, 64, 200, 299, 300, 512] {
+            let want = &plan.ops[0].decisions[len as usize - 1].strategy;
+            assert_eq!(full.predict(len), want, "len {len}");
+        }
+        // A stump cannot isolate three regimes plus an outlier: the stated
+        // agreement is below 1 and equals the share it gets right.
+        let stump = tree::DistilledTree::fit(&plan.ops[0], Some(1));
+        assert!(
+            stump.agreement < 1.0 && stump.agreement > 0.5,
+            "{}",
+            stump.agreement
+        );
+        let right = (1..=512u32)
+            .filter(|&l| stump.predict(l) == &plan.ops[0].decisions[l as usize - 1].strategy)
+            .count();
+        assert!((stump.agreement - right as f64 / 512.0).abs() < 1e-12);
+    }
+}

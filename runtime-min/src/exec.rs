@@ -1,0 +1,405 @@
+//! Executing one operator instance as its decision says: the parts start
+//! at once on their processors, the host waits for each, and the results
+//! are merged into one output.
+//!
+//! A decision becomes [`Part`]s (one per processor) made of [`Step`]s (one
+//! prepared GEMM run each: a multi-sequence cut or chunked prefill runs
+//! several graphs one after the other on the same processor). A step reads
+//! token rows `rows` of the input, pads them to its graph's M, and writes
+//! output columns `cols` of those rows.
+//!
+//! Order of events for one instance:
+//! 1. every real part with asynchronous submit gets its first input and is
+//!    submitted;
+//! 2. real parts without it run on the host thread meanwhile;
+//! 3. the submitted parts are waited for (`SyncMode::Block`, or
+//!    `SyncMode::Poll`: sleep for the step's predicted time, then spin on
+//!    the completion flag), multi-step parts first, each next step
+//!    submitted as soon as the previous one is seen done;
+//! 4. simulated and emulated parts run last, on the host: their product is
+//!    computed by the host CPU, which would otherwise steal the real
+//!    processors' cores. Their time is the one the backend reports (the
+//!    simulator's model), overlapped with the real parts as the plan
+//!    intends — and the operator is then labelled simulated.
+
+use std::ops::Range;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Instant;
+
+use hetero_agent::{Error as AgentError, Gemm, GemmSpec, SyncMode, Timed};
+use hetero_plan::Timing;
+
+/// How the host waits for a submitted part.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum SyncChoice {
+    /// Sleep through the predicted time, then spin on the completion flag.
+    #[default]
+    Poll,
+    /// The backend's blocking wait.
+    Block,
+}
+
+impl SyncChoice {
+    /// `poll` or `block`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SyncChoice::Poll => "poll",
+            SyncChoice::Block => "block",
+        }
+    }
+
+    fn mode(self, predicted_us: f64) -> SyncMode {
+        match self {
+            SyncChoice::Poll => SyncMode::Poll { predicted_us },
+            SyncChoice::Block => SyncMode::Block,
+        }
+    }
+}
+
+impl std::str::FromStr for SyncChoice {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "poll" => Ok(SyncChoice::Poll),
+            "block" => Ok(SyncChoice::Block),
+            _ => Err(format!("unknown sync mode `{s}`; expected poll or block")),
+        }
+    }
+}
+
+/// One prepared GEMM run.
+#[derive(Debug, Clone)]
+pub(crate) struct Step {
+    /// Index into the runtime's GEMM arena.
+    pub gemm: usize,
+    /// Input and output token rows.
+    pub rows: Range<usize>,
+    /// M of the prepared GEMM (≥ the rows; the rest is zero padding).
+    pub pad_to: usize,
+    /// Output columns.
+    pub cols: Range<usize>,
+    /// Predicted time of this step, µs (the part's prediction shared by work).
+    pub predicted_us: f64,
+    /// Weights `W[K, cols]` written before every run (offload: rows stored
+    /// on the CPU and copied to the GPU each time).
+    pub upload: Option<Arc<Vec<f32>>>,
+}
+
+/// One processor's share of an instance.
+#[derive(Debug, Clone)]
+pub(crate) struct Part {
+    /// Index of the processor in the plan's `processors`.
+    pub proc: usize,
+    /// Where its times come from.
+    pub timing: Timing,
+    /// The plan's predicted time of the part, µs.
+    pub predicted_us: f64,
+    /// Its runs, in order.
+    pub steps: Vec<Step>,
+    /// Learned on first use: does the backend submit asynchronously?
+    pub asynchronous: Option<bool>,
+}
+
+impl Part {
+    fn real(&self) -> bool {
+        self.timing == Timing::Real
+    }
+}
+
+/// Staging buffers from the runtime's pool, reused by every operator.
+#[derive(Debug, Default)]
+pub(crate) struct Stage {
+    /// A padded or gathered input.
+    pub input: Vec<f32>,
+    /// A part's output before it is scattered into the merged output.
+    pub output: Vec<f32>,
+}
+
+/// The timings of one instance run.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Sample {
+    /// Host clock from the first action to the merged output.
+    pub wall_us: f64,
+    /// The operator's time: the wall clock, or for simulated/emulated parts
+    /// the real overheads plus the overlapped part times.
+    pub measured_us: f64,
+    /// Time the runtime spent in its own code (lookups, bookkeeping),
+    /// outside every backend call.
+    pub dispatch_us: f64,
+    /// Time inside the backends' submit calls.
+    pub submit_us: f64,
+    /// Time copying inputs, outputs and uploads.
+    pub copy_us: f64,
+    /// Per part, the backend's time (device timer, model, or host clock).
+    pub parts_us: Vec<f64>,
+    /// Some part is simulated.
+    pub simulated: bool,
+    /// Some part is emulated.
+    pub emulated: bool,
+}
+
+/// Counts executions on one processor and fails the `after`-th (tests of
+/// the "processor failing mid-run" path).
+#[derive(Debug)]
+pub(crate) struct Fault {
+    pub processor: String,
+    pub after: u32,
+    pub count: AtomicU32,
+}
+
+/// A GEMM that fails when its processor's fault counter runs out.
+pub(crate) struct FaultyGemm {
+    pub inner: Box<dyn Gemm>,
+    pub fault: Arc<Fault>,
+}
+
+impl FaultyGemm {
+    fn tick(&self) -> Result<(), AgentError> {
+        let n = self.fault.count.fetch_add(1, Ordering::Relaxed) + 1;
+        if n >= self.fault.after {
+            Err(AgentError::backend(
+                &self.fault.processor,
+                format!("injected fault at execution {n}"),
+            ))
+        } else {
+            Ok(())
+        }
+    }
+}
+
+impl Gemm for FaultyGemm {
+    fn spec(&self) -> &GemmSpec {
+        self.inner.spec()
+    }
+    fn prepare_us(&self) -> Option<f64> {
+        self.inner.prepare_us()
+    }
+    fn write_input(&mut self, a: &[f32]) -> Result<(), AgentError> {
+        self.inner.write_input(a)
+    }
+    fn execute(&mut self) -> Result<Timed, AgentError> {
+        self.tick()?;
+        self.inner.execute()
+    }
+    fn read_output(&mut self, c: &mut [f32]) -> Result<(), AgentError> {
+        self.inner.read_output(c)
+    }
+    fn submit(&mut self) -> Result<(), AgentError> {
+        self.tick()?;
+        self.inner.submit()
+    }
+    fn wait(&mut self, mode: SyncMode) -> Result<Timed, AgentError> {
+        self.inner.wait(mode)
+    }
+    fn write_weights(&mut self, w: &[f32]) -> Result<(), AgentError> {
+        self.inner.write_weights(w)
+    }
+    fn backend_id(&self) -> String {
+        self.inner.backend_id()
+    }
+}
+
+fn us(t: Instant) -> f64 {
+    t.elapsed().as_secs_f64() * 1e6
+}
+
+/// Writes a step's input (and weights to upload) into its GEMM.
+fn feed(
+    g: &mut dyn Gemm,
+    step: &Step,
+    input: &[f32],
+    k: usize,
+    stage: &mut Stage,
+) -> Result<(), AgentError> {
+    if let Some(w) = &step.upload {
+        g.write_weights(w)?;
+    }
+    let (r0, r1) = (step.rows.start, step.rows.end);
+    if r1 - r0 == step.pad_to {
+        return g.write_input(&input[r0 * k..r1 * k]);
+    }
+    let len = step.pad_to * k;
+    let buf = &mut stage.input[..len];
+    let real = (r1 - r0) * k;
+    buf[..real].copy_from_slice(&input[r0 * k..r1 * k]);
+    buf[real..].fill(0.0);
+    g.write_input(buf)
+}
+
+/// Reads a step's output and scatters it into the merged `output[M, N]`.
+fn drain(
+    g: &mut dyn Gemm,
+    step: &Step,
+    output: &mut [f32],
+    n: usize,
+    stage: &mut Stage,
+) -> Result<(), AgentError> {
+    let (r0, r1) = (step.rows.start, step.rows.end);
+    let (c0, c1) = (step.cols.start, step.cols.end);
+    let w = c1 - c0;
+    if w == n && r1 - r0 == step.pad_to {
+        return g.read_output(&mut output[r0 * n..r1 * n]);
+    }
+    let buf = &mut stage.output[..step.pad_to * w];
+    g.read_output(buf)?;
+    for r in 0..r1 - r0 {
+        output[(r0 + r) * n + c0..(r0 + r) * n + c1].copy_from_slice(&buf[r * w..(r + 1) * w]);
+    }
+    Ok(())
+}
+
+/// A failure: the part's processor index and the backend's error.
+pub(crate) type Failure = (usize, AgentError);
+
+/// Runs one instance: `input[M, K]` → `output[M, N]`.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn run_instance(
+    gemms: &mut [Box<dyn Gemm>],
+    parts: &mut [Part],
+    input: &[f32],
+    k: usize,
+    output: &mut [f32],
+    n: usize,
+    stage: &mut Stage,
+    sync: SyncChoice,
+) -> Result<Sample, Failure> {
+    let t0 = Instant::now();
+    let mut copy = 0.0;
+    let mut submit = 0.0;
+    let mut blocked = 0.0; // waits and inline executions of real parts
+    let mut host_nonreal = 0.0; // the host computing simulated products
+    let mut parts_us = vec![0.0; parts.len()];
+    // Submitted parts: (part index, next step to wait for).
+    let mut inflight: Vec<(usize, usize)> = Vec::with_capacity(parts.len());
+    // Parts whose first input was written before a refused submit.
+    let mut fed = vec![false; parts.len()];
+
+    let result = (|| -> Result<(), Failure> {
+        // 1. Submit every real asynchronous part's first step.
+        for (pi, part) in parts.iter_mut().enumerate() {
+            if !part.real() || part.asynchronous == Some(false) {
+                continue;
+            }
+            let step = &part.steps[0];
+            let g = gemms[step.gemm].as_mut();
+            let t = Instant::now();
+            feed(g, step, input, k, stage).map_err(|e| (part.proc, e))?;
+            copy += us(t);
+            let t = Instant::now();
+            let submitted = g.submit();
+            submit += us(t);
+            match submitted {
+                Ok(()) => {
+                    part.asynchronous = Some(true);
+                    inflight.push((pi, 0));
+                }
+                Err(AgentError::Unsupported { .. }) => {
+                    part.asynchronous = Some(false);
+                    fed[pi] = true;
+                }
+                Err(e) => return Err((part.proc, e)),
+            }
+        }
+        // 2. Real parts without asynchronous submit run here meanwhile.
+        for (pi, part) in parts.iter_mut().enumerate() {
+            if !part.real() || part.asynchronous != Some(false) {
+                continue;
+            }
+            for (si, step) in part.steps.iter().enumerate() {
+                let g = gemms[step.gemm].as_mut();
+                if si > 0 || !fed[pi] {
+                    let t = Instant::now();
+                    feed(g, step, input, k, stage).map_err(|e| (part.proc, e))?;
+                    copy += us(t);
+                }
+                let t = Instant::now();
+                let timed = g.execute().map_err(|e| (part.proc, e))?;
+                blocked += us(t);
+                parts_us[pi] += timed.best_us();
+                let t = Instant::now();
+                drain(g, step, output, n, stage).map_err(|e| (part.proc, e))?;
+                copy += us(t);
+            }
+        }
+        // 3. Wait for the submitted parts, chains of steps first.
+        inflight.sort_by_key(|&(pi, _)| std::cmp::Reverse(parts[pi].steps.len()));
+        while let Some(&(pi, si)) = inflight.first() {
+            let part = &parts[pi];
+            let step = &part.steps[si];
+            let g = gemms[step.gemm].as_mut();
+            let t = Instant::now();
+            let timed = g
+                .wait(sync.mode(step.predicted_us))
+                .map_err(|e| (part.proc, e))?;
+            blocked += us(t);
+            parts_us[pi] += timed.best_us();
+            let t = Instant::now();
+            drain(g, step, output, n, stage).map_err(|e| (part.proc, e))?;
+            copy += us(t);
+            if let Some(next) = part.steps.get(si + 1) {
+                let g = gemms[next.gemm].as_mut();
+                let t = Instant::now();
+                feed(g, next, input, k, stage).map_err(|e| (part.proc, e))?;
+                copy += us(t);
+                let t = Instant::now();
+                g.submit().map_err(|e| (part.proc, e))?;
+                submit += us(t);
+                inflight[0].1 = si + 1;
+            } else {
+                inflight.remove(0);
+            }
+        }
+        // 4. Simulated and emulated parts, on the host, after the real ones.
+        for (pi, part) in parts.iter().enumerate() {
+            if part.real() {
+                continue;
+            }
+            for step in &part.steps {
+                let g = gemms[step.gemm].as_mut();
+                let t = Instant::now();
+                feed(g, step, input, k, stage).map_err(|e| (part.proc, e))?;
+                copy += us(t);
+                let t = Instant::now();
+                let timed = g.execute().map_err(|e| (part.proc, e))?;
+                host_nonreal += us(t);
+                parts_us[pi] += timed.best_us();
+                let t = Instant::now();
+                drain(g, step, output, n, stage).map_err(|e| (part.proc, e))?;
+                copy += us(t);
+            }
+        }
+        Ok(())
+    })();
+
+    if let Err(e) = result {
+        // Leave no GEMM with a run in flight: the runtime stays usable.
+        for &(pi, si) in &inflight {
+            let g = gemms[parts[pi].steps[si].gemm].as_mut();
+            let _ = g.wait(SyncMode::Block);
+        }
+        return Err(e);
+    }
+
+    let wall = us(t0);
+    let wall_real = wall - host_nonreal;
+    let max_of = |real: bool| {
+        parts
+            .iter()
+            .zip(&parts_us)
+            .filter(|(p, _)| p.real() == real)
+            .map(|(_, t)| *t)
+            .fold(0.0, f64::max)
+    };
+    let (max_real, max_nonreal) = (max_of(true), max_of(false));
+    Ok(Sample {
+        wall_us: wall,
+        measured_us: wall_real + (max_nonreal - max_real).max(0.0),
+        dispatch_us: (wall_real - copy - blocked - submit).max(0.0),
+        submit_us: submit,
+        copy_us: copy,
+        parts_us,
+        simulated: parts.iter().any(|p| p.timing == Timing::Simulated),
+        emulated: parts.iter().any(|p| p.timing == Timing::Emulated),
+    })
+}

@@ -1,0 +1,371 @@
+use std::path::PathBuf;
+
+use hetero_plan::{LinearOp, Phase, RowPart, SeqPart, Strategy};
+
+use super::*;
+use crate::testutil::{row_cut, single, tiny_model, tiny_plan};
+
+struct Tmp(PathBuf);
+impl Tmp {
+    fn new(name: &str) -> Tmp {
+        let p = std::env::temp_dir().join(format!(
+            "hetero-runtime-{name}-{}-{:?}",
+            std::process::id(),
+            std::thread::current().id()
+        ));
+        std::fs::create_dir_all(&p).unwrap();
+        Tmp(p)
+    }
+}
+impl Drop for Tmp {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// Every strategy family, on cpu:0 and npu-sim.
+fn every_strategy(op: &LinearOp, phase: Phase, _len: u32, m: u32) -> Strategy {
+    let n = op.n;
+    let half = n / 2;
+    if phase == Phase::Decode {
+        return row_cut(&[("cpu:0", half), ("npu-sim", n - half)]);
+    }
+    match op.name.as_str() {
+        "attn_q" => row_cut(&[("cpu:0", half), ("npu-sim", n - half)]),
+        "attn_k" => Strategy::Hybrid {
+            padded_to: 8,
+            parts: vec![
+                RowPart {
+                    processor: "npu-sim".into(),
+                    rows: half,
+                    graph: Some(8),
+                },
+                RowPart {
+                    processor: "cpu:0".into(),
+                    rows: n - half,
+                    graph: None,
+                },
+            ],
+        },
+        "attn_v" if m >= 6 => Strategy::SeqCut {
+            parts: vec![
+                SeqPart {
+                    processor: "npu-sim".into(),
+                    tokens: 6,
+                    graphs: vec![4, 2],
+                },
+                SeqPart {
+                    processor: "cpu:0".into(),
+                    tokens: m - 6,
+                    graphs: vec![],
+                },
+            ],
+        },
+        "attn_o" => Strategy::Chunked {
+            processor: "npu-sim".into(),
+            chunk: 4,
+            chunks: m.div_ceil(4),
+        },
+        "ffn_gate" => Strategy::Single {
+            processor: "npu-sim".into(),
+            padded_to: Some(8),
+            online_prepare: false,
+        },
+        "ffn_up" => Strategy::Offload {
+            cpu: "cpu:0".into(),
+            gpu: "npu-sim".into(),
+            cc_rows: 32,
+            cg_rows: 32,
+            gg_rows: n - 64,
+            gpu_tokens: m.min(2),
+        },
+        "lm_head" => row_cut(&[("cpu:0", 40), ("npu-sim", n - 40)]),
+        _ => single("cpu:0"),
+    }
+}
+
+fn open_tiny(
+    dir: &Tmp,
+    decide: impl Fn(&LinearOp, Phase, u32, u32) -> Strategy,
+    opts: RuntimeOptions,
+) -> Result<Runtime> {
+    let model = tiny_model();
+    let plan = tiny_plan(
+        &model,
+        &["cpu:0", "npu-sim"],
+        &[
+            (Phase::Prefill, (1..=8).collect()),
+            (Phase::Decode, vec![1, 2]),
+        ],
+        decide,
+    );
+    let path = dir.0.join("plan.ron");
+    hetero_plan::save(&path, &plan).unwrap();
+    Runtime::open(&path, model, opts)
+}
+
+fn spec(phase: Phase, len: u32) -> RunSpec {
+    RunSpec {
+        phase,
+        len,
+        steps: 2,
+        repeat: 2,
+        check: true,
+    }
+}
+
+#[test]
+fn every_strategy_runs_and_passes_the_check_with_both_syncs() {
+    let dir = Tmp::new("every");
+    for sync in [SyncChoice::Poll, SyncChoice::Block] {
+        let mut rt = open_tiny(
+            &dir,
+            every_strategy,
+            RuntimeOptions {
+                sync,
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        for (phase, len) in [
+            (Phase::Prefill, 7),
+            (Phase::Prefill, 8),
+            (Phase::Prefill, 3),
+            (Phase::Decode, 1),
+            (Phase::Decode, 2),
+        ] {
+            let r = rt.run(&spec(phase, len)).unwrap();
+            let c = r.check.as_ref().unwrap();
+            // 7 ops × 2 layers + lm_head.
+            assert_eq!(c.outputs, 15, "{phase} {len}");
+            assert_eq!(c.passed, c.outputs, "{phase} {len}: {:?}", c.failures);
+            assert_eq!(r.per_op.len(), 8);
+            assert_eq!(r.pool.grown_while_timed, 0, "the pool is reused");
+            // npu-sim takes part: everything is labelled simulated.
+            assert_eq!(r.timing, "simulated");
+            assert!(r.measured_us > 0.0 && r.predicted_us > 0.0);
+            let down = r.per_op.iter().find(|o| o.op == "ffn_down").unwrap();
+            if phase == Phase::Prefill {
+                assert_eq!(down.timing, "measured", "cpu alone is a measurement");
+                assert_eq!(r.ttft_us, Some(r.measured_us));
+            } else {
+                assert!(r.per_token_us.unwrap() > 0.0 && r.tokens_per_s.unwrap() > 0.0);
+            }
+            assert_eq!(
+                down.samples as u32,
+                2 * 2 * if phase == Phase::Decode { 2 } else { 1 }
+            );
+        }
+    }
+}
+
+#[test]
+fn a_wrong_merge_fails_the_check() {
+    // A bug in a backend (here: a GEMM whose output is off) must fail --check.
+    struct Broken(Box<dyn Gemm>);
+    impl Gemm for Broken {
+        fn spec(&self) -> &GemmSpec {
+            self.0.spec()
+        }
+        fn write_input(&mut self, a: &[f32]) -> hetero_agent::Result<()> {
+            self.0.write_input(a)
+        }
+        fn execute(&mut self) -> hetero_agent::Result<hetero_agent::Timed> {
+            self.0.execute()
+        }
+        fn read_output(&mut self, c: &mut [f32]) -> hetero_agent::Result<()> {
+            self.0.read_output(c)?;
+            c[c.len() - 1] += 0.5;
+            Ok(())
+        }
+        fn write_weights(&mut self, w: &[f32]) -> hetero_agent::Result<()> {
+            self.0.write_weights(w)
+        }
+        fn backend_id(&self) -> String {
+            self.0.backend_id()
+        }
+    }
+    struct BrokenSource;
+    impl GraphSource for BrokenSource {
+        fn graph(
+            &mut self,
+            backend: &mut dyn Backend,
+            req: &GraphRequest<'_>,
+            weights: &[f32],
+        ) -> hetero_agent::Result<Box<dyn Gemm>> {
+            Ok(Box::new(Broken(backend.prepare(&req.spec, weights)?)))
+        }
+        fn describe(&self) -> String {
+            "broken".into()
+        }
+    }
+    let dir = Tmp::new("broken");
+    let mut rt = open_tiny(&dir, every_strategy, RuntimeOptions::default()).unwrap();
+    rt.set_graph_source("npu-sim", Box::new(BrokenSource))
+        .unwrap();
+    let r = rt.run(&spec(Phase::Prefill, 8)).unwrap();
+    let c = r.check.unwrap();
+    assert!(c.passed < c.outputs, "{c:?}");
+    assert!(
+        c.failures.iter().any(|f| f.contains("attn_q")),
+        "{:?}",
+        c.failures
+    );
+    assert!(r.processors.iter().any(|p| p.graphs == "broken"));
+}
+
+#[test]
+fn a_plan_for_another_model_or_an_absent_processor_is_refused() {
+    let dir = Tmp::new("refuse");
+    let model = tiny_model();
+    let mut other = model.clone();
+    other.layers = 3;
+    let plan = tiny_plan(
+        &other,
+        &["cpu:0"],
+        &[(Phase::Prefill, vec![1])],
+        |_, _, _, _| single("cpu:0"),
+    );
+    let path = dir.0.join("plan.ron");
+    hetero_plan::save(&path, &plan).unwrap();
+    let e = Runtime::open(&path, model.clone(), RuntimeOptions::default())
+        .err()
+        .unwrap();
+    assert!(
+        matches!(e, Error::Fingerprint { .. }) && e.is_bad_input(),
+        "{e}"
+    );
+    assert!(e.to_string().contains("model"), "{e}");
+
+    let plan = tiny_plan(
+        &model,
+        &["cpu:7"],
+        &[(Phase::Prefill, vec![1])],
+        |_, _, _, _| single("cpu:7"),
+    );
+    hetero_plan::save(&path, &plan).unwrap();
+    let e = Runtime::open(&path, model.clone(), RuntimeOptions::default())
+        .err()
+        .unwrap();
+    assert!(matches!(e, Error::MissingProcessor { .. }) && e.is_bad_input());
+    assert!(
+        e.to_string().contains("`cpu:7`") && e.to_string().contains("cpu:0"),
+        "{e}"
+    );
+
+    // A length the plan does not cover names what it covers.
+    let plan = tiny_plan(
+        &model,
+        &["cpu:0"],
+        &[(Phase::Prefill, vec![1, 2, 3])],
+        |_, _, _, _| single("cpu:0"),
+    );
+    hetero_plan::save(&path, &plan).unwrap();
+    let mut rt = Runtime::open(&path, model, RuntimeOptions::default()).unwrap();
+    let e = rt.run(&spec(Phase::Prefill, 9)).unwrap_err();
+    assert!(
+        e.is_bad_input() && e.to_string().contains("lengths 1..=3"),
+        "{e}"
+    );
+    let e = rt.run(&spec(Phase::Decode, 1)).unwrap_err();
+    assert!(e.is_bad_input(), "{e}");
+}
+
+#[test]
+fn a_processor_failing_mid_run_is_a_clear_error_and_leaves_the_output_untouched() {
+    let dir = Tmp::new("fault");
+    let mut rt = open_tiny(
+        &dir,
+        every_strategy,
+        RuntimeOptions {
+            fail_after: Some(("cpu:0".into(), 5)),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let e = rt.run(&spec(Phase::Prefill, 8)).unwrap_err();
+    assert!(!e.is_bad_input());
+    let msg = e.to_string();
+    assert!(
+        msg.contains("cpu:0 failed running") && msg.contains("injected fault"),
+        "{msg}"
+    );
+    // The C-style entry point writes nothing on failure.
+    let (k, n) = (64, 64);
+    let input = vec![0.5f32; 8 * k];
+    let mut out = vec![7.0f32; 8 * n];
+    assert!(
+        rt.linear("attn_q", Phase::Prefill, 0, 8, &input, &mut out)
+            .is_err()
+    );
+    assert!(out.iter().all(|&x| x == 7.0));
+}
+
+#[test]
+fn linear_matches_the_reference_and_checks_its_buffers() {
+    let dir = Tmp::new("linear");
+    let mut rt = open_tiny(&dir, every_strategy, RuntimeOptions::default()).unwrap();
+    let model = tiny_model();
+    for (op, len) in [
+        ("attn_q", 5u32),
+        ("attn_v", 7),
+        ("ffn_up", 6),
+        ("attn_o", 3),
+    ] {
+        let lop = model.op(op).unwrap();
+        let (k, n) = (lop.k as usize, lop.n as usize);
+        let m = len as usize;
+        let input = hetero_agent::verify::random_vec(m * k, 9);
+        let mut out = vec![0f32; m * n];
+        let t = rt
+            .linear(op, Phase::Prefill, 1, len, &input, &mut out)
+            .unwrap();
+        assert!(t.measured_us > 0.0 && t.predicted_us == 105.0);
+        let w = rt.weights.get(lop, 1, 0);
+        let shape = GemmShape::new(len, lop.k, lop.n).unwrap();
+        let r = hetero_agent::verify::check(&shape, &input, &w, &out);
+        assert!(r.passes(1e-4), "{op}: {r:?}");
+    }
+    let mut out = vec![0f32; 3];
+    let e = rt
+        .linear("attn_q", Phase::Prefill, 0, 5, &[0.0; 3], &mut out)
+        .unwrap_err();
+    assert!(e.is_bad_input() && e.to_string().contains("5×64"), "{e}");
+    let e = rt
+        .linear("attn_q", Phase::Prefill, 9, 5, &[0.0; 320], &mut [0.0; 320])
+        .unwrap_err();
+    assert!(e.to_string().contains("layer 9"), "{e}");
+}
+
+#[test]
+fn padded_graphs_are_shared_across_lengths_and_layers_when_asked() {
+    let dir = Tmp::new("share");
+    let mut rt = open_tiny(
+        &dir,
+        |_, _, _, _| Strategy::Single {
+            processor: "npu-sim".into(),
+            padded_to: Some(8),
+            online_prepare: false,
+        },
+        RuntimeOptions {
+            weights: WeightSource::Synthetic {
+                seed: 3,
+                share_layers: true,
+            },
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    rt.prepare(Phase::Prefill, 5).unwrap();
+    let after_first = rt.gemms.len();
+    // One graph per operator: layers share it.
+    assert_eq!(after_first, 8);
+    rt.prepare(Phase::Prefill, 6).unwrap();
+    assert_eq!(
+        rt.gemms.len(),
+        after_first,
+        "the padded graph of 8 serves length 6"
+    );
+    let r = rt.run(&spec(Phase::Prefill, 6)).unwrap();
+    assert_eq!(r.check.unwrap().passed, 15);
+}

@@ -1,0 +1,155 @@
+//! Plans and models built in code for the unit tests.
+
+use hetero_plan::{
+    CostBreakdown, Decision, Fingerprint, LinearOp, MRule, ModelSpec, OpPlan, OpRole, Phase, Plan,
+    ProcessorDType, RowPart, SchemaVersion, Strategy,
+};
+
+pub fn single(p: &str) -> Strategy {
+    Strategy::Single {
+        processor: p.into(),
+        padded_to: None,
+        online_prepare: false,
+    }
+}
+
+pub fn row_cut(parts: &[(&str, u32)]) -> Strategy {
+    Strategy::RowCut {
+        parts: parts
+            .iter()
+            .map(|(p, r)| RowPart {
+                processor: (*p).into(),
+                rows: *r,
+                graph: None,
+            })
+            .collect(),
+    }
+}
+
+pub fn linear(name: &str, k: u32, n: u32) -> LinearOp {
+    LinearOp {
+        name: name.into(),
+        hf_name: format!("mlp.{name}"),
+        role: OpRole::Mlp,
+        k,
+        n,
+        count: 1,
+        active: 1,
+        layers: 1,
+        prefill_m: MRule::Tokens,
+        decode_m: MRule::Tokens,
+    }
+}
+
+fn cost(parts: usize) -> CostBreakdown {
+    CostBreakdown {
+        parts_us: vec![100.0; parts.max(1)],
+        sync_us: 5.0,
+        copy_us: 0.0,
+        total_us: 105.0,
+    }
+}
+
+/// One operator's decision table: name, phase, (length, strategy) pairs.
+pub type Table<'a> = (&'a str, Phase, Vec<(u32, Strategy)>);
+
+/// A plan whose operators have the given decision tables (K = N = 1024).
+pub fn plan_with(ops: Vec<Table<'_>>) -> Plan {
+    Plan {
+        schema_version: SchemaVersion,
+        model: Fingerprint::of_bytes("m", b"m"),
+        predictor: Fingerprint::of_bytes("p", b"p"),
+        processors: vec!["cpu:0".into(), "npu-sim".into()],
+        dtypes: vec![],
+        solver: None,
+        notes: vec![],
+        graph_sets: vec![],
+        ops: ops
+            .into_iter()
+            .map(|(name, phase, table)| OpPlan {
+                op: name.into(),
+                phase,
+                k: 1024,
+                n: 1024,
+                layers: 1,
+                orders: vec![],
+                decisions: table
+                    .into_iter()
+                    .map(|(len, strategy)| Decision {
+                        len,
+                        m: None,
+                        instances: 1,
+                        cost: cost(strategy.processors().len()),
+                        strategy,
+                        runner_up: None,
+                    })
+                    .collect(),
+            })
+            .collect(),
+    }
+}
+
+/// A tiny llama: hidden 64, 2 layers, 4 heads (2 KV), FFN 96, vocab 80.
+pub fn tiny_model() -> ModelSpec {
+    let cfg = r#"{"model_type": "llama", "hidden_size": 64, "num_hidden_layers": 2,
+        "num_attention_heads": 4, "num_key_value_heads": 2, "intermediate_size": 96,
+        "vocab_size": 80, "_name_or_path": "tiny-llama"}"#;
+    hetero_plan::hf::from_str(std::path::Path::new("tiny.json"), cfg, "tiny").unwrap()
+}
+
+/// A plan for [`tiny_model`] with one table per operator and phase,
+/// `decide(op, phase, len, m, n)` choosing each decision.
+pub fn tiny_plan(
+    model: &ModelSpec,
+    processors: &[&str],
+    lens: &[(Phase, Vec<u32>)],
+    decide: impl Fn(&LinearOp, Phase, u32, u32) -> Strategy,
+) -> Plan {
+    let mut ops = Vec::new();
+    for (phase, ls) in lens {
+        for op in &model.ops {
+            let decisions = ls
+                .iter()
+                .map(|&len| {
+                    let (shape, instances) = op.gemms(*phase, len).unwrap();
+                    let m = shape.m.get();
+                    let strategy = decide(op, *phase, len, m);
+                    Decision {
+                        len,
+                        m: (m != len).then_some(m),
+                        instances,
+                        cost: cost(strategy.processors().len()),
+                        strategy,
+                        runner_up: None,
+                    }
+                })
+                .collect();
+            ops.push(OpPlan {
+                op: op.name.clone(),
+                phase: *phase,
+                k: op.k,
+                n: op.n,
+                layers: op.layers,
+                orders: vec![],
+                decisions,
+            });
+        }
+    }
+    Plan {
+        schema_version: SchemaVersion,
+        model: model.fingerprint(),
+        predictor: Fingerprint::of_bytes("p", b"p"),
+        processors: processors.iter().map(|p| p.to_string()).collect(),
+        dtypes: processors
+            .iter()
+            .map(|p| ProcessorDType {
+                processor: p.to_string(),
+                dtype: hetero_plan::DType::F32,
+            })
+            .collect(),
+        solver: None,
+        notes: vec![],
+        graph_sets: vec![],
+        ops,
+    }
+}

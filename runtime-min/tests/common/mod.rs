@@ -1,0 +1,110 @@
+//! A tiny model and a plan solved for it by the solver, on this machine's
+//! cpu:0 and npu-sim, for the integration tests.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+
+use hetero_agent::{OpenOptions, Registry};
+use hetero_plan::{
+    DType, LatencyModel, Overheads, Phase, Plan, Predictor, ProcessorModel, SchemaVersion, Score,
+};
+use hetero_solver::{GraphChoice, Settings};
+
+pub const TINY_CONFIG: &str = r#"{"model_type": "llama", "hidden_size": 64, "num_hidden_layers": 2,
+  "num_attention_heads": 4, "num_key_value_heads": 2, "intermediate_size": 96,
+  "vocab_size": 80, "_name_or_path": "tiny-llama"}"#;
+
+/// A fresh folder, removed when dropped.
+pub struct Tmp(pub PathBuf);
+
+impl Tmp {
+    pub fn new(name: &str) -> Tmp {
+        let p = std::env::temp_dir().join(format!(
+            "hetero-rt-it-{name}-{}-{}",
+            std::process::id(),
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_nanos()
+        ));
+        std::fs::create_dir_all(&p).unwrap();
+        Tmp(p)
+    }
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for Tmp {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// A predictor for cpu:0 and npu-sim as opened here (roofline models with
+/// made-up constants: the plan's predictions are not expected to hold).
+pub fn predictor() -> Predictor {
+    let reg = Registry::open(
+        &OpenOptions::default(),
+        Some(&["cpu:0".into(), "npu-sim".into()]),
+    );
+    let processors = reg.processors();
+    let roof = |peak: f64, bw: f64, launch: f64| LatencyModel::Roofline {
+        peak_gflops: peak,
+        bw_gbps: bw,
+        launch_us: launch,
+    };
+    let model = |p: &str, m: LatencyModel| ProcessorModel {
+        processor: p.into(),
+        dtype: DType::F32,
+        model: m,
+        score: Score::default(),
+        candidates: vec![],
+    };
+    let over = |p: &str| Overheads {
+        processor: p.into(),
+        sync_poll_us: Some(2.0),
+        sync_block_us: Some(10.0),
+        submit_empty_us: Some(3.0),
+        prepare: Some(hetero_plan::LinearCost {
+            alpha_us: 1000.0,
+            beta_us_per_byte: 1e-4,
+        }),
+        ..Default::default()
+    };
+    Predictor {
+        schema_version: SchemaVersion,
+        dataset: hetero_plan::Fingerprint::of_bytes("synthetic", b"synthetic"),
+        processors,
+        models: vec![
+            model("cpu:0", roof(20.0, 10.0, 5.0)),
+            model("npu-sim", roof(25.0, 12.0, 20.0)),
+        ],
+        overheads: vec![over("cpu:0"), over("npu-sim")],
+    }
+}
+
+/// Writes the tiny config, a predictor and a plan solved for lengths
+/// 1..=16 (prefill) and 1, 2 (decode); returns (config, plan, predictor).
+pub fn solved(dir: &Path) -> (PathBuf, PathBuf, PathBuf) {
+    let config = dir.join("config.json");
+    std::fs::write(&config, TINY_CONFIG).unwrap();
+    let model = hetero_plan::hf::load_config(&config).unwrap();
+    let pred = predictor();
+    let pred_path = dir.join("predictor.ron");
+    hetero_plan::save(&pred_path, &pred).unwrap();
+    let settings = Settings {
+        phases: vec![Phase::Prefill, Phase::Decode],
+        prefill_lengths: (1..=16).collect(),
+        decode_lengths: vec![1, 2],
+        graphs: GraphChoice::Sizes(vec![4, 8, 16]),
+        row_align: 16,
+        dtypes: vec![(None, DType::F32)],
+        ..Default::default()
+    };
+    let plan: Plan =
+        hetero_solver::solve(&pred, pred.fingerprint("predictor.ron"), &model, &settings).unwrap();
+    let plan_path = dir.join("plan.ron");
+    hetero_plan::save(&plan_path, &plan).unwrap();
+    (config, plan_path, pred_path)
+}

@@ -1,0 +1,167 @@
+//! `hetero run`: execute a plan on this machine's processors and compare
+//! the measured times with the plan's predictions.
+
+use std::path::PathBuf;
+
+use clap::Args;
+use hetero_agent::OpenOptions;
+use hetero_plan::Phase;
+use hetero_runtime::{RunSpec, Runtime, RuntimeOptions, SyncChoice, WeightSource};
+
+use crate::BadInput;
+
+#[derive(Debug, Args)]
+#[command(after_help = "Examples:
+  hetero run plan.ron --model config.json --phase prefill --len 300 --check --json
+  hetero run plan.ron --model config.json --phase decode --len 1 --tokens 32 --sync block
+  hetero run plan.ron --model config.json --phase prefill --len 128 --weights model.safetensors --check
+
+Only the linear operators run (attention, norms and activations are not
+modelled). Operators with an npu-sim part are labelled simulated: their time
+is the simulator's model, not a measurement.")]
+pub struct RunArgs {
+    /// The plan (.ron or .json) written by `hetero solve`.
+    plan: PathBuf,
+    /// The model's Hugging Face config.json the plan was solved for.
+    #[arg(long)]
+    model: PathBuf,
+    /// Phase to run.
+    #[arg(long)]
+    phase: Phase,
+    /// Sequence length (prefill) or tokens per step (decode).
+    #[arg(long)]
+    len: u32,
+    /// Decode steps to run per pass (decode only).
+    #[arg(long)]
+    tokens: Option<u32>,
+    /// Compare every output with a reference product on the host (f64).
+    #[arg(long)]
+    check: bool,
+    /// How the host waits for a submitted part: sleep for the predicted time
+    /// then poll a completion flag (HeteroLLM §4.2), or block.
+    #[arg(long, default_value = "poll")]
+    sync: SyncChoice,
+    /// Timed passes (after one untimed warm-up pass).
+    #[arg(long, default_value_t = 5)]
+    repeat: u32,
+    /// Real weights (safetensors); synthetic seeded weights when absent.
+    #[arg(long)]
+    weights: Option<PathBuf>,
+    /// Seed of the synthetic weights and inputs.
+    #[arg(long, default_value_t = 0x5eed)]
+    seed: u64,
+    /// Every layer runs layer 0's synthetic weights (one layer in memory).
+    #[arg(long, conflicts_with = "weights")]
+    share_weights: bool,
+    /// The predictor the plan was solved with: its fingerprint and
+    /// processors must match this machine's.
+    #[arg(long)]
+    predictor: Option<PathBuf>,
+    /// CPU core groups, `0-3;4-7` (as for hetero-agent).
+    #[arg(long)]
+    cpu_groups: Option<String>,
+    /// NPU simulator parameters (RON).
+    #[arg(long)]
+    sim_params: Option<PathBuf>,
+    /// Also write the JSON report to this file (atomically, only on success).
+    #[arg(long)]
+    out: Option<PathBuf>,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    json: bool,
+    /// Also distil a decision tree (linfa-trees) from every operator's
+    /// table and report its agreement with the table (the run uses the table).
+    #[arg(long)]
+    tree: bool,
+    /// Depth limit of those trees (default: grown fully).
+    #[arg(long, requires = "tree")]
+    tree_depth: Option<usize>,
+    /// Testing: processor ID fails at its N-th execution (`ID:N`).
+    #[arg(long, hide = true)]
+    inject_fault: Option<String>,
+}
+
+pub fn run(args: RunArgs) -> anyhow::Result<()> {
+    if args.len == 0 {
+        return Err(BadInput("--len must be at least 1".into()).into());
+    }
+    if args.repeat == 0 {
+        return Err(BadInput("--repeat must be at least 1".into()).into());
+    }
+    let steps = match (args.phase, args.tokens) {
+        (Phase::Decode, Some(0)) => {
+            return Err(BadInput("--tokens must be at least 1".into()).into());
+        }
+        (Phase::Decode, t) => t.unwrap_or(8),
+        (Phase::Prefill, Some(_)) => {
+            return Err(BadInput(
+                "--tokens is for --phase decode (prefill runs one pass of --len tokens)".into(),
+            )
+            .into());
+        }
+        (Phase::Prefill, None) => 1,
+    };
+    let fail_after = match &args.inject_fault {
+        Some(s) => {
+            let (p, n) = s
+                .rsplit_once(':')
+                .and_then(|(p, n)| Some((p.to_string(), n.parse::<u32>().ok()?)))
+                .ok_or_else(|| BadInput(format!("--inject-fault `{s}`: expected ID:N")))?;
+            Some((p, n))
+        }
+        None => None,
+    };
+    let model = hetero_plan::hf::load_config(&args.model)?;
+    let weights = match &args.weights {
+        Some(p) => WeightSource::Safetensors(p.clone()),
+        None => WeightSource::Synthetic {
+            seed: args.seed,
+            share_layers: args.share_weights,
+        },
+    };
+    let opts = RuntimeOptions {
+        open: OpenOptions {
+            cpu_groups: args.cpu_groups.clone(),
+            sim_params: args.sim_params.clone(),
+            ..Default::default()
+        },
+        sync: args.sync,
+        weights,
+        predictor: args.predictor.clone(),
+        fail_after,
+    };
+    let mut rt = Runtime::open(&args.plan, model, opts)?;
+    let mut report = rt.run(&RunSpec {
+        phase: args.phase,
+        len: args.len,
+        steps,
+        repeat: args.repeat,
+        check: args.check,
+    })?;
+    if args.tree {
+        report.tree = Some(rt.tree_agreement(args.phase, args.tree_depth));
+    }
+    let json = serde_json::to_string_pretty(&report)?;
+    if let Some(out) = &args.out {
+        hetero_plan::write_atomic(out, format!("{json}\n").as_bytes())?;
+    }
+    if args.json {
+        println!("{json}");
+    } else {
+        print!("{}", report.to_text());
+    }
+    if let Some(c) = &report.check
+        && c.passed < c.outputs
+    {
+        return Err(hetero_runtime::Error::CheckFailed {
+            failed: c.outputs - c.passed,
+            checked: c.outputs,
+            worst: format!(
+                "{} (error {:.3e}, bound {:.3e})",
+                c.worst, c.worst_rel_err, c.worst_bound
+            ),
+        }
+        .into());
+    }
+    Ok(())
+}

@@ -1,0 +1,353 @@
+//! `hetero run` end to end: a plan solved for a tiny model on cpu:0 and
+//! npu-sim, checked outputs, JSON report, and every kind of bad input.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+
+use common::{TempDir, bad_input, hetero, ok, stderr};
+use hetero_agent::{OpenOptions, Registry};
+use hetero_plan::{
+    DType, LatencyModel, Overheads, Phase, Predictor, ProcessorModel, SchemaVersion, Score,
+};
+
+const TINY: &str = r#"{"model_type": "llama", "hidden_size": 64, "num_hidden_layers": 2,
+  "num_attention_heads": 4, "num_key_value_heads": 2, "intermediate_size": 96,
+  "vocab_size": 80, "_name_or_path": "tiny-llama"}"#;
+
+/// Writes config.json, predictor.ron and plan.ron (solved for prefill
+/// 1..=16 and decode 1) into `dir`.
+fn setup(dir: &Path) -> (PathBuf, PathBuf, PathBuf) {
+    let config = dir.join("config.json");
+    std::fs::write(&config, TINY).unwrap();
+    let model = hetero_plan::hf::load_config(&config).unwrap();
+    let reg = Registry::open(
+        &OpenOptions::default(),
+        Some(&["cpu:0".into(), "npu-sim".into()]),
+    );
+    let roof = |p: &str, peak: f64, bw: f64, launch: f64| ProcessorModel {
+        processor: p.into(),
+        dtype: DType::F32,
+        model: LatencyModel::Roofline {
+            peak_gflops: peak,
+            bw_gbps: bw,
+            launch_us: launch,
+        },
+        score: Score::default(),
+        candidates: vec![],
+    };
+    let over = |p: &str| Overheads {
+        processor: p.into(),
+        sync_poll_us: Some(2.0),
+        submit_empty_us: Some(3.0),
+        ..Default::default()
+    };
+    let pred = Predictor {
+        schema_version: SchemaVersion,
+        dataset: hetero_plan::Fingerprint::of_bytes("synthetic", b"synthetic"),
+        processors: reg.processors(),
+        models: vec![
+            roof("cpu:0", 20.0, 10.0, 5.0),
+            roof("npu-sim", 25.0, 12.0, 20.0),
+        ],
+        overheads: vec![over("cpu:0"), over("npu-sim")],
+    };
+    let pred_path = dir.join("predictor.ron");
+    hetero_plan::save(&pred_path, &pred).unwrap();
+    let settings = hetero_solver::Settings {
+        phases: vec![Phase::Prefill, Phase::Decode],
+        prefill_lengths: (1..=16).collect(),
+        decode_lengths: vec![1],
+        graphs: hetero_solver::GraphChoice::Sizes(vec![4, 8, 16]),
+        row_align: 16,
+        dtypes: vec![(None, DType::F32)],
+        ..Default::default()
+    };
+    let plan =
+        hetero_solver::solve(&pred, pred.fingerprint("predictor.ron"), &model, &settings).unwrap();
+    let plan_path = dir.join("plan.ron");
+    hetero_plan::save(&plan_path, &plan).unwrap();
+    (config, plan_path, pred_path)
+}
+
+fn s(p: &Path) -> &str {
+    p.to_str().unwrap()
+}
+
+#[test]
+fn run_prefill_with_check_prints_json_with_the_promised_fields() {
+    let dir = TempDir::new("run-prefill");
+    let (config, plan, pred) = setup(dir.path());
+    let out = ok(&[
+        "run",
+        s(&plan),
+        "--model",
+        s(&config),
+        "--phase",
+        "prefill",
+        "--len",
+        "13",
+        "--check",
+        "--json",
+        "--repeat",
+        "2",
+        "--predictor",
+        s(&pred),
+    ]);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    for key in [
+        "predicted_us",
+        "measured_us",
+        "per_op",
+        "check",
+        "ttft_us",
+        "dispatch",
+    ] {
+        assert!(v.get(key).is_some(), "{key} missing: {out}");
+    }
+    assert_eq!(v["check"]["passed"], v["check"]["outputs"]);
+    assert_eq!(v["check"]["outputs"], 15);
+    assert_eq!(v["per_op"].as_array().unwrap().len(), 8);
+    assert!(v["per_op"][0]["predicted_us"].as_f64().unwrap() > 0.0);
+    assert!(v["per_op"][0]["measured_us"].as_f64().unwrap() > 0.0);
+    // The table for people.
+    let text = ok(&[
+        "run",
+        s(&plan),
+        "--model",
+        s(&config),
+        "--phase",
+        "prefill",
+        "--len",
+        "5",
+        "--repeat",
+        "1",
+    ]);
+    assert!(
+        text.contains("TTFT") && text.contains("dispatch per operator"),
+        "{text}"
+    );
+}
+
+#[test]
+fn run_decode_with_block_sync_reports_tokens_per_second() {
+    let dir = TempDir::new("run-decode");
+    let (config, plan, _) = setup(dir.path());
+    let out = ok(&[
+        "run",
+        s(&plan),
+        "--model",
+        s(&config),
+        "--phase",
+        "decode",
+        "--len",
+        "1",
+        "--tokens",
+        "3",
+        "--sync",
+        "block",
+        "--json",
+        "--repeat",
+        "1",
+        "--check",
+    ]);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["sync"], "block");
+    assert_eq!(v["steps"], 3);
+    assert!(v["tokens_per_s"].as_f64().unwrap() > 0.0);
+    assert!(v["per_token_us"].as_f64().unwrap() > 0.0);
+    assert_eq!(v["per_op"][0]["samples"], 2 * 3);
+}
+
+#[test]
+fn bad_inputs_exit_2_naming_the_mismatch() {
+    let dir = TempDir::new("run-bad");
+    let (config, plan, _) = setup(dir.path());
+    // A plan for another model.
+    let other = dir.path().join("other.json");
+    std::fs::write(
+        &other,
+        TINY.replace("\"num_hidden_layers\": 2", "\"num_hidden_layers\": 3"),
+    )
+    .unwrap();
+    let e = bad_input(&[
+        "run",
+        s(&plan),
+        "--model",
+        s(&other),
+        "--phase",
+        "prefill",
+        "--len",
+        "4",
+    ]);
+    assert!(e.contains("solved for model"), "{e}");
+    // A processor that is not here.
+    let text = std::fs::read_to_string(&plan).unwrap();
+    let absent = dir.path().join("absent.ron");
+    std::fs::write(&absent, text.replace("\"npu-sim\"", "\"opencl:0:0\"")).unwrap();
+    let e = bad_input(&[
+        "run",
+        s(&absent),
+        "--model",
+        s(&config),
+        "--phase",
+        "prefill",
+        "--len",
+        "4",
+    ]);
+    assert!(
+        e.contains("`opencl:0:0`") && e.contains("not available"),
+        "{e}"
+    );
+    // A length the plan does not cover.
+    let e = bad_input(&[
+        "run",
+        s(&plan),
+        "--model",
+        s(&config),
+        "--phase",
+        "prefill",
+        "--len",
+        "99",
+    ]);
+    assert!(e.contains("1..=16"), "{e}");
+    // --tokens in prefill.
+    bad_input(&[
+        "run",
+        s(&plan),
+        "--model",
+        s(&config),
+        "--phase",
+        "prefill",
+        "--len",
+        "4",
+        "--tokens",
+        "2",
+    ]);
+}
+
+/// Tiny-llama weights as safetensors `[N, K]` f32 tensors; `wrong` gives
+/// one tensor a bad shape.
+fn write_weights(path: &Path, wrong: Option<&str>) {
+    let model = hetero_plan::hf::from_str(Path::new("tiny.json"), TINY, "tiny").unwrap();
+    let mut tensors: Vec<(String, Vec<usize>, Vec<u8>)> = Vec::new();
+    for op in &model.ops {
+        let layers: Vec<Option<u32>> = if op.name == "lm_head" {
+            vec![None]
+        } else {
+            (0..op.layers).map(Some).collect()
+        };
+        for l in layers {
+            let name = match l {
+                Some(l) => format!("model.layers.{l}.{}.weight", op.hf_name),
+                None => format!("{}.weight", op.hf_name),
+            };
+            let mut shape = vec![op.n as usize, op.k as usize];
+            if wrong == Some(name.as_str()) {
+                shape[1] += 1;
+            }
+            let data: Vec<u8> = (0..shape[0] * shape[1])
+                .flat_map(|i| (((i * 31) % 17) as f32 / 17.0 - 0.5).to_le_bytes())
+                .collect();
+            tensors.push((name, shape, data));
+        }
+    }
+    let views: Vec<(String, safetensors::tensor::TensorView<'_>)> = tensors
+        .iter()
+        .map(|(n, s, d)| {
+            (
+                n.clone(),
+                safetensors::tensor::TensorView::new(safetensors::Dtype::F32, s.clone(), d)
+                    .unwrap(),
+            )
+        })
+        .collect();
+    let bytes = safetensors::serialize(views, None).unwrap();
+    std::fs::write(path, bytes).unwrap();
+}
+
+#[test]
+fn real_weights_run_checked_and_mismatched_weights_exit_2() {
+    let dir = TempDir::new("run-weights");
+    let (config, plan, _) = setup(dir.path());
+    let good = dir.path().join("model.safetensors");
+    write_weights(&good, None);
+    let out = ok(&[
+        "run",
+        s(&plan),
+        "--model",
+        s(&config),
+        "--phase",
+        "prefill",
+        "--len",
+        "9",
+        "--weights",
+        s(&good),
+        "--check",
+        "--json",
+        "--repeat",
+        "1",
+    ]);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["check"]["passed"], 15);
+    let bad = dir.path().join("bad.safetensors");
+    write_weights(&bad, Some("model.layers.1.mlp.down_proj.weight"));
+    let e = bad_input(&[
+        "run",
+        s(&plan),
+        "--model",
+        s(&config),
+        "--phase",
+        "prefill",
+        "--len",
+        "9",
+        "--weights",
+        s(&bad),
+    ]);
+    assert!(
+        e.contains("model.layers.1.mlp.down_proj.weight")
+            && e.contains("[64, 97]")
+            && e.contains("[64, 96]"),
+        "{e}"
+    );
+}
+
+#[test]
+fn a_processor_failing_mid_run_is_a_clear_error_and_writes_nothing() {
+    let dir = TempDir::new("run-fault");
+    let (config, plan, _) = setup(dir.path());
+    let report = dir.path().join("report.json");
+    let o = hetero(&[
+        "run",
+        s(&plan),
+        "--model",
+        s(&config),
+        "--phase",
+        "prefill",
+        "--len",
+        "12",
+        "--out",
+        s(&report),
+        "--inject-fault",
+        "cpu:0:6",
+    ]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    let e = stderr(&o);
+    assert!(
+        e.contains("cpu:0 failed running") && e.contains("injected fault"),
+        "{e}"
+    );
+    assert!(!report.exists(), "nothing is written when a run fails");
+    assert!(o.stdout.is_empty());
+}
+
+#[test]
+fn run_help_has_an_example() {
+    let out = ok(&["run", "--help"]);
+    assert!(
+        out.contains(
+            "hetero run plan.ron --model config.json --phase prefill --len 300 --check --json"
+        ),
+        "{out}"
+    );
+}
