@@ -184,7 +184,7 @@ fn bad_inputs_exit_2_naming_the_mismatch() {
     // A processor that is not here.
     let text = std::fs::read_to_string(&plan).unwrap();
     let absent = dir.path().join("absent.ron");
-    std::fs::write(&absent, text.replace("\"npu-sim\"", "\"opencl:0:0\"")).unwrap();
+    std::fs::write(&absent, text.replace("\"npu-sim\"", "\"cuda:7\"")).unwrap();
     let e = bad_input(&[
         "run",
         s(&absent),
@@ -195,10 +195,7 @@ fn bad_inputs_exit_2_naming_the_mismatch() {
         "--len",
         "4",
     ]);
-    assert!(
-        e.contains("`opencl:0:0`") && e.contains("not available"),
-        "{e}"
-    );
+    assert!(e.contains("`cuda:7`") && e.contains("not available"), "{e}");
     // A length the plan does not cover.
     let e = bad_input(&[
         "run",
