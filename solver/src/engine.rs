@@ -1057,11 +1057,15 @@ impl<'s, 'a> OpCtx<'s, 'a> {
         }
         // Splits that can be neither the winner nor the runner-up (their
         // lower bound is no better than a second family's best) are skipped.
+        let dy_split: Vec<usize> = self.dynamic().filter(|&d| self.splittable(d)).collect();
+        if dy_split.len() < 2 {
+            return out;
+        }
         // Each processor's time on the smallest share, once per cell.
         let rmin = (self.n - 1) % self.align() + 1;
         let tmin: Vec<f64> = (0..self.setup.procs.len())
             .map(|p| {
-                if self.prune && !self.setup.procs[p].static_graphs {
+                if self.prune && dy_split.contains(&p) {
                     self.time(p, m, rmin)
                 } else {
                     0.0
@@ -1073,7 +1077,6 @@ impl<'s, 'a> OpCtx<'s, 'a> {
                 && ps.iter().map(|&(p, _)| tmin[p]).fold(0.0, f64::max)
                     >= second_family_best(out, m)
         };
-        let dy_split: Vec<usize> = self.dynamic().filter(|&d| self.splittable(d)).collect();
         for (i, &a) in dy_split.iter().enumerate() {
             for &b in &dy_split[i + 1..] {
                 if !hopeless(&out, &[(a, m), (b, m)]) {
