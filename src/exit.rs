@@ -18,6 +18,8 @@ pub fn code_for(e: &anyhow::Error) -> u8 {
         c.is::<BadInput>()
             || c.downcast_ref::<hetero_plan::Error>()
                 .is_some_and(hetero_plan::Error::is_bad_input)
+            || c.downcast_ref::<hetero_profiler::Error>()
+                .is_some_and(hetero_profiler::Error::is_bad_input)
             || c.downcast_ref::<hetero_runtime::Error>()
                 .is_some_and(hetero_runtime::Error::is_bad_input)
             || c.downcast_ref::<hetero_solver::Error>()

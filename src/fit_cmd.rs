@@ -2,7 +2,6 @@
 
 use std::path::{Path, PathBuf};
 
-use anyhow::Context;
 use clap::Args;
 use hetero_plan::{DeviceProfile, Fingerprint, MeasurementRow, MicrobenchRow};
 use hetero_profiler::fit::{self, FitError, FitParams, Report};
@@ -33,39 +32,31 @@ pub struct Loaded {
     pub fingerprint: Fingerprint,
 }
 
-fn read_jsonl<T: serde::de::DeserializeOwned>(path: &Path) -> anyhow::Result<Vec<T>> {
-    if !path.exists() {
-        return Ok(Vec::new());
-    }
-    let text = std::fs::read_to_string(path).with_context(|| path.display().to_string())?;
-    text.lines()
-        .enumerate()
-        .filter(|(_, l)| !l.trim().is_empty())
-        .map(|(i, l)| {
-            serde_json::from_str(l).map_err(|e| {
-                BadInput(format!("{}:{}:{}: {e}", path.display(), i + 1, e.column())).into()
-            })
-        })
-        .collect()
-}
-
-/// Loads `device.json` plus `measurements.jsonl` / `microbench.jsonl`.
+/// Loads a dataset folder through [`hetero_profiler::Dataset::load`]:
+/// `device.json` plus the Parquet tables `hetero profile` writes, or JSON
+/// Lines rows (`measurements.jsonl`, ...). Lines that are not rows are an
+/// error here: fitting must not silently drop data.
 pub fn load_dataset(dir: &Path) -> anyhow::Result<Loaded> {
-    if !dir.is_dir() {
-        return Err(BadInput(format!("{}: not a dataset folder", dir.display())).into());
+    let (ds, src) = hetero_profiler::Dataset::load_with_sources(dir)?;
+    if let Some(line) = src.skipped_lines.first() {
+        return Err(BadInput(line.clone()).into());
     }
-    let profile: DeviceProfile = hetero_plan::load(&dir.join("device.json"))?;
-    let rows: Vec<MeasurementRow> = read_jsonl(&dir.join("measurements.jsonl"))?;
-    let micro: Vec<MicrobenchRow> = read_jsonl(&dir.join("microbench.jsonl"))?;
     let name = dir
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
-    let fingerprint = Fingerprint::of(name, &(&profile.processors, &rows, &micro));
+    let fingerprint = ds.fingerprint(name);
+    let Some(profile) = ds.profile else {
+        return Err(BadInput(format!(
+            "{}: missing device.json (the processors of the device)",
+            dir.display()
+        ))
+        .into());
+    };
     Ok(Loaded {
         profile,
-        rows,
-        micro,
+        rows: ds.measurements,
+        micro: ds.microbench,
         fingerprint,
     })
 }

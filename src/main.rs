@@ -10,11 +10,13 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 mod chart;
+mod dataset_cmd;
 mod exit;
 mod fit_cmd;
 mod model_cmd;
 mod plan_cmd;
 mod predict_cmd;
+mod profile_cmd;
 mod run_cmd;
 mod schema_cmd;
 mod solve_cmd;
@@ -36,6 +38,11 @@ enum Command {
     #[command(subcommand)]
     #[command(after_help = "Example:\n  hetero model show datasets/models/llama-3.1-8b.json")]
     Model(model_cmd::ModelCmd),
+    /// Profile a device (local, ssh or adb): sweep GEMMs within a time budget into a dataset.
+    Profile(Box<profile_cmd::ProfileArgs>),
+    /// Inspect, merge or export a dataset folder.
+    #[command(subcommand)]
+    Dataset(dataset_cmd::DatasetCmd),
     /// Export the JSON Schema of hetero's file formats.
     Schema(schema_cmd::SchemaArgs),
     /// Solve a plan: how every GEMM of a model runs on a device at every length.
@@ -71,6 +78,8 @@ fn main() -> ExitCode {
     };
     let result = match cli.command {
         Command::Model(cmd) => model_cmd::run(cmd),
+        Command::Profile(args) => profile_cmd::run(*args),
+        Command::Dataset(cmd) => dataset_cmd::run(cmd),
         Command::Schema(args) => schema_cmd::run(args),
         Command::Solve(args) => solve_cmd::run(*args),
         Command::Plan(cmd) => plan_cmd::run(cmd),

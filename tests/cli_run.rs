@@ -184,7 +184,7 @@ fn bad_inputs_exit_2_naming_the_mismatch() {
     // A processor that is not here.
     let text = std::fs::read_to_string(&plan).unwrap();
     let absent = dir.path().join("absent.ron");
-    std::fs::write(&absent, text.replace("\"npu-sim\"", "\"cpu:9\"")).unwrap();
+    std::fs::write(&absent, text.replace("\"npu-sim\"", "\"cuda:7\"")).unwrap();
     let args = |plan: &Path| -> Vec<String> {
         [
             "run",
@@ -204,7 +204,7 @@ fn bad_inputs_exit_2_naming_the_mismatch() {
         bad_input(&a.iter().map(String::as_str).collect::<Vec<_>>())
     };
     let e = run_bad(&absent);
-    assert!(e.contains("`cpu:9`") && e.contains("not available"), "{e}");
+    assert!(e.contains("`cuda:7`") && e.contains("not available"), "{e}");
     // A processor that is here but not what the plan describes: the plan
     // prepares static graphs for a dynamic-shape GPU.
     let reg = Registry::open(&OpenOptions::default(), Some(&["opencl:0:0".into()]));

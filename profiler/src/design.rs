@@ -1,0 +1,507 @@
+//! Sweep design: which GEMMs to measure, in which order, and where to add
+//! more.
+//!
+//! The initial design has four strata, interleaved so that a short budget
+//! still covers each of them:
+//! - **model shapes**: every operator of every `--models` config at prefill
+//!   lengths 1..4096 and decode batches 1..8 (`LinearOp::gemms`);
+//! - **stage probes**: each dimension at multiples of 32, 64, 128 and 256 and
+//!   one past them, to catch the stair steps of tiled processors;
+//! - **a coarse grid** in log space;
+//! - **microbenchmarks** (copies, submit, sync, bandwidth, graph prepare).
+//!
+//! Every GEMM is measured in both operand orders. Within a stratum the
+//! order is coarse to fine (the ends of each range first, then midpoints),
+//! so an early stop still spans the range. Refinement then adds shapes
+//! where the quick predictor's leave-one-out error is above the threshold
+//! (nn-Meter's adaptive sampling): the geometric midpoints between a badly
+//! predicted point and its nearest measured neighbours.
+//!
+//! Case ids name the content (`cpu:0/64x256x256/f32/aw`), so the same GEMM
+//! asked for by two strata is measured once and a resumed run recognises it.
+
+use std::collections::{BTreeMap, BTreeSet, HashSet};
+
+use hetero_plan::{
+    DType, GemmShape, MicrobenchKind, MicrobenchRequest, ModelSpec, OperandOrder, Phase, Processor,
+    ProcessorKind, SweepCase, WeightMode,
+};
+use serde::Serialize;
+
+use crate::quick::Quick;
+
+/// Prefill sequence lengths (1..4096, denser where models switch regimes).
+pub const PREFILL_LENGTHS: [u32; 20] = [
+    1, 2, 4, 8, 16, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024, 1536, 2048, 3072, 4096,
+];
+/// Decode batch sizes (tokens decoded at once: 1, or n for speculative decoding).
+pub const DECODE_TOKENS: [u32; 8] = [1, 2, 3, 4, 5, 6, 7, 8];
+/// Held-out relative error above which refinement measures more.
+pub const REFINE_THRESHOLD: f64 = 0.10;
+
+/// Why a case is in the sweep.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Stratum {
+    /// A microbenchmark.
+    Microbench,
+    /// A shape a model runs.
+    Model,
+    /// A stage-size probe.
+    Stage,
+    /// The coarse grid.
+    Grid,
+    /// Added by refinement.
+    Refine,
+}
+
+/// One thing to measure.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Item {
+    /// A GEMM.
+    Case(SweepCase),
+    /// A microbenchmark.
+    Bench(MicrobenchRequest),
+}
+
+impl Item {
+    /// Its id.
+    pub fn id(&self) -> &str {
+        match self {
+            Item::Case(c) => &c.id,
+            Item::Bench(b) => &b.id,
+        }
+    }
+
+    /// Its processor.
+    pub fn processor(&self) -> &str {
+        match self {
+            Item::Case(c) => &c.processor,
+            Item::Bench(b) => &b.processor,
+        }
+    }
+}
+
+/// An item with the reason it was planned.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Planned {
+    /// What to measure.
+    pub item: Item,
+    /// Why.
+    pub stratum: Stratum,
+}
+
+/// The content-named id of a GEMM case.
+pub fn case_id(processor: &str, shape: GemmShape, dtype: DType, order: OperandOrder) -> String {
+    format!("{processor}/{shape}/{dtype}/{order}")
+}
+
+/// Builds a case.
+pub fn case(processor: &str, shape: GemmShape, dtype: DType, order: OperandOrder) -> SweepCase {
+    SweepCase {
+        id: case_id(processor, shape, dtype, order),
+        processor: processor.to_string(),
+        shape,
+        dtype,
+        order,
+        weights: WeightMode::Static,
+        run: None,
+    }
+}
+
+/// Orders `v` coarse to fine: both ends, then the middle, then the middles
+/// of the halves, and so on.
+pub fn coarse_to_fine<T: Clone>(v: &[T]) -> Vec<T> {
+    let n = v.len();
+    if n <= 2 {
+        return v.to_vec();
+    }
+    let mut out = vec![v[0].clone(), v[n - 1].clone()];
+    let mut queue = std::collections::VecDeque::from([(0usize, n - 1)]);
+    while let Some((lo, hi)) = queue.pop_front() {
+        if hi - lo < 2 {
+            continue;
+        }
+        let mid = (lo + hi) / 2;
+        out.push(v[mid].clone());
+        queue.push_back((lo, mid));
+        queue.push_back((mid, hi));
+    }
+    out
+}
+
+/// The GEMM shapes the models run, coarse to fine over the token counts.
+pub fn model_shapes(models: &[ModelSpec]) -> Vec<GemmShape> {
+    let mut tokens: Vec<(Phase, u32)> = DECODE_TOKENS
+        .iter()
+        .map(|&t| (Phase::Decode, t))
+        .chain(PREFILL_LENGTHS.iter().map(|&t| (Phase::Prefill, t)))
+        .collect();
+    tokens.sort_by_key(|&(p, t)| (t, p));
+    let mut seen = HashSet::new();
+    let mut out = Vec::new();
+    for (phase, t) in coarse_to_fine(&tokens) {
+        for model in models {
+            for op in &model.ops {
+                if let Some((shape, _)) = op.gemms(phase, t)
+                    && seen.insert(shape)
+                {
+                    out.push(shape);
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Stage probes: each dimension at multiples of 32/64/128/256 (and of the
+/// processor's tile) and one past them, the other two fixed.
+pub fn stage_shapes(tile: Option<u32>) -> Vec<GemmShape> {
+    let mut values: BTreeSet<u32> = [32, 64, 96, 128, 192, 256, 384, 512].into_iter().collect();
+    for s in [32, 64, 128, 256] {
+        values.insert(s + 1);
+        values.insert(2 * s + 1);
+    }
+    if let Some(t) = tile.filter(|&t| t > 0 && t <= 4096) {
+        for v in [t, t + 1, 2 * t, 2 * t + 1] {
+            values.insert(v);
+        }
+    }
+    let values: Vec<u32> = values.into_iter().collect();
+    let base = (128, 1024, 1024);
+    let mut seen = HashSet::new();
+    let mut out = Vec::new();
+    for v in coarse_to_fine(&values) {
+        for shape in [
+            GemmShape::new(v, base.1, base.2),
+            GemmShape::new(base.0, v, base.2),
+            GemmShape::new(base.0, base.1, v),
+        ]
+        .into_iter()
+        .flatten()
+        {
+            if seen.insert(shape) {
+                out.push(shape);
+            }
+        }
+    }
+    out
+}
+
+/// The coarse grid, in log space.
+pub fn grid_shapes() -> Vec<GemmShape> {
+    let ms = [1, 16, 256, 4096];
+    let ks = [256, 2048, 8192];
+    let ns = [256, 2048, 16384];
+    let mut v = Vec::new();
+    for m in ms {
+        for k in ks {
+            v.extend(ns.iter().filter_map(|&n| GemmShape::new(m, k, n)));
+        }
+    }
+    v.sort_by(|a, b| a.flops().total_cmp(&b.flops()));
+    coarse_to_fine(&v)
+}
+
+/// The element types to measure on a processor: those asked for that it
+/// supports, or by default one: f16 on GPUs and NPUs that have it, else
+/// f32, else its first.
+pub fn dtypes_for(p: &Processor, wanted: Option<&[DType]>) -> Vec<DType> {
+    let caps = &p.capabilities.dtypes;
+    match wanted {
+        Some(w) => w.iter().copied().filter(|d| caps.contains(d)).collect(),
+        None => {
+            let pick = if p.kind != ProcessorKind::Cpu && caps.contains(&DType::F16) {
+                Some(DType::F16)
+            } else if caps.contains(&DType::F32) {
+                Some(DType::F32)
+            } else {
+                caps.first().copied()
+            };
+            pick.into_iter().collect()
+        }
+    }
+}
+
+/// The microbenchmarks of a set of processors.
+pub fn microbench(processors: &[Processor]) -> Vec<MicrobenchRequest> {
+    let req = |p: &Processor, bench: MicrobenchKind| MicrobenchRequest {
+        id: String::new(),
+        processor: p.id.clone(),
+        bench,
+        bytes: None,
+        peer: None,
+        shape: None,
+    };
+    let mut out = Vec::new();
+    for p in processors {
+        for bench in [MicrobenchKind::CopyH2d, MicrobenchKind::CopyD2h] {
+            for bytes in [4u64 << 10, 1 << 20, 16 << 20] {
+                out.push(MicrobenchRequest {
+                    bytes: Some(bytes),
+                    ..req(p, bench)
+                });
+            }
+        }
+        for bench in [
+            MicrobenchKind::SubmitEmpty,
+            MicrobenchKind::SubmitBusy,
+            MicrobenchKind::SyncBlock,
+            MicrobenchKind::SyncPoll,
+        ] {
+            out.push(req(p, bench));
+        }
+        out.push(MicrobenchRequest {
+            bytes: Some(64 << 20),
+            ..req(p, MicrobenchKind::BandwidthAlone)
+        });
+        for q in processors.iter().filter(|q| q.id != p.id) {
+            out.push(MicrobenchRequest {
+                bytes: Some(64 << 20),
+                peer: Some(q.id.clone()),
+                ..req(p, MicrobenchKind::BandwidthConcurrent)
+            });
+        }
+        if p.capabilities.static_graphs {
+            for shape in [(128, 2048, 2048), (1024, 2048, 8192)] {
+                out.push(MicrobenchRequest {
+                    shape: GemmShape::new(shape.0, shape.1, shape.2),
+                    ..req(p, MicrobenchKind::GraphPrepare)
+                });
+            }
+        }
+    }
+    for r in &mut out {
+        let mut id = format!("mb/{}/{}", r.processor, crate::dataset::enum_str(&r.bench));
+        if let Some(b) = r.bytes {
+            id.push_str(&format!("/{b}"));
+        }
+        if let Some(p) = &r.peer {
+            id.push_str(&format!("/{p}"));
+        }
+        if let Some(s) = r.shape {
+            id.push_str(&format!("/{s}"));
+        }
+        r.id = id;
+    }
+    out
+}
+
+/// The initial design for the processors, highest priority first.
+pub fn initial(
+    processors: &[Processor],
+    models: &[ModelSpec],
+    dtypes: Option<&[DType]>,
+    with_microbench: bool,
+) -> Vec<Planned> {
+    let model = model_shapes(models);
+    let grid = grid_shapes();
+    let mut per_proc: Vec<Vec<Planned>> = Vec::new();
+    for p in processors {
+        let stage = stage_shapes(p.capabilities.tile);
+        let mut strata: Vec<(Stratum, Vec<GemmShape>)> = vec![
+            (Stratum::Model, model.clone()),
+            (Stratum::Stage, stage),
+            (Stratum::Grid, grid.clone()),
+        ];
+        strata.retain(|(_, v)| !v.is_empty());
+        let mut list = Vec::new();
+        // Round-robin over the strata, one shape (in both orders, every dtype) at a time.
+        let mut idx = vec![0usize; strata.len()];
+        loop {
+            let mut any = false;
+            for (si, (stratum, shapes)) in strata.iter().enumerate() {
+                if let Some(&shape) = shapes.get(idx[si]) {
+                    idx[si] += 1;
+                    any = true;
+                    for d in dtypes_for(p, dtypes) {
+                        for order in [OperandOrder::Aw, OperandOrder::WtAt] {
+                            list.push(Planned {
+                                item: Item::Case(case(&p.id, shape, d, order)),
+                                stratum: *stratum,
+                            });
+                        }
+                    }
+                }
+            }
+            if !any {
+                break;
+            }
+        }
+        per_proc.push(list);
+    }
+    let mut out = Vec::new();
+    if with_microbench {
+        out.extend(microbench(processors).into_iter().map(|b| Planned {
+            item: Item::Bench(b),
+            stratum: Stratum::Microbench,
+        }));
+    }
+    // Interleave processors so each is covered early.
+    let longest = per_proc.iter().map(Vec::len).max().unwrap_or(0);
+    let mut seen = HashSet::new();
+    for i in 0..longest {
+        for list in &per_proc {
+            if let Some(p) = list.get(i)
+                && seen.insert(p.item.id().to_string())
+            {
+                out.push(p.clone());
+            }
+        }
+    }
+    out
+}
+
+/// The key a quick predictor is kept per: processor, dtype, operand order.
+pub type Group = (String, DType, OperandOrder);
+
+/// New shapes where a group's held-out error is above `threshold`: the
+/// geometric midpoints between each badly predicted point and its nearest
+/// neighbours, worst points first, at most `limit`, none in `known`.
+pub fn refine(
+    group: &Group,
+    quick: &Quick,
+    threshold: f64,
+    known: &HashSet<String>,
+    limit: usize,
+) -> Vec<SweepCase> {
+    let mut bad: Vec<_> = quick
+        .held_out()
+        .into_iter()
+        .filter(|(_, e)| *e > threshold)
+        .collect();
+    bad.sort_by(|a, b| b.1.total_cmp(&a.1));
+    let (proc_, dtype, order) = group;
+    let mut out: BTreeMap<String, SweepCase> = BTreeMap::new();
+    let mut ordered = Vec::new();
+    'points: for (p, _) in bad {
+        for q in quick.neighbours(&p.shape, 3) {
+            let mid = |a: std::num::NonZeroU32, b: std::num::NonZeroU32| {
+                ((a.get() as f64) * (b.get() as f64)).sqrt().round() as u32
+            };
+            let Some(s) = GemmShape::new(
+                mid(p.shape.m, q.m),
+                mid(p.shape.k, q.k),
+                mid(p.shape.n, q.n),
+            ) else {
+                continue;
+            };
+            if s == p.shape || s == q {
+                continue;
+            }
+            let c = case(proc_, s, *dtype, *order);
+            if known.contains(&c.id) || out.contains_key(&c.id) {
+                continue;
+            }
+            ordered.push(c.id.clone());
+            out.insert(c.id.clone(), c);
+            if out.len() >= limit {
+                break 'points;
+            }
+        }
+    }
+    ordered
+        .into_iter()
+        .filter_map(|id| out.remove(&id))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use hetero_plan::{Capabilities, ProcessorApi};
+
+    use super::*;
+    use crate::quick::Point;
+
+    fn cpu() -> Processor {
+        Processor {
+            id: "cpu:0".into(),
+            kind: ProcessorKind::Cpu,
+            api: ProcessorApi::Cpu,
+            name: "cores".into(),
+            driver: String::new(),
+            capabilities: Capabilities {
+                dtypes: vec![DType::F32, DType::F16],
+                ..Capabilities::default()
+            },
+            simulated: false,
+            emulated: false,
+        }
+    }
+
+    #[test]
+    fn coarse_to_fine_visits_ends_then_middles() {
+        let v: Vec<u32> = (0..9).collect();
+        let o = coarse_to_fine(&v);
+        assert_eq!(&o[..4], &[0, 8, 4, 2]);
+        let mut s = o.clone();
+        s.sort();
+        assert_eq!(s, v);
+    }
+
+    #[test]
+    fn model_shapes_cover_every_operator_and_length() {
+        let spec = hetero_plan::hf::load_config(Path::new("../datasets/models/qwen2.5-1.5b.json"))
+            .unwrap();
+        let shapes = model_shapes(std::slice::from_ref(&spec));
+        for op in &spec.ops {
+            for t in [1, 8, 4096] {
+                for phase in [Phase::Prefill, Phase::Decode] {
+                    let (s, _) = op.gemms(phase, t).unwrap();
+                    if phase == Phase::Decode && t > 8 {
+                        continue;
+                    }
+                    assert!(shapes.contains(&s), "{} {phase} {t}: {s}", op.name);
+                }
+            }
+        }
+        let unique: HashSet<_> = shapes.iter().collect();
+        assert_eq!(unique.len(), shapes.len());
+    }
+
+    #[test]
+    fn stage_probes_step_over_each_multiple() {
+        let s = stage_shapes(Some(48));
+        for v in [32, 33, 64, 65, 128, 129, 256, 257, 48, 49, 96, 97] {
+            assert!(s.iter().any(|x| x.m.get() == v), "m={v}");
+            assert!(s.iter().any(|x| x.k.get() == v), "k={v}");
+            assert!(s.iter().any(|x| x.n.get() == v), "n={v}");
+        }
+    }
+
+    #[test]
+    fn initial_design_has_both_orders_and_unique_ids() {
+        let d = initial(&[cpu()], &[], None, true);
+        let ids: HashSet<&str> = d.iter().map(|p| p.item.id()).collect();
+        assert_eq!(ids.len(), d.len());
+        assert!(ids.contains("cpu:0/1x256x256/f32/aw"));
+        assert!(ids.contains("cpu:0/1x256x256/f32/wt_at"));
+        assert!(d.iter().any(|p| p.stratum == Stratum::Stage));
+        assert!(d.iter().any(|p| p.stratum == Stratum::Microbench));
+        assert_eq!(dtypes_for(&cpu(), Some(&[DType::Bf16])), vec![]);
+    }
+
+    #[test]
+    fn refinement_adds_midpoints_where_the_error_is_high() {
+        let mut pts = Vec::new();
+        for m in [1u32, 4, 16, 64, 256, 1024] {
+            let s = GemmShape::new(m, 512, 512).unwrap();
+            let tput = if m >= 64 { 50e3 } else { 1e3 };
+            pts.push(Point {
+                shape: s,
+                us: s.flops() / tput,
+            });
+        }
+        let q = Quick::new(pts);
+        let group = ("cpu:0".to_string(), DType::F32, OperandOrder::Aw);
+        let new = refine(&group, &q, REFINE_THRESHOLD, &HashSet::new(), 8);
+        assert!(!new.is_empty());
+        // A midpoint between 16 and 64 tokens is among them.
+        assert!(new.iter().any(|c| c.shape.m.get() == 32), "{new:?}");
+        let known: HashSet<String> = new.iter().map(|c| c.id.clone()).collect();
+        let again = refine(&group, &q, REFINE_THRESHOLD, &known, 8);
+        assert!(again.iter().all(|c| !known.contains(&c.id)));
+    }
+}

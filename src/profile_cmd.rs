@@ -1,0 +1,227 @@
+//! `hetero profile`.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::Args;
+use hetero_plan::{DType, RunParams, hf};
+use hetero_profiler::agent::AgentSource;
+use hetero_profiler::report::parse_duration;
+use hetero_profiler::transport::{RetryPolicy, TransportOptions};
+use hetero_profiler::{ProfileOptions, Reporter, Target};
+
+use crate::BadInput;
+
+#[derive(Debug, Args)]
+#[command(after_help = "Examples:
+  hetero profile --device local --processors cpu:0 --budget 60s --out /tmp/ds
+  hetero profile --device adb --models datasets/models/qwen2.5-1.5b.json --budget 15m --out datasets/my-phone
+  hetero profile --device adb:R58M12345 --agent target/aarch64-linux-android/release/hetero-agent --out datasets/s24
+  hetero profile --device ssh://pi@192.168.1.20:22 --agent-dir builds/ --out datasets/pi5
+  hetero profile --device adb --out datasets/my-phone --resume --budget 10m   # continue after a cut
+
+The rows go to OUT/journal.jsonl as they arrive; at the end OUT holds
+measurements.parquet, microbench.parquet and device.json. See docs/profiling.md.")]
+pub struct ProfileArgs {
+    /// Where the agent runs: `local`, `ssh://user@host[:port]`, `adb` or `adb:SERIAL`.
+    #[arg(long)]
+    device: String,
+    /// The dataset folder (new or empty; an earlier run of the same device with --resume).
+    #[arg(long)]
+    out: PathBuf,
+    /// Processors to measure (comma list of ids from the probe; `opencl:*` matches a prefix).
+    #[arg(long, value_delimiter = ',')]
+    processors: Option<Vec<String>>,
+    /// Hugging Face config.json files whose GEMM shapes to measure (comma list).
+    #[arg(long, value_delimiter = ',')]
+    models: Vec<PathBuf>,
+    /// Element types (comma list); default one per processor: f16 on GPU/NPU, else f32.
+    #[arg(long, value_delimiter = ',')]
+    dtypes: Option<Vec<String>>,
+    /// Time budget of this run (e.g. 60s, 15m, 1h30m).
+    #[arg(long, default_value = "15m")]
+    budget: String,
+    /// Continue the dataset in --out: cases already in its journal are skipped.
+    #[arg(long)]
+    resume: bool,
+    /// The agent binary to run (any architecture).
+    #[arg(long, conflicts_with = "agent_dir")]
+    agent: Option<PathBuf>,
+    /// A folder of agent builds, searched by the target's `uname -m`
+    /// (DIR/ARCH/hetero-agent, DIR/hetero-agent-ARCH, DIR/TRIPLE/release/hetero-agent).
+    #[arg(long)]
+    agent_dir: Option<PathBuf>,
+    /// An extra agent flag, placed before its subcommand (repeat: --agent-arg=--cpu-groups --agent-arg=0-3).
+    #[arg(long = "agent-arg", allow_hyphen_values = true)]
+    agent_args: Vec<String>,
+    /// An ssh config file (ssh -F), for keys, ports and known hosts.
+    #[arg(long)]
+    ssh_config: Option<PathBuf>,
+    /// An extra ssh/scp option KEY=VALUE (ssh -o), repeatable.
+    #[arg(long = "ssh-option")]
+    ssh_options: Vec<String>,
+    /// Where the agent is stored on the target (default: ~/.cache/hetero over
+    /// ssh, /data/local/tmp/hetero over adb).
+    #[arg(long)]
+    remote_dir: Option<String>,
+    /// Timed repetitions per case.
+    #[arg(long, default_value_t = RunParams::default().repetitions)]
+    reps: u32,
+    /// Untimed warm-up runs per case.
+    #[arg(long, default_value_t = RunParams::default().warmups)]
+    warmups: u32,
+    /// Per-case timeout, ms.
+    #[arg(long, default_value_t = RunParams::default().timeout_ms)]
+    timeout_ms: u64,
+    /// Skip the microbenchmarks (copies, submit, sync, bandwidth, graph prepare).
+    #[arg(long)]
+    no_microbench: bool,
+    /// Stop after the initial design: no adaptive refinement.
+    #[arg(long)]
+    no_refine: bool,
+    /// Tries for a transport command that fails for a reason of the link.
+    #[arg(long, default_value_t = 4)]
+    retries: u32,
+    /// Print one JSON event per line on stdout instead of a summary.
+    #[arg(long)]
+    json: bool,
+}
+
+fn bad(msg: impl Into<String>) -> anyhow::Error {
+    BadInput(msg.into()).into()
+}
+
+/// Builds the validated options (files are read here, before connecting).
+fn options(a: ProfileArgs) -> anyhow::Result<(ProfileOptions, bool)> {
+    let target: Target = a.device.parse()?;
+    let budget = parse_duration(&a.budget).map_err(|e| bad(format!("--budget: {e}")))?;
+    let dtypes = match &a.dtypes {
+        None => None,
+        Some(v) => Some(
+            v.iter()
+                .map(|s| s.parse::<DType>())
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|e| bad(format!("--dtypes: {e}")))?,
+        ),
+    };
+    let mut models = Vec::new();
+    for m in &a.models {
+        models.push(hf::load_config(m).with_context(|| format!("--models {}", m.display()))?);
+    }
+    if a.reps == 0 {
+        return Err(bad("--reps: must be at least 1"));
+    }
+    if a.timeout_ms == 0 {
+        return Err(bad("--timeout-ms: must be at least 1"));
+    }
+    if a.retries == 0 {
+        return Err(bad("--retries: must be at least 1 (the first try)"));
+    }
+    if let Some(f) = &a.ssh_config
+        && !f.is_file()
+    {
+        return Err(bad(format!("--ssh-config: {} is not a file", f.display())));
+    }
+    if let Some(o) = a.ssh_options.iter().find(|o| !o.contains('=')) {
+        return Err(bad(format!(
+            "--ssh-option: `{o}` is not KEY=VALUE (e.g. StrictHostKeyChecking=accept-new)"
+        )));
+    }
+    if matches!(target, Target::Local) && a.remote_dir.is_some() {
+        return Err(bad("--remote-dir applies only to ssh and adb devices"));
+    }
+    if !matches!(target, Target::Ssh { .. })
+        && (a.ssh_config.is_some() || !a.ssh_options.is_empty())
+    {
+        return Err(bad(
+            "--ssh-config and --ssh-option apply only to --device ssh://...",
+        ));
+    }
+    let agent = match (a.agent, a.agent_dir) {
+        (Some(p), _) => AgentSource::Path(p),
+        (None, Some(d)) => {
+            if !d.is_dir() {
+                return Err(bad(format!("--agent-dir: {} is not a folder", d.display())));
+            }
+            AgentSource::Dir(d)
+        }
+        (None, None) => AgentSource::Auto,
+    };
+    let mut opts = ProfileOptions::new(target, a.out);
+    opts.processors = a.processors;
+    opts.dtypes = dtypes;
+    opts.models = models;
+    opts.budget = budget;
+    opts.resume = a.resume;
+    opts.agent = agent;
+    opts.agent_args = a.agent_args;
+    opts.transport = TransportOptions {
+        retry: RetryPolicy {
+            attempts: a.retries,
+            ..RetryPolicy::default()
+        },
+        ssh_config: a.ssh_config,
+        ssh_options: a.ssh_options,
+        command_timeout: Duration::from_secs(120),
+        remote_dir: a.remote_dir,
+        observer: None,
+    };
+    opts.run = RunParams {
+        warmups: a.warmups,
+        repetitions: a.reps,
+        timeout_ms: a.timeout_ms,
+    };
+    opts.microbench = !a.no_microbench;
+    opts.refine = !a.no_refine;
+    Ok((opts, a.json))
+}
+
+pub fn run(args: ProfileArgs) -> anyhow::Result<()> {
+    let (opts, json) = options(args)?;
+    let rep = Arc::new(Reporter::new(json, false));
+    let o = hetero_profiler::profile(opts, rep)?;
+    if !json {
+        println!(
+            "wrote {}: {} measurements, {} microbenchmarks ({} new) in {:.1} s",
+            o.out.display(),
+            o.measurements,
+            o.microbench,
+            o.new_rows,
+            o.seconds
+        );
+        match o.stopped {
+            "budget" => println!(
+                "stopped: the budget ran out with {} planned case(s) left; \
+                 continue with --resume and a new --budget",
+                o.left_for_budget
+            ),
+            "converged" | "complete" => println!(
+                "stopped: {} (nothing left to measure within the design)",
+                o.stopped
+            ),
+            s => println!("stopped: {s}"),
+        }
+        if !o.held_out.is_empty() {
+            println!();
+            println!(
+                "{:<16} {:<6} {:<6} {:>7} {:>18} {:>12}",
+                "processor", "dtype", "order", "points", "held-out median", "above 10%"
+            );
+            for ((p, d, ord), h) in &o.held_out {
+                println!(
+                    "{:<16} {:<6} {:<6} {:>7} {:>17.1}% {:>11.0}%",
+                    p,
+                    d.as_str(),
+                    ord.as_str(),
+                    h.points,
+                    h.median * 100.0,
+                    h.above * 100.0
+                );
+            }
+        }
+        println!("fingerprint: {}", o.fingerprint.sha256);
+    }
+    Ok(())
+}

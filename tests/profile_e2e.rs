@@ -1,0 +1,1114 @@
+//! End-to-end tests of `hetero profile` and `hetero dataset`: the real
+//! `hetero` binary over the local, adb and ssh transports.
+//!
+//! The transport tests run `tests/fixtures/profiler/fake-agent.py`, a
+//! stand-in that speaks the agent protocol with made-up (and so
+//! `simulated`-labelled) times; adb goes through `fake-adb`, put first on
+//! PATH; ssh goes through a real `sshd` started on 127.0.0.1. The local test
+//! runs the real `hetero-agent`.
+
+mod common;
+
+use std::collections::{BTreeMap, HashSet};
+use std::io::{BufRead, BufReader};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use common::*;
+use serde_json::Value;
+
+fn fixtures() -> PathBuf {
+    root().join("tests/fixtures/profiler")
+}
+
+fn fake_agent() -> Option<String> {
+    let ok = Command::new("python3")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !ok {
+        eprintln!("skipping: python3 is missing (the fake agent is a Python script)");
+        return None;
+    }
+    Some(fixtures().join("fake-agent.py").display().to_string())
+}
+
+/// Runs hetero with extra environment variables.
+fn hetero_env(args: &[&str], env: &[(&str, &str)]) -> Output {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_hetero"));
+    c.args(args).current_dir(root());
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    c.output().expect("run hetero")
+}
+
+fn expect_ok(o: &Output, what: &str) -> String {
+    assert!(
+        o.status.success(),
+        "{what} failed: {}\nstdout: {}\nstderr: {}",
+        o.status,
+        stdout(o),
+        stderr(o)
+    );
+    stdout(o)
+}
+
+fn expect_bad(o: &Output, what: &str) -> String {
+    assert_eq!(
+        o.status.code(),
+        Some(2),
+        "{what} should exit 2\nstdout: {}\nstderr: {}",
+        stdout(o),
+        stderr(o)
+    );
+    stderr(o)
+}
+
+/// Case ids of a JSON Lines file, in order, with repeats.
+fn journal_ids(dir: &Path) -> Vec<String> {
+    std::fs::read_to_string(dir.join("journal.jsonl"))
+        .unwrap()
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| {
+            let v: Value = serde_json::from_str(l).unwrap();
+            v["case_id"].as_str().unwrap().to_string()
+        })
+        .collect()
+}
+
+fn assert_unique(ids: &[String]) -> HashSet<String> {
+    let set: HashSet<String> = ids.iter().cloned().collect();
+    assert_eq!(set.len(), ids.len(), "duplicate case ids in the journal");
+    set
+}
+
+fn show_json(dir: &Path) -> Value {
+    let out = expect_ok(
+        &hetero_env(&["dataset", "show", dir.to_str().unwrap(), "--json"], &[]),
+        "dataset show",
+    );
+    serde_json::from_str(&out).unwrap()
+}
+
+fn dataset_ids(dir: &Path) -> HashSet<String> {
+    let ds = hetero_profiler::Dataset::load(dir).unwrap();
+    let ids: Vec<String> = ds.case_ids().map(str::to_string).collect();
+    let set: HashSet<String> = ids.iter().cloned().collect();
+    assert_eq!(set.len(), ids.len(), "duplicate case ids in the dataset");
+    set
+}
+
+#[test]
+fn profile_and_dataset_help_have_examples() {
+    for args in [
+        &["profile", "--help"][..],
+        &["dataset", "show", "--help"][..],
+        &["dataset", "merge", "--help"][..],
+        &["dataset", "export", "--help"][..],
+    ] {
+        let h = ok(args);
+        assert!(
+            h.contains("Example"),
+            "{args:?} --help has no example:\n{h}"
+        );
+    }
+}
+
+#[test]
+fn bad_device_strings_exit_2_with_the_accepted_forms() {
+    let t = TempDir::new("baddev");
+    let out = t.path().join("ds");
+    for dev in ["phone", "pi@host", "ssh://", "adb:"] {
+        let e = bad_input(&["profile", "--device", dev, "--out", out.to_str().unwrap()]);
+        assert!(e.contains("ssh://user@host"), "{dev}: {e}");
+    }
+    let e = bad_input(&[
+        "profile",
+        "--device",
+        "local",
+        "--budget",
+        "soon",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert!(e.contains("--budget"), "{e}");
+}
+
+#[test]
+fn local_fake_agent_end_to_end() {
+    let Some(agent) = fake_agent() else { return };
+    let t = TempDir::new("local");
+    let out = t.path().join("ds");
+    let o = hetero_env(
+        &[
+            "profile",
+            "--device",
+            "local",
+            "--agent",
+            &agent,
+            "--models",
+            "datasets/models/qwen2.5-1.5b.json",
+            "--budget",
+            "60s",
+            "--out",
+            out.to_str().unwrap(),
+            "--json",
+        ],
+        &[],
+    );
+    let text = expect_ok(&o, "profile");
+    let events: Vec<Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("every stdout line is a JSON event"))
+        .collect();
+    let kinds: HashSet<&str> = events
+        .iter()
+        .map(|e| e["event"].as_str().unwrap())
+        .collect();
+    for k in [
+        "start",
+        "connected",
+        "processors",
+        "batch",
+        "row",
+        "refine",
+        "done",
+    ] {
+        assert!(kinds.contains(k), "no {k} event in {kinds:?}");
+    }
+    let rows = events.iter().filter(|e| e["event"] == "row").count();
+    let done = events.last().unwrap();
+    assert_eq!(done["event"], "done");
+    assert_eq!(done["new_rows"].as_u64().unwrap() as usize, rows);
+
+    for f in [
+        "device.json",
+        "measurements.parquet",
+        "microbench.parquet",
+        "journal.jsonl",
+    ] {
+        assert!(out.join(f).is_file(), "{f} missing");
+    }
+    let ids = journal_ids(&out);
+    let journal = assert_unique(&ids);
+    assert_eq!(dataset_ids(&out), journal);
+    // Both operand orders, model shapes (qwen2.5-1.5b's ffn_down at decode) and stage probes.
+    assert!(
+        journal.contains("cpu:0/1x8960x1536/f32/aw"),
+        "model shape missing"
+    );
+    assert!(journal.contains("cpu:0/1x8960x1536/f32/wt_at"));
+    assert!(
+        journal.contains("fake-gpu/257x1024x1024/f16/aw"),
+        "stage probe missing"
+    );
+    assert!(
+        journal
+            .iter()
+            .any(|id| id.starts_with("mb/cpu:0/copy_h2d/"))
+    );
+
+    let v = show_json(&out);
+    assert_eq!(v["fingerprint"]["sha256"], done["fingerprint"]);
+    let procs = v["processors"].as_array().unwrap();
+    let cpu = procs.iter().find(|p| p["id"] == "cpu:0").unwrap();
+    assert!(cpu["rows"].as_u64().unwrap() > 50);
+    assert_eq!(cpu["timing"][0], "simulated");
+    assert_eq!(cpu["unsupported"], 0);
+    assert!(
+        v["device"]["unavailable"][0]
+            .as_str()
+            .unwrap()
+            .contains("opencl")
+    );
+    let dev: Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("device.json")).unwrap()).unwrap();
+    let spec_ids: HashSet<&str> = dev["sweep"]["cases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .chain(dev["sweep"]["microbench"].as_array().unwrap())
+        .map(|c| c["id"].as_str().unwrap())
+        .collect();
+    assert!(journal.iter().all(|id| spec_ids.contains(id.as_str())));
+
+    // The table form, export and a merge with itself.
+    let table = expect_ok(
+        &hetero_env(&["dataset", "show", out.to_str().unwrap()], &[]),
+        "dataset show",
+    );
+    assert!(
+        table.contains("cpu:0") && table.contains("fake-gpu"),
+        "{table}"
+    );
+    let csv = t.path().join("csv");
+    expect_ok(
+        &hetero_env(
+            &[
+                "dataset",
+                "export",
+                out.to_str().unwrap(),
+                "--csv",
+                "--out",
+                csv.to_str().unwrap(),
+            ],
+            &[],
+        ),
+        "export",
+    );
+    let m = std::fs::read_to_string(csv.join("measurements.csv")).unwrap();
+    assert!(
+        m.starts_with("case_id,processor,m,k,n,dtype,order"),
+        "{}",
+        &m[..80]
+    );
+    assert_eq!(
+        m.lines().count(),
+        1 + cpu["rows"].as_u64().unwrap() as usize
+            + procs.iter().find(|p| p["id"] == "fake-gpu").unwrap()["rows"]
+                .as_u64()
+                .unwrap() as usize
+    );
+    let merged = t.path().join("merged");
+    let msg = expect_ok(
+        &hetero_env(
+            &[
+                "dataset",
+                "merge",
+                "--out",
+                merged.to_str().unwrap(),
+                out.to_str().unwrap(),
+                out.to_str().unwrap(),
+            ],
+            &[],
+        ),
+        "merge",
+    );
+    assert!(msg.contains(&format!("{} duplicate", ids.len())), "{msg}");
+    assert_eq!(dataset_ids(&merged), journal);
+
+    // The fitter reads the Parquet dataset.
+    let pred = t.path().join("p.ron");
+    let fit = expect_ok(
+        &hetero_env(
+            &[
+                "fit",
+                out.to_str().unwrap(),
+                "--out",
+                pred.to_str().unwrap(),
+            ],
+            &[],
+        ),
+        "fit",
+    );
+    assert!(fit.contains("fake-gpu"), "{fit}");
+    let p: hetero_plan::Predictor = hetero_plan::load(&pred).unwrap();
+    assert_eq!(p.dataset.sha256, done["fingerprint"].as_str().unwrap());
+}
+
+#[test]
+fn used_folders_are_refused_unless_resumed_on_the_same_device() {
+    let Some(agent) = fake_agent() else { return };
+    let t = TempDir::new("refuse");
+    let out = t.path().join("ds");
+    let o = out.to_str().unwrap();
+    let args = [
+        "profile",
+        "--device",
+        "local",
+        "--agent",
+        &agent,
+        "--processors",
+        "cpu:0",
+        "--no-refine",
+        "--no-microbench",
+        "--budget",
+        "60s",
+        "--out",
+        o,
+    ];
+    expect_ok(&hetero_env(&args, &[]), "first run");
+    let before = journal_ids(&out);
+    let e = expect_bad(&hetero_env(&args, &[]), "second run without --resume");
+    assert!(e.contains("--resume"), "{e}");
+    // Resuming a complete dataset measures nothing again.
+    let mut resume = args.to_vec();
+    resume.push("--resume");
+    expect_ok(&hetero_env(&resume, &[]), "resume");
+    assert_eq!(journal_ids(&out), before);
+    // Another device's folder.
+    let dev = out.join("device.json");
+    let text = std::fs::read_to_string(&dev).unwrap();
+    let mut v: Value = serde_json::from_str(&text).unwrap();
+    v["host"]["name"] = "someone-elses-phone".into();
+    std::fs::write(&dev, serde_json::to_string_pretty(&v).unwrap()).unwrap();
+    let e = expect_bad(&hetero_env(&resume, &[]), "resume on another device");
+    assert!(
+        e.contains("another device") && e.contains("someone-elses-phone"),
+        "{e}"
+    );
+    // A folder with other files.
+    let other = t.path().join("other");
+    std::fs::create_dir_all(&other).unwrap();
+    std::fs::write(other.join("thesis.tex"), "x").unwrap();
+    let mut a = args.to_vec();
+    let last = a.len() - 1;
+    let os = other.to_str().unwrap().to_string();
+    a[last] = &os;
+    let e = expect_bad(&hetero_env(&a, &[]), "non-empty folder");
+    assert!(e.contains("holds no dataset"), "{e}");
+}
+
+#[test]
+fn protocol_mismatch_is_a_clear_error() {
+    let Some(agent) = fake_agent() else { return };
+    let t = TempDir::new("proto");
+    let out = t.path().join("ds");
+    let e = expect_bad(
+        &hetero_env(
+            &[
+                "profile",
+                "--device",
+                "local",
+                "--agent",
+                &agent,
+                "--out",
+                out.to_str().unwrap(),
+            ],
+            &[("FAKE_AGENT_PROTOCOL", "7")],
+        ),
+        "protocol mismatch",
+    );
+    assert!(
+        e.contains("speaks protocol 7") && e.contains("--agent"),
+        "{e}"
+    );
+    assert!(e.contains("version --json"), "the command is named: {e}");
+}
+
+#[test]
+fn unknown_processor_lists_what_the_device_has() {
+    let Some(agent) = fake_agent() else { return };
+    let t = TempDir::new("proc");
+    let out = t.path().join("ds");
+    let e = expect_bad(
+        &hetero_env(
+            &[
+                "profile",
+                "--device",
+                "local",
+                "--agent",
+                &agent,
+                "--processors",
+                "qnn:htp",
+                "--out",
+                out.to_str().unwrap(),
+            ],
+            &[],
+        ),
+        "unknown processor",
+    );
+    assert!(
+        e.contains("qnn:htp") && e.contains("cpu:0, fake-gpu"),
+        "{e}"
+    );
+}
+
+/// The fake agent kills the host (and itself) after N rows: a resume then
+/// yields every row of an uninterrupted run, each once.
+#[test]
+fn kill_host_then_resume_yields_every_row_once() {
+    let Some(agent) = fake_agent() else { return };
+    let t = TempDir::new("kill");
+    let base = [
+        "profile",
+        "--device",
+        "local",
+        "--agent",
+        &agent,
+        "--no-refine",
+        "--budget",
+        "120s",
+    ];
+    // Small made-up times: every planned case fits the budget in both runs.
+    let scale = ("FAKE_AGENT_SCALE", "0.0001");
+    let full = t.path().join("full");
+    let mut a = base.to_vec();
+    a.extend(["--out", full.to_str().unwrap()]);
+    let o = hetero_env(&a, &[scale]);
+    expect_ok(&o, "uninterrupted run");
+    assert!(stdout(&o).contains("stopped: complete"), "{}", stdout(&o));
+    let want = assert_unique(&journal_ids(&full));
+
+    let cut = t.path().join("cut");
+    let mut a = base.to_vec();
+    a.extend(["--out", cut.to_str().unwrap()]);
+    let o = hetero_env(
+        &a,
+        &[
+            scale,
+            ("FAKE_AGENT_KILL_PARENT_AFTER", "40"),
+            ("FAKE_AGENT_DELAY", "0.02"),
+        ],
+    );
+    assert!(!o.status.success(), "the host should have been killed");
+    let partial = assert_unique(&journal_ids(&cut));
+    assert!(
+        !partial.is_empty() && partial.len() < want.len(),
+        "{}",
+        partial.len()
+    );
+    assert!(!cut.join("measurements.parquet").exists());
+    let v = show_json(&cut);
+    assert!(v["sources"]["files"].as_array().unwrap().len() == 1, "{v}");
+
+    a.push("--resume");
+    expect_ok(&hetero_env(&a, &[scale]), "resume");
+    let got = assert_unique(&journal_ids(&cut));
+    assert_eq!(got, want);
+    assert_eq!(dataset_ids(&cut), want);
+}
+
+/// The agent dies in the middle of a batch (once): the host restarts it
+/// with the cases left, within the same run.
+#[test]
+fn agent_killed_mid_batch_is_restarted_without_duplicates() {
+    let Some(agent) = fake_agent() else { return };
+    let t = TempDir::new("die");
+    let out = t.path().join("ds");
+    let marker = t.path().join("died");
+    let o = hetero_env(
+        &[
+            "profile",
+            "--device",
+            "local",
+            "--agent",
+            &agent,
+            "--no-refine",
+            "--processors",
+            "cpu:0",
+            "--budget",
+            "120s",
+            "--out",
+            out.to_str().unwrap(),
+            "--json",
+        ],
+        &[
+            ("FAKE_AGENT_DIE_AFTER", "5"),
+            ("FAKE_AGENT_DIE_ONCE", marker.to_str().unwrap()),
+        ],
+    );
+    let text = expect_ok(&o, "profile with a dying agent");
+    assert!(marker.exists(), "the agent did not die");
+    assert!(text.contains("\"event\":\"agent_stopped\""), "{text}");
+    let ids = journal_ids(&out);
+    assert_unique(&ids);
+    let v = show_json(&out);
+    assert!(v["measurements"].as_u64().unwrap() > 100);
+}
+
+// ---------------------------------------------------------------- adb
+
+struct FakeAdb {
+    dir: TempDir,
+    path: String,
+}
+
+impl FakeAdb {
+    fn new(name: &str) -> FakeAdb {
+        let dir = TempDir::new(name);
+        let bin = dir.path().join("bin");
+        std::fs::create_dir_all(&bin).unwrap();
+        std::fs::copy(fixtures().join("fake-adb"), bin.join("adb")).unwrap();
+        let path = format!(
+            "{}:{}",
+            bin.display(),
+            std::env::var("PATH").unwrap_or_default()
+        );
+        FakeAdb { dir, path }
+    }
+
+    fn root(&self) -> &Path {
+        self.dir.path()
+    }
+
+    fn run(&self, args: &[&str], devices: &str, extra: &[(&str, &str)]) -> Output {
+        let mut env = vec![
+            ("PATH", self.path.as_str()),
+            ("FAKE_ADB_ROOT", self.root().to_str().unwrap()),
+            ("FAKE_ADB_DEVICES", devices),
+        ];
+        env.extend_from_slice(extra);
+        hetero_env(args, &env)
+    }
+
+    fn log(&self) -> Vec<String> {
+        std::fs::read_to_string(self.root().join("adb.log"))
+            .unwrap_or_default()
+            .lines()
+            .map(str::to_string)
+            .collect()
+    }
+}
+
+#[test]
+fn adb_end_to_end_through_the_real_command_lines() {
+    let Some(agent) = fake_agent() else { return };
+    let adb = FakeAdb::new("adb");
+    let out = adb.root().join("ds");
+    let o = adb.run(
+        &[
+            "profile",
+            "--device",
+            "adb",
+            "--agent",
+            &agent,
+            "--no-refine",
+            "--processors",
+            "fake-gpu",
+            "--budget",
+            "60s",
+            "--out",
+            out.to_str().unwrap(),
+        ],
+        "emulator-5554:device",
+        &[],
+    );
+    expect_ok(&o, "profile over adb");
+    let log = adb.log();
+    let has = |want: &str| log.iter().any(|l| l == want);
+    assert_eq!(log[0], "devices");
+    assert!(
+        log.iter()
+            .any(|l| l.starts_with("-s | emulator-5554 | push | ")
+                && l.ends_with(" | /data/local/tmp/hetero/hetero-agent")),
+        "{log:#?}"
+    );
+    assert!(
+        has("-s | emulator-5554 | shell | chmod 755 /data/local/tmp/hetero/hetero-agent"),
+        "{log:#?}"
+    );
+    assert!(
+        has(
+            "-s | emulator-5554 | shell | cd /data/local/tmp/hetero && ./hetero-agent version --json 2>agent-cmd.log"
+        ),
+        "{log:#?}"
+    );
+    assert!(
+        log.iter()
+            .any(|l| l.starts_with("-s | emulator-5554 | push | ")
+                && l.ends_with(" | /data/local/tmp/hetero/spec.json")),
+        "{log:#?}"
+    );
+    assert!(
+        has(
+            "-s | emulator-5554 | shell | cd /data/local/tmp/hetero && ./hetero-agent --processors fake-gpu sweep --spec spec.json 2>agent.log"
+        ),
+        "{log:#?}"
+    );
+    // The agent was pushed once: a second run finds the same bytes there.
+    let pushes = |log: &[String]| {
+        log.iter()
+            .filter(|l| {
+                l.ends_with("/data/local/tmp/hetero/hetero-agent") && l.contains("| push |")
+            })
+            .count()
+    };
+    assert_eq!(pushes(&log), 1);
+    assert!(
+        adb.root()
+            .join("emulator-5554/data/local/tmp/hetero/hetero-agent")
+            .is_file()
+    );
+    let v = show_json(&out);
+    assert_eq!(v["device"]["transport"], "adb:emulator-5554");
+    assert!(
+        v["device"]["name"]
+            .as_str()
+            .unwrap()
+            .contains("emulator-5554")
+    );
+    let gpu = &v["processors"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["id"] == "fake-gpu")
+        .unwrap()
+        .clone();
+    assert!(gpu["rows"].as_u64().unwrap() > 50, "{gpu}");
+
+    let o = adb.run(
+        &[
+            "profile",
+            "--device",
+            "adb:emulator-5554",
+            "--agent",
+            &agent,
+            "--no-refine",
+            "--processors",
+            "fake-gpu",
+            "--resume",
+            "--out",
+            out.to_str().unwrap(),
+        ],
+        "emulator-5554:device",
+        &[],
+    );
+    expect_ok(&o, "resume over adb");
+    assert_eq!(pushes(&adb.log()), 1, "the agent was pushed again");
+}
+
+#[test]
+fn adb_device_problems_exit_2_with_the_fix() {
+    let Some(agent) = fake_agent() else { return };
+    let adb = FakeAdb::new("adb-bad");
+    let out = adb.root().join("ds");
+    let run = |dev: &str, devices: &str| {
+        let o = adb.run(
+            &[
+                "profile",
+                "--device",
+                dev,
+                "--agent",
+                &agent,
+                "--out",
+                out.to_str().unwrap(),
+            ],
+            devices,
+            &[],
+        );
+        expect_bad(&o, &format!("{dev} with [{devices}]"))
+    };
+    let e = run("adb", "");
+    assert!(
+        e.contains("no adb device") && e.contains("USB debugging"),
+        "{e}"
+    );
+    let e = run("adb", "A1:device B2:device");
+    assert!(
+        e.contains("2 adb devices") && e.contains("--device adb:A1"),
+        "{e}"
+    );
+    let e = run("adb", "A1:unauthorized");
+    assert!(e.contains("Allow USB debugging"), "{e}");
+    let e = run("adb:C3", "A1:device");
+    assert!(
+        e.contains("no adb device `C3`") && e.contains("A1 (device)"),
+        "{e}"
+    );
+    assert!(!out.exists(), "nothing is written on bad input");
+}
+
+#[test]
+fn adb_link_failures_are_retried_and_agent_refusals_bring_its_log() {
+    let Some(agent) = fake_agent() else { return };
+    let adb = FakeAdb::new("adb-flaky");
+    let out = adb.root().join("ds");
+    let o = adb.run(
+        &[
+            "profile",
+            "--device",
+            "adb",
+            "--agent",
+            &agent,
+            "--no-refine",
+            "--no-microbench",
+            "--processors",
+            "cpu:0",
+            "--out",
+            out.to_str().unwrap(),
+            "--json",
+        ],
+        "S1:device",
+        &[("FAKE_ADB_FLAKY", "2")],
+    );
+    let text = expect_ok(&o, "flaky adb");
+    let retries: Vec<Value> = text
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .filter(|e| e["event"] == "retry")
+        .collect();
+    assert_eq!(retries.len(), 2, "{text}");
+    assert!(
+        retries[0]["command"]
+            .as_str()
+            .unwrap()
+            .starts_with("adb -s S1 shell")
+    );
+    assert!(
+        retries[0]["detail"]
+            .as_str()
+            .unwrap()
+            .contains("device offline")
+    );
+
+    let out2 = adb.root().join("ds2");
+    let o = adb.run(
+        &[
+            "profile",
+            "--device",
+            "adb",
+            "--agent",
+            &agent,
+            "--out",
+            out2.to_str().unwrap(),
+        ],
+        "S1:device",
+        &[("FAKE_AGENT_REFUSE", "1")],
+    );
+    let e = expect_bad(&o, "refused spec");
+    assert!(
+        e.contains("refused on purpose"),
+        "the agent's log is shown: {e}"
+    );
+    assert!(e.contains("adb -s S1 shell"), "the command is shown: {e}");
+    assert!(
+        adb.log()
+            .iter()
+            .any(|l| l.starts_with("-s | S1 | pull | /data/local/tmp/hetero/agent.log | ")),
+        "{:#?}",
+        adb.log()
+    );
+}
+
+// ---------------------------------------------------------------- ssh
+
+struct Sshd {
+    child: std::process::Child,
+    port: u16,
+    config: PathBuf,
+    _dir: TempDir,
+}
+
+impl Drop for Sshd {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn which(p: &str) -> Option<PathBuf> {
+    for d in [
+        "/usr/sbin",
+        "/usr/bin",
+        "/sbin",
+        "/bin",
+        "/usr/local/sbin",
+        "/usr/local/bin",
+    ] {
+        let c = Path::new(d).join(p);
+        if c.is_file() {
+            return Some(c);
+        }
+    }
+    None
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn user() -> String {
+    let o = Command::new("id").arg("-un").output().unwrap();
+    String::from_utf8_lossy(&o.stdout).trim().to_string()
+}
+
+/// Starts sshd on 127.0.0.1 with a temporary host key, user key and configs.
+fn start_sshd() -> Option<Sshd> {
+    let Some(sshd) = which("sshd") else {
+        eprintln!("skipping: sshd is missing (apt-get install openssh-server)");
+        return None;
+    };
+    if which("ssh").is_none() || which("ssh-keygen").is_none() || which("scp").is_none() {
+        eprintln!("skipping: ssh, scp or ssh-keygen is missing (apt-get install openssh-client)");
+        return None;
+    }
+    let dir = TempDir::new("sshd");
+    let d = dir.path().to_path_buf();
+    let keygen = |file: &Path| {
+        let o = Command::new("ssh-keygen")
+            .args(["-q", "-t", "ed25519", "-N", "", "-f"])
+            .arg(file)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "ssh-keygen: {}", stderr(&o));
+    };
+    keygen(&d.join("host_key"));
+    keygen(&d.join("user_key"));
+    std::fs::copy(d.join("user_key.pub"), d.join("authorized_keys")).unwrap();
+    let port = free_port();
+    // sshd needs its privilege separation folder when started as root.
+    if user() == "root" {
+        let _ = std::fs::create_dir_all("/run/sshd");
+    }
+    let sftp = [
+        "/usr/lib/openssh/sftp-server",
+        "/usr/libexec/sftp-server",
+        "/usr/libexec/openssh/sftp-server",
+    ]
+    .into_iter()
+    .find(|p| Path::new(p).exists())
+    .unwrap_or("internal-sftp");
+    std::fs::write(
+        d.join("sshd_config"),
+        format!(
+            "Port {port}\nListenAddress 127.0.0.1\nHostKey {hk}\nAuthorizedKeysFile {ak}\n\
+             PidFile {pid}\nStrictModes no\nUsePAM no\nPasswordAuthentication no\n\
+             KbdInteractiveAuthentication no\nPubkeyAuthentication yes\n\
+             PermitRootLogin prohibit-password\nSubsystem sftp {sftp}\nLogLevel ERROR\n",
+            hk = d.join("host_key").display(),
+            ak = d.join("authorized_keys").display(),
+            pid = d.join("sshd.pid").display(),
+        ),
+    )
+    .unwrap();
+    let host_pub = std::fs::read_to_string(d.join("host_key.pub")).unwrap();
+    std::fs::write(
+        d.join("known_hosts"),
+        format!("[127.0.0.1]:{port} {}", host_pub.trim()),
+    )
+    .unwrap();
+    std::fs::write(
+        d.join("ssh_config"),
+        format!(
+            "Host 127.0.0.1\n  IdentityFile {}\n  IdentitiesOnly yes\n  UserKnownHostsFile {}\n  \
+             StrictHostKeyChecking yes\n  LogLevel ERROR\n",
+            d.join("user_key").display(),
+            d.join("known_hosts").display()
+        ),
+    )
+    .unwrap();
+    let mut child = Command::new(&sshd)
+        .args(["-D", "-e", "-f"])
+        .arg(d.join("sshd_config"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let start = Instant::now();
+    loop {
+        if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+            break;
+        }
+        if let Ok(Some(status)) = child.try_wait() {
+            let mut err = String::new();
+            use std::io::Read;
+            let _ = child.stderr.take().unwrap().read_to_string(&mut err);
+            eprintln!("skipping: sshd exited at start ({status}): {err}");
+            return None;
+        }
+        if start.elapsed() > Duration::from_secs(10) {
+            let _ = child.kill();
+            eprintln!("skipping: sshd did not listen within 10 s");
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    Some(Sshd {
+        child,
+        port,
+        config: d.join("ssh_config"),
+        _dir: dir,
+    })
+}
+
+#[test]
+fn ssh_end_to_end_against_a_real_sshd() {
+    let Some(agent) = fake_agent() else { return };
+    let Some(sshd) = start_sshd() else { return };
+    let t = TempDir::new("ssh");
+    let out = t.path().join("ds");
+    let remote = t.path().join("remote");
+    let device = format!("ssh://{}@127.0.0.1:{}", user(), sshd.port);
+    let args = [
+        "profile",
+        "--device",
+        &device,
+        "--ssh-config",
+        sshd.config.to_str().unwrap(),
+        "--remote-dir",
+        remote.to_str().unwrap(),
+        "--agent",
+        &agent,
+        "--no-refine",
+        "--processors",
+        "cpu:0",
+        "--budget",
+        "60s",
+        "--out",
+        out.to_str().unwrap(),
+    ];
+    let o = hetero_env(&args, &[]);
+    expect_ok(&o, "profile over ssh");
+    assert!(
+        remote.join("hetero-agent").is_file(),
+        "the agent was copied"
+    );
+    assert!(remote.join("spec.json").is_file(), "the spec was copied");
+    let v = show_json(&out);
+    assert_eq!(v["device"]["transport"], device);
+    let cpu = &v["processors"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["id"] == "cpu:0")
+        .unwrap()
+        .clone();
+    assert!(cpu["rows"].as_u64().unwrap() > 50, "{cpu}");
+    assert_unique(&journal_ids(&out));
+}
+
+#[test]
+fn unreachable_ssh_host_exits_2_with_the_command() {
+    if which("ssh").is_none() {
+        eprintln!("skipping: ssh is missing (apt-get install openssh-client)");
+        return;
+    }
+    let t = TempDir::new("unreach");
+    let port = free_port(); // nothing listens there
+    let device = format!("ssh://nobody@127.0.0.1:{port}");
+    let e = expect_bad(
+        &hetero_env(
+            &[
+                "profile",
+                "--device",
+                &device,
+                "--retries",
+                "2",
+                "--out",
+                t.path().join("ds").to_str().unwrap(),
+            ],
+            &[],
+        ),
+        "unreachable host",
+    );
+    assert!(e.contains("cannot reach") && e.contains(&device), "{e}");
+    assert!(
+        e.contains(&format!("-p {port} nobody@127.0.0.1")),
+        "the exact command: {e}"
+    );
+    assert!(e.contains("fix:"), "{e}");
+}
+
+// ---------------------------------------------------------------- real agent
+
+/// The real agent next to the hetero binary (built by `cargo test
+/// --workspace`; built here otherwise).
+fn real_agent() -> Option<PathBuf> {
+    let exe = PathBuf::from(env!("CARGO_BIN_EXE_hetero"));
+    let agent = exe.with_file_name("hetero-agent");
+    if !agent.is_file() {
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let o = Command::new(cargo)
+            .args(["build", "-q", "-p", "hetero-agent", "--bin", "hetero-agent"])
+            .current_dir(root())
+            .output();
+        if !o.is_ok_and(|o| o.status.success()) || !agent.is_file() {
+            eprintln!(
+                "skipping: no hetero-agent next to {} and it could not be built",
+                exe.display()
+            );
+            return None;
+        }
+    }
+    Some(agent)
+}
+
+/// The check a user runs (`--budget 60s` shortened): the real agent on this
+/// machine's CPU, killed mid-run, then resumed: every row once.
+#[test]
+fn local_real_agent_kill_and_resume() {
+    let Some(_agent) = real_agent() else { return };
+    let t = TempDir::new("real");
+    let out = t.path().join("ds");
+    let args = [
+        "profile",
+        "--device",
+        "local",
+        "--processors",
+        "cpu:0",
+        "--no-microbench",
+        "--reps",
+        "3",
+        "--warmups",
+        "1",
+        "--budget",
+        "15s",
+        "--out",
+        out.to_str().unwrap(),
+        "--json",
+    ];
+    // Kill the host and the agent (the whole process group) after 6 rows.
+    let mut child = Command::new(env!("CARGO_BIN_EXE_hetero"))
+        .args(args)
+        .current_dir(root())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0)
+        .spawn()
+        .unwrap();
+    let pgid = child.id();
+    let mut seen: BTreeMap<String, Option<f64>> = BTreeMap::new();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    for l in lines.by_ref() {
+        let v: Value = serde_json::from_str(&l.unwrap()).unwrap();
+        if v["event"] == "row" {
+            seen.insert(
+                v["case_id"].as_str().unwrap().into(),
+                v["median_us"].as_f64(),
+            );
+            if seen.len() == 6 {
+                let _ = Command::new("kill")
+                    .args(["-9", &format!("-{pgid}")])
+                    .status();
+                break;
+            }
+        }
+    }
+    drop(lines);
+    let _ = child.wait();
+    assert_eq!(seen.len(), 6, "the agent produced fewer than 6 rows");
+
+    let mut resume = args.to_vec();
+    resume.push("--resume");
+    let text = expect_ok(&hetero_env(&resume, &[]), "resume");
+    let journal = journal_ids(&out);
+    let ids = assert_unique(&journal);
+    let ds = hetero_profiler::Dataset::load(&out).unwrap();
+    for (id, median) in &seen {
+        assert!(ids.contains(id), "{id} measured before the kill is lost");
+        let row = ds.measurements.iter().find(|r| &r.case_id == id).unwrap();
+        assert_eq!(&row.median_us, median, "{id} was measured again");
+    }
+    assert!(
+        ds.measurements.len() > seen.len(),
+        "the resume measured nothing: {text}"
+    );
+    assert!(
+        ds.measurements
+            .iter()
+            .all(|r| r.timing == hetero_plan::Timing::Real)
+    );
+    assert!(ds.measurements.iter().filter(|r| r.is_usable()).count() > 6);
+    let v = show_json(&out);
+    let cpu = &v["processors"][0];
+    assert_eq!(cpu["id"], "cpu:0");
+    assert_eq!(
+        cpu["rows"].as_u64().unwrap() as usize,
+        ds.measurements.len()
+    );
+    assert!(
+        v["device"]["agent"]
+            .as_str()
+            .unwrap()
+            .contains("protocol 1")
+    );
+}
