@@ -185,17 +185,40 @@ fn bad_inputs_exit_2_naming_the_mismatch() {
     let text = std::fs::read_to_string(&plan).unwrap();
     let absent = dir.path().join("absent.ron");
     std::fs::write(&absent, text.replace("\"npu-sim\"", "\"cuda:7\"")).unwrap();
-    let e = bad_input(&[
-        "run",
-        s(&absent),
-        "--model",
-        s(&config),
-        "--phase",
-        "prefill",
-        "--len",
-        "4",
-    ]);
+    let args = |plan: &Path| -> Vec<String> {
+        [
+            "run",
+            s(plan),
+            "--model",
+            s(&config),
+            "--phase",
+            "prefill",
+            "--len",
+            "4",
+        ]
+        .map(String::from)
+        .to_vec()
+    };
+    let run_bad = |plan: &Path| {
+        let a = args(plan);
+        bad_input(&a.iter().map(String::as_str).collect::<Vec<_>>())
+    };
+    let e = run_bad(&absent);
     assert!(e.contains("`cuda:7`") && e.contains("not available"), "{e}");
+    // A processor that is here but not what the plan describes: the plan
+    // prepares static graphs for a dynamic-shape GPU.
+    let reg = Registry::open(&OpenOptions::default(), Some(&["opencl:0:0".into()]));
+    if reg.backends.is_empty() {
+        eprintln!("skipping the static-graph mismatch: no opencl:0:0 here");
+    } else {
+        let dynamic = dir.path().join("dynamic.ron");
+        std::fs::write(&dynamic, text.replace("\"npu-sim\"", "\"opencl:0:0\"")).unwrap();
+        let e = run_bad(&dynamic);
+        assert!(
+            e.contains("opencl:0:0") && e.contains("static graphs"),
+            "{e}"
+        );
+    }
     // A length the plan does not cover.
     let e = bad_input(&[
         "run",

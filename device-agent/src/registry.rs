@@ -41,7 +41,8 @@ pub struct Registry {
 impl Registry {
     /// Opens every compiled-in backend, keeps those that work, and records
     /// why the others did not. `filter` keeps only the listed processor ids
-    /// (a trailing `*` matches a prefix: `opencl:*`).
+    /// (a trailing `*` matches a prefix: `opencl:*`); a backend none of whose
+    /// ids the filter can match is neither opened nor listed as unavailable.
     pub fn open(opts: &OpenOptions, filter: Option<&[String]>) -> Registry {
         type Opener = fn(&OpenOptions) -> crate::Result<Vec<Box<dyn Backend>>>;
         // Each backend module adds one line here, behind its feature.
@@ -73,6 +74,13 @@ impl Registry {
             }
         }
         for (name, open) in openers {
+            // A backend none of whose ids the filter can match is not
+            // opened at all (no library loaded for a plan that cannot use it).
+            if let Some(ids) = filter
+                && !ids.iter().any(|f| backend_may_match(f, name))
+            {
+                continue;
+            }
             match open(opts) {
                 Ok(list) => reg.backends.extend(list),
                 Err(reason) => reg.unavailable.push(Unavailable {
@@ -111,6 +119,20 @@ const COMPILED: [(&str, &str, bool); 5] = [
     ("npu-sim", "sim", cfg!(feature = "sim")),
 ];
 
+/// Whether a filter entry can match an id of backend `name` (ids start
+/// `name:`, or are `npu-sim`).
+fn backend_may_match(filter: &str, name: &str) -> bool {
+    let prefix = if name == "npu-sim" {
+        name.to_string()
+    } else {
+        format!("{name}:")
+    };
+    match filter.strip_suffix('*') {
+        Some(stem) => prefix.starts_with(stem) || stem.starts_with(&prefix),
+        None => filter.starts_with(&prefix),
+    }
+}
+
 /// `cpu:0` matches itself; `opencl:*` matches every id starting `opencl:`.
 pub fn id_matches(filter: &str, id: &str) -> bool {
     match filter.strip_suffix('*') {
@@ -122,6 +144,18 @@ pub fn id_matches(filter: &str, id: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_filter_skips_backends_it_cannot_match() {
+        assert!(backend_may_match("cpu:0", "cpu"));
+        assert!(!backend_may_match("cpu:0", "qnn"));
+        assert!(backend_may_match("npu-sim", "npu-sim"));
+        assert!(backend_may_match("npu-*", "npu-sim"));
+        assert!(backend_may_match("*", "qnn"));
+        assert!(backend_may_match("opencl:*", "opencl"));
+        assert!(!backend_may_match("opencl:*", "cuda"));
+        assert!(!backend_may_match("cuda:0", "cpu"));
+    }
 
     #[test]
     fn filters_match_exact_ids_and_prefixes() {

@@ -40,6 +40,7 @@ done
 list=$(IFS=,; echo "${shapes[*]}")
 echo "sweeping ${#shapes[@]} shapes on each processor" >&2
 
+if [[ -z "${SKIP_PROFILE:-}" ]]; then
 "$agent" --cpu-groups "$groups" --processors cpu:0,cpu:1 probe --json > "$out/probe.json"
 : > "$out/sweep.jsonl"
 for p in cpu:0 cpu:1; do
@@ -71,8 +72,39 @@ device = {
 json.dump(device, open(f"{out}/dataset/device.json", "w"), indent=1)
 PY
 target/release/hetero fit "$out/dataset" --out "$out/predictor.ron" --report "$out/fit.json"
+fi
 target/release/hetero solve --predictor "$out/predictor.ron" --model "$model" --out "$out/plan.ron" \
   --lengths 1..128 --decode-lengths 1..4 --npu-graphs none --dtype f32 \
   --processors cpu:0,cpu:1 --row-align 128
 target/release/examples/replay_bench "$out/plan.ron" "$model" "$groups" "$passes" \
-  prefill:16,prefill:64,prefill:128,decode:1,decode:4 | tee "$out/replay.md"
+  prefill:16,prefill:64,prefill:128,decode:1,decode:4 "$out" | tee "$out/replay.md"
+
+# Replay against the profile: per operator, the slowest part's GEMMs timed
+# alone by the sweep (same shapes, same processor) against the replayed
+# time. It separates what the runtime adds (concurrency, handoff, merge)
+# from what the predictor gets wrong.
+python3 - "$out" <<'PY' | tee "$out/profile.md"
+import json, sys, glob
+out = sys.argv[1]
+alone = {}
+for line in open(f"{out}/dataset/measurements.jsonl"):
+    r = json.loads(line)
+    if r.get("status") == "ok":
+        alone[(r["processor"], f'{r["m"]}x{r["k"]}x{r["n"]}')] = r["median_us"]
+print("| phase | len | predicted | profile (parts alone) | replayed (block) | replayed / profile | replayed / predicted |")
+print("|---|---|---|---|---|---|---|")
+for path in sorted(glob.glob(f"{out}/report-*.json"), key=lambda p: (p.split("-")[-2], int(p.split("-")[-1][:-5]))):
+    r = json.load(open(path))
+    prof, missing = 0.0, 0
+    for op in r["per_op"]:
+        t = 0.0
+        for part in op["parts"]:
+            us = [alone.get((part["processor"], g)) for g in part["gemms"]]
+            if None in us:
+                missing += 1
+                continue
+            t = max(t, sum(us))
+        prof += t * op["layers"]
+    note = f" ({missing} parts unprofiled)" if missing else ""
+    print(f'| {r["phase"]} | {r["len"]} | {r["predicted_us"]:.0f} µs | {prof:.0f} µs{note} | {r["measured_us"]:.0f} µs | {r["measured_us"] / prof:.2f} | {r["measured_us"] / r["predicted_us"]:.2f} |')
+PY

@@ -2,7 +2,10 @@
 //! length, alternating polling and blocking synchronisation pass by pass in
 //! one process so that both see the same machine load, and prints medians.
 //!
-//! `cargo run --release -p hetero-runtime --example replay_bench -- PLAN CONFIG CPU_GROUPS PASSES prefill:16,prefill:128,decode:1`
+//! `cargo run --release -p hetero-runtime --example replay_bench -- PLAN CONFIG CPU_GROUPS PASSES prefill:16,prefill:128,decode:1 OUT_DIR`
+//!
+//! Per case it also writes `OUT_DIR/report-PHASE-LEN.json`: a blocking run
+//! of PASSES timed passes, per-operator medians.
 
 use hetero_agent::OpenOptions;
 use hetero_plan::Phase;
@@ -11,8 +14,8 @@ use hetero_runtime::{RunSpec, Runtime, RuntimeOptions, SyncChoice};
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let [plan, config, groups, passes, cases] = args.as_slice() else {
-        eprintln!("usage: replay_bench PLAN CONFIG CPU_GROUPS PASSES phase:len,...");
+    let [plan, config, groups, passes, cases, out] = args.as_slice() else {
+        eprintln!("usage: replay_bench PLAN CONFIG CPU_GROUPS PASSES phase:len,... OUT_DIR");
         std::process::exit(2);
     };
     let passes: u32 = passes.parse().unwrap();
@@ -37,15 +40,15 @@ fn main() {
         let (phase, len) = case.split_once(':').unwrap();
         let phase: Phase = phase.parse().unwrap();
         let len: u32 = len.parse().unwrap();
-        let spec = |check| RunSpec {
+        let spec = |check, repeat| RunSpec {
             phase,
             len,
             steps: if phase == Phase::Decode { 4 } else { 1 },
-            repeat: 1,
+            repeat,
             check,
         };
         // Warm-up, prepare and check once.
-        let first = rt.run(&spec(true)).unwrap();
+        let first = rt.run(&spec(true, 1)).unwrap();
         let c = first.check.as_ref().unwrap();
         let check = format!("{}/{}", c.passed, c.outputs);
         let (mut poll, mut block, mut dispatch, mut submit) =
@@ -53,7 +56,7 @@ fn main() {
         for _ in 0..passes {
             for sync in [SyncChoice::Poll, SyncChoice::Block] {
                 rt.set_sync(sync);
-                let r = rt.run(&spec(false)).unwrap();
+                let r = rt.run(&spec(false, 1)).unwrap();
                 match sync {
                     SyncChoice::Poll => poll.push(r.measured_us),
                     SyncChoice::Block => block.push(r.measured_us),
@@ -74,6 +77,10 @@ fn main() {
             median(&submit),
             quantile(&submit, 0.9),
         );
-        eprintln!("{}", first.to_text());
+        rt.set_sync(SyncChoice::Block);
+        let full = rt.run(&spec(false, passes)).unwrap();
+        let path = format!("{out}/report-{phase}-{len}.json");
+        std::fs::write(&path, serde_json::to_string_pretty(&full).unwrap()).unwrap();
+        eprintln!("{}", full.to_text());
     }
 }

@@ -58,6 +58,8 @@ pub struct PartReport {
     pub processor: String,
     /// What it computes, in words (`rows 0..768`, `tokens 0..512 in graphs 512`).
     pub share: String,
+    /// The GEMMs it runs one after the other, `MxKxN` (M padded to the graph).
+    pub gemms: Vec<String>,
     /// The plan's prediction of the part, µs.
     pub predicted_us: f64,
     /// The median time the backend reported for the part, µs (device timer,

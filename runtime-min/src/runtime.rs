@@ -1228,6 +1228,11 @@ impl Runtime {
                 .map(|(i, part)| PartReport {
                     processor: self.plan.processors[part.proc].clone(),
                     share: p.shares.get(i).map(|x| x.1.clone()).unwrap_or_default(),
+                    gemms: part
+                        .steps
+                        .iter()
+                        .map(|st| self.gemms[st.gemm].spec().shape.to_string())
+                        .collect(),
                     predicted_us: part.predicted_us,
                     measured_us: report::median(
                         &s.iter()

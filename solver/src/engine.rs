@@ -534,6 +534,8 @@ pub(crate) struct OpCtx<'s, 'a> {
     pub statics: Vec<StaticCtx>,
     /// Offload mode: rows resident on the GPU.
     pub resident: Option<u32>,
+    /// Offload mode: the CC rows of the one-token decode slicing.
+    pub decode_cc: std::sync::OnceLock<Option<u32>>,
     /// Skip candidates that can be neither winner nor runner-up (off when
     /// explaining, which lists every family).
     pub prune: bool,
@@ -575,6 +577,7 @@ impl<'s, 'a> OpCtx<'s, 'a> {
                 .as_ref()
                 .map(|o| o.resident.get(&op.name).copied().unwrap_or(0)),
             prune: true,
+            decode_cc: std::sync::OnceLock::new(),
         };
         if setup.offload.is_none() {
             for g in &setup.graphs {
@@ -752,22 +755,8 @@ impl<'s, 'a> OpCtx<'s, 'a> {
             .sum()
     }
 
-    /// A row split costed; the static part runs at M = `graph` when given.
-    fn rows_cand(&self, m: u32, parts: &[(usize, u32)], graph: Option<u32>) -> Cand {
-        let procs = &self.setup.procs;
-        let mut times = Times::new();
-        for &(p, r) in parts {
-            let gm = if procs[p].static_graphs {
-                graph.unwrap_or(m)
-            } else {
-                m
-            };
-            times.push(self.time(p, gm, r));
-        }
-        self.rows_cand_t(m, parts, &times, graph)
-    }
-
-    /// As [`OpCtx::rows_cand`], with the parts' times already predicted.
+    /// A row split costed from its parts' predicted times; the static part
+    /// runs at M = `graph` when given.
     fn rows_cand_t(
         &self,
         m: u32,
@@ -871,8 +860,10 @@ impl<'s, 'a> OpCtx<'s, 'a> {
         best
     }
 
-    /// Three-way row cut: shares proportional to speed, then moves of one
-    /// alignment step between parts while the total drops.
+    /// Three-way row cut: shares proportional to speed, rebalanced on the
+    /// measured throughput of each share, then single alignment steps from
+    /// the slowest part while its time drops. Parts 0 and 1 hold multiples
+    /// of the alignment, part 2 the rest.
     fn row3(&self, m: u32, ps: [usize; 3], graph: Option<u32>) -> Option<Cand> {
         let align = self.align();
         let n = self.n;
@@ -887,81 +878,117 @@ impl<'s, 'a> OpCtx<'s, 'a> {
                 m
             }
         };
-        let rate: Vec<f64> = ps.iter().map(|&p| 1.0 / self.time(p, gm(p), n)).collect();
-        let sum: f64 = rate.iter().sum();
-        if !(sum.is_finite() && sum > 0.0) {
-            return None;
-        }
-        let mut rows = [0u32; 3];
-        for i in 0..2 {
-            let r = (n as f64 * rate[i] / sum / align as f64).round() as u32 * align;
-            rows[i] = r.clamp(align, n - 2 * align);
-        }
-        if rows[0] + rows[1] > n - align {
-            rows[1] = n - align - rows[0];
-        }
-        rows[2] = n - rows[0] - rows[1];
-        let mk = |rows: &[u32; 3]| -> RowParts {
-            let mut v = RowParts::new();
-            for (&p, &r) in ps.iter().zip(rows) {
-                v.push((p, r));
+        let f = |p: usize| {
+            if self.phase == Phase::Decode {
+                procs[p].concurrent
+            } else {
+                1.0
             }
-            v
         };
-        let mut best = self.rows_cand(m, &mk(&rows), graph);
-        for _ in 0..64 {
-            let mut improved = None;
-            for from in 0..3 {
-                for to in 0..3 {
-                    // The last part holds the unaligned remainder.
-                    if from == to || rows[from] < align + if from == 2 { 0 } else { align } {
+        let mut cache: Vec<(usize, u32, f64)> = Vec::with_capacity(48);
+        let mut raw = |i: usize, r: u32| -> f64 {
+            if let Some(&(_, _, t)) = cache.iter().find(|c| c.0 == i && c.1 == r) {
+                return t;
+            }
+            let t = self.time(ps[i], gm(ps[i]), r);
+            cache.push((i, r, t));
+            t
+        };
+        let fix = |w: [f64; 3]| -> Option<[u32; 3]> {
+            let sum: f64 = w.iter().sum();
+            if !(sum.is_finite() && sum > 0.0) {
+                return None;
+            }
+            let share = |x: f64| (n as f64 * x / sum / align as f64).round() as u32 * align;
+            let r0 = share(w[0]).clamp(align, n - 2 * align);
+            let r1 = share(w[1]).clamp(align, (n - r0 - 1) / align * align);
+            Some([r0, r1, n - r0 - r1])
+        };
+        let full: [f64; 3] = std::array::from_fn(|i| self.time(ps[i], gm(ps[i]), n));
+        let mut rows = fix(full.map(|t| 1.0 / t))?;
+        for _ in 0..4 {
+            let w: [f64; 3] = std::array::from_fn(|i| rows[i] as f64 / raw(i, rows[i]));
+            match fix(w) {
+                Some(next) if next != rows => rows = next,
+                _ => break,
+            }
+        }
+        for _ in 0..16 {
+            let t: [f64; 3] = std::array::from_fn(|i| raw(i, rows[i]) / f(ps[i]));
+            let slow = (0..3)
+                .max_by(|&a, &b| t[a].total_cmp(&t[b]))
+                .expect("3 parts");
+            let mut best: Option<([u32; 3], f64)> = None;
+            for o in (0..3).filter(|&o| o != slow) {
+                // One step from `slow` to `o`; part 2 takes the rest.
+                let mut r = rows;
+                if slow != 2 {
+                    if r[slow] < 2 * align {
                         continue;
                     }
-                    let mut r = rows;
-                    r[from] -= align;
-                    r[to] += align;
-                    if r.contains(&0) {
-                        continue;
-                    }
-                    let c = self.rows_cand(m, &mk(&r), graph);
-                    if c.total
-                        < improved
-                            .as_ref()
-                            .map_or(best.total, |x: &(Cand, [u32; 3])| x.0.total)
-                    {
-                        improved = Some((c, r));
-                    }
+                    r[slow] -= align;
+                }
+                if o != 2 {
+                    r[o] += align;
+                }
+                if r[0] + r[1] >= n {
+                    continue;
+                }
+                r[2] = n - r[0] - r[1];
+                let max = (0..3).map(|i| raw(i, r[i]) / f(ps[i])).fold(0.0, f64::max);
+                if max < best.map_or(t[slow], |b| b.1) {
+                    best = Some((r, max));
                 }
             }
-            match improved {
-                Some((c, r)) => {
-                    best = c;
-                    rows = r;
-                }
+            match best {
+                Some((r, _)) => rows = r,
                 None => break,
             }
         }
-        Some(best)
+        let mut parts = RowParts::new();
+        let mut times = Times::new();
+        for i in 0..3 {
+            parts.push((ps[i], rows[i]));
+            times.push(raw(i, rows[i]));
+        }
+        Some(self.rows_cand_t(m, &parts, &times, graph))
+    }
+
+    /// A lower bound on any row split among `ps` (processor, its M): every
+    /// part gets at least the smallest share a cut can give, and no part is
+    /// faster with more rows.
+    fn split_bound(&self, ps: &[(usize, u32)]) -> f64 {
+        let rmin = (self.n - 1) % self.align() + 1;
+        ps.iter()
+            .map(|&(p, gm)| self.time(p, gm, rmin))
+            .fold(0.0, f64::max)
     }
 
     /// The best row split with the static processor `s` free to take any
     /// share at M = `g` (a prepared size): two-way with each dynamic
     /// partner, three-way with each pair.
     pub fn best_free_rows(&self, s: usize, g: u32) -> Option<Cand> {
-        self.free_rows_with(s, g)
+        let limit = if self.prune { self.full(s, g) } else { INF };
+        self.free_rows_with(s, g, limit)
             .into_iter()
             .min_by(|a, b| a.total.total_cmp(&b.total))
     }
 
-    fn free_rows_with(&self, s: usize, g: u32) -> Vec<Cand> {
+    /// Row splits of the static processor `s` at M = `g`, skipping those
+    /// whose lower bound is at least `limit`.
+    fn free_rows_with(&self, s: usize, g: u32, limit: f64) -> Vec<Cand> {
         let dy: Vec<usize> = self.dynamic().filter(|&d| self.splittable(d)).collect();
         let mut out = vec![];
         for &d in &dy {
-            out.extend(self.row2(g, s, d, self.n, &[], Some(g)));
+            if self.split_bound(&[(s, g), (d, g)]) < limit {
+                out.extend(self.row2(g, s, d, self.n, &[], Some(g)));
+            }
         }
         for (i, &d1) in dy.iter().enumerate() {
             for &d2 in &dy[i + 1..] {
-                out.extend(self.row3(g, [s, d1, d2], Some(g)));
+                if self.split_bound(&[(s, g), (d1, g), (d2, g)]) < limit {
+                    out.extend(self.row3(g, [s, d1, d2], Some(g)));
+                }
             }
         }
         out
@@ -1028,16 +1055,41 @@ impl<'s, 'a> OpCtx<'s, 'a> {
         for p in self.dynamic() {
             out.push(self.single(p, m));
         }
+        // Splits that can be neither the winner nor the runner-up (their
+        // lower bound is no better than a second family's best) are skipped.
         let dy_split: Vec<usize> = self.dynamic().filter(|&d| self.splittable(d)).collect();
+        if dy_split.len() < 2 {
+            return out;
+        }
+        // Each processor's time on the smallest share, once per cell.
+        let rmin = (self.n - 1) % self.align() + 1;
+        let tmin: Vec<f64> = (0..self.setup.procs.len())
+            .map(|p| {
+                if self.prune && dy_split.contains(&p) {
+                    self.time(p, m, rmin)
+                } else {
+                    0.0
+                }
+            })
+            .collect();
+        let hopeless = |out: &[Cand], ps: &[(usize, u32)]| {
+            self.prune
+                && ps.iter().map(|&(p, _)| tmin[p]).fold(0.0, f64::max)
+                    >= second_family_best(out, m)
+        };
         for (i, &a) in dy_split.iter().enumerate() {
             for &b in &dy_split[i + 1..] {
-                out.extend(self.row2(m, a, b, self.n, &[], None));
+                if !hopeless(&out, &[(a, m), (b, m)]) {
+                    out.extend(self.row2(m, a, b, self.n, &[], None));
+                }
             }
         }
         for (i, &a) in dy_split.iter().enumerate() {
             for (j, &b) in dy_split.iter().enumerate().skip(i + 1) {
                 for &c in &dy_split[j + 1..] {
-                    out.extend(self.row3(m, [a, b, c], None));
+                    if !hopeless(&out, &[(a, m), (b, m), (c, m)]) {
+                        out.extend(self.row3(m, [a, b, c], None));
+                    }
                 }
             }
         }
@@ -1154,7 +1206,12 @@ impl<'s, 'a> OpCtx<'s, 'a> {
                 out.extend(self.seq_cut(st, d, m));
             }
             if st.has(m) {
-                out.extend(self.free_rows_with(s, m));
+                let limit = if self.prune {
+                    second_family_best(&out, m)
+                } else {
+                    INF
+                };
+                out.extend(self.free_rows_with(s, m, limit));
             } else if let Some(g) = st.smallest_ge(m)
                 && let Some((r, t_r)) = st.row_share.get(g)
             {

@@ -48,25 +48,36 @@ impl OpCtx<'_, '_> {
     /// CG relieves the CPU as much for less PCIe traffic. It is kept as its
     /// own candidate so `plan explain` shows the comparison.
     fn token_assignment(&self, m: u32, gg: u32) -> Option<Cand> {
-        let cc = match self.offload_search(1, gg)?.shape {
-            Shape::Offload { cc, .. } if cc > 0 => cc,
-            _ => return None,
-        };
-        let base = self.offload_cost(m, gg, cc, 0).total;
+        // The decode slicing is the same at every length: find it once.
+        let cc = (*self
+            .decode_cc
+            .get_or_init(|| match self.offload_search(1, gg)?.shape {
+                Shape::Offload { cc, .. } if cc > 0 => Some(cc),
+                _ => None,
+            }))?;
+        let g_gg = self.gg_time(m, gg);
+        let base = self.offload_cost_with(m, gg, cc, 0, g_gg).total;
         let step = (m / 16).max(1);
         (step..=m)
             .step_by(step as usize)
             .chain([m])
-            .map(|ng| self.offload_cost(m, gg, cc, ng))
+            .map(|ng| self.offload_cost_with(m, gg, cc, ng, g_gg))
             .filter(|c| c.total < base)
             .min_by(|a, b| a.total.total_cmp(&b.total))
+    }
+
+    /// The GPU time of the resident rows at M = `m`.
+    fn gg_time(&self, m: u32, gg: u32) -> f64 {
+        let gpu = self.setup.offload.as_ref().expect("offload mode").gpu;
+        if gg > 0 { self.time(gpu, m, gg) } else { 0.0 }
     }
 
     /// One CC/CG/GG slicing costed on the ScheInfer timeline: the GPU runs
     /// GG at once, CG after its weights cross PCIe, and the token-assigned
     /// CC rows after theirs; the CPU runs CC on the other tokens, with the
     /// activations crossing both ways.
-    pub(crate) fn offload_cost(&self, m: u32, gg: u32, cc: u32, ng: u32) -> Cand {
+    /// `g_gg` is the GPU time of the resident rows.
+    fn offload_cost_with(&self, m: u32, gg: u32, cc: u32, ng: u32, g_gg: f64) -> Cand {
         let o = self.setup.offload.as_ref().expect("offload mode");
         let (cpu, gpu) = (o.cpu, o.gpu);
         let gp = &self.setup.procs[gpu];
@@ -92,7 +103,6 @@ impl OpCtx<'_, '_> {
         } else {
             0.0
         };
-        let g_gg = if gg > 0 { self.time(gpu, m, gg) } else { 0.0 };
         let g_cg = if cg > 0 { self.time(gpu, m, cg) } else { 0.0 };
         let g_cc = if ng > 0 && cc > 0 {
             self.time(gpu, ng, cc)
@@ -155,11 +165,12 @@ impl OpCtx<'_, '_> {
             return None;
         }
         let align = self.align();
+        let g_gg = self.gg_time(m, gg);
         let search_cc = |ng: u32| -> Option<Cand> {
             let steps = free / align;
             let cc_at = |j: u32| if j >= steps { free } else { j * align };
             let side = |j: u32| {
-                let c = self.offload_cost(m, gg, cc_at(j), ng);
+                let c = self.offload_cost_with(m, gg, cc_at(j), ng, g_gg);
                 // CPU compute rises with CC, the GPU's falls.
                 c.parts[0] - c.parts[1]
             };
@@ -177,7 +188,7 @@ impl OpCtx<'_, '_> {
             // All rows on the CPU is the CPU alone, not an offload.
             js.into_iter()
                 .filter(|&j| !(gg == 0 && ng == 0 && cc_at(j) == free))
-                .map(|j| self.offload_cost(m, gg, cc_at(j), ng))
+                .map(|j| self.offload_cost_with(m, gg, cc_at(j), ng, g_gg))
                 .min_by(|a, b| a.total.total_cmp(&b.total))
         };
         let best = search_cc(0)?;
@@ -219,11 +230,12 @@ pub(crate) fn choose_resident(
     let table: Vec<OpLevels> = ops
         .iter()
         .map(|op| {
-            let mut cx = OpCtx::new(setup, op, Phase::Decode, m);
-            let lv = levels(op.n, cx.align());
+            let lv = levels(op.n, OpCtx::new(setup, op, Phase::Decode, m).align());
             let mut time = vec![];
             let mut bytes = vec![];
             for &r in &lv {
+                // A fresh context per level: its memoised slicing depends on it.
+                let mut cx = OpCtx::new(setup, op, Phase::Decode, m);
                 cx.resident = Some(r);
                 let cell = cx.cell(m);
                 let best = cell.cands.first().map_or(INF, |c| c.total);

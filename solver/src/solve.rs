@@ -207,24 +207,36 @@ pub(crate) fn select_ops<'m>(model: &'m ModelSpec, only: &[String]) -> Result<Ve
         .collect())
 }
 
+/// Offload mode pairs the fastest CPU with the fastest discrete GPU, as
+/// their models predict a 512×4096×4096 GEMM (`--processors` narrows the
+/// choice).
 fn offload_setup(procs: &[Proc]) -> Result<OffloadSetup> {
     let have = ids(procs.iter().map(|p| p.id.as_str()));
-    let cpu = procs
-        .iter()
-        .position(|p| p.kind == ProcessorKind::Cpu)
-        .ok_or_else(|| Error::MissingProcessor {
+    let fastest = |ok: &dyn Fn(&Proc) -> bool| {
+        procs
+            .iter()
+            .enumerate()
+            .filter(|(_, p)| ok(p))
+            .map(|(i, p)| {
+                let t = crate::engine::predict(p, 512, 4096, 4096, hetero_plan::OperandOrder::Aw);
+                (i, if t.is_nan() { f64::INFINITY } else { t })
+            })
+            .min_by(|a, b| a.1.total_cmp(&b.1).then(a.0.cmp(&b.0)))
+            .map(|(i, _)| i)
+    };
+    let cpu =
+        fastest(&|p| p.kind == ProcessorKind::Cpu).ok_or_else(|| Error::MissingProcessor {
             strategy: "offload mode (--gpu-mem-budget)".into(),
             need: "a CPU processor".into(),
             have: have.clone(),
         })?;
-    let gpu = procs
-        .iter()
-        .position(|p| p.kind == ProcessorKind::Gpu && !p.unified)
-        .ok_or_else(|| Error::MissingProcessor {
+    let gpu = fastest(&|p| p.kind == ProcessorKind::Gpu && !p.unified).ok_or_else(|| {
+        Error::MissingProcessor {
             strategy: "offload mode (--gpu-mem-budget)".into(),
             need: "a discrete GPU (unified_memory: false)".into(),
             have: have.clone(),
-        })?;
+        }
+    })?;
     if procs[gpu].copy_h2d.is_none() {
         return Err(Error::MissingProcessor {
             strategy: "offload mode (--gpu-mem-budget)".into(),

@@ -7,7 +7,7 @@ use hetero_plan::{
 };
 
 use crate::synthetic::{self, SynthModel, Synthetic};
-use crate::{Error, GraphChoice, Settings, explain, solve};
+use crate::{Error, GraphChoice, LatencyOracle, Settings, explain, solve};
 
 fn model(name: &str) -> ModelSpec {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
@@ -622,4 +622,90 @@ fn fingerprint_check_refuses_other_inputs() {
         plan.check_inputs(None, Some(&renamed.fingerprint()))
             .is_ok()
     );
+}
+
+#[test]
+fn pruned_solve_matches_the_full_enumeration_with_four_processors() {
+    // Pruning skips splits that can be neither winner nor runner-up; explain
+    // enumerates everything. They must agree on winner and runner-up.
+    let mut cpu = synthetic::mobile_gpu("cpu");
+    cpu.0.kind = hetero_plan::ProcessorKind::Cpu;
+    cpu.1 = SynthModel::Roofline {
+        peak_gflops: 200.0,
+        bw_gbps: 30.0,
+        launch_us: 5.0,
+    };
+    let mut slow = synthetic::mobile_gpu("slow");
+    slow.1 = SynthModel::Roofline {
+        peak_gflops: 20.0,
+        bw_gbps: 5.0,
+        launch_us: 60.0,
+    };
+    let dev = Synthetic::new(vec![
+        synthetic::mobile_npu("npu"),
+        synthetic::mobile_gpu("gpu"),
+        cpu,
+        slow,
+    ]);
+    let m = llama8b();
+    let s = Settings {
+        phases: vec![Phase::Prefill, Phase::Decode],
+        prefill_lengths: (1..=600).collect(),
+        decode_lengths: vec![1, 2],
+        graphs: GraphChoice::Sizes(vec![64, 256, 512]),
+        ops: vec!["attn_k".into(), "ffn_down".into()],
+        ..Settings::default()
+    };
+    let plan = solve(&dev, fp(), &m, &s).unwrap();
+    check_plan(&plan);
+    for op in &plan.ops {
+        for d in op.decisions.iter().step_by(23) {
+            let e = explain(&dev, &m, &plan, &op.op, op.phase, d.len).unwrap();
+            assert_eq!(
+                e.resolved.as_ref(),
+                Some(d),
+                "{} {} {}",
+                op.op,
+                op.phase,
+                d.len
+            );
+        }
+    }
+}
+
+#[test]
+fn offload_pairs_the_fastest_cpu_and_gpu() {
+    let base = synthetic::discrete_cpu_gpu();
+    let mut parts = vec![];
+    for p in base.processors() {
+        let model = match p.id.as_str() {
+            "cpu" => SynthModel::Roofline {
+                peak_gflops: 1500.0,
+                bw_gbps: 80.0,
+                launch_us: 5.0,
+            },
+            _ => SynthModel::Roofline {
+                peak_gflops: 100_000.0,
+                bw_gbps: 900.0,
+                launch_us: 10.0,
+            },
+        };
+        parts.push((p.clone(), model, base.overheads(&p.id)));
+    }
+    // A slower discrete GPU listed first.
+    let mut weak = parts[1].clone();
+    weak.0.id = "weak".into();
+    weak.1 = SynthModel::Roofline {
+        peak_gflops: 5_000.0,
+        bw_gbps: 200.0,
+        launch_us: 10.0,
+    };
+    weak.2.processor = "weak".into();
+    parts.insert(0, weak);
+    let dev = Synthetic::new(parts);
+    let mut s = decode(&["attn_q"]);
+    s.gpu_mem_budget = Some(1 << 30);
+    let plan = solve(&dev, fp(), &llama8b(), &s).unwrap();
+    let o = plan.solver.unwrap().offload.unwrap();
+    assert_eq!((o.cpu.as_str(), o.gpu.as_str()), ("cpu", "cuda"));
 }
