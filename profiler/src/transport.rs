@@ -143,7 +143,7 @@ impl CommandOutput {
         String::from_utf8_lossy(&self.stdout).into_owned()
     }
 
-    /// "exit status 255: <last lines of stderr>".
+    /// `exit code 255: LAST LINES OF STDERR`.
     pub fn detail(&self) -> String {
         let status = match self.status {
             None => "timed out and was killed".to_string(),
