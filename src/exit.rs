@@ -20,6 +20,8 @@ pub fn code_for(e: &anyhow::Error) -> u8 {
                 .is_some_and(hetero_plan::Error::is_bad_input)
             || c.downcast_ref::<hetero_profiler::Error>()
                 .is_some_and(hetero_profiler::Error::is_bad_input)
+            || c.downcast_ref::<hetero_solver::Error>()
+                .is_some_and(hetero_solver::Error::is_bad_input)
     });
     if bad { 2 } else { 1 }
 }

@@ -14,9 +14,11 @@ mod dataset_cmd;
 mod exit;
 mod fit_cmd;
 mod model_cmd;
+mod plan_cmd;
 mod predict_cmd;
 mod profile_cmd;
 mod schema_cmd;
+mod solve_cmd;
 
 pub use exit::BadInput;
 
@@ -42,6 +44,14 @@ enum Command {
     Dataset(dataset_cmd::DatasetCmd),
     /// Export the JSON Schema of hetero's file formats.
     Schema(schema_cmd::SchemaArgs),
+    /// Solve a plan: how every GEMM of a model runs on a device at every length.
+    Solve(Box<solve_cmd::SolveArgs>),
+    /// Inspect a plan: a summary, or why one decision won.
+    #[command(subcommand)]
+    #[command(
+        after_help = "Examples:\n  hetero plan show plan.ron\n  hetero plan explain plan.ron --op ffn_down --len 300"
+    )]
+    Plan(plan_cmd::PlanCmd),
     /// Draw charts of a plan, a dataset or a fit report.
     Chart(chart::ChartArgs),
     /// Fit latency models per processor from a dataset.
@@ -68,6 +78,8 @@ fn main() -> ExitCode {
         Command::Profile(args) => profile_cmd::run(*args),
         Command::Dataset(cmd) => dataset_cmd::run(cmd),
         Command::Schema(args) => schema_cmd::run(args),
+        Command::Solve(args) => solve_cmd::run(*args),
+        Command::Plan(cmd) => plan_cmd::run(cmd),
         Command::Chart(args) => chart::run(args),
         Command::Fit(args) => fit_cmd::run(args),
         Command::Predict(args) => predict_cmd::run(args),

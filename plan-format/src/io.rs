@@ -112,16 +112,41 @@ fn parse_ron<T: DeserializeOwned>(path: &Path, text: &str) -> Result<T> {
 
 /// Serialises a value in the given format, pretty-printed, with a final newline.
 pub fn to_string<T: Serialize>(value: &T, format: Format) -> Result<String> {
+    to_string_depth(value, format, None)
+}
+
+/// As [`to_string`], but values nested deeper than `depth` levels are
+/// written on one line (a plan's decisions: one per line). `None`: no limit.
+pub fn to_string_depth<T: Serialize>(
+    value: &T,
+    format: Format,
+    depth: Option<usize>,
+) -> Result<String> {
     let mut s = match format {
-        Format::Json => serde_json::to_string_pretty(value).map_err(|e| Error::Serialize {
-            what: "JSON",
-            message: e.to_string(),
-        })?,
+        Format::Json => {
+            let mut out = Vec::new();
+            let fmt = DepthFormatter {
+                depth: 0,
+                limit: depth.unwrap_or(usize::MAX),
+                has_value: false,
+            };
+            let mut ser = serde_json::Serializer::with_formatter(&mut out, fmt);
+            value.serialize(&mut ser).map_err(|e| Error::Serialize {
+                what: "JSON",
+                message: e.to_string(),
+            })?;
+            String::from_utf8(out).expect("serde_json writes UTF-8")
+        }
         Format::Ron => {
-            let cfg = ron::ser::PrettyConfig::new()
+            let mut cfg = ron::ser::PrettyConfig::new()
                 .indentor("  ".to_string())
                 .struct_names(false)
                 .compact_arrays(true);
+            if let Some(d) = depth {
+                // Each element of the shallow arrays on its own line, the
+                // deep values compact.
+                cfg = cfg.depth_limit(d).compact_arrays(false);
+            }
             ron::ser::to_string_pretty(value, cfg).map_err(|e| Error::Serialize {
                 what: "RON",
                 message: e.to_string(),
@@ -130,6 +155,94 @@ pub fn to_string<T: Serialize>(value: &T, format: Format) -> Result<String> {
     };
     s.push('\n');
     Ok(s)
+}
+
+/// serde_json's pretty layout (two-space indent) down to `limit` levels,
+/// compact below: `{"a": 1, "b": [2, 3]}` on one line.
+struct DepthFormatter {
+    depth: usize,
+    limit: usize,
+    has_value: bool,
+}
+
+impl DepthFormatter {
+    fn pretty(&self) -> bool {
+        self.depth <= self.limit
+    }
+
+    fn indent<W: ?Sized + Write>(&self, w: &mut W) -> std::io::Result<()> {
+        w.write_all(b"\n")?;
+        for _ in 0..self.depth {
+            w.write_all(b"  ")?;
+        }
+        Ok(())
+    }
+
+    fn begin<W: ?Sized + Write>(&mut self, w: &mut W, open: &[u8]) -> std::io::Result<()> {
+        self.depth += 1;
+        self.has_value = false;
+        w.write_all(open)
+    }
+
+    fn end<W: ?Sized + Write>(&mut self, w: &mut W, close: &[u8]) -> std::io::Result<()> {
+        let pretty = self.pretty();
+        self.depth -= 1;
+        if self.has_value && pretty {
+            self.indent(w)?;
+        }
+        self.has_value = true;
+        w.write_all(close)
+    }
+
+    fn item<W: ?Sized + Write>(&mut self, w: &mut W, first: bool) -> std::io::Result<()> {
+        if !first {
+            w.write_all(if self.pretty() { b"," } else { b", " })?;
+        }
+        if self.pretty() {
+            self.indent(w)?;
+        }
+        Ok(())
+    }
+}
+
+impl serde_json::ser::Formatter for DepthFormatter {
+    fn begin_array<W: ?Sized + Write>(&mut self, w: &mut W) -> std::io::Result<()> {
+        self.begin(w, b"[")
+    }
+    fn end_array<W: ?Sized + Write>(&mut self, w: &mut W) -> std::io::Result<()> {
+        self.end(w, b"]")
+    }
+    fn begin_array_value<W: ?Sized + Write>(
+        &mut self,
+        w: &mut W,
+        first: bool,
+    ) -> std::io::Result<()> {
+        self.item(w, first)
+    }
+    fn end_array_value<W: ?Sized + Write>(&mut self, _w: &mut W) -> std::io::Result<()> {
+        self.has_value = true;
+        Ok(())
+    }
+    fn begin_object<W: ?Sized + Write>(&mut self, w: &mut W) -> std::io::Result<()> {
+        self.begin(w, b"{")
+    }
+    fn end_object<W: ?Sized + Write>(&mut self, w: &mut W) -> std::io::Result<()> {
+        self.end(w, b"}")
+    }
+    fn begin_object_key<W: ?Sized + Write>(
+        &mut self,
+        w: &mut W,
+        first: bool,
+    ) -> std::io::Result<()> {
+        self.item(w, first)
+    }
+    fn begin_object_value<W: ?Sized + Write>(&mut self, w: &mut W) -> std::io::Result<()> {
+        w.write_all(b": ")
+    }
+    fn end_object_value<W: ?Sized + Write>(&mut self, _w: &mut W) -> std::io::Result<()> {
+        self.has_value = true;
+        Ok(())
+    }
 }
 
 /// Writes a value to `path` atomically, in the format its extension names.

@@ -33,11 +33,12 @@ mod version;
 pub use error::{Error, Result};
 pub use fingerprint::Fingerprint;
 pub use gemm::{DType, GemmShape, OperandOrder, WeightMode};
-pub use io::{Format, load, load_str, save, to_string, write_atomic};
+pub use io::{Format, load, load_str, save, to_string, to_string_depth, write_atomic};
 pub use model::{LinearOp, MRule, ModelSpec, OpRole, Phase};
 pub use plan::{
-    CostBreakdown, Decision, GraphSet, OpPlan, Plan, RowPart, RunnerUp, SeqPart, Strategy,
-    StrategyKind,
+    CostBreakdown, Decision, FingerprintMismatch, GraphSet, OffloadPlacement, OpPlan, Plan,
+    ProcessorDType, ProcessorOrder, Resident, RowGraph, RowPart, RunnerUp, SeqPart, SolverInfo,
+    Strategy, StrategyKind,
 };
 pub use predictor::{
     LatencyModel, LinearCost, Overheads, Predictor, ProcessorModel, Score, Tree, TreeNode, Work,

@@ -1,7 +1,7 @@
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::{GemmShape, SchemaVersion, Validate};
+use crate::{Fingerprint, GemmShape, SchemaVersion, Validate};
 
 /// The two phases of LLM inference.
 #[derive(
@@ -166,6 +166,19 @@ pub struct ModelSpec {
 }
 
 impl ModelSpec {
+    /// The fingerprint plans record. The hash covers everything but the
+    /// name (which may come from the config's file name), so a renamed copy
+    /// of a config still matches; the name is kept for people.
+    pub fn fingerprint(&self) -> Fingerprint {
+        let unnamed = ModelSpec {
+            name: String::new(),
+            ..self.clone()
+        };
+        let mut f = Fingerprint::of(self.name.clone(), &unnamed);
+        f.name = self.name.clone();
+        f
+    }
+
     /// Looks an operator up by canonical name.
     pub fn op(&self, name: &str) -> Option<&LinearOp> {
         self.ops.iter().find(|o| o.name == name)

@@ -1,19 +1,72 @@
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::{Fingerprint, Phase, SchemaVersion, Validate};
+use crate::{DType, Fingerprint, OperandOrder, Phase, SchemaVersion, Validate};
+
+fn is_one(v: &u32) -> bool {
+    *v == 1
+}
+
+fn one() -> u32 {
+    1
+}
+
+fn is_zero(v: &f64) -> bool {
+    *v == 0.0
+}
+
+/// A prepared graph that computes only a share of an operator's output rows
+/// (the static side of a row cut or hybrid cut at that graph size).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct RowGraph {
+    /// Canonical operator name.
+    pub op: String,
+    /// The phase whose decisions use it.
+    pub phase: Phase,
+    /// The prepared M.
+    pub size: u32,
+    /// Output rows (N) the graph computes; the rest run elsewhere.
+    pub rows: u32,
+}
 
 /// The static graphs prepared ahead of time on one static-graph processor.
+///
+/// For every size, every operator has a graph over all its rows; operators
+/// listed in `row_graphs` also have one over a share of their rows.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct GraphSet {
     /// The static-graph processor (an NPU).
     pub processor: String,
-    /// Sequence lengths (M) for which every operator has a prepared graph.
+    /// Prefill sequence lengths (M) for which every operator has a prepared graph.
     pub sizes: Vec<u32>,
+    /// Decode step sizes (tokens per step) with prepared graphs.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub decode_sizes: Vec<u32>,
+    /// Graphs over a share of an operator's rows.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub row_graphs: Vec<RowGraph>,
     /// Predicted time to prepare all of them, µs.
     pub prepare_us: f64,
     /// Predicted memory the prepared graphs hold, bytes.
     pub bytes: u64,
+}
+
+impl GraphSet {
+    /// The rows of the row-share graph of `op` at `size`, if there is one.
+    pub fn row_graph(&self, op: &str, phase: Phase, size: u32) -> Option<u32> {
+        self.row_graphs
+            .iter()
+            .find(|g| g.op == op && g.phase == phase && g.size == size)
+            .map(|g| g.rows)
+    }
+
+    /// The prepared sizes of a phase.
+    pub fn sizes_for(&self, phase: Phase) -> &[u32] {
+        match phase {
+            Phase::Prefill => &self.sizes,
+            Phase::Decode => &self.decode_sizes,
+        }
+    }
 }
 
 /// A share of an operator's output rows (N) on one processor.
@@ -79,7 +132,7 @@ pub enum Strategy {
         parts: Vec<RowPart>,
     },
     /// Chunked prefill on one static-graph processor (mllm-NPU): the prompt
-    /// runs as fixed-size chunks of one prepared graph.
+    /// runs as fixed-size chunks of one prepared graph, the last one padded.
     Chunked {
         /// Processor id.
         processor: String,
@@ -87,6 +140,25 @@ pub enum Strategy {
         chunk: u32,
         /// Number of chunks.
         chunks: u32,
+    },
+    /// ScheInfer offload on a discrete-GPU host: the weight rows are sliced
+    /// into CC (stored and run on the CPU), CG (stored on the CPU, copied
+    /// over PCIe and run on the GPU) and GG (resident on the GPU).
+    Offload {
+        /// The CPU processor id.
+        cpu: String,
+        /// The GPU processor id.
+        gpu: String,
+        /// Rows stored and computed on the CPU.
+        cc_rows: u32,
+        /// Rows stored on the CPU, copied to the GPU and computed there.
+        cg_rows: u32,
+        /// Rows resident on the GPU.
+        gg_rows: u32,
+        /// Token assignment (prefill): tokens whose CC rows also run on the
+        /// GPU, after copying the CC weights; the CPU runs the rest.
+        #[serde(default)]
+        gpu_tokens: u32,
     },
 }
 
@@ -108,6 +180,30 @@ pub enum StrategyKind {
     Hybrid,
     /// Chunked prefill.
     Chunked,
+    /// ScheInfer CC/CG/GG offload.
+    Offload,
+}
+
+impl StrategyKind {
+    /// The snake_case name used in files and tables.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StrategyKind::Single => "single",
+            StrategyKind::RowCut => "row_cut",
+            StrategyKind::ThreeWay => "three_way",
+            StrategyKind::SeqCut => "seq_cut",
+            StrategyKind::MultiSeq => "multi_seq",
+            StrategyKind::Hybrid => "hybrid",
+            StrategyKind::Chunked => "chunked",
+            StrategyKind::Offload => "offload",
+        }
+    }
+}
+
+impl std::fmt::Display for StrategyKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
 }
 
 impl Strategy {
@@ -123,31 +219,59 @@ impl Strategy {
             Strategy::SeqCut { .. } => StrategyKind::SeqCut,
             Strategy::Hybrid { .. } => StrategyKind::Hybrid,
             Strategy::Chunked { .. } => StrategyKind::Chunked,
+            Strategy::Offload { .. } => StrategyKind::Offload,
+        }
+    }
+
+    /// The processors the strategy uses, in the order of its cost parts.
+    pub fn processors(&self) -> Vec<&str> {
+        match self {
+            Strategy::Single { processor, .. } | Strategy::Chunked { processor, .. } => {
+                vec![processor]
+            }
+            Strategy::RowCut { parts } | Strategy::Hybrid { parts, .. } => {
+                parts.iter().map(|p| p.processor.as_str()).collect()
+            }
+            Strategy::SeqCut { parts } => parts.iter().map(|p| p.processor.as_str()).collect(),
+            Strategy::Offload { cpu, gpu, .. } => vec![cpu, gpu],
         }
     }
 }
 
 /// The predicted cost of a decision, µs: `max(parts) + sync + copy`.
+///
+/// Costs are for one layer's worth of the operator (every instance: all
+/// active experts of a MoE layer).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct CostBreakdown {
-    /// Compute time of each part, in the order of the strategy's parts (one
-    /// entry for a single processor).
+    /// Compute time of each part, in the order of the strategy's processors
+    /// ([`Strategy::processors`]; one entry for a single processor).
     pub parts_us: Vec<f64>,
     /// Synchronisation and submission cost.
+    #[serde(default, skip_serializing_if = "is_zero")]
     pub sync_us: f64,
-    /// Data movement cost (zero on unified memory).
+    /// Data movement not hidden behind compute (zero on unified memory).
+    #[serde(default, skip_serializing_if = "is_zero")]
     pub copy_us: f64,
     /// The total the solver minimised.
     pub total_us: f64,
 }
 
-/// The best candidate that lost.
+/// The best losing candidate of another family (another kind, or the same
+/// kind on other processors).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct RunnerUp {
     /// Its family.
     pub kind: StrategyKind,
+    /// What it was, in words (`single npu-sim padded to 512`).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub label: String,
     /// Its predicted total, µs.
     pub total_us: f64,
+    /// How much slower it is than the winner, µs (`total_us` minus the
+    /// winner's total).
+    #[serde(default)]
+    pub margin_us: f64,
 }
 
 /// The decision for one operator at one length.
@@ -155,6 +279,13 @@ pub struct RunnerUp {
 pub struct Decision {
     /// Sequence length (prefill) or tokens per step (decode).
     pub len: u32,
+    /// Rows (M) each instance of the operator sees, when not `len` (the
+    /// lm_head's last token in prefill, routed experts).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub m: Option<u32>,
+    /// Instances run per layer (active experts); the cost covers all of them.
+    #[serde(default = "one", skip_serializing_if = "is_one")]
+    pub instances: u32,
     /// What runs where.
     pub strategy: Strategy,
     /// Its predicted cost.
@@ -162,6 +293,22 @@ pub struct Decision {
     /// The best losing candidate, if there was one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub runner_up: Option<RunnerUp>,
+}
+
+impl Decision {
+    /// Rows each instance sees.
+    pub fn rows_m(&self) -> u32 {
+        self.m.unwrap_or(self.len)
+    }
+}
+
+/// The operand order one processor runs an operator in.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct ProcessorOrder {
+    /// Processor id.
+    pub processor: String,
+    /// The order.
+    pub order: OperandOrder,
 }
 
 /// Every decision for one operator in one phase, one per length, sorted.
@@ -175,25 +322,107 @@ pub struct OpPlan {
     pub k: u32,
     /// Output features.
     pub n: u32,
+    /// Layers that run the operator (each follows the same decision).
+    #[serde(default = "one", skip_serializing_if = "is_one")]
+    pub layers: u32,
+    /// Operand order per processor where it is not `aw`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub orders: Vec<ProcessorOrder>,
     /// One decision per length, lengths strictly increasing.
     pub decisions: Vec<Decision>,
 }
 
 impl OpPlan {
+    /// The operand order of a processor for this operator.
+    pub fn order(&self, processor: &str) -> OperandOrder {
+        self.orders
+            .iter()
+            .find(|o| o.processor == processor)
+            .map(|o| o.order)
+            .unwrap_or_default()
+    }
+
     /// The decision at exactly `len`, if the plan covers it.
     pub fn at(&self, len: u32) -> Option<&Decision> {
         let first = self.decisions.first()?.len;
-        let d = self.decisions.get(len.checked_sub(first)? as usize)?;
         // Dense tables answer in O(1); fall back to a search otherwise.
-        if d.len == len {
-            Some(d)
-        } else {
-            self.decisions
+        match self.decisions.get(len.checked_sub(first)? as usize) {
+            Some(d) if d.len == len => Some(d),
+            _ => self
+                .decisions
                 .binary_search_by_key(&len, |d| d.len)
                 .ok()
-                .map(|i| &self.decisions[i])
+                .map(|i| &self.decisions[i]),
         }
     }
+}
+
+/// The element type one processor runs in.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct ProcessorDType {
+    /// Processor id.
+    pub processor: String,
+    /// The dtype whose latency model the solver used.
+    pub dtype: DType,
+}
+
+/// How many of an operator's output rows stay resident on the GPU (offload mode).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct Resident {
+    /// Canonical operator name.
+    pub op: String,
+    /// Rows (of N) resident, in every layer and instance.
+    pub rows: u32,
+}
+
+/// The ScheInfer placement: which weights stay on the GPU.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct OffloadPlacement {
+    /// The CPU processor id.
+    pub cpu: String,
+    /// The discrete GPU processor id.
+    pub gpu: String,
+    /// The GPU memory budget for weights, bytes.
+    pub gpu_mem_budget: u64,
+    /// Bytes of resident weights chosen.
+    pub resident_bytes: u64,
+    /// Resident rows per operator (operators absent: none resident).
+    pub resident: Vec<Resident>,
+}
+
+impl OffloadPlacement {
+    /// The resident rows of an operator.
+    pub fn rows(&self, op: &str) -> u32 {
+        self.resident
+            .iter()
+            .find(|r| r.op == op)
+            .map(|r| r.rows)
+            .unwrap_or(0)
+    }
+}
+
+/// The settings a plan was solved with, enough to re-solve one cell.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct SolverInfo {
+    /// Version of the solver that wrote the plan.
+    pub version: String,
+    /// Row cuts are multiples of this many output rows.
+    pub row_align: u32,
+    /// The prompt-length distribution the graph set minimises over.
+    pub prompt_lengths: String,
+    /// Expected prefill latency over that distribution, µs (sum over every
+    /// operator and layer of the decision's total).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expected_prefill_us: Option<f64>,
+    /// Graph prepare-time budget, µs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prepare_budget_us: Option<f64>,
+    /// Graph memory budget, bytes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub graph_mem_budget: Option<u64>,
+    /// ScheInfer placement, in offload mode.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub offload: Option<OffloadPlacement>,
 }
 
 /// A plan: how every GEMM of a model runs on a device at every length.
@@ -207,6 +436,15 @@ pub struct Plan {
     pub predictor: Fingerprint,
     /// Processors the plan uses.
     pub processors: Vec<String>,
+    /// The dtype each processor runs in.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub dtypes: Vec<ProcessorDType>,
+    /// How it was solved.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub solver: Option<SolverInfo>,
+    /// Assumptions the solver had to make (a constant the predictor lacks).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<String>,
     /// Prepared static graphs, per static-graph processor.
     #[serde(default)]
     pub graph_sets: Vec<GraphSet>,
@@ -214,9 +452,114 @@ pub struct Plan {
     pub ops: Vec<OpPlan>,
 }
 
+/// A plan used with a predictor or model other than the one it was solved for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FingerprintMismatch {
+    /// `model` or `predictor`.
+    pub what: &'static str,
+    /// The fingerprint recorded in the plan.
+    pub plan: Fingerprint,
+    /// The fingerprint of the file given.
+    pub given: Fingerprint,
+}
+
+impl std::fmt::Display for FingerprintMismatch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "the plan was solved for {} `{}` (sha256 {}), not `{}` (sha256 {}); solve again with this {}",
+            self.what,
+            self.plan.name,
+            short(&self.plan.sha256),
+            self.given.name,
+            short(&self.given.sha256),
+            self.what
+        )
+    }
+}
+
+impl std::error::Error for FingerprintMismatch {}
+
+fn short(sha: &str) -> &str {
+    &sha[..sha.len().min(12)]
+}
+
+impl Plan {
+    /// Plans are written pretty down to this depth and one decision per
+    /// line below it ([`crate::to_string_depth`]): a plan holds one decision
+    /// per operator, phase and length, tens of thousands of them.
+    pub const PRETTY_DEPTH: usize = 4;
+
+    /// The plan as text in `format`, one decision per line.
+    pub fn to_text(&self, format: crate::Format) -> crate::Result<String> {
+        crate::to_string_depth(self, format, Some(Self::PRETTY_DEPTH))
+    }
+
+    /// The decision table of an operator in a phase.
+    pub fn op(&self, name: &str, phase: Phase) -> Option<&OpPlan> {
+        self.ops.iter().find(|o| o.op == name && o.phase == phase)
+    }
+
+    /// The graph set of a static-graph processor.
+    pub fn graph_set(&self, processor: &str) -> Option<&GraphSet> {
+        self.graph_sets.iter().find(|g| g.processor == processor)
+    }
+
+    /// The dtype a processor runs in.
+    pub fn dtype(&self, processor: &str) -> Option<DType> {
+        self.dtypes
+            .iter()
+            .find(|d| d.processor == processor)
+            .map(|d| d.dtype)
+    }
+
+    /// Refuses a plan solved for another predictor or model. Pass the
+    /// fingerprints of the files at hand ([`crate::Predictor::fingerprint`],
+    /// [`crate::ModelSpec::fingerprint`]); `None` skips that check.
+    pub fn check_inputs(
+        &self,
+        predictor: Option<&Fingerprint>,
+        model: Option<&Fingerprint>,
+    ) -> Result<(), FingerprintMismatch> {
+        if let Some(p) = predictor.filter(|p| !p.matches(&self.predictor)) {
+            return Err(FingerprintMismatch {
+                what: "predictor",
+                plan: self.predictor.clone(),
+                given: p.clone(),
+            });
+        }
+        if let Some(m) = model.filter(|m| !m.matches(&self.model)) {
+            return Err(FingerprintMismatch {
+                what: "model",
+                plan: self.model.clone(),
+                given: m.clone(),
+            });
+        }
+        Ok(())
+    }
+}
+
 impl Validate for Plan {
     fn validate(&self) -> Result<(), (String, String)> {
+        let used = |p: &str| self.processors.iter().any(|q| q == p);
+        for (i, g) in self.graph_sets.iter().enumerate() {
+            if !used(&g.processor) {
+                return Err((
+                    format!("graph_sets[{i}].processor"),
+                    format!("`{}` is not in the plan's `processors`", g.processor),
+                ));
+            }
+        }
         for (i, op) in self.ops.iter().enumerate() {
+            if self.ops[..i]
+                .iter()
+                .any(|o| o.op == op.op && o.phase == op.phase)
+            {
+                return Err((
+                    format!("ops[{i}].op"),
+                    format!("operator `{}` appears twice in {}", op.op, op.phase),
+                ));
+            }
             let mut prev = 0u32;
             for (j, d) in op.decisions.iter().enumerate() {
                 let at = format!("ops[{i}].decisions[{j}]");
@@ -227,6 +570,9 @@ impl Validate for Plan {
                     ));
                 }
                 prev = d.len;
+                if d.instances == 0 || d.m == Some(0) {
+                    return Err((at.clone(), "`m` and `instances` must be at least 1".into()));
+                }
                 let rows = |parts: &[RowPart]| parts.iter().map(|p| p.rows as u64).sum::<u64>();
                 match &d.strategy {
                     Strategy::RowCut { parts } | Strategy::Hybrid { parts, .. }
@@ -239,28 +585,37 @@ impl Validate for Plan {
                     }
                     Strategy::SeqCut { parts } => {
                         let t: u64 = parts.iter().map(|p| p.tokens as u64).sum();
-                        if t != d.len as u64 {
+                        if t != d.rows_m() as u64 {
                             return Err((
                                 format!("{at}.strategy.parts"),
-                                format!("tokens add up to {t}, not the length {}", d.len),
+                                format!("tokens add up to {t}, not M = {}", d.rows_m()),
+                            ));
+                        }
+                    }
+                    Strategy::Offload {
+                        cc_rows,
+                        cg_rows,
+                        gg_rows,
+                        gpu_tokens,
+                        ..
+                    } => {
+                        let r = *cc_rows as u64 + *cg_rows as u64 + *gg_rows as u64;
+                        if r != op.n as u64 {
+                            return Err((
+                                format!("{at}.strategy"),
+                                format!("cc + cg + gg rows add up to {r}, not N = {}", op.n),
+                            ));
+                        }
+                        if *gpu_tokens > d.rows_m() {
+                            return Err((
+                                format!("{at}.strategy.gpu_tokens"),
+                                format!("{gpu_tokens} is more than M = {}", d.rows_m()),
                             ));
                         }
                     }
                     _ => {}
                 }
-                let used = |p: &str| self.processors.iter().any(|q| q == p);
-                let named: Vec<&str> = match &d.strategy {
-                    Strategy::Single { processor, .. } | Strategy::Chunked { processor, .. } => {
-                        vec![processor]
-                    }
-                    Strategy::RowCut { parts } | Strategy::Hybrid { parts, .. } => {
-                        parts.iter().map(|p| p.processor.as_str()).collect()
-                    }
-                    Strategy::SeqCut { parts } => {
-                        parts.iter().map(|p| p.processor.as_str()).collect()
-                    }
-                };
-                if let Some(p) = named.into_iter().find(|p| !used(p)) {
+                if let Some(p) = d.strategy.processors().into_iter().find(|p| !used(p)) {
                     return Err((
                         format!("{at}.strategy"),
                         format!("processor `{p}` is not in the plan's `processors`"),
@@ -269,5 +624,92 @@ impl Validate for Plan {
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn plan(strategy: Strategy) -> Plan {
+        Plan {
+            schema_version: SchemaVersion,
+            model: Fingerprint::of_bytes("m", b"m"),
+            predictor: Fingerprint::of_bytes("p", b"p"),
+            processors: vec!["cpu:0".into(), "cuda:0".into()],
+            dtypes: vec![],
+            solver: None,
+            notes: vec![],
+            graph_sets: vec![],
+            ops: vec![OpPlan {
+                op: "ffn_up".into(),
+                phase: Phase::Prefill,
+                k: 64,
+                n: 512,
+                layers: 2,
+                orders: vec![],
+                decisions: vec![Decision {
+                    len: 8,
+                    m: None,
+                    instances: 1,
+                    strategy,
+                    cost: CostBreakdown {
+                        parts_us: vec![1.0, 1.0],
+                        sync_us: 0.0,
+                        copy_us: 0.0,
+                        total_us: 1.0,
+                    },
+                    runner_up: None,
+                }],
+            }],
+        }
+    }
+
+    fn offload(cc: u32, cg: u32, gg: u32, gpu_tokens: u32) -> Strategy {
+        Strategy::Offload {
+            cpu: "cpu:0".into(),
+            gpu: "cuda:0".into(),
+            cc_rows: cc,
+            cg_rows: cg,
+            gg_rows: gg,
+            gpu_tokens,
+        }
+    }
+
+    #[test]
+    fn at_finds_lengths_in_sparse_tables() {
+        let mut p = plan(offload(0, 0, 512, 0));
+        let d = p.ops[0].decisions[0].clone();
+        p.ops[0].decisions = [1, 16, 256, 2048]
+            .into_iter()
+            .map(|len| Decision { len, ..d.clone() })
+            .collect();
+        let op = &p.ops[0];
+        assert_eq!(op.at(2048).map(|d| d.len), Some(2048));
+        assert_eq!(op.at(16).map(|d| d.len), Some(16));
+        assert!(op.at(17).is_none() && op.at(4096).is_none() && op.at(0).is_none());
+    }
+
+    #[test]
+    fn offload_rows_must_add_up_to_n() {
+        assert!(plan(offload(128, 128, 256, 4)).validate().is_ok());
+        let (field, msg) = plan(offload(128, 128, 255, 0)).validate().unwrap_err();
+        assert_eq!(field, "ops[0].decisions[0].strategy");
+        assert!(msg.contains("511"), "{msg}");
+        let (field, _) = plan(offload(128, 128, 256, 9)).validate().unwrap_err();
+        assert_eq!(field, "ops[0].decisions[0].strategy.gpu_tokens");
+    }
+
+    #[test]
+    fn check_inputs_names_what_differs() {
+        let p = plan(offload(0, 0, 512, 0));
+        let same_p = Fingerprint::of_bytes("other name", b"p");
+        let other_m = Fingerprint::of_bytes("llama", b"x");
+        assert!(p.check_inputs(Some(&same_p), None).is_ok());
+        let e = p.check_inputs(Some(&same_p), Some(&other_m)).unwrap_err();
+        assert_eq!(e.what, "model");
+        assert!(e.to_string().contains("`llama`"), "{e}");
+        let e = p.check_inputs(Some(&other_m), None).unwrap_err();
+        assert_eq!(e.what, "predictor");
     }
 }

@@ -373,6 +373,13 @@ impl Predictor {
             .predict_us(shape, dtype, order)
     }
 
+    /// The fingerprint plans record: `name` (the file name) for people, the
+    /// SHA-256 of the predictor's canonical JSON for machines, so the same
+    /// predictor in RON or JSON has one fingerprint.
+    pub fn fingerprint(&self, name: impl Into<String>) -> Fingerprint {
+        Fingerprint::of(name, self)
+    }
+
     /// The overheads of a processor (all absent when not measured).
     pub fn overheads(&self, processor: &str) -> Overheads {
         self.overheads

@@ -262,14 +262,58 @@ pub fn sample_plan() -> Plan {
         sync_us: sync,
         copy_us: 0.0,
     };
+    let runner_up = |kind, label: &str, total_us: f64, winner: f64| {
+        Some(RunnerUp {
+            kind,
+            label: label.into(),
+            total_us,
+            margin_us: total_us - winner,
+        })
+    };
     Plan {
         schema_version: SchemaVersion,
         model: Fingerprint::of_bytes("Qwen/Qwen2.5-1.5B", b"model"),
         predictor: Fingerprint::of_bytes("predictor.ron", b"predictor"),
         processors: vec!["npu-sim".into(), "cpu:0".into()],
+        dtypes: vec![
+            ProcessorDType {
+                processor: "npu-sim".into(),
+                dtype: DType::F16,
+            },
+            ProcessorDType {
+                processor: "cpu:0".into(),
+                dtype: DType::F32,
+            },
+        ],
+        solver: Some(SolverInfo {
+            version: "0.1.0".into(),
+            row_align: 256,
+            prompt_lengths: "uniform 1..=2048".into(),
+            expected_prefill_us: Some(81_000.0),
+            prepare_budget_us: Some(30e6),
+            graph_mem_budget: None,
+            offload: Some(OffloadPlacement {
+                cpu: "cpu:0".into(),
+                gpu: "cuda:0".into(),
+                gpu_mem_budget: 8 << 30,
+                resident_bytes: 6 << 30,
+                resident: vec![Resident {
+                    op: "ffn_down".into(),
+                    rows: 1024,
+                }],
+            }),
+        }),
+        notes: vec!["cpu:0: no concurrent_factor; assumed 1.0".into()],
         graph_sets: vec![GraphSet {
             processor: "npu-sim".into(),
             sizes: vec![32, 256, 512],
+            decode_sizes: vec![1],
+            row_graphs: vec![RowGraph {
+                op: "ffn_down".into(),
+                phase: Phase::Prefill,
+                size: 512,
+                rows: 1280,
+            }],
             prepare_us: 2.5e6,
             bytes: 120 << 20,
         }],
@@ -278,9 +322,16 @@ pub fn sample_plan() -> Plan {
             phase: Phase::Prefill,
             k: 8960,
             n: 1536,
+            layers: 28,
+            orders: vec![ProcessorOrder {
+                processor: "npu-sim".into(),
+                order: OperandOrder::WtAt,
+            }],
             decisions: vec![
                 Decision {
                     len: 299,
+                    m: None,
+                    instances: 1,
                     strategy: Strategy::Hybrid {
                         padded_to: 512,
                         parts: vec![
@@ -297,13 +348,12 @@ pub fn sample_plan() -> Plan {
                         ],
                     },
                     cost: cost(vec![900.0, 880.0], 25.0),
-                    runner_up: Some(RunnerUp {
-                        kind: StrategyKind::RowCut,
-                        total_us: 940.0,
-                    }),
+                    runner_up: runner_up(StrategyKind::RowCut, "", 940.0, 925.0),
                 },
                 Decision {
                     len: 300,
+                    m: None,
+                    instances: 1,
                     strategy: Strategy::SeqCut {
                         parts: vec![
                             SeqPart {
@@ -319,19 +369,38 @@ pub fn sample_plan() -> Plan {
                         ],
                     },
                     cost: cost(vec![700.0, 650.0], 25.0),
-                    runner_up: Some(RunnerUp {
-                        kind: StrategyKind::Single,
-                        total_us: 1100.0,
-                    }),
+                    runner_up: runner_up(
+                        StrategyKind::Single,
+                        "npu-sim padded to 512",
+                        1100.0,
+                        725.0,
+                    ),
                 },
                 Decision {
                     len: 301,
+                    m: Some(1),
+                    instances: 2,
                     strategy: Strategy::Single {
                         processor: "npu-sim".into(),
                         padded_to: Some(512),
                         online_prepare: false,
                     },
                     cost: cost(vec![1000.0], 0.0),
+                    runner_up: None,
+                },
+                Decision {
+                    len: 302,
+                    m: None,
+                    instances: 1,
+                    strategy: Strategy::Offload {
+                        cpu: "cpu:0".into(),
+                        gpu: "npu-sim".into(),
+                        cc_rows: 256,
+                        cg_rows: 256,
+                        gg_rows: 1024,
+                        gpu_tokens: 32,
+                    },
+                    cost: cost(vec![500.0, 480.0], 10.0),
                     runner_up: None,
                 },
             ],
@@ -342,6 +411,30 @@ pub fn sample_plan() -> Plan {
 #[test]
 fn golden_plan() {
     check("plan", &sample_plan());
+}
+
+/// Plans are written one decision per line (`Plan::to_text`); the compact
+/// layout parses back to the same plan.
+#[test]
+fn golden_plan_one_decision_per_line() {
+    let plan = sample_plan();
+    for (ext, format) in [("ron", Format::Ron), ("json", Format::Json)] {
+        let path = golden_dir().join(format!("plan-compact.{ext}"));
+        let text = plan.to_text(format).unwrap();
+        if std::env::var_os("HETERO_BLESS").is_some() {
+            std::fs::write(&path, &text).unwrap();
+        }
+        let golden = std::fs::read_to_string(&path)
+            .unwrap_or_else(|e| panic!("{}: {e} (run with HETERO_BLESS=1)", path.display()));
+        assert_eq!(text, golden, "{} differs", path.display());
+        let lines = text
+            .lines()
+            .filter(|l| l.contains("len:") || l.contains("\"len\":"))
+            .count();
+        assert_eq!(lines, plan.ops[0].decisions.len(), "{text}");
+        let back: Plan = load(&path).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(back, plan);
+    }
 }
 
 #[test]

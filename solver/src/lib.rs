@@ -1,1 +1,68 @@
-//! Placeholder: filled by its own issue.
+//! The hetero solver: for a device (a predictor) and a model, decide how
+//! every GEMM runs at every sequence length, and write it down as a plan.
+//!
+//! For each operator × phase × length the solver costs every candidate of
+//! the seeds, generalised to the processors the predictor names:
+//!
+//! * one processor alone; a static-graph processor (an NPU) pads to a
+//!   prepared graph size or prepares the exact shape online;
+//! * **row cut** (HeteroLLM): output rows split, the static side's share a
+//!   multiple of the row alignment (256); **three-way** across three processors;
+//! * **sequence cut** and **multi-sequence cut**: prepared graph sizes run one
+//!   after the other on the static processor, the remainder on a dynamic one;
+//! * **hybrid**: the static side pads to a prepared size and takes a share of
+//!   the rows;
+//! * **chunked prefill** (mllm-NPU): fixed-size chunks of one prepared graph;
+//! * **offload** (ScheInfer) on a discrete GPU with a memory budget: CC / CG /
+//!   GG row slicing with PCIe copies and token assignment.
+//!
+//! The cost is HeteroLLM's `max(T_a, T_b) + T_sync + T_copy`, with the sync
+//! depending on which side dominates, copies only off unified memory, and
+//! in decode each side slowed by its concurrent-bandwidth factor.
+//!
+//! The design choice a newcomer would otherwise get wrong: **a static
+//! processor's row share is a property of a prepared graph, not of a
+//! length.** A graph is compiled for one (M, K, N-share); so the share is
+//! chosen once per graph size (the best row cut at that very length) and
+//! every hybrid cut that pads to that size reuses it. Lengths that are
+//! themselves graph sizes (and every decode step, whose graphs are
+//! per-length) choose their share freely. Likewise the operand order is
+//! chosen once per operator and processor, not per length.
+//!
+//! The solver is generic over [`LatencyOracle`] so tests can use the
+//! simulated processors of [`synthetic`]; plans written by the command line
+//! always come from a predictor file and carry its fingerprint.
+#![warn(missing_docs)]
+
+mod engine;
+mod error;
+mod explain;
+mod graphs;
+mod offload;
+pub mod oracle;
+pub mod settings;
+mod solve;
+pub mod synthetic;
+
+pub use error::{Error, Result};
+pub use explain::{ExplainedCandidate, Explanation, coverage, explain};
+pub use oracle::{GemmModel, LatencyOracle};
+pub use settings::{Distribution, GraphChoice, Settings};
+pub use solve::solve;
+
+use hetero_plan::{FingerprintMismatch, ModelSpec, Plan, Predictor};
+
+/// Refuses a plan solved for another predictor or model; the runtime calls
+/// this before following a plan. `predictor_name` is only for messages.
+pub fn check_plan(
+    plan: &Plan,
+    predictor: Option<(&Predictor, &str)>,
+    model: Option<&ModelSpec>,
+) -> std::result::Result<(), FingerprintMismatch> {
+    let p = predictor.map(|(p, name)| p.fingerprint(name));
+    let m = model.map(ModelSpec::fingerprint);
+    plan.check_inputs(p.as_ref(), m.as_ref())
+}
+
+#[cfg(test)]
+mod tests;

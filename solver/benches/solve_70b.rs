@@ -1,0 +1,157 @@
+//! Benchmark: solve a Llama-70B-class model at every prefill length 1..=8192
+//! (plus decode at 1) on a simulated NPU + GPU device.
+//!
+//! `cargo bench -p hetero-solver --bench solve_70b` (set RAYON_NUM_THREADS
+//! to pin the thread count). Two latency oracles:
+//! * `analytic`: the simulated processors of `hetero_solver::synthetic`;
+//! * `forest`: the same device as a predictor file whose models are forests
+//!   of 64 regression trees of depth 8 (the cost of evaluating fitted tree
+//!   models; their predictions approximate rooflines, for timing only).
+
+use std::path::Path;
+use std::time::Instant;
+
+use hetero_plan::predictor::{LatencyModel, Score, Tree, TreeNode};
+use hetero_plan::{
+    DType, Fingerprint, GemmShape, OperandOrder, Phase, Predictor, ProcessorModel, SchemaVersion,
+    hf,
+};
+use hetero_solver::synthetic::{self, SynthModel};
+use hetero_solver::{GraphChoice, LatencyOracle, Settings, solve};
+
+fn settings() -> Settings {
+    Settings {
+        phases: vec![Phase::Prefill, Phase::Decode],
+        prefill_lengths: (1..=8192).collect(),
+        decode_lengths: vec![1],
+        graphs: GraphChoice::Auto,
+        // One graph size of every 70B operator takes about 11 s to prepare
+        // on this simulated NPU.
+        prepare_budget_us: Some(120e6),
+        ..Settings::default()
+    }
+}
+
+/// A depth-`depth` tree over log2 m, k, n (features 3, 4, 5) whose leaves
+/// hold ln(time) of `model` at the centre of their box.
+fn tree(model: &SynthModel, seed: &mut u64, depth: u32) -> Tree {
+    let mut nodes = vec![];
+    fn rnd(seed: &mut u64) -> f64 {
+        *seed = seed
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        (*seed >> 11) as f64 / (1u64 << 53) as f64
+    }
+    fn build(
+        nodes: &mut Vec<TreeNode>,
+        model: &SynthModel,
+        seed: &mut u64,
+        depth: u32,
+        lo: [f64; 3],
+        hi: [f64; 3],
+    ) -> u32 {
+        let me = nodes.len() as u32;
+        if depth == 0 {
+            let c = |i: usize| 2f64.powf((lo[i] + hi[i]) / 2.0).round().max(1.0) as u32;
+            let s = GemmShape::new(c(0), c(1), c(2)).unwrap();
+            let t = model.time_us(s, DType::F16, OperandOrder::WtAt);
+            nodes.push(TreeNode::Leaf { value: t.ln() });
+            return me;
+        }
+        let f = (rnd(seed) * 3.0) as usize % 3;
+        let th = lo[f] + (hi[f] - lo[f]) * (0.3 + 0.4 * rnd(seed));
+        nodes.push(TreeNode::Leaf { value: 0.0 });
+        let (mut lhi, mut rlo) = (hi, lo);
+        lhi[f] = th;
+        rlo[f] = th;
+        let left = build(nodes, model, seed, depth - 1, lo, lhi);
+        let right = build(nodes, model, seed, depth - 1, rlo, hi);
+        nodes[me as usize] = TreeNode::Split {
+            feature: 3 + f as u16,
+            threshold: th,
+            left,
+            right,
+        };
+        me
+    }
+    build(&mut nodes, model, seed, depth, [0.0; 3], [14.0, 15.0, 17.0]);
+    Tree { nodes }
+}
+
+fn forest_predictor() -> Predictor {
+    let dev = synthetic::paper_like_npu_gpu();
+    let mut seed = 42;
+    let models = dev
+        .processors()
+        .iter()
+        .map(|p| {
+            let sm = match p.id.as_str() {
+                "npu" => synthetic::mobile_npu("npu").1,
+                _ => synthetic::mobile_gpu("gpu").1,
+            };
+            ProcessorModel {
+                processor: p.id.clone(),
+                dtype: DType::F16,
+                model: LatencyModel::Forest {
+                    trees: (0..64).map(|_| tree(&sm, &mut seed, 8)).collect(),
+                },
+                score: Score::default(),
+                candidates: vec![],
+            }
+        })
+        .collect();
+    Predictor {
+        schema_version: SchemaVersion,
+        dataset: Fingerprint::of_bytes("bench (simulated)", b"bench"),
+        processors: dev.processors().to_vec(),
+        models,
+        overheads: dev
+            .processors()
+            .iter()
+            .map(|p| dev.overheads(&p.id))
+            .collect(),
+    }
+}
+
+fn time<O: LatencyOracle>(name: &str, oracle: &O, model: &hetero_plan::ModelSpec) {
+    let s = settings();
+    let fp = Fingerprint::of_bytes(name, name.as_bytes());
+    let mut times = vec![];
+    let mut cells = 0;
+    for _ in 0..5 {
+        let t = Instant::now();
+        let plan = solve(oracle, fp.clone(), model, &s).expect("solve");
+        times.push(t.elapsed().as_secs_f64());
+        cells = plan.ops.iter().map(|o| o.decisions.len()).sum::<usize>();
+    }
+    times.sort_by(f64::total_cmp);
+    println!(
+        "{name:>9}: {cells} cells, median {:.3} s (min {:.3}, max {:.3}) over 5 runs, {} threads",
+        times[2],
+        times[0],
+        times[4],
+        rayon::current_num_threads()
+    );
+}
+
+fn main() {
+    // HETERO_BENCH_CONFIG overrides the fixture's path (for a copied binary).
+    let path = std::env::var_os("HETERO_BENCH_CONFIG")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| {
+            Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("../tests/fixtures/configs/llama-70b-class.json")
+        });
+    let model = hf::load_config(&path).expect("fixture config");
+    let which: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| !a.starts_with('-'))
+        .collect();
+    let want = |n: &str| which.is_empty() || which.iter().any(|w| w == n);
+    if want("analytic") {
+        time("analytic", &synthetic::paper_like_npu_gpu(), &model);
+    }
+    if want("forest") {
+        time("forest", &forest_predictor(), &model);
+    }
+}

@@ -1,0 +1,1299 @@
+//! Processors as the solver sees them, per-operator prediction tables, and
+//! candidate generation with the HeteroLLM cost model.
+
+use std::collections::HashMap;
+
+use hetero_plan::{
+    DType, GemmShape, LinearCost, LinearOp, OperandOrder, Phase, ProcessorKind, RowPart, SeqPart,
+    Strategy, StrategyKind,
+};
+
+use crate::oracle::GemmModel;
+
+pub(crate) const INF: f64 = f64::INFINITY;
+
+/// A vector of at most `N` items stored inline (candidates have at most
+/// three parts; the hot loop makes millions of them).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) struct Small<T: Copy + Default, const N: usize> {
+    len: u8,
+    items: [T; N],
+}
+
+impl<T: Copy + Default, const N: usize> Small<T, N> {
+    pub fn new() -> Self {
+        Small {
+            len: 0,
+            items: [T::default(); N],
+        }
+    }
+
+    pub fn from_slice(s: &[T]) -> Self {
+        let mut v = Self::new();
+        for &x in s {
+            v.push(x);
+        }
+        v
+    }
+
+    pub fn push(&mut self, x: T) {
+        assert!((self.len as usize) < N, "more than {N} parts");
+        self.items[self.len as usize] = x;
+        self.len += 1;
+    }
+}
+
+impl<T: Copy + Default, const N: usize> std::ops::Deref for Small<T, N> {
+    type Target = [T];
+    fn deref(&self) -> &[T] {
+        &self.items[..self.len as usize]
+    }
+}
+
+impl<T: Copy + Default, const N: usize> std::ops::DerefMut for Small<T, N> {
+    fn deref_mut(&mut self) -> &mut [T] {
+        &mut self.items[..self.len as usize]
+    }
+}
+
+/// Parts of a candidate: processor index and rows.
+pub(crate) type RowParts = Small<(usize, u32), 3>;
+/// Per-part times.
+pub(crate) type Times = Small<f64, 3>;
+
+/// One processor, resolved: its model in the chosen dtype and the overhead
+/// constants the cost model uses.
+#[derive(Clone)]
+pub(crate) struct Proc<'a> {
+    pub id: String,
+    pub kind: ProcessorKind,
+    pub static_graphs: bool,
+    pub unified: bool,
+    /// Work is submitted to a queue (a GPU): in a split, the next kernel of
+    /// the non-dominant side is submitted only after the dominant side ends.
+    pub queue: bool,
+    pub tile: u32,
+    pub dtype: DType,
+    pub model: &'a dyn GemmModel,
+    /// Host notices completion, µs (poll where it can, else blocking wait).
+    pub sync_us: f64,
+    /// Submitting one kernel to an empty queue, µs.
+    pub submit_us: f64,
+    /// Share of its alone-bandwidth left while another processor streams.
+    pub concurrent: f64,
+    pub copy_h2d: Option<LinearCost>,
+    pub copy_d2h: Option<LinearCost>,
+    pub prepare: Option<LinearCost>,
+    /// Can take part in a split (unified memory, or copy costs known).
+    pub can_split: bool,
+}
+
+impl Proc<'_> {
+    pub fn abytes(&self) -> f64 {
+        self.dtype.activation_bits() as f64 / 8.0
+    }
+    pub fn wbytes(&self) -> f64 {
+        self.dtype.weight_bits() as f64 / 8.0
+    }
+    /// Moving `bytes_in` to the processor and `bytes_out` back; zero on
+    /// unified memory.
+    pub fn copy_us(&self, bytes_in: f64, bytes_out: f64) -> f64 {
+        if self.unified {
+            return 0.0;
+        }
+        let h2d = self.copy_h2d.map(|c| c.at(bytes_in)).unwrap_or(INF);
+        let d2h = self
+            .copy_d2h
+            .or(self.copy_h2d)
+            .map(|c| c.at(bytes_out))
+            .unwrap_or(INF);
+        h2d + d2h
+    }
+}
+
+/// The graphs of one static-graph processor, for one phase.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct StaticGraphs {
+    pub p: usize,
+    pub prefill: Vec<u32>,
+    pub decode: Vec<u32>,
+}
+
+impl StaticGraphs {
+    pub fn sizes(&self, phase: Phase) -> &[u32] {
+        match phase {
+            Phase::Prefill => &self.prefill,
+            Phase::Decode => &self.decode,
+        }
+    }
+}
+
+/// Device-level state shared by every operator.
+#[derive(Clone)]
+pub(crate) struct Setup<'a> {
+    pub procs: Vec<Proc<'a>>,
+    pub row_align: u32,
+    pub graphs: Vec<StaticGraphs>,
+    /// Offload mode: (cpu, gpu) indices and the resident rows per operator.
+    pub offload: Option<OffloadSetup>,
+}
+
+#[derive(Debug, Clone)]
+pub(crate) struct OffloadSetup {
+    pub cpu: usize,
+    pub gpu: usize,
+    pub resident: HashMap<String, u32>,
+}
+
+/// A candidate's shape, with processor indices.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Shape {
+    Single {
+        p: usize,
+        padded_to: Option<u32>,
+        online: bool,
+    },
+    /// Output rows split; `graph`: the static part runs the prepared graph
+    /// of this M (bigger than M: hybrid cutting).
+    Rows {
+        parts: RowParts,
+        graph: Option<u32>,
+    },
+    /// Sequence split: `graphs` on static `s`, `rest` tokens on `d`.
+    Seq {
+        s: usize,
+        graphs: Vec<u32>,
+        d: Option<usize>,
+        rest: u32,
+    },
+    Chunked {
+        s: usize,
+        chunk: u32,
+        chunks: u32,
+    },
+    Offload {
+        cpu: usize,
+        gpu: usize,
+        cc: u32,
+        cg: u32,
+        gg: u32,
+        gpu_tokens: u32,
+    },
+}
+
+pub(crate) type FamilyKey = (StrategyKind, Small<usize, 3>, u8);
+
+/// A costed candidate. `parts` follow the processor order of the shape.
+#[derive(Debug, Clone)]
+pub(crate) struct Cand {
+    pub shape: Shape,
+    pub parts: Times,
+    pub sync: f64,
+    pub copy: f64,
+    pub total: f64,
+    /// How the sync was charged, for explanations.
+    pub sync_rule: &'static str,
+}
+
+impl Cand {
+    pub fn kind(&self, m: u32) -> StrategyKind {
+        match &self.shape {
+            Shape::Single { .. } => StrategyKind::Single,
+            Shape::Rows { graph: Some(g), .. } if *g > m => StrategyKind::Hybrid,
+            Shape::Rows { parts, .. } if parts.len() > 2 => StrategyKind::ThreeWay,
+            Shape::Rows { .. } => StrategyKind::RowCut,
+            Shape::Seq { graphs, .. } if graphs.len() > 1 => StrategyKind::MultiSeq,
+            Shape::Seq { .. } => StrategyKind::SeqCut,
+            Shape::Chunked { .. } => StrategyKind::Chunked,
+            Shape::Offload { .. } => StrategyKind::Offload,
+        }
+    }
+
+    /// Processor indices in part order.
+    pub fn procs(&self) -> Small<usize, 3> {
+        match &self.shape {
+            Shape::Single { p, .. } => Small::from_slice(&[*p]),
+            Shape::Rows { parts, .. } => {
+                let mut v = Small::new();
+                for x in parts.iter() {
+                    v.push(x.0);
+                }
+                v
+            }
+            Shape::Seq { s, d, .. } => match d {
+                Some(d) => Small::from_slice(&[*s, *d]),
+                None => Small::from_slice(&[*s]),
+            },
+            Shape::Chunked { s, .. } => Small::from_slice(&[*s]),
+            Shape::Offload { cpu, gpu, .. } => Small::from_slice(&[*cpu, *gpu]),
+        }
+    }
+
+    /// Candidates of one family compete; the runner-up is the best of
+    /// another family.
+    pub fn family(&self, m: u32) -> FamilyKey {
+        let mut p = self.procs();
+        p.sort_unstable();
+        // Online prepare and ScheInfer's token assignment are families of
+        // their own.
+        let variant = match self.shape {
+            Shape::Single { online: true, .. } => 1,
+            Shape::Offload { gpu_tokens, .. } if gpu_tokens > 0 => 1,
+            _ => 0,
+        };
+        (self.kind(m), p, variant)
+    }
+
+    /// The plan strategy for rows `m` (a padded row cut is a hybrid).
+    pub fn strategy(&self, procs: &[Proc], m: u32) -> Strategy {
+        let id = |p: usize| procs[p].id.clone();
+        match &self.shape {
+            Shape::Single {
+                p,
+                padded_to,
+                online,
+            } => Strategy::Single {
+                processor: id(*p),
+                padded_to: *padded_to,
+                online_prepare: *online,
+            },
+            Shape::Rows { parts, graph } => {
+                let rows: Vec<RowPart> = parts
+                    .iter()
+                    .map(|&(p, rows)| RowPart {
+                        processor: id(p),
+                        rows,
+                        graph: if procs[p].static_graphs { *graph } else { None },
+                    })
+                    .collect();
+                match graph {
+                    Some(g) if *g > m => Strategy::Hybrid {
+                        padded_to: *g,
+                        parts: rows,
+                    },
+                    _ => Strategy::RowCut { parts: rows },
+                }
+            }
+            Shape::Seq { s, graphs, d, rest } => {
+                let mut parts = vec![SeqPart {
+                    processor: id(*s),
+                    tokens: graphs.iter().sum(),
+                    graphs: graphs.clone(),
+                }];
+                if let Some(d) = d {
+                    parts.push(SeqPart {
+                        processor: id(*d),
+                        tokens: *rest,
+                        graphs: vec![],
+                    });
+                }
+                Strategy::SeqCut { parts }
+            }
+            Shape::Chunked { s, chunk, chunks } => Strategy::Chunked {
+                processor: id(*s),
+                chunk: *chunk,
+                chunks: *chunks,
+            },
+            Shape::Offload {
+                cpu,
+                gpu,
+                cc,
+                cg,
+                gg,
+                gpu_tokens,
+            } => Strategy::Offload {
+                cpu: id(*cpu),
+                gpu: id(*gpu),
+                cc_rows: *cc,
+                cg_rows: *cg,
+                gg_rows: *gg,
+                gpu_tokens: *gpu_tokens,
+            },
+        }
+    }
+
+    /// The candidate in words.
+    pub fn label(&self, procs: &[Proc], m: u32) -> String {
+        let id = |p: usize| procs[p].id.as_str();
+        match &self.shape {
+            Shape::Single {
+                p,
+                padded_to: Some(g),
+                ..
+            } if *g > m => format!("{} padded to {g}", id(*p)),
+            Shape::Single {
+                p,
+                padded_to: Some(g),
+                ..
+            } => format!("{} graph {g}", id(*p)),
+            Shape::Single {
+                p, online: true, ..
+            } => {
+                format!("{} online prepare of M={m}", id(*p))
+            }
+            Shape::Single { p, .. } => format!("{} alone", id(*p)),
+            Shape::Rows { parts, graph } => {
+                let list: Vec<String> = parts
+                    .iter()
+                    .map(|&(p, r)| format!("{} {r}", id(p)))
+                    .collect();
+                match graph {
+                    Some(g) if *g > m => format!("rows {} (padded to {g})", list.join(" / ")),
+                    _ => format!("rows {}", list.join(" / ")),
+                }
+            }
+            Shape::Seq { s, graphs, d, rest } => {
+                let g: Vec<String> = graphs.iter().map(u32::to_string).collect();
+                match d {
+                    Some(d) => format!("tokens {} [{}] + {} {rest}", id(*s), g.join("+"), id(*d)),
+                    None => format!("tokens {} [{}]", id(*s), g.join("+")),
+                }
+            }
+            Shape::Chunked { s, chunk, chunks } => {
+                format!("{} {chunks} chunks of {chunk}", id(*s))
+            }
+            Shape::Offload {
+                cc,
+                cg,
+                gg,
+                gpu_tokens,
+                gpu,
+                ..
+            } => {
+                if *gpu_tokens > 0 {
+                    format!(
+                        "offload cc {cc} / cg {cg} / gg {gg} rows (decode slicing), {gpu_tokens} tokens of cc on {}",
+                        id(*gpu)
+                    )
+                } else {
+                    format!("offload cc {cc} / cg {cg} / gg {gg} rows")
+                }
+            }
+        }
+    }
+
+    pub fn scale(mut self, by: f64) -> Cand {
+        if by != 1.0 {
+            for p in self.parts.iter_mut() {
+                *p *= by;
+            }
+            self.sync *= by;
+            self.copy *= by;
+            self.total *= by;
+        }
+        self
+    }
+}
+
+/// The row share prepared at each size, sorted by size: `(size, rows, the
+/// static part's time at that share)`.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct RowShares(pub Vec<(u32, u32, f64)>);
+
+impl RowShares {
+    pub fn get(&self, size: u32) -> Option<(u32, f64)> {
+        self.0
+            .binary_search_by_key(&size, |x| x.0)
+            .ok()
+            .map(|i| (self.0[i].1, self.0[i].2))
+    }
+}
+
+/// The best total among families other than the best candidate's.
+fn second_family_best(cands: &[Cand], m: u32) -> f64 {
+    let Some(best) = cands.iter().min_by(|a, b| a.total.total_cmp(&b.total)) else {
+        return INF;
+    };
+    let fam = best.family(m);
+    cands
+        .iter()
+        .filter(|c| c.family(m) != fam)
+        .map(|c| c.total)
+        .fold(INF, f64::min)
+}
+
+/// Per-static-processor state of one operator.
+pub(crate) struct StaticCtx {
+    pub p: usize,
+    /// Prepared sizes (M), increasing.
+    pub sizes: Vec<u32>,
+    /// `exact[t]`: least time to run exactly `t` tokens as prepared graphs
+    /// one after the other (INF when no combination adds up to `t`).
+    pub exact: Vec<f64>,
+    /// The last graph of that combination.
+    pub back: Vec<u32>,
+    /// Values of `t` with a finite `exact[t]`, increasing.
+    pub reach: Vec<u32>,
+    /// The row share prepared at each size (when a row cut can use it) and
+    /// the static part's time at that share.
+    pub row_share: RowShares,
+}
+
+impl StaticCtx {
+    pub fn smallest_ge(&self, m: u32) -> Option<u32> {
+        let i = self.sizes.partition_point(|&g| g < m);
+        self.sizes.get(i).copied()
+    }
+
+    pub fn has(&self, m: u32) -> bool {
+        self.sizes.binary_search(&m).is_ok()
+    }
+
+    pub fn graphs_for(&self, mut t: u32) -> Vec<u32> {
+        let mut v = vec![];
+        while t > 0 {
+            let g = self.back[t as usize];
+            v.push(g);
+            t -= g;
+        }
+        v.sort_unstable_by(|a, b| b.cmp(a));
+        v
+    }
+}
+
+/// Predictions of one operator in one phase, shared by the graph-set choice,
+/// the solve and explanations.
+pub(crate) struct Tables {
+    /// Operand order per processor.
+    pub orders: Vec<OperandOrder>,
+    /// `full[p][m]`: time of the whole operator (all N) at M = m.
+    pub full: Vec<Vec<f64>>,
+}
+
+impl Tables {
+    /// Predicts M = 1..=`top` on every processor (in parallel). The orders
+    /// are chosen over lengths up to `max_m` unless given.
+    ///
+    /// With `static_m`, static-graph processors are predicted only at those
+    /// M (their graph sizes); other entries are NaN and predicted on demand.
+    pub fn new(
+        setup: &Setup,
+        op: &LinearOp,
+        phase: Phase,
+        top: u32,
+        max_m: u32,
+        orders: Option<Vec<OperandOrder>>,
+        static_m: Option<&[u32]>,
+    ) -> Tables {
+        use rayon::prelude::*;
+        let (k, n) = (op.k, op.n);
+        let orders: Vec<OperandOrder> = orders.unwrap_or_else(|| {
+            setup
+                .procs
+                .iter()
+                .map(|p| choose_order(p, k, n, phase, max_m))
+                .collect()
+        });
+        let full = setup
+            .procs
+            .iter()
+            .zip(&orders)
+            .map(|(p, &o)| match static_m {
+                Some(ms) if p.static_graphs => {
+                    let mut v = vec![f64::NAN; top.max(1) as usize + 1];
+                    for &m in ms {
+                        if let Some(slot) = v.get_mut(m as usize) {
+                            *slot = predict(p, m, k, n, o);
+                        }
+                    }
+                    v
+                }
+                _ => std::iter::once(INF)
+                    .chain(
+                        (1..=top.max(1))
+                            .into_par_iter()
+                            .map(|m| predict(p, m, k, n, o))
+                            .collect::<Vec<f64>>(),
+                    )
+                    .collect(),
+            })
+            .collect();
+        Tables { orders, full }
+    }
+}
+
+/// The table size an operator needs: every M it sees and every graph size.
+pub(crate) fn table_top(setup: &Setup, phase: Phase, max_m: u32) -> u32 {
+    let max_g = setup
+        .graphs
+        .iter()
+        .flat_map(|g| g.sizes(phase).iter().copied())
+        .max()
+        .unwrap_or(0);
+    max_m.max(max_g).max(1)
+}
+
+/// One operator in one phase: prediction tables and candidate generation.
+pub(crate) struct OpCtx<'s, 'a> {
+    pub setup: &'s Setup<'a>,
+    pub op: &'s LinearOp,
+    pub phase: Phase,
+    pub k: u32,
+    pub n: u32,
+    pub tables: std::sync::Arc<Tables>,
+    pub statics: Vec<StaticCtx>,
+    /// Offload mode: rows resident on the GPU.
+    pub resident: Option<u32>,
+    /// Skip candidates that can be neither winner nor runner-up (off when
+    /// explaining, which lists every family).
+    pub prune: bool,
+}
+
+/// The candidates of one cell.
+pub(crate) struct Cell {
+    pub m: u32,
+    pub instances: u32,
+    /// Best candidate per family, cheapest first.
+    pub cands: Vec<Cand>,
+}
+
+impl<'s, 'a> OpCtx<'s, 'a> {
+    /// Builds the tables up to M = `max_m` (and every graph size).
+    pub fn new(setup: &'s Setup<'a>, op: &'s LinearOp, phase: Phase, max_m: u32) -> Self {
+        let top = table_top(setup, phase, max_m);
+        let t = Tables::new(setup, op, phase, top, max_m, None, None);
+        Self::with_tables(setup, op, phase, std::sync::Arc::new(t))
+    }
+
+    /// Builds the context on tables made earlier.
+    pub fn with_tables(
+        setup: &'s Setup<'a>,
+        op: &'s LinearOp,
+        phase: Phase,
+        tables: std::sync::Arc<Tables>,
+    ) -> Self {
+        let mut cx = OpCtx {
+            setup,
+            op,
+            phase,
+            k: op.k,
+            n: op.n,
+            tables,
+            statics: vec![],
+            resident: setup
+                .offload
+                .as_ref()
+                .map(|o| o.resident.get(&op.name).copied().unwrap_or(0)),
+            prune: true,
+        };
+        if setup.offload.is_none() {
+            for g in &setup.graphs {
+                let sizes = if last_token_only(op, phase) {
+                    vec![1]
+                } else {
+                    g.sizes(phase).to_vec()
+                };
+                let top = cx
+                    .tables
+                    .full
+                    .first()
+                    .map_or(1, |v| v.len() - 1)
+                    .max(sizes.last().copied().unwrap_or(0) as usize);
+                let st = cx.static_ctx(g.p, sizes, top);
+                cx.statics.push(st);
+            }
+        }
+        cx
+    }
+
+    /// The operand order of processor `p`.
+    pub fn order(&self, p: usize) -> OperandOrder {
+        self.tables.orders[p]
+    }
+
+    /// Time of the whole operator at M = m on `p` (from the table when it
+    /// covers `m`).
+    pub fn full(&self, p: usize, m: u32) -> f64 {
+        match self.tables.full[p].get(m as usize) {
+            Some(t) if !t.is_nan() => *t,
+            _ => predict(&self.setup.procs[p], m, self.k, self.n, self.order(p)),
+        }
+    }
+
+    fn static_ctx(&self, p: usize, sizes: Vec<u32>, top: usize) -> StaticCtx {
+        let mut exact = vec![INF; top + 1];
+        let mut back = vec![0u32; top + 1];
+        exact[0] = 0.0;
+        // Larger graphs first: on ties, fewer graphs.
+        let graph_us: Vec<(usize, u32, f64)> = sizes
+            .iter()
+            .rev()
+            .map(|&g| (g as usize, g, self.full(p, g)))
+            .collect();
+        for t in 1..=top {
+            for &(gu, g, tg) in &graph_us {
+                if gu <= t && exact[t - gu].is_finite() {
+                    let c = exact[t - gu] + tg;
+                    if c < exact[t] {
+                        exact[t] = c;
+                        back[t] = g;
+                    }
+                }
+            }
+        }
+        let reach = (1..=top as u32)
+            .filter(|&t| exact[t as usize].is_finite())
+            .collect();
+        let mut st = StaticCtx {
+            p,
+            sizes: sizes.clone(),
+            exact,
+            back,
+            reach,
+            row_share: RowShares::default(),
+        };
+        // A row-share graph is prepared only where a row cut beats the
+        // static processor alone at that very size.
+        for &g in &sizes {
+            if let Some(c) = self.best_free_rows(p, g)
+                && c.total < self.full(p, g)
+            {
+                let (_, rows) = match &c.shape {
+                    Shape::Rows { parts, .. } => *parts.iter().find(|x| x.0 == p).unwrap(),
+                    _ => unreachable!(),
+                };
+                st.row_share.0.push((g, rows, self.time(p, g, rows)));
+            }
+        }
+        st
+    }
+
+    /// Time of M = m over `rows` output rows on processor `p`, µs.
+    pub fn time(&self, p: usize, m: u32, rows: u32) -> f64 {
+        if rows == self.n {
+            return self.full(p, m);
+        }
+        predict(&self.setup.procs[p], m, self.k, rows, self.order(p))
+    }
+
+    pub fn dynamic(&self) -> impl Iterator<Item = usize> + '_ {
+        (0..self.setup.procs.len()).filter(|&p| !self.setup.procs[p].static_graphs)
+    }
+
+    fn splittable(&self, p: usize) -> bool {
+        self.setup.procs[p].can_split
+    }
+
+    /// Row alignment for this operator (halved until two parts fit).
+    pub fn align(&self) -> u32 {
+        let mut a = self.setup.row_align.max(1);
+        while a > 1 && self.n < 2 * a {
+            a /= 2;
+        }
+        a
+    }
+
+    /// Assembles a candidate: `max(parts) + sync + copy`, with the decode
+    /// concurrent-bandwidth factor on every part of a split.
+    pub fn finish(&self, shape: Shape, raw: &[(usize, f64)], copy: f64) -> Cand {
+        let procs = &self.setup.procs;
+        let split = raw.len() > 1;
+        let mut parts = Times::new();
+        for &(p, t) in raw {
+            parts.push(if split && self.phase == Phase::Decode {
+                t / procs[p].concurrent
+            } else {
+                t
+            });
+        }
+        let (sync, rule) = if split {
+            let dom = (0..parts.len())
+                .max_by(|&a, &b| parts[a].total_cmp(&parts[b]))
+                .unwrap();
+            let dp = &procs[raw[dom].0];
+            let submits: f64 = raw
+                .iter()
+                .enumerate()
+                .filter(|&(i, &(p, _))| i != dom && procs[p].queue)
+                .map(|(_, &(p, _))| procs[p].submit_us)
+                .sum();
+            let rule = if submits > 0.0 {
+                "sync on the dominant side + resubmission of the queued side"
+            } else if dp.queue {
+                "queue-dominant: sync on it, no resubmission"
+            } else {
+                "sync on the dominant side"
+            };
+            (dp.sync_us + submits, rule)
+        } else {
+            (0.0, "")
+        };
+        let max = parts.iter().cloned().fold(0.0, f64::max);
+        Cand {
+            shape,
+            total: max + sync + copy,
+            parts,
+            sync,
+            copy,
+            sync_rule: rule,
+        }
+    }
+
+    fn single(&self, p: usize, m: u32) -> Cand {
+        self.finish(
+            Shape::Single {
+                p,
+                padded_to: None,
+                online: false,
+            },
+            &[(p, self.time(p, m, self.n))],
+            0.0,
+        )
+    }
+
+    fn rows_copy(&self, m: u32, parts: &[(usize, u32)]) -> f64 {
+        parts
+            .iter()
+            .map(|&(p, r)| {
+                let pr = &self.setup.procs[p];
+                let a = pr.abytes();
+                pr.copy_us(m as f64 * self.k as f64 * a, m as f64 * r as f64 * a)
+            })
+            .sum()
+    }
+
+    /// A row split costed; the static part runs at M = `graph` when given.
+    fn rows_cand(&self, m: u32, parts: &[(usize, u32)], graph: Option<u32>) -> Cand {
+        let procs = &self.setup.procs;
+        let mut times = Times::new();
+        for &(p, r) in parts {
+            let gm = if procs[p].static_graphs {
+                graph.unwrap_or(m)
+            } else {
+                m
+            };
+            times.push(self.time(p, gm, r));
+        }
+        self.rows_cand_t(m, parts, &times, graph)
+    }
+
+    /// As [`OpCtx::rows_cand`], with the parts' times already predicted.
+    fn rows_cand_t(
+        &self,
+        m: u32,
+        parts: &[(usize, u32)],
+        times: &[f64],
+        graph: Option<u32>,
+    ) -> Cand {
+        let procs = &self.setup.procs;
+        let mut raw: Small<(usize, f64), 3> = Small::new();
+        for (&(p, _), &t) in parts.iter().zip(times) {
+            raw.push((p, t));
+        }
+        let copy = self.rows_copy(m, parts);
+        self.finish(
+            Shape::Rows {
+                parts: RowParts::from_slice(parts),
+                graph: graph.or_else(|| {
+                    parts
+                        .iter()
+                        .any(|&(p, _)| procs[p].static_graphs)
+                        .then_some(m)
+                }),
+            },
+            &raw,
+            copy,
+        )
+    }
+
+    /// Two-way row cut of `total` rows between `a` (gets multiples of the
+    /// alignment) and `b`, next to `fixed` parts. Binary search for where
+    /// the two sides cross, then the neighbouring cut points.
+    fn row2(
+        &self,
+        m: u32,
+        a: usize,
+        b: usize,
+        total: u32,
+        fixed: &[(usize, u32)],
+        graph: Option<u32>,
+    ) -> Option<Cand> {
+        let align = self.align();
+        let j_max = (total.checked_sub(1)?) / align;
+        if j_max == 0 {
+            return None;
+        }
+        let procs = &self.setup.procs;
+        let gm = |p: usize| {
+            if procs[p].static_graphs {
+                graph.unwrap_or(m)
+            } else {
+                m
+            }
+        };
+        let f = |p: usize| {
+            if self.phase == Phase::Decode {
+                procs[p].concurrent
+            } else {
+                1.0
+            }
+        };
+        let raw_a = |j: u32| self.time(a, gm(a), j * align);
+        let raw_b = |j: u32| self.time(b, gm(b), total - j * align);
+        // Smallest j with ta(j) >= tb(j); the cost is least at it or just
+        // below it (each side's time grows with its rows).
+        let mut seen: Vec<(u32, f64, f64)> = Vec::with_capacity(12);
+        let mut eval = |j: u32| -> (f64, f64) {
+            if let Some(&(_, x, y)) = seen.iter().find(|e| e.0 == j) {
+                return (x, y);
+            }
+            let (x, y) = (raw_a(j), raw_b(j));
+            seen.push((j, x, y));
+            (x, y)
+        };
+        let (mut lo, mut hi) = (1u32, j_max + 1);
+        while lo < hi {
+            let mid = (lo + hi) / 2;
+            let (x, y) = eval(mid);
+            if x / f(a) >= y / f(b) {
+                hi = mid;
+            } else {
+                lo = mid + 1;
+            }
+        }
+        let mut best: Option<Cand> = None;
+        for j in lo.saturating_sub(1).max(1)..=lo.min(j_max) {
+            let (x, y) = eval(j);
+            let mut parts = RowParts::from_slice(fixed);
+            parts.push((a, j * align));
+            parts.push((b, total - j * align));
+            let mut times = Times::new();
+            for &(p, r) in fixed {
+                times.push(self.time(p, gm(p), r));
+            }
+            times.push(x);
+            times.push(y);
+            let c = self.rows_cand_t(m, &parts, &times, graph);
+            if best.as_ref().is_none_or(|b| c.total < b.total) {
+                best = Some(c);
+            }
+        }
+        best
+    }
+
+    /// Three-way row cut: shares proportional to speed, then moves of one
+    /// alignment step between parts while the total drops.
+    fn row3(&self, m: u32, ps: [usize; 3], graph: Option<u32>) -> Option<Cand> {
+        let align = self.align();
+        let n = self.n;
+        if n < 3 * align {
+            return None;
+        }
+        let procs = &self.setup.procs;
+        let gm = |p: usize| {
+            if procs[p].static_graphs {
+                graph.unwrap_or(m)
+            } else {
+                m
+            }
+        };
+        let rate: Vec<f64> = ps.iter().map(|&p| 1.0 / self.time(p, gm(p), n)).collect();
+        let sum: f64 = rate.iter().sum();
+        if !(sum.is_finite() && sum > 0.0) {
+            return None;
+        }
+        let mut rows = [0u32; 3];
+        for i in 0..2 {
+            let r = (n as f64 * rate[i] / sum / align as f64).round() as u32 * align;
+            rows[i] = r.clamp(align, n - 2 * align);
+        }
+        if rows[0] + rows[1] > n - align {
+            rows[1] = n - align - rows[0];
+        }
+        rows[2] = n - rows[0] - rows[1];
+        let mk = |rows: &[u32; 3]| -> RowParts {
+            let mut v = RowParts::new();
+            for (&p, &r) in ps.iter().zip(rows) {
+                v.push((p, r));
+            }
+            v
+        };
+        let mut best = self.rows_cand(m, &mk(&rows), graph);
+        for _ in 0..64 {
+            let mut improved = None;
+            for from in 0..3 {
+                for to in 0..3 {
+                    // The last part holds the unaligned remainder.
+                    if from == to || rows[from] < align + if from == 2 { 0 } else { align } {
+                        continue;
+                    }
+                    let mut r = rows;
+                    r[from] -= align;
+                    r[to] += align;
+                    if r.contains(&0) {
+                        continue;
+                    }
+                    let c = self.rows_cand(m, &mk(&r), graph);
+                    if c.total
+                        < improved
+                            .as_ref()
+                            .map_or(best.total, |x: &(Cand, [u32; 3])| x.0.total)
+                    {
+                        improved = Some((c, r));
+                    }
+                }
+            }
+            match improved {
+                Some((c, r)) => {
+                    best = c;
+                    rows = r;
+                }
+                None => break,
+            }
+        }
+        Some(best)
+    }
+
+    /// The best row split with the static processor `s` free to take any
+    /// share at M = `g` (a prepared size): two-way with each dynamic
+    /// partner, three-way with each pair.
+    pub fn best_free_rows(&self, s: usize, g: u32) -> Option<Cand> {
+        self.free_rows_with(s, g)
+            .into_iter()
+            .min_by(|a, b| a.total.total_cmp(&b.total))
+    }
+
+    fn free_rows_with(&self, s: usize, g: u32) -> Vec<Cand> {
+        let dy: Vec<usize> = self.dynamic().filter(|&d| self.splittable(d)).collect();
+        let mut out = vec![];
+        for &d in &dy {
+            out.extend(self.row2(g, s, d, self.n, &[], Some(g)));
+        }
+        for (i, &d1) in dy.iter().enumerate() {
+            for &d2 in &dy[i + 1..] {
+                out.extend(self.row3(g, [s, d1, d2], Some(g)));
+            }
+        }
+        out
+    }
+
+    /// Every candidate family at one length, best of each family first.
+    pub fn cell(&self, len: u32) -> Cell {
+        let (m, instances) = self.rows(len);
+        self.cell_at(m, instances)
+    }
+
+    /// Rows per instance and instances at a length.
+    pub fn rows(&self, len: u32) -> (u32, u32) {
+        let (shape, instances) = self
+            .op
+            .gemms(self.phase, len)
+            .expect("operator dimensions are positive");
+        (shape.m.get(), instances)
+    }
+
+    /// The cell of `instances` GEMMs of M = `m` (lengths with the same rows
+    /// share it: the lm_head in prefill, routed experts).
+    pub fn cell_at(&self, m: u32, instances: u32) -> Cell {
+        let mut cands = if self.setup.offload.is_some() {
+            self.offload_cands(m)
+        } else {
+            self.cands(m)
+        };
+        cands.retain(|c| c.total.is_finite());
+        let mut best: Vec<(FamilyKey, Cand)> = Vec::with_capacity(cands.len());
+        for c in cands {
+            let key = c.family(m);
+            match best.iter_mut().find(|(k, _)| *k == key) {
+                Some((_, b)) if b.total <= c.total => {}
+                Some((_, b)) => *b = c,
+                None => best.push((key, c)),
+            }
+        }
+        let mut cands: Vec<Cand> = best
+            .into_iter()
+            .map(|(_, c)| c.scale(instances as f64))
+            .collect();
+        // Ties are broken by family, so the order never depends on hashing.
+        let key = |c: &Cand| {
+            let (kind, procs, variant) = c.family(m);
+            (kind as u8, procs, variant)
+        };
+        cands.sort_by(|a, b| {
+            a.total
+                .total_cmp(&b.total)
+                .then_with(|| key(a).cmp(&key(b)))
+        });
+        Cell {
+            m,
+            instances,
+            cands,
+        }
+    }
+
+    /// Candidates on dynamic processors only: each alone, row cuts between
+    /// two, and three-way row cuts.
+    pub fn dyn_cands(&self, m: u32) -> Vec<Cand> {
+        let mut out = vec![];
+        for p in self.dynamic() {
+            out.push(self.single(p, m));
+        }
+        let dy_split: Vec<usize> = self.dynamic().filter(|&d| self.splittable(d)).collect();
+        for (i, &a) in dy_split.iter().enumerate() {
+            for &b in &dy_split[i + 1..] {
+                out.extend(self.row2(m, a, b, self.n, &[], None));
+            }
+        }
+        for (i, &a) in dy_split.iter().enumerate() {
+            for (j, &b) in dy_split.iter().enumerate().skip(i + 1) {
+                for &c in &dy_split[j + 1..] {
+                    out.extend(self.row3(m, [a, b, c], None));
+                }
+            }
+        }
+        out
+    }
+
+    /// The cheapest use of one prepared size `c` at M = `m` (padding,
+    /// one-graph sequence cut, chunks, hybrid), as the graph-set choice
+    /// estimates it. INF when `c` cannot serve `m`.
+    pub fn static_term(&self, st: &StaticCtx, c: u32, m: u32, hybrid: bool) -> f64 {
+        let s = st.p;
+        let t_c = self.full(s, c);
+        let mut best = INF;
+        if c >= m {
+            best = best.min(t_c);
+            if hybrid
+                && self.setup.procs[s].can_split
+                && let Some((r, t_r)) = st.row_share.get(c)
+            {
+                for d in self.dynamic().filter(|&d| self.splittable(d)) {
+                    let raw = [(s, t_r), (d, self.time(d, m, self.n - r))];
+                    let copy = self.rows_copy(m, &[(s, r), (d, self.n - r)]);
+                    let cand = self.finish(
+                        Shape::Rows {
+                            parts: Small::new(),
+                            graph: Some(c),
+                        },
+                        &raw,
+                        copy,
+                    );
+                    best = best.min(cand.total);
+                }
+            }
+        } else {
+            best = best.min(m.div_ceil(c) as f64 * t_c);
+            if self.setup.procs[s].can_split {
+                let rest = m - c;
+                for d in self.dynamic().filter(|&d| self.splittable(d)) {
+                    let dp = &self.setup.procs[d];
+                    let a = dp.abytes();
+                    let copy = dp.copy_us(
+                        rest as f64 * self.k as f64 * a,
+                        rest as f64 * self.n as f64 * a,
+                    );
+                    let cand = self.finish(
+                        Shape::Chunked {
+                            s,
+                            chunk: c,
+                            chunks: 1,
+                        },
+                        &[(s, t_c), (d, self.time(d, rest, self.n))],
+                        copy,
+                    );
+                    best = best.min(cand.total);
+                }
+            }
+        }
+        if m == c {
+            best = best.min(t_c);
+        }
+        best
+    }
+
+    fn cands(&self, m: u32) -> Vec<Cand> {
+        let procs = &self.setup.procs;
+        let mut out = self.dyn_cands(m);
+        let dy_split: Vec<usize> = self.dynamic().filter(|&d| self.splittable(d)).collect();
+        for st in &self.statics {
+            let s = st.p;
+            let sp = &procs[s];
+            if let Some(g) = st.smallest_ge(m) {
+                out.push(self.finish(
+                    Shape::Single {
+                        p: s,
+                        padded_to: Some(g),
+                        online: false,
+                    },
+                    &[(s, self.full(s, g))],
+                    0.0,
+                ));
+            }
+            for &c in st.sizes.iter().filter(|&&c| c < m) {
+                let chunks = m.div_ceil(c);
+                out.push(self.finish(
+                    Shape::Chunked {
+                        s,
+                        chunk: c,
+                        chunks,
+                    },
+                    &[(s, chunks as f64 * self.full(s, c))],
+                    0.0,
+                ));
+            }
+            // The static processor alone on an exact combination of graphs.
+            if (m as usize) < st.exact.len() && st.exact[m as usize].is_finite() {
+                let graphs = st.graphs_for(m);
+                if graphs.len() > 1 {
+                    out.push(self.finish(
+                        Shape::Seq {
+                            s,
+                            graphs,
+                            d: None,
+                            rest: 0,
+                        },
+                        &[(s, st.exact[m as usize])],
+                        0.0,
+                    ));
+                }
+            }
+            if !sp.can_split {
+                continue;
+            }
+            for &d in &dy_split {
+                out.extend(self.seq_cut(st, d, m));
+            }
+            if st.has(m) {
+                out.extend(self.free_rows_with(s, m));
+            } else if let Some(g) = st.smallest_ge(m)
+                && let Some((r, t_r)) = st.row_share.get(g)
+            {
+                // Hybrid: the prepared row-share graph padded, the rest of
+                // the rows on one or two dynamic processors.
+                let rest = self.n - r;
+                for &d in &dy_split {
+                    let t_d = self.time(d, m, rest);
+                    out.push(self.rows_cand_t(m, &[(s, r), (d, rest)], &[t_r, t_d], Some(g)));
+                }
+                for (i, &d1) in dy_split.iter().enumerate() {
+                    for &d2 in &dy_split[i + 1..] {
+                        out.extend(self.row2(m, d1, d2, rest, &[(s, r)], Some(g)));
+                    }
+                }
+            }
+        }
+        // Online prepare last: its prepare share is a lower bound, and when
+        // two other families already beat it, it can be neither the winner
+        // nor the runner-up, so its GEMM need not be predicted.
+        for st in &self.statics {
+            let s = st.p;
+            let sp = &procs[s];
+            if st.has(m) {
+                continue;
+            }
+            let Some(prep) = sp.prepare else { continue };
+            let bytes = self.k as f64 * self.n as f64 * sp.wbytes();
+            let share = prep.at(bytes) / self.op.layers.max(1) as f64;
+            if self.prune && share >= second_family_best(&out, m) {
+                continue;
+            }
+            let t = self.full(s, m) + share;
+            out.push(self.finish(
+                Shape::Single {
+                    p: s,
+                    padded_to: None,
+                    online: true,
+                },
+                &[(s, t)],
+                0.0,
+            ));
+        }
+        out
+    }
+
+    /// Sequence cut: prepared graphs on `st` adding up to `t`, the other
+    /// `m - t` tokens on `d`. Scans `t` downwards and stops once the dynamic
+    /// side alone costs more than the best found.
+    fn seq_cut(&self, st: &StaticCtx, d: usize, m: u32) -> Option<Cand> {
+        let s = st.p;
+        let procs = &self.setup.procs;
+        let fd = if self.phase == Phase::Decode {
+            procs[d].concurrent
+        } else {
+            1.0
+        };
+        let dp = &procs[d];
+        let a = dp.abytes();
+        let fs = if self.phase == Phase::Decode {
+            procs[s].concurrent
+        } else {
+            1.0
+        };
+        // The same total as `finish` for two parts, without allocating.
+        let sp = &procs[s];
+        let total = |ts: f64, td: f64, copy: f64| {
+            let (ts, td) = (ts / fs, td / fd);
+            let (dom, other) = if ts > td { (sp, dp) } else { (dp, sp) };
+            let submit = if other.queue { other.submit_us } else { 0.0 };
+            ts.max(td) + dom.sync_us + submit + copy
+        };
+        let end = st.reach.partition_point(|&t| t < m);
+        let mut best: Option<(f64, u32)> = None;
+        for &t in st.reach[..end].iter().rev() {
+            let rest = m - t;
+            let td = self.time(d, rest, self.n);
+            if best.is_some_and(|(b, _)| td / fd >= b) {
+                break;
+            }
+            let copy = dp.copy_us(
+                rest as f64 * self.k as f64 * a,
+                rest as f64 * self.n as f64 * a,
+            );
+            let c = total(st.exact[t as usize], td, copy);
+            if best.is_none_or(|(b, _)| c < b) {
+                best = Some((c, t));
+            }
+        }
+        let (_, t) = best?;
+        let rest = m - t;
+        let dp_copy = dp.copy_us(
+            rest as f64 * self.k as f64 * a,
+            rest as f64 * self.n as f64 * a,
+        );
+        Some(self.finish(
+            Shape::Seq {
+                s,
+                graphs: st.graphs_for(t),
+                d: Some(d),
+                rest,
+            },
+            &[(s, st.exact[t as usize]), (d, self.time(d, rest, self.n))],
+            dp_copy,
+        ))
+    }
+}
+
+/// The operator sees one row whatever the length (the lm_head in prefill):
+/// its static graph is the M = 1 one, not the prefill sizes.
+pub(crate) fn last_token_only(op: &LinearOp, phase: Phase) -> bool {
+    phase == Phase::Prefill && op.prefill_m == hetero_plan::MRule::LastToken
+}
+
+pub(crate) fn predict(p: &Proc, m: u32, k: u32, n: u32, order: OperandOrder) -> f64 {
+    match GemmShape::new(m, k, n) {
+        Some(s) => p.model.predict_us(s, order).unwrap_or(INF),
+        None => INF,
+    }
+}
+
+/// The operand order a processor runs an operator in: the faster over a
+/// few representative M.
+fn choose_order(p: &Proc, k: u32, n: u32, phase: Phase, max_m: u32) -> OperandOrder {
+    let ms: Vec<u32> = match phase {
+        Phase::Decode => vec![1, max_m.max(1)],
+        Phase::Prefill => [1, 32, 128, 512, 2048]
+            .into_iter()
+            .filter(|&m| m <= max_m.max(1))
+            .chain(std::iter::once(max_m.max(1)))
+            .collect(),
+    };
+    let sum = |o| ms.iter().map(|&m| predict(p, m, k, n, o)).sum::<f64>();
+    let (aw, wt) = (sum(OperandOrder::Aw), sum(OperandOrder::WtAt));
+    // Ties: a static-graph processor (an NPU) is weight-stationary and takes
+    // the permuted order, as HeteroLLM does; others the plain one.
+    if wt < aw || (wt == aw && p.static_graphs) {
+        OperandOrder::WtAt
+    } else {
+        OperandOrder::Aw
+    }
+}

@@ -1,0 +1,193 @@
+//! Why a decision won: re-solve one cell of a plan with its predictor and
+//! list every candidate family with its cost breakdown.
+
+use std::collections::HashMap;
+
+use hetero_plan::{Decision, ModelSpec, OperandOrder, Phase, Plan, Strategy, StrategyKind};
+
+use crate::engine::{OffloadSetup, OpCtx, Setup, StaticGraphs, Tables, table_top};
+use crate::oracle::LatencyOracle;
+use crate::solve::{build_procs, decision, select_ops};
+use crate::{Error, Result};
+
+/// One candidate family at a cell, with its best member.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ExplainedCandidate {
+    /// Its family.
+    pub kind: StrategyKind,
+    /// The candidate in words.
+    pub label: String,
+    /// The processors in part order.
+    pub processors: Vec<String>,
+    /// The strategy as the plan would write it.
+    pub strategy: Strategy,
+    /// Compute time per part, µs.
+    pub parts_us: Vec<f64>,
+    /// Sync and submission, µs.
+    pub sync_us: f64,
+    /// Which sync rule applied.
+    pub sync_rule: String,
+    /// Copy time not hidden by compute, µs.
+    pub copy_us: f64,
+    /// The total, µs.
+    pub total_us: f64,
+}
+
+/// Every candidate at one cell, cheapest first, and the plan's decision.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Explanation {
+    /// Operator.
+    pub op: String,
+    /// Phase.
+    pub phase: Phase,
+    /// The length asked about.
+    pub len: u32,
+    /// Rows per instance.
+    pub m: u32,
+    /// Instances per layer (costs cover all of them).
+    pub instances: u32,
+    /// Input and output features.
+    pub k: u32,
+    /// Output features.
+    pub n: u32,
+    /// Candidate families, cheapest first.
+    pub candidates: Vec<ExplainedCandidate>,
+    /// The decision stored in the plan.
+    pub planned: Decision,
+    /// The decision the re-solve makes; equal to `planned` unless the
+    /// solver changed since the plan was written.
+    pub resolved: Option<Decision>,
+}
+
+/// Rebuilds the solver state a plan was made with.
+pub(crate) fn setup_from_plan<'a, O: LatencyOracle + ?Sized>(
+    oracle: &'a O,
+    plan: &Plan,
+) -> Result<Setup<'a>> {
+    let dtypes: Vec<(Option<String>, hetero_plan::DType)> = plan
+        .dtypes
+        .iter()
+        .map(|d| (Some(d.processor.clone()), d.dtype))
+        .collect();
+    let mut notes = vec![];
+    let procs = build_procs(oracle, &plan.processors, &dtypes, &[], &mut notes)?;
+    let info = plan.solver.as_ref();
+    let idx = |id: &str| procs.iter().position(|p| p.id == id);
+    let graphs = plan
+        .graph_sets
+        .iter()
+        .filter_map(|g| {
+            Some(StaticGraphs {
+                p: idx(&g.processor)?,
+                prefill: g.sizes.clone(),
+                decode: g.decode_sizes.clone(),
+            })
+        })
+        .collect();
+    let offload = match info.and_then(|i| i.offload.as_ref()) {
+        Some(o) => Some(OffloadSetup {
+            cpu: idx(&o.cpu).ok_or_else(|| missing(&o.cpu))?,
+            gpu: idx(&o.gpu).ok_or_else(|| missing(&o.gpu))?,
+            resident: o
+                .resident
+                .iter()
+                .map(|r| (r.op.clone(), r.rows))
+                .collect::<HashMap<_, _>>(),
+        }),
+        None => None,
+    };
+    Ok(Setup {
+        procs,
+        row_align: info.map_or(256, |i| i.row_align),
+        graphs,
+        offload,
+    })
+}
+
+fn missing(id: &str) -> Error {
+    Error::MissingProcessor {
+        strategy: "the plan's offload placement".into(),
+        need: format!("processor `{id}`"),
+        have: "not in the plan's processors".into(),
+    }
+}
+
+/// Explains the decision for `op` in `phase` at `len`: re-solves that cell
+/// with `oracle` (the predictor the plan was solved with; check the
+/// fingerprints first) and lists every candidate family.
+pub fn explain<O: LatencyOracle + ?Sized>(
+    oracle: &O,
+    model: &ModelSpec,
+    plan: &Plan,
+    op: &str,
+    phase: Phase,
+    len: u32,
+) -> Result<Explanation> {
+    let lop = select_ops(model, &[op.to_string()])?[0];
+    let op_plan = plan.op(op, phase).ok_or_else(|| Error::NotInPlan {
+        op: op.into(),
+        phase: phase.to_string(),
+        len,
+        covered: format!("no {phase} lengths"),
+    })?;
+    let planned = op_plan.at(len).cloned().ok_or_else(|| Error::NotInPlan {
+        op: op.into(),
+        phase: phase.to_string(),
+        len,
+        covered: coverage(&op_plan.decisions),
+    })?;
+    let setup = setup_from_plan(oracle, plan)?;
+    let orders: Vec<OperandOrder> = setup.procs.iter().map(|p| op_plan.order(&p.id)).collect();
+    let m = lop.gemms(phase, len).map_or(len, |g| g.0.m.get());
+    let top = table_top(&setup, phase, m);
+    let tables = Tables::new(&setup, lop, phase, top, m, Some(orders), None);
+    let mut cx = OpCtx::with_tables(&setup, lop, phase, std::sync::Arc::new(tables));
+    cx.prune = false;
+    let cell = cx.cell(len);
+    let procs = &setup.procs;
+    let candidates = cell
+        .cands
+        .iter()
+        .map(|c| ExplainedCandidate {
+            kind: c.kind(cell.m),
+            label: c.label(procs, cell.m),
+            processors: c.procs().iter().map(|&p| procs[p].id.clone()).collect(),
+            strategy: c.strategy(procs, cell.m),
+            parts_us: c.parts.to_vec(),
+            sync_us: c.sync,
+            sync_rule: c.sync_rule.into(),
+            copy_us: c.copy,
+            total_us: c.total,
+        })
+        .collect();
+    Ok(Explanation {
+        op: op.into(),
+        phase,
+        len,
+        m: cell.m,
+        instances: cell.instances,
+        k: lop.k,
+        n: lop.n,
+        candidates,
+        resolved: decision(procs, len, &cell),
+        planned,
+    })
+}
+
+/// The lengths a decision table covers, in words.
+pub fn coverage(d: &[Decision]) -> String {
+    match (d.first(), d.last()) {
+        (Some(a), Some(b)) if b.len - a.len + 1 == d.len() as u32 => {
+            format!("lengths {}..={}", a.len, b.len)
+        }
+        (Some(_), Some(_)) => {
+            let v: Vec<String> = d.iter().take(12).map(|d| d.len.to_string()).collect();
+            format!(
+                "lengths {}{}",
+                v.join(","),
+                if d.len() > 12 { ",..." } else { "" }
+            )
+        }
+        _ => "no lengths".into(),
+    }
+}

@@ -1,0 +1,512 @@
+//! End-to-end tests of `hetero solve`, `hetero plan show` and `hetero plan
+//! explain`, on the hand-written synthetic predictors in
+//! `tests/fixtures/predictors/` (simulated processors, not measurements).
+
+mod common;
+
+use std::path::Path;
+
+use common::*;
+use hetero_plan::{Phase, Plan, Predictor, StrategyKind};
+
+const SOC: &str = "tests/fixtures/predictors/soc-npu-gpu.ron";
+const DISCRETE: &str = "tests/fixtures/predictors/discrete-cpu-gpu.ron";
+const LLAMA: &str = "datasets/models/llama-3.1-8b.json";
+
+fn solve(t: &TempDir, name: &str, extra: &[&str]) -> (String, Plan) {
+    let out = t.path().join(name);
+    let mut args = vec![
+        "solve",
+        "--predictor",
+        SOC,
+        "--model",
+        LLAMA,
+        "--out",
+        out.to_str().unwrap(),
+    ];
+    args.extend_from_slice(extra);
+    let stdout = ok(&args);
+    let plan: Plan = hetero_plan::load(&out).unwrap_or_else(|e| panic!("{e}"));
+    (stdout, plan)
+}
+
+fn assert_empty(dir: &Path) {
+    let left: Vec<_> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert!(left.is_empty(), "files were written: {left:?}");
+}
+
+#[test]
+fn every_subcommand_help_has_an_example() {
+    for args in [
+        &["solve", "--help"][..],
+        &["plan", "--help"][..],
+        &["plan", "show", "--help"][..],
+        &["plan", "explain", "--help"][..],
+    ] {
+        let h = ok(args);
+        assert!(
+            h.contains("Example"),
+            "{args:?} --help has no example:\n{h}"
+        );
+    }
+    let top = ok(&["--help"]);
+    assert!(top.contains("solve") && top.contains("plan"), "{top}");
+}
+
+#[test]
+fn solve_writes_a_plan_with_fingerprints_graphs_and_decisions() {
+    let t = TempDir::new("solve");
+    let (stdout, plan) = solve(
+        &t,
+        "plan.ron",
+        &["--lengths", "1..512", "--decode-lengths", "1..2"],
+    );
+    assert!(
+        stdout.contains("wrote") && stdout.contains("graphs on npu-sim"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("simulated processor"), "{stdout}");
+    // Fingerprints of the files given.
+    let pred: Predictor = hetero_plan::load(&root().join(SOC)).unwrap();
+    assert!(plan.predictor.matches(&pred.fingerprint("x")));
+    assert_eq!(plan.predictor.name, "soc-npu-gpu.ron");
+    let model = hetero_plan::hf::load_config(&root().join(LLAMA)).unwrap();
+    assert!(plan.model.matches(&model.fingerprint()));
+    // Every operator, both phases, every length.
+    assert_eq!(plan.ops.len(), 2 * model.ops.len());
+    for op in &plan.ops {
+        let want = if op.phase == Phase::Prefill { 512 } else { 2 };
+        assert_eq!(op.decisions.len(), want, "{} {}", op.op, op.phase);
+    }
+    let gs = plan.graph_set("npu-sim").expect("a graph set");
+    assert!(!gs.sizes.is_empty() && gs.decode_sizes == vec![1, 2]);
+    assert!(gs.prepare_us <= 30e6, "{}", gs.prepare_us);
+    let info = plan.solver.as_ref().unwrap();
+    assert_eq!(info.prompt_lengths, "uniform 1..=512");
+    assert!(info.expected_prefill_us.unwrap() > 0.0);
+    // The NPU is used, alone or split, somewhere.
+    let kinds: Vec<StrategyKind> = plan
+        .ops
+        .iter()
+        .flat_map(|o| o.decisions.iter().map(|d| d.strategy.kind()))
+        .collect();
+    assert!(kinds.contains(&StrategyKind::SeqCut) || kinds.contains(&StrategyKind::Hybrid));
+    assert!(kinds.contains(&StrategyKind::RowCut));
+    // One decision per line.
+    let text = std::fs::read_to_string(t.path().join("plan.ron")).unwrap();
+    let lines = text
+        .lines()
+        .filter(|l| l.trim_start().starts_with("(len:"))
+        .count();
+    assert_eq!(lines, 16 * 512 / 2 + 8 * 2);
+}
+
+#[test]
+fn json_plans_and_their_checks() {
+    let t = TempDir::new("json");
+    let (_, from_json) = solve(&t, "plan.json", &["--lengths", "1..64", "--json"]);
+    let (_, from_ron) = solve(&t, "plan.ron", &["--lengths", "1..64"]);
+    assert_eq!(from_json, from_ron);
+    let text = std::fs::read_to_string(t.path().join("plan.json")).unwrap();
+    let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(v["schema_version"], 1);
+    // --json with a .ron name is refused before anything is solved.
+    let out = t.path().join("other.ron");
+    let e = bad_input(&[
+        "solve",
+        "--predictor",
+        SOC,
+        "--model",
+        LLAMA,
+        "--out",
+        out.to_str().unwrap(),
+        "--json",
+    ]);
+    assert!(e.contains(".json"), "{e}");
+    assert!(!out.exists());
+}
+
+#[test]
+fn plan_show_summarises_and_matches_its_golden() {
+    let t = TempDir::new("show");
+    let out = t.path().join("plan.ron");
+    solve(
+        &t,
+        "plan.ron",
+        &[
+            "--lengths",
+            "1..300",
+            "--npu-graphs",
+            "128,256,512",
+            "--ops",
+            "attn_q,ffn_down,lm_head",
+        ],
+    );
+    let show = ok(&["plan", "show", out.to_str().unwrap()]);
+    assert!(
+        show.contains("graphs on npu-sim: prefill [128, 256, 512]"),
+        "{show}"
+    );
+    assert!(
+        show.contains("ffn_down") && show.contains("decode"),
+        "{show}"
+    );
+    golden("plan-show-llama8b-soc.txt", &show);
+    let json = ok(&["plan", "show", out.to_str().unwrap(), "--json"]);
+    let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+    assert_eq!(v["ops"].as_array().unwrap().len(), 6);
+    assert!(v["prefill_us_at"]["300"].as_f64().unwrap() > 0.0);
+}
+
+#[test]
+fn explain_lists_every_candidate_with_the_predictor() {
+    let t = TempDir::new("explain");
+    let out = t.path().join("plan.ron");
+    solve(
+        &t,
+        "plan.ron",
+        &[
+            "--lengths",
+            "1..1024",
+            "--npu-graphs",
+            "128,256,512,1024",
+            "--phase",
+            "prefill",
+        ],
+    );
+    let p = out.to_str().unwrap();
+    // From the plan alone: the stored decision and how to see more.
+    let alone = ok(&["plan", "explain", p, "--op", "ffn_down", "--len", "300"]);
+    assert!(
+        alone.contains("decision:") && alone.contains("runner-up:"),
+        "{alone}"
+    );
+    assert!(alone.contains("--predictor"), "{alone}");
+    // With the predictor and model: every family, the winner first.
+    let full = ok(&[
+        "plan",
+        "explain",
+        p,
+        "--op",
+        "ffn_down",
+        "--len",
+        "300",
+        "--predictor",
+        SOC,
+        "--model",
+        LLAMA,
+    ]);
+    assert!(full.contains("candidates"), "{full}");
+    assert!(full.contains("npu-sim padded to 512"), "{full}");
+    assert!(!full.contains("warning"), "{full}");
+    let json = ok(&[
+        "plan",
+        "explain",
+        p,
+        "--op",
+        "attn_q",
+        "--len",
+        "300",
+        "--predictor",
+        SOC,
+        "--model",
+        LLAMA,
+        "--json",
+    ]);
+    let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+    assert_eq!(v["resolved_matches_plan"], true);
+    let cands = v["candidates"].as_array().unwrap();
+    assert!(cands.len() >= 4, "{json}");
+    let totals: Vec<f64> = cands
+        .iter()
+        .map(|c| c["total_us"].as_f64().unwrap())
+        .collect();
+    assert!(totals.windows(2).all(|w| w[0] <= w[1]), "{totals:?}");
+    assert!(
+        (v["decision"]["cost"]["total_us"].as_f64().unwrap() - totals[0]).abs() < 0.01,
+        "{json}"
+    );
+}
+
+#[test]
+fn a_plan_is_refused_with_another_model_or_predictor() {
+    let t = TempDir::new("mismatch");
+    let out = t.path().join("plan.ron");
+    solve(
+        &t,
+        "plan.ron",
+        &["--lengths", "1..64", "--phase", "prefill"],
+    );
+    let p = out.to_str().unwrap();
+    let e = bad_input(&[
+        "plan",
+        "explain",
+        p,
+        "--op",
+        "attn_q",
+        "--len",
+        "8",
+        "--predictor",
+        SOC,
+        "--model",
+        "datasets/models/qwen2.5-1.5b.json",
+    ]);
+    assert!(e.contains("solved for model"), "{e}");
+    // The same predictor with one constant changed is another predictor.
+    let text = std::fs::read_to_string(root().join(SOC)).unwrap();
+    let other = t.path().join("other.ron");
+    std::fs::write(&other, text.replace("launch_us: 30.0", "launch_us: 31.0")).unwrap();
+    let e = bad_input(&[
+        "plan",
+        "explain",
+        p,
+        "--op",
+        "attn_q",
+        "--len",
+        "8",
+        "--predictor",
+        other.to_str().unwrap(),
+        "--model",
+        LLAMA,
+    ]);
+    assert!(
+        e.contains("solved for predictor") && e.contains("other.ron"),
+        "{e}"
+    );
+    // A renamed copy of the same predictor is the same predictor.
+    let copy = t.path().join("copy.ron");
+    std::fs::write(&copy, &text).unwrap();
+    ok(&[
+        "plan",
+        "explain",
+        p,
+        "--op",
+        "attn_q",
+        "--len",
+        "8",
+        "--predictor",
+        copy.to_str().unwrap(),
+        "--model",
+        LLAMA,
+    ]);
+}
+
+#[test]
+fn bad_input_exits_2_and_writes_nothing() {
+    let t = TempDir::new("bad");
+    let out = t.path().join("plan.ron");
+    let o = out.to_str().unwrap();
+    let base = ["solve", "--predictor", SOC, "--model", LLAMA, "--out", o];
+    let run = |extra: &[&str], want: &str| {
+        let mut args = base.to_vec();
+        args.extend_from_slice(extra);
+        let e = bad_input(&args);
+        assert!(e.contains(want), "{extra:?}: expected `{want}` in: {e}");
+        assert_empty(t.path());
+    };
+    run(
+        &["--ops", "ffn_sideways"],
+        "unknown operator `ffn_sideways`",
+    );
+    run(&["--lengths", "10..5"], "no lengths");
+    run(&["--lengths", "0..5"], "start at 1");
+    run(&["--buckets", "32,x"], "--buckets");
+    run(&["--prepare-budget", "1ms"], "too small for any graph");
+    run(&["--graph-mem-budget", "1KiB"], "too small for any graph");
+    run(&["--gpu-mem-budget", "8GiB"], "needs a CPU processor");
+    run(&["--processors", "tpu:0"], "processor `tpu:0`");
+    run(
+        &["--dtype", "npu-sim=w4a16"],
+        "no latency model for dtype w4a16",
+    );
+    run(&["--npu-graphs", "12,x"], "--npu-graphs");
+    run(&["--prepare-budget", "soon"], "--prepare-budget");
+    let hist = t.path().join("hist.csv");
+    std::fs::write(&hist, "length,count\n100,3\n5000,1\n").unwrap();
+    let e = bad_input(&[&base[..], &["--prompt-lengths", hist.to_str().unwrap()]].concat());
+    assert!(e.contains("beyond the longest solved length"), "{e}");
+    std::fs::write(&hist, "length,count\n100,3\n-4,1\n").unwrap();
+    let e = bad_input(&[&base[..], &["--prompt-lengths", hist.to_str().unwrap()]].concat());
+    assert!(e.contains("hist.csv:3"), "{e}");
+    std::fs::remove_file(&hist).unwrap();
+    // A static-graph size list on a device without an NPU.
+    let e = bad_input(&[
+        "solve",
+        "--predictor",
+        DISCRETE,
+        "--model",
+        LLAMA,
+        "--out",
+        o,
+        "--npu-graphs",
+        "128",
+    ]);
+    assert!(e.contains("static-graph processor"), "{e}");
+    // Missing and malformed inputs.
+    let e = bad_input(&[
+        "solve",
+        "--predictor",
+        "/nonexistent/p.ron",
+        "--model",
+        LLAMA,
+        "--out",
+        o,
+    ]);
+    assert!(e.contains("/nonexistent/p.ron"), "{e}");
+    let e = bad_input(&[
+        "solve",
+        "--predictor",
+        SOC,
+        "--model",
+        "/nonexistent/c.json",
+        "--out",
+        o,
+    ]);
+    assert!(e.contains("/nonexistent/c.json"), "{e}");
+    assert_empty(t.path());
+}
+
+#[test]
+fn explain_bad_input_exits_2() {
+    let t = TempDir::new("explain-bad");
+    let out = t.path().join("plan.ron");
+    solve(
+        &t,
+        "plan.ron",
+        &["--lengths", "1..64", "--phase", "prefill"],
+    );
+    let p = out.to_str().unwrap();
+    let e = bad_input(&["plan", "explain", p, "--op", "ffn_sideways", "--len", "8"]);
+    assert!(
+        e.contains("unknown operator") && e.contains("ffn_down"),
+        "{e}"
+    );
+    let e = bad_input(&["plan", "explain", p, "--op", "ffn_down", "--len", "65"]);
+    assert!(e.contains("1..=64"), "{e}");
+    let e = bad_input(&[
+        "plan", "explain", p, "--op", "ffn_down", "--len", "1", "--phase", "decode",
+    ]);
+    assert!(e.contains("no decode table"), "{e}");
+    let e = bad_input(&[
+        "plan",
+        "explain",
+        p,
+        "--op",
+        "ffn_down",
+        "--len",
+        "8",
+        "--predictor",
+        SOC,
+    ]);
+    assert!(e.contains("--model"), "{e}");
+    let e = bad_input(&["plan", "show", "/nonexistent/plan.ron"]);
+    assert!(e.contains("/nonexistent/plan.ron"), "{e}");
+}
+
+#[test]
+fn offload_mode_on_a_discrete_gpu_host() {
+    let t = TempDir::new("offload");
+    let out = t.path().join("plan.ron");
+    let stdout = ok(&[
+        "solve",
+        "--predictor",
+        DISCRETE,
+        "--model",
+        LLAMA,
+        "--out",
+        out.to_str().unwrap(),
+        "--gpu-mem-budget",
+        "4GiB",
+        "--lengths",
+        "1..256",
+    ]);
+    assert!(stdout.contains("offload:"), "{stdout}");
+    let plan: Plan = hetero_plan::load(&out).unwrap();
+    let o = plan.solver.as_ref().unwrap().offload.as_ref().unwrap();
+    assert!(
+        o.resident_bytes <= 4 << 30 && !o.resident.is_empty(),
+        "{o:?}"
+    );
+    assert!(plan.ops.iter().any(|op| {
+        op.decisions
+            .iter()
+            .any(|d| d.strategy.kind() == StrategyKind::Offload)
+    }));
+    let show = ok(&["plan", "show", out.to_str().unwrap()]);
+    assert!(
+        show.contains("offload:") && show.contains("resident on cuda-sim"),
+        "{show}"
+    );
+    let op = plan
+        .ops
+        .iter()
+        .find(|o| {
+            o.phase == Phase::Decode && o.decisions[0].strategy.kind() == StrategyKind::Offload
+        })
+        .expect("an offloaded decode operator");
+    let ex = ok(&[
+        "plan",
+        "explain",
+        out.to_str().unwrap(),
+        "--op",
+        &op.op,
+        "--len",
+        "1",
+        "--phase",
+        "decode",
+        "--predictor",
+        DISCRETE,
+        "--model",
+        LLAMA,
+    ]);
+    assert!(
+        ex.contains("decision: offload") && ex.contains("cpu-sim alone"),
+        "{ex}"
+    );
+}
+
+#[test]
+fn prompt_length_histogram_drives_the_graph_set() {
+    let t = TempDir::new("hist");
+    let hist = t.path().join("prompts.csv");
+    // Every prompt is 300 tokens long.
+    std::fs::write(&hist, "length,count\n300,10\n").unwrap();
+    let (_, plan) = solve(
+        &t,
+        "plan.ron",
+        &[
+            "--lengths",
+            "1..512",
+            "--phase",
+            "prefill",
+            "--prompt-lengths",
+            hist.to_str().unwrap(),
+            "--ops",
+            "attn_q,ffn_up",
+        ],
+    );
+    let info = plan.solver.as_ref().unwrap();
+    assert!(
+        info.prompt_lengths.ends_with("prompts.csv"),
+        "{}",
+        info.prompt_lengths
+    );
+    let gs = plan.graph_set("npu-sim").unwrap();
+    // Expected latency is the latency at 300, summed over operators and layers.
+    let at300: f64 = plan
+        .ops
+        .iter()
+        .map(|o| o.at(300).unwrap().cost.total_us * o.layers as f64)
+        .sum();
+    let e = info.expected_prefill_us.unwrap();
+    assert!((e - at300).abs() < 0.01 * at300, "{e} vs {at300}");
+    // A graph near 300 serves it (exactly, padded, or with a sequence cut).
+    assert!(
+        gs.sizes.iter().any(|&g| (256..=352).contains(&g)),
+        "{:?}",
+        gs.sizes
+    );
+}
