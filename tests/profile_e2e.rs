@@ -1056,6 +1056,7 @@ fn local_real_agent_kill_and_resume() {
         .spawn()
         .unwrap();
     let pgid = child.id();
+    assert!(pgid > 1, "a process group of its own");
     let mut seen: BTreeMap<String, Option<f64>> = BTreeMap::new();
     let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
     for l in lines.by_ref() {

@@ -1234,10 +1234,51 @@ mod tests {
             ],
             ..Dataset::default()
         };
-        let (m, dropped) = Dataset::merge(&[("a".into(), a), ("b".into(), b)]).unwrap();
+        let (m, dropped) =
+            Dataset::merge(&[("a".into(), a.clone()), ("b".into(), b.clone())]).unwrap();
         assert_eq!(dropped, 1);
         let ids: Vec<&str> = m.case_ids().collect();
         assert_eq!(ids, ["a", "b", "c"]);
         assert_eq!(m.measurements[1].median_us, Some(2.0));
+
+        // Two devices do not merge.
+        let profile = |host: &str| DeviceProfile {
+            schema_version: hetero_plan::SchemaVersion,
+            host: hetero_plan::HostInfo {
+                name: host.into(),
+                os: "linux".into(),
+                arch: "aarch64".into(),
+                transport: "adb:X".into(),
+            },
+            agent: hetero_plan::AgentInfo {
+                version: "0.1.0".into(),
+                protocol: 1,
+                arch: "aarch64".into(),
+            },
+            processors: vec![],
+            unavailable: vec![],
+            sweep: None,
+            started_ms: 0,
+            seconds: 1.0,
+        };
+        let a = Dataset {
+            profile: Some(profile("phone-a")),
+            ..a
+        };
+        let b2 = Dataset {
+            profile: Some(profile("phone-b")),
+            ..b.clone()
+        };
+        let e = Dataset::merge(&[("a".into(), a.clone()), ("b".into(), b2)]).unwrap_err();
+        assert!(
+            e.is_bad_input() && e.to_string().contains("another device"),
+            "{e}"
+        );
+        let b = Dataset {
+            profile: Some(profile("phone-a")),
+            ..b
+        };
+        let (m, _) = Dataset::merge(&[("a".into(), a), ("b".into(), b)]).unwrap();
+        assert_eq!(m.profile.unwrap().seconds, 2.0);
     }
 }

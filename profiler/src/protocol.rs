@@ -206,6 +206,78 @@ mod tests {
         ));
     }
 
+    /// The host reads every line type the agent's own types write, and
+    /// speaks the same protocol version.
+    #[test]
+    fn agent_lines_written_by_the_agent_types_parse_here() {
+        use hetero_agent::protocol as agent;
+        use hetero_plan::{
+            Conditions, DType, MicrobenchKind, OperandOrder, RowStatus, Stats, Timing, WeightMode,
+        };
+        assert_eq!(hetero_agent::PROTOCOL_VERSION, PROTOCOL_VERSION);
+        let hello = agent::AgentLine::Hello(agent::Hello::current()).to_json();
+        let Line::Hello(h) = Line::parse(&hello).unwrap() else {
+            panic!("{hello}")
+        };
+        assert!(h.check().is_ok());
+        let row = MeasurementRow {
+            case_id: "cpu:0/1x2x3/f32/aw".into(),
+            processor: "cpu:0".into(),
+            m: 1,
+            k: 2,
+            n: 3,
+            dtype: DType::F32,
+            order: OperandOrder::Aw,
+            weights: WeightMode::Static,
+            status: RowStatus::Ok,
+            timing: Timing::Real,
+            warmups: 1,
+            repetitions: 3,
+            median_us: Some(2.5),
+            min_us: Some(2.0),
+            p90_us: Some(3.0),
+            cv: Some(0.1),
+            host_median_us: None,
+            prepare_us: None,
+            verified: true,
+            rel_err: Some(1e-7),
+            tolerance: Some(1e-5),
+            message: None,
+            conditions: Conditions::default(),
+        };
+        let line = agent::AgentLine::Measurement(row.clone()).to_json();
+        assert_eq!(
+            Line::parse(&line).unwrap(),
+            Line::Measurement(Box::new(row))
+        );
+        let mb = MicrobenchRow {
+            case_id: "mb".into(),
+            processor: "cpu:0".into(),
+            bench: MicrobenchKind::CopyH2d,
+            bytes: Some(4096),
+            peer: None,
+            shape: None,
+            status: RowStatus::Ok,
+            timing: Timing::Real,
+            stats: Stats::from_samples(&[1.0, 2.0]),
+            gbps: Some(1.0),
+            message: None,
+            conditions: Conditions::default(),
+        };
+        let line = agent::AgentLine::Microbench(agent::MicrobenchLine {
+            row: mb.clone(),
+            note: Some("memcpy".into()),
+        })
+        .to_json();
+        assert_eq!(Line::parse(&line).unwrap(), Line::Microbench(Box::new(mb)));
+        let done = agent::AgentLine::Done(agent::Done {
+            rows: 2,
+            ..agent::Done::default()
+        })
+        .to_json();
+        assert!(matches!(Line::parse(&done).unwrap(), Line::Done(d) if d.rows == 2));
+    }
+
     #[test]
     fn protocol_mismatch_is_explained() {
         let h = Hello {

@@ -143,7 +143,7 @@ impl CommandOutput {
         String::from_utf8_lossy(&self.stdout).into_owned()
     }
 
-    /// `"exit status 255: <last lines of stderr>"`.
+    /// `exit code 255: LAST LINES OF STDERR`.
     pub fn detail(&self) -> String {
         let status = match self.status {
             None => "timed out and was killed".to_string(),
@@ -476,22 +476,7 @@ impl Transport {
         match &self.kind {
             Kind::Local { .. } => false,
             Kind::Ssh(_) => status.code() == Some(255),
-            Kind::Adb { .. } => {
-                let err = String::from_utf8_lossy(&out.stderr).to_ascii_lowercase();
-                [
-                    "device offline",
-                    "no devices",
-                    "not found",
-                    "closed",
-                    "protocol fault",
-                    "connection reset",
-                    "failed to get feature set",
-                    "cannot connect",
-                ]
-                .iter()
-                .any(|p| err.contains(p))
-                    && status.code() != Some(0)
-            }
+            Kind::Adb { .. } => status.code() != Some(0) && adb_link_failure(&out.stderr),
         }
     }
 
@@ -728,6 +713,30 @@ fn local_os() -> String {
     }
 }
 
+/// Whether adb's standard error shows a failure of adb itself (the device
+/// went away) rather than of the program run on the phone: adb's own
+/// messages start with `adb:` or `error:`; what the phone's shell prints
+/// (`sh: ./x: not found`) does not.
+pub fn adb_link_failure(stderr: &[u8]) -> bool {
+    let err = String::from_utf8_lossy(stderr).to_ascii_lowercase();
+    err.lines().any(|l| {
+        let l = l.trim_start();
+        (l.starts_with("adb:") || l.starts_with("error:"))
+            && [
+                "device offline",
+                "no devices",
+                "not found",
+                "closed",
+                "protocol fault",
+                "connection reset",
+                "failed to get feature set",
+                "cannot connect",
+            ]
+            .iter()
+            .any(|p| l.contains(p))
+    })
+}
+
 /// Lower-case hex SHA-256.
 pub fn sha256_hex(bytes: &[u8]) -> String {
     use sha2::Digest;
@@ -955,6 +964,19 @@ mod tests {
         assert_eq!(d[0].serial, "emulator-5554");
         assert_eq!(d[0].state, "device");
         assert_eq!(d[1].state, "unauthorized");
+    }
+
+    #[test]
+    fn adb_failures_are_told_from_the_phone_program_failing() {
+        assert!(adb_link_failure(b"adb: error: device offline\n"));
+        assert!(adb_link_failure(b"error: no devices/emulators found\n"));
+        assert!(adb_link_failure(b"adb: device 'X' not found\n"));
+        assert!(!adb_link_failure(
+            b"/system/bin/sh: ./hetero-agent: not found\n"
+        ));
+        assert!(!adb_link_failure(
+            b"hetero-agent: spec: field `cases[0]`: closed\n"
+        ));
     }
 
     #[test]
