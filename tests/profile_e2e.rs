@@ -1067,8 +1067,11 @@ fn local_real_agent_kill_and_resume() {
                 v["median_us"].as_f64(),
             );
             if seen.len() == 6 {
+                // `--` so the negative id is a process group, never an option;
+                // the group is the host's own (process_group(0) above).
+                assert!(pgid > 1, "process group {pgid}");
                 let _ = Command::new("kill")
-                    .args(["-9", &format!("-{pgid}")])
+                    .args(["-s", "KILL", "--", &format!("-{pgid}")])
                     .status();
                 break;
             }
