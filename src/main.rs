@@ -11,6 +11,7 @@ use clap::{Parser, Subcommand};
 
 mod chart;
 mod dataset_cmd;
+mod demo_cmd;
 mod exit;
 mod fit_cmd;
 mod model_cmd;
@@ -26,7 +27,7 @@ pub use exit::BadInput;
 /// Profile processors, fit latency models, solve partition plans for LLMs.
 #[derive(Debug, Parser)]
 #[command(name = "hetero", version, about, long_about = None)]
-#[command(after_help = "Start with: hetero model show datasets/models/qwen2.5-1.5b.json")]
+#[command(after_help = "Start with: hetero demo")]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -34,6 +35,8 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// The whole pipeline on this machine in a few minutes: probe, profile, fit, solve, chart, run.
+    Demo(demo_cmd::DemoArgs),
     /// Inspect a model: the GEMM operators derived from a Hugging Face config.json.
     #[command(subcommand)]
     #[command(after_help = "Example:\n  hetero model show datasets/models/llama-3.1-8b.json")]
@@ -77,6 +80,7 @@ fn main() -> ExitCode {
         }
     };
     let result = match cli.command {
+        Command::Demo(args) => demo_cmd::run(args),
         Command::Model(cmd) => model_cmd::run(cmd),
         Command::Profile(args) => profile_cmd::run(*args),
         Command::Dataset(cmd) => dataset_cmd::run(cmd),

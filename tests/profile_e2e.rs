@@ -1002,26 +1002,6 @@ fn unreachable_ssh_host_exits_2_with_the_command() {
 
 /// The real agent next to the hetero binary (built by `cargo test
 /// --workspace`; built here otherwise).
-fn real_agent() -> Option<PathBuf> {
-    let exe = PathBuf::from(env!("CARGO_BIN_EXE_hetero"));
-    let agent = exe.with_file_name("hetero-agent");
-    if !agent.is_file() {
-        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-        let o = Command::new(cargo)
-            .args(["build", "-q", "-p", "hetero-agent", "--bin", "hetero-agent"])
-            .current_dir(root())
-            .output();
-        if !o.is_ok_and(|o| o.status.success()) || !agent.is_file() {
-            eprintln!(
-                "skipping: no hetero-agent next to {} and it could not be built",
-                exe.display()
-            );
-            return None;
-        }
-    }
-    Some(agent)
-}
-
 /// The check a user runs (`--budget 60s` shortened): the real agent on this
 /// machine's CPU, killed mid-run, then resumed: every row once.
 #[test]

@@ -90,3 +90,25 @@ pub fn golden(name: &str, text: &str) {
         .unwrap_or_else(|e| panic!("{}: {e} (run with HETERO_BLESS=1)", path.display()));
     assert_eq!(text, want, "{} differs", path.display());
 }
+
+/// The `hetero-agent` next to the `hetero` under test, built when missing;
+/// `None` (with the reason printed) when it cannot be built.
+pub fn real_agent() -> Option<PathBuf> {
+    let exe = PathBuf::from(env!("CARGO_BIN_EXE_hetero"));
+    let agent = exe.with_file_name("hetero-agent");
+    if !agent.is_file() {
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let o = Command::new(cargo)
+            .args(["build", "-q", "-p", "hetero-agent", "--bin", "hetero-agent"])
+            .current_dir(root())
+            .output();
+        if !o.is_ok_and(|o| o.status.success()) || !agent.is_file() {
+            eprintln!(
+                "skipping: no hetero-agent next to {} and it could not be built",
+                exe.display()
+            );
+            return None;
+        }
+    }
+    Some(agent)
+}

@@ -1,0 +1,564 @@
+//! `hetero demo`: the whole pipeline on this machine, in a few minutes.
+//!
+//! Every step is the `hetero` command a user would type, run as a child
+//! process of this one, with its output kept in `OUT/logs/`. The demo adds
+//! nothing the commands do not do; it chooses their arguments and reads
+//! their reports back to print one table at the end.
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Instant;
+
+use anyhow::{Context, Result, anyhow};
+use clap::Args;
+use hetero_profiler::Target;
+use hetero_profiler::agent::{self, AgentSource};
+use serde_json::Value;
+
+use crate::BadInput;
+
+/// The model solved when `--model` is not given (Qwen2.5-1.5B, the
+/// smallest bundled config), built in so the demo runs from any folder.
+const BUNDLED_MODEL: &str = include_str!("../datasets/models/qwen2.5-1.5b.json");
+const BUNDLED_MODEL_NAME: &str = "qwen2.5-1.5b";
+
+/// Marks a folder as a demo's output, so a second demo may replace it.
+const MARKER: &str = "DEMO.md";
+
+const EXAMPLES: &str = "\
+Examples:
+  hetero demo                                  # everything, into ./hetero-demo
+  hetero demo --out /tmp/demo --budget 60s     # a shorter profile
+  hetero demo --processors cpu:0 --len 128     # one processor, a shorter prompt";
+
+/// Arguments of `hetero demo`.
+#[derive(Debug, Args)]
+#[command(after_help = EXAMPLES)]
+pub struct DemoArgs {
+    /// Folder for everything the demo writes (replaced if an earlier demo
+    /// wrote it; any other non-empty folder is refused).
+    #[arg(long, default_value = "hetero-demo")]
+    out: PathBuf,
+    /// Hugging Face config.json to solve (default: the bundled Qwen2.5-1.5B).
+    #[arg(long)]
+    model: Option<PathBuf>,
+    /// Profile time budget; the demo as a whole takes about this plus a minute.
+    #[arg(long, default_value = "150s")]
+    budget: String,
+    /// Processors to profile and plan for, comma-separated (default: every
+    /// processor whose times are real; see the probe).
+    #[arg(long)]
+    processors: Option<String>,
+    /// Also use simulated (npu-sim) and emulated (QNN HTP on x86) processors.
+    /// Their times are not this machine's and every row says so.
+    #[arg(long, conflicts_with = "processors")]
+    include_simulated: bool,
+    /// Prompt length of the prefill run.
+    #[arg(long, default_value_t = 128)]
+    len: u32,
+    /// Decode tokens of the decode run.
+    #[arg(long, default_value_t = 8)]
+    tokens: u32,
+    /// Longest prefill length solved (the plan covers 1..=this).
+    #[arg(long, default_value_t = 1024)]
+    max_len: u32,
+    /// Agent binary (default: found next to this executable).
+    #[arg(long)]
+    agent: Option<PathBuf>,
+}
+
+/// One processor the probe found.
+struct Found {
+    id: String,
+    name: String,
+    timing: &'static str,
+}
+
+struct Demo {
+    exe: PathBuf,
+    out: PathBuf,
+    logs: PathBuf,
+    started: Instant,
+    step: usize,
+}
+
+const STEPS: usize = 7;
+
+impl Demo {
+    fn begin(&mut self, what: &str) {
+        self.step += 1;
+        println!(
+            "\n[{}/{STEPS}] {what}  (+{:.0} s)",
+            self.step,
+            self.started.elapsed().as_secs_f64()
+        );
+    }
+
+    /// Runs `hetero ARGS`, its stdout and stderr into `logs/NAME.log`.
+    /// Returns stdout. A failure shows the log's tail and keeps the exit
+    /// code's meaning (2: bad input).
+    fn hetero(&self, name: &str, args: &[String]) -> Result<String> {
+        let log = self.logs.join(format!("{}-{name}.log", self.step));
+        let shown = format!("hetero {}", args.join(" "));
+        println!("  $ {shown}");
+        let t = Instant::now();
+        let o = Command::new(&self.exe)
+            .args(args)
+            .stdin(Stdio::null())
+            .output()
+            .with_context(|| format!("starting {}", self.exe.display()))?;
+        let stdout = String::from_utf8_lossy(&o.stdout).into_owned();
+        let stderr = String::from_utf8_lossy(&o.stderr).into_owned();
+        let text = format!("$ {shown}\n{stdout}\n--- stderr ---\n{stderr}");
+        hetero_plan::write_atomic(&log, text.as_bytes())?;
+        if !o.status.success() {
+            let tail: Vec<&str> = stderr.lines().rev().take(8).collect();
+            let tail: Vec<&str> = tail.into_iter().rev().collect();
+            let msg = format!(
+                "step {} ({name}) failed ({}); its log is {}:\n{}",
+                self.step,
+                o.status,
+                log.display(),
+                tail.join("\n")
+            );
+            return Err(if o.status.code() == Some(2) {
+                BadInput(msg).into()
+            } else {
+                anyhow!(msg)
+            });
+        }
+        println!(
+            "  done in {:.1} s, log {}",
+            t.elapsed().as_secs_f64(),
+            log.display()
+        );
+        Ok(stdout)
+    }
+
+    fn path(&self, name: &str) -> String {
+        self.out.join(name).display().to_string()
+    }
+}
+
+/// Creates `out`, replacing an earlier demo's output; refuses any other
+/// non-empty folder.
+fn prepare_out(out: &Path) -> Result<()> {
+    if out.exists() {
+        if !out.is_dir() {
+            return Err(BadInput(format!(
+                "--out {}: exists and is not a folder",
+                out.display()
+            ))
+            .into());
+        }
+        let empty = std::fs::read_dir(out)
+            .with_context(|| format!("reading {}", out.display()))?
+            .next()
+            .is_none();
+        if !empty {
+            if !out.join(MARKER).is_file() {
+                return Err(BadInput(format!(
+                    "--out {}: the folder is not empty and no earlier demo wrote it \
+                     (it has no {MARKER}); choose another folder",
+                    out.display()
+                ))
+                .into());
+            }
+            std::fs::remove_dir_all(out).with_context(|| format!("removing {}", out.display()))?;
+        }
+    }
+    std::fs::create_dir_all(out.join("logs"))
+        .with_context(|| format!("creating {}", out.display()))?;
+    // The marker goes first, so an interrupted demo's folder can be replaced too.
+    hetero_plan::write_atomic(
+        &out.join(MARKER),
+        b"# hetero demo\n\nWritten by `hetero demo`; a later demo with the same --out replaces this folder.\n",
+    )?;
+    Ok(())
+}
+
+/// Runs the agent's probe and lists what it found.
+fn probe(agent_path: &Path, log: &Path) -> Result<Vec<Found>> {
+    println!("  $ {} probe --json", agent_path.display());
+    let o = Command::new(agent_path)
+        .args(["probe", "--json"])
+        .stdin(Stdio::null())
+        .output()
+        .with_context(|| format!("starting {}", agent_path.display()))?;
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    let text = format!(
+        "{stdout}\n--- stderr ---\n{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    hetero_plan::write_atomic(log, text.as_bytes())?;
+    if !o.status.success() {
+        return Err(anyhow!(
+            "the agent's probe failed ({}); see {}",
+            o.status,
+            log.display()
+        ));
+    }
+    let v: Value = serde_json::from_str(&stdout)
+        .with_context(|| format!("the agent's probe printed no JSON; see {}", log.display()))?;
+    let mut found = Vec::new();
+    for p in v["processors"].as_array().into_iter().flatten() {
+        let timing = if p["simulated"].as_bool() == Some(true) {
+            "simulated"
+        } else if p["emulated"].as_bool() == Some(true) {
+            "emulated"
+        } else {
+            "real"
+        };
+        found.push(Found {
+            id: p["id"].as_str().unwrap_or("?").to_string(),
+            name: p["name"].as_str().unwrap_or("").to_string(),
+            timing,
+        });
+    }
+    for f in &found {
+        println!("  {:<14} {:<10} {}", f.id, f.timing, f.name);
+    }
+    for u in v["unavailable"].as_array().into_iter().flatten() {
+        println!(
+            "  (not opened: {}: {})",
+            u["backend"].as_str().unwrap_or("?"),
+            u["reason"].as_str().unwrap_or("?")
+        );
+    }
+    Ok(found)
+}
+
+fn us(v: &Value) -> String {
+    match v.as_f64() {
+        Some(x) if x >= 10_000.0 => format!("{:.1} ms", x / 1000.0),
+        Some(x) => format!("{x:.0} µs"),
+        None => "-".into(),
+    }
+}
+
+/// The table of one run report: per operator and the total.
+fn run_table(label: &str, r: &Value, out: &mut String) {
+    let _ = writeln!(
+        out,
+        "\n{label}: {} (timing {}, sync {})",
+        r["phase"].as_str().unwrap_or("?"),
+        r["timing"].as_str().unwrap_or("?"),
+        r["sync"].as_str().unwrap_or("?")
+    );
+    let _ = writeln!(
+        out,
+        "  {:<12} {:<28} {:>11} {:>11} {:>7}",
+        "operator", "strategy", "predicted", "measured", "ratio"
+    );
+    for op in r["per_op"].as_array().into_iter().flatten() {
+        let _ = writeln!(
+            out,
+            "  {:<12} {:<28} {:>11} {:>11} {:>7.2}",
+            op["op"].as_str().unwrap_or("?"),
+            truncate(op["label"].as_str().unwrap_or("?"), 28),
+            us(&op["predicted_us"]),
+            us(&op["measured_us"]),
+            op["ratio"].as_f64().unwrap_or(f64::NAN)
+        );
+    }
+    let _ = writeln!(
+        out,
+        "  {:<12} {:<28} {:>11} {:>11} {:>7.2}",
+        "total",
+        "",
+        us(&r["predicted_us"]),
+        us(&r["measured_us"]),
+        r["ratio"].as_f64().unwrap_or(f64::NAN)
+    );
+    if let Some(c) = r.get("check").filter(|c| !c.is_null()) {
+        let _ = writeln!(
+            out,
+            "  check: {}/{} outputs within bound (worst error {:.2e}, bound {:.2e}, against {})",
+            c["passed"],
+            c["outputs"],
+            c["worst_rel_err"].as_f64().unwrap_or(f64::NAN),
+            c["worst_bound"].as_f64().unwrap_or(f64::NAN),
+            c["reference"].as_str().unwrap_or("?")
+        );
+    }
+}
+
+fn truncate(s: &str, n: usize) -> String {
+    if s.chars().count() <= n {
+        s.to_string()
+    } else {
+        let mut t: String = s.chars().take(n - 1).collect();
+        t.push('…');
+        t
+    }
+}
+
+/// Runs the demo.
+pub fn run(a: DemoArgs) -> Result<()> {
+    hetero_profiler::report::parse_duration(&a.budget)
+        .map_err(|e| BadInput(format!("--budget {}: {e}", a.budget)))?;
+    if a.len == 0 || a.len > a.max_len {
+        return Err(BadInput(format!(
+            "--len {} must be between 1 and --max-len {}",
+            a.len, a.max_len
+        ))
+        .into());
+    }
+    if a.tokens == 0 {
+        return Err(BadInput("--tokens must be at least 1".into()).into());
+    }
+    prepare_out(&a.out)?;
+    let source = match &a.agent {
+        Some(p) => AgentSource::Path(p.clone()),
+        None => AgentSource::Auto,
+    };
+    let agent_path =
+        agent::select(&source, &Target::Local, std::env::consts::ARCH).map_err(|e| {
+            anyhow!("{e}\nbuild it next to hetero: cargo build --release -p hetero -p hetero-agent")
+        })?;
+    let mut d = Demo {
+        exe: std::env::current_exe().context("finding the hetero executable")?,
+        out: a.out.clone(),
+        logs: a.out.join("logs"),
+        started: Instant::now(),
+        step: 0,
+    };
+    let model = match &a.model {
+        Some(p) => p.display().to_string(),
+        None => {
+            let p = d.out.join(format!("{BUNDLED_MODEL_NAME}.json"));
+            hetero_plan::write_atomic(&p, BUNDLED_MODEL.as_bytes())?;
+            p.display().to_string()
+        }
+    };
+    println!(
+        "hetero demo: profile this machine, fit, solve {model}, chart, run; everything goes to {}",
+        d.out.display()
+    );
+
+    d.begin("probe the processors");
+    let found = probe(&agent_path, &d.logs.join("1-probe.log"))?;
+    let chosen: Vec<String> = match &a.processors {
+        Some(list) => list.split(',').map(|s| s.trim().to_string()).collect(),
+        None => found
+            .iter()
+            .filter(|f| a.include_simulated || f.timing == "real")
+            .map(|f| f.id.clone())
+            .collect(),
+    };
+    if chosen.is_empty() {
+        return Err(anyhow!(
+            "the probe found no processor to profile; see {}",
+            d.logs.join("1-probe.log").display()
+        ));
+    }
+    let labelled: Vec<String> = chosen
+        .iter()
+        .map(|id| match found.iter().find(|f| &f.id == id) {
+            Some(f) if f.timing != "real" => format!("{id} ({})", f.timing),
+            _ => id.clone(),
+        })
+        .collect();
+    println!("  using: {}", labelled.join(", "));
+    let procs = chosen.join(",");
+
+    d.begin(&format!(
+        "profile: GEMMs of the model and stage probes, {} budget",
+        a.budget
+    ));
+    let dataset = d.path("dataset");
+    let text = d.hetero(
+        "profile",
+        &[
+            "profile",
+            "--device",
+            "local",
+            "--agent",
+            &agent_path.display().to_string(),
+            "--processors",
+            &procs,
+            "--models",
+            &model,
+            "--budget",
+            &a.budget,
+            "--out",
+            &dataset,
+        ]
+        .map(String::from),
+    )?;
+    for l in text
+        .lines()
+        .filter(|l| l.contains("stopped") || l.contains("rows"))
+    {
+        println!("  {}", l.trim());
+    }
+
+    d.begin("fit latency models per processor");
+    let predictor = d.path("predictor.ron");
+    let fit_report = d.path("fit-report.json");
+    let text = d.hetero(
+        "fit",
+        &[
+            "fit",
+            &dataset,
+            "--out",
+            &predictor,
+            "--report",
+            &fit_report,
+        ]
+        .map(String::from),
+    )?;
+    for l in text.lines().take(12) {
+        println!("  {l}");
+    }
+
+    d.begin(&format!(
+        "solve every operator at lengths 1..{} and decode",
+        a.max_len
+    ));
+    let plan = d.path("plan.ron");
+    let text = d.hetero(
+        "solve",
+        &[
+            "solve",
+            "--predictor",
+            &predictor,
+            "--model",
+            &model,
+            "--out",
+            &plan,
+            "--lengths",
+            &format!("1..{}", a.max_len),
+        ]
+        .map(String::from),
+    )?;
+    for l in text.lines().take(6) {
+        println!("  {l}");
+    }
+    d.hetero("plan-show", &["plan", "show", &plan].map(String::from))
+        .map(|t| {
+            hetero_plan::write_atomic(&d.out.join("plan-summary.txt"), t.as_bytes()).ok();
+        })?;
+
+    d.begin("draw the charts");
+    let charts = d.path("charts");
+    let (plan_charts, dataset_charts, fit_charts) = (
+        d.path("charts/plan"),
+        d.path("charts/dataset"),
+        d.path("charts/fit"),
+    );
+    for (name, args) in [
+        ("chart-plan", vec!["chart", &plan, "--out", &plan_charts]),
+        (
+            "chart-dataset",
+            vec![
+                "chart",
+                &dataset,
+                "--predictor",
+                &predictor,
+                "--out",
+                &dataset_charts,
+            ],
+        ),
+        (
+            "chart-fit",
+            vec!["chart", &fit_report, "--out", &fit_charts],
+        ),
+    ] {
+        d.hetero(
+            name,
+            &args.iter().map(|s| s.to_string()).collect::<Vec<_>>(),
+        )?;
+    }
+
+    d.begin(&format!(
+        "run the plan: prefill of {} tokens and {} decode steps, every output checked",
+        a.len, a.tokens
+    ));
+    let prefill = d.path("run-prefill.json");
+    let decode = d.path("run-decode.json");
+    let len = a.len.to_string();
+    let tokens = a.tokens.to_string();
+    // One layer's weights in memory, run by every layer: the GEMMs and their
+    // shapes are the model's, without generating gigabytes of weights.
+    let common = [
+        "--model",
+        &model,
+        "--predictor",
+        &predictor,
+        "--check",
+        "--repeat",
+        "3",
+        "--share-weights",
+    ];
+    let mut args = vec![
+        "run", &plan, "--phase", "prefill", "--len", &len, "--out", &prefill,
+    ];
+    args.extend(common);
+    d.hetero(
+        "run-prefill",
+        &args.iter().map(|s| s.to_string()).collect::<Vec<_>>(),
+    )?;
+    let mut args = vec![
+        "run", &plan, "--phase", "decode", "--len", "1", "--tokens", &tokens, "--out", &decode,
+    ];
+    args.extend(common);
+    d.hetero(
+        "run-decode",
+        &args.iter().map(|s| s.to_string()).collect::<Vec<_>>(),
+    )?;
+
+    d.begin("predicted against measured");
+    let mut table = String::new();
+    for (label, path) in [("prefill", &prefill), ("decode", &decode)] {
+        let text = std::fs::read_to_string(path).with_context(|| format!("reading {path}"))?;
+        let r: Value = serde_json::from_str(&text).with_context(|| format!("parsing {path}"))?;
+        run_table(label, &r, &mut table);
+    }
+    let timings: Vec<&str> = chosen
+        .iter()
+        .filter_map(|id| found.iter().find(|f| &f.id == id))
+        .filter(|f| f.timing != "real")
+        .map(|f| f.timing)
+        .collect();
+    if !timings.is_empty() {
+        let _ = writeln!(
+            table,
+            "\nNote: {} processor times are not this machine's real latency.",
+            timings.join(" and ")
+        );
+    }
+    let _ = writeln!(
+        table,
+        "\nWhere everything went ({:.0} s in all):",
+        d.started.elapsed().as_secs_f64()
+    );
+    for (what, p) in [
+        ("dataset (measurements)", dataset.clone()),
+        ("predictor", predictor.clone()),
+        ("fit report", fit_report.clone()),
+        ("plan", plan.clone()),
+        ("plan summary", d.path("plan-summary.txt")),
+        (
+            "charts (plan/, dataset/, fit/; each has index.md)",
+            charts.clone(),
+        ),
+        ("run reports", format!("{prefill}, {decode}")),
+        ("logs of every step", d.logs.display().to_string()),
+    ] {
+        let _ = writeln!(table, "  {what:<30} {p}");
+    }
+    let _ = writeln!(
+        table,
+        "\nNext: hetero plan explain {plan} --op ffn_down --len {}",
+        a.len
+    );
+    print!("{table}");
+    let summary = format!(
+        "# hetero demo\n\nWritten by `hetero demo`; a later demo with the same --out replaces this folder.\n\n```\n{}\n```\n",
+        table.trim()
+    );
+    hetero_plan::write_atomic(&d.out.join(MARKER), summary.as_bytes())?;
+    Ok(())
+}

@@ -1,0 +1,108 @@
+//! `hetero demo` end to end on this machine's CPU: every step runs, every
+//! file it names exists, a second demo replaces the first, and a folder the
+//! demo did not write is refused.
+
+mod common;
+
+use common::*;
+
+fn demo(out: &std::path::Path, overrides: &[(&str, &str)]) -> std::process::Output {
+    // A small model and one processor keep this to seconds; the user's
+    // `hetero demo` uses the bundled Qwen2.5-1.5B and every real processor.
+    let mut opts = vec![
+        ("--model", "runtime-min/bench/bench-model.json"),
+        ("--processors", "cpu:0"),
+        ("--budget", "15s"),
+        ("--len", "24"),
+        ("--tokens", "2"),
+        ("--max-len", "64"),
+    ];
+    for (k, v) in overrides {
+        match opts.iter_mut().find(|(o, _)| o == k) {
+            Some(slot) => slot.1 = v,
+            None => opts.push((k, v)),
+        }
+    }
+    let mut args = vec!["demo", "--out", out.to_str().unwrap()];
+    for (k, v) in opts {
+        args.extend([k, v]);
+    }
+    hetero(&args)
+}
+
+#[test]
+fn demo_runs_every_step_and_prints_the_table() {
+    if real_agent().is_none() {
+        return;
+    }
+    let t = TempDir::new("demo");
+    let out = t.path().join("demo");
+    let o = demo(&out, &[]);
+    let text = String::from_utf8_lossy(&o.stdout).into_owned();
+    assert!(
+        o.status.success(),
+        "{text}\n{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    for step in 1..=7 {
+        assert!(text.contains(&format!("[{step}/7]")), "step {step}: {text}");
+    }
+    // The table: every operator of the small model, predicted and measured.
+    assert!(
+        text.contains("predicted") && text.contains("measured"),
+        "{text}"
+    );
+    assert!(text.contains("check: "), "{text}");
+    for f in [
+        "DEMO.md",
+        "dataset/device.json",
+        "predictor.ron",
+        "fit-report.json",
+        "plan.ron",
+        "plan-summary.txt",
+        "charts/plan/index.md",
+        "charts/dataset/index.md",
+        "charts/fit/index.md",
+        "run-prefill.json",
+        "run-decode.json",
+    ] {
+        assert!(out.join(f).is_file(), "{f} missing: {text}");
+    }
+    let r: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("run-prefill.json")).unwrap())
+            .unwrap();
+    assert_eq!(r["len"], 24);
+    let c = &r["check"];
+    assert_eq!(c["passed"], c["outputs"], "{c}");
+    let summary = std::fs::read_to_string(out.join("DEMO.md")).unwrap();
+    assert!(summary.contains("Where everything went"), "{summary}");
+
+    // Running it again replaces the earlier demo's folder.
+    std::fs::write(out.join("stale.txt"), "old").unwrap();
+    let o = demo(&out, &[("--budget", "5s")]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(!out.join("stale.txt").exists());
+}
+
+#[test]
+fn demo_refuses_a_folder_it_did_not_write_and_bad_arguments() {
+    let t = TempDir::new("demo-bad");
+    let mine = t.path().join("mine");
+    std::fs::create_dir_all(&mine).unwrap();
+    std::fs::write(mine.join("notes.txt"), "keep me").unwrap();
+    let o = demo(&mine, &[]);
+    assert_eq!(o.status.code(), Some(2));
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert!(e.contains("not empty") && e.contains("mine"), "{e}");
+    assert_eq!(
+        std::fs::read_to_string(mine.join("notes.txt")).unwrap(),
+        "keep me"
+    );
+
+    let o = demo(&t.path().join("x"), &[("--len", "100")]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("--max-len"));
+    let o = demo(&t.path().join("y"), &[("--budget", "soon")]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("--budget"));
+}
