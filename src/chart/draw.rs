@@ -129,7 +129,7 @@ impl Figure for StageChart<'_> {
             s.measured.first().map_or(1, |p| p.0),
             s.measured.last().map_or(1, |p| p.0),
         );
-        let x = Axis::lengths(xlo, xhi, 10);
+        let x = Axis::lengths(xlo, xhi, 10, false);
         let (ylo, yhi) = s
             .measured
             .iter()

@@ -131,11 +131,11 @@ impl Figure for PartitionChart<'_> {
         let f = self.fig;
         let areas = split(root, &self.header, f.panels.len())?;
         let (lo, hi) = len_range(f.panels.iter().flat_map(|p| p.data.iter().map(|s| &s.len)));
-        let x = Axis::lengths(lo, hi, 7);
+        let x = Axis::lengths(lo, hi, 7, !f.marks.is_empty() && hi >= 128);
         let y = Axis {
             log: None,
             lo: -4.0,
-            hi: 122.0,
+            hi: 128.0,
             ticks: vec![0.0, 25.0, 50.0, 75.0, 100.0],
         };
         for (p, area) in f.panels.iter().zip(&areas) {
@@ -166,11 +166,19 @@ impl Figure for PartitionChart<'_> {
                         pi,
                     )?;
                 }
-                // Runs of one strategy: one line each, in its colour.
+                // Runs of one strategy on the same processors without a jump
+                // (10 points of share): one line each, in its colour. A
+                // vertical line would claim a transition that is a switch.
+                let users =
+                    |i: usize| -> Vec<bool> { p.data[i].shares.iter().map(|v| *v > 0.0).collect() };
                 let mut start = 0;
                 while start < pts.len() {
                     let mut end = start + 1;
-                    while end < pts.len() && pts[end].2 == pts[start].2 {
+                    while end < pts.len()
+                        && pts[end].2 == pts[start].2
+                        && users(end) == users(start)
+                        && (pts[end].1 - pts[end - 1].1).abs() <= 10.0
+                    {
                         end += 1;
                     }
                     let run: Vec<(f64, f64)> = pts[start..end].iter().map(|p| (p.0, p.1)).collect();
@@ -300,7 +308,7 @@ impl Figure for LatencyChart<'_> {
                 .iter()
                 .flat_map(|p| p.data.chosen.iter().map(|c| &c.0)),
         );
-        let x = Axis::lengths(lo, hi, 7);
+        let x = Axis::lengths(lo, hi, 7, !f.marks.is_empty() && hi >= 128);
         let u = self.unit.0;
         let y_desc = format!("latency, one layer ({})", self.unit.1);
         for (p, area) in f.panels.iter().zip(&areas) {
@@ -318,7 +326,7 @@ impl Figure for LatencyChart<'_> {
                 .filter(|v| v.is_finite() && *v > 0.0)
                 .map(|v| v / u);
             let (vlo, vhi) = vals.fold((f64::INFINITY, 0.0f64), |(a, b), v| (a.min(v), b.max(v)));
-            let y = Axis::values(vlo, vhi, 7, 0.10);
+            let y = Axis::values(vlo, vhi, 7, 0.14);
             let data_top = if y.log.is_some() {
                 vhi * 1.25
             } else {
@@ -338,6 +346,21 @@ impl Figure for LatencyChart<'_> {
             }
             let few = d.chosen.len() <= FEW;
             let pt = |l: u32, v: f64| (x.t(l as f64), y.t(v / u));
+            // With few lengths, candidates equal at one length would hide
+            // each other: each is moved sideways by its own few pixels.
+            let unit_px = {
+                let (a, b) = (x.t(x.lo), x.t(x.hi));
+                let span = chart.backend_coord(&(b, 0.0)).0 - chart.backend_coord(&(a, 0.0)).0;
+                (b - a) / f64::from(span.max(1))
+            };
+            let n = d.curves.len() as f64;
+            let dodge = |i: usize| -> f64 {
+                if few {
+                    (i as f64 - (n - 1.0) / 2.0) * 8.0 * unit_px
+                } else {
+                    0.0
+                }
+            };
             let chosen: Vec<(f64, f64)> = d.chosen.iter().map(|c| pt(c.0, c.1)).collect();
             line(
                 &mut chart,
@@ -346,18 +369,30 @@ impl Figure for LatencyChart<'_> {
                 0,
             )?;
             if few {
-                chart
-                    .draw_series(
-                        chosen
+                // The halo sits on the candidate that is the choice.
+                let halos = d.chosen.iter().map(|c| {
+                    let i = d.curves.iter().position(|cv| {
+                        // Plans store costs to 0.01 µs.
+                        cv.runs
                             .iter()
-                            .map(|p| Circle::new(*p, 9, BLACK.mix(0.25).filled())),
-                    )
-                    .map_err(err)?;
+                            .flatten()
+                            .any(|q| q.0 == c.0 && (q.1 - c.1).abs() <= 0.01 + 1e-6 * c.1.abs())
+                    });
+                    let (px, py) = pt(c.0, c.1);
+                    Circle::new((px + i.map_or(0.0, dodge), py), 9, BLACK.mix(0.25).filled())
+                });
+                chart.draw_series(halos).map_err(err)?;
             }
-            for c in &d.curves {
+            for (i, c) in d.curves.iter().enumerate() {
                 let colour = kind_colour(c.kind);
                 for run in &c.runs {
-                    let pts: Vec<(f64, f64)> = run.iter().map(|q| pt(q.0, q.1)).collect();
+                    let pts: Vec<(f64, f64)> = run
+                        .iter()
+                        .map(|q| {
+                            let (px, py) = pt(q.0, q.1);
+                            (px + dodge(i), py)
+                        })
+                        .collect();
                     line(&mut chart, pts.clone(), colour.stroke_width(2), c.variant)?;
                     if few || pts.len() == 1 {
                         markers(&mut chart, &pts, Shape::nth(c.variant), colour, 3)?;

@@ -333,10 +333,14 @@ impl Axis {
         }
     }
 
-    /// Sequence lengths `lo..=hi`: base-2 log when they span 16× or more.
-    pub fn lengths(lo: u32, hi: u32, max_ticks: usize) -> Axis {
+    /// Sequence lengths `lo..=hi`: base-2 log when they span 16× or more,
+    /// unless `linear` (plans with prepared graph sizes: padding steps and
+    /// graph sizes are evenly spread on a linear axis, as in HeteroLLM
+    /// Fig. 14, and crowd into the last octaves on a log one). Linear
+    /// ticks are power-of-two steps.
+    pub fn lengths(lo: u32, hi: u32, max_ticks: usize, linear: bool) -> Axis {
         let (lo, hi) = (lo.max(1) as f64, hi.max(1) as f64);
-        if hi / lo >= 16.0 {
+        if hi / lo >= 16.0 && !linear {
             let pad = 0.04 * (hi / lo).log2() + 0.1;
             let (a, b) = (lo / 2f64.powf(pad), hi * 2f64.powf(pad));
             let exps: Vec<i32> = (a.log2().ceil() as i32..=b.log2().floor() as i32).collect();
@@ -354,12 +358,14 @@ impl Axis {
             }
         } else {
             let pad = (0.04 * (hi - lo)).max(0.5);
-            let step = nice_step(hi - lo, max_ticks).max(1.0);
+            let raw = (hi - lo) / max_ticks.max(1) as f64;
+            let step = 2f64.powf(raw.max(1.0).log2().ceil());
+            let (a, b) = (lo - pad, hi + pad);
             Axis {
                 log: None,
-                lo: lo - pad,
-                hi: hi + pad,
-                ticks: steps(lo, hi, step),
+                lo: a,
+                hi: b,
+                ticks: steps(a.max(0.0), b, step),
             }
         }
     }
@@ -632,18 +638,23 @@ pub fn graph_marks<DB: DrawingBackend>(
             .map_err(err)?;
         let label = s.to_string();
         let (w, h) = text_size(&label, 12);
+        let (w, h) = (w as i32, h as i32);
         let (px, py) = chart.backend_coord(&(tx, y1));
-        if placer.take(px - w as i32 / 2, py - h as i32 - 4, w as i32, h as i32) {
-            chart
-                .draw_series(std::iter::once(
-                    EmptyElement::at((tx, y1))
-                        + Text::new(
-                            label,
-                            (-(w as i32) / 2, -(h as i32) - 4),
-                            ("sans-serif", 12).into_font().color(&colour),
-                        ),
-                ))
-                .map_err(err)?;
+        // Two rows of labels; a size whose label fits in neither keeps its line.
+        for dy in [-h - 4, -2 * h - 7] {
+            if placer.take(px - w / 2, py + dy, w, h) {
+                chart
+                    .draw_series(std::iter::once(
+                        EmptyElement::at((tx, y1))
+                            + Text::new(
+                                label,
+                                (-w / 2, dy),
+                                ("sans-serif", 12).into_font().color(&colour),
+                            ),
+                    ))
+                    .map_err(err)?;
+                break;
+            }
         }
     }
     Ok(())
@@ -666,13 +677,16 @@ mod tests {
 
     #[test]
     fn length_axis_is_log2_over_decades_with_few_ticks() {
-        let a = Axis::lengths(1, 2048, 7);
+        let a = Axis::lengths(1, 2048, 7, false);
         assert_eq!(a.log, Some(2.0));
         assert!(a.ticks.len() <= 7, "{:?}", a.ticks);
         assert!(a.ticks.contains(&1.0) && a.ticks.contains(&1024.0));
-        let b = Axis::lengths(1, 4, 8);
+        let b = Axis::lengths(1, 4, 8, false);
         assert_eq!(b.log, None);
         assert_eq!(b.ticks, vec![1.0, 2.0, 3.0, 4.0]);
+        let c = Axis::lengths(1, 2048, 7, true);
+        assert_eq!(c.log, None);
+        assert_eq!(c.ticks, vec![0.0, 512.0, 1024.0, 1536.0, 2048.0]);
     }
 
     #[test]

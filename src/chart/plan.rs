@@ -273,8 +273,9 @@ pub fn candidate_key(s: &Strategy) -> String {
         } => format!("{processor} online prepare"),
         Strategy::Single { processor, .. } => format!("{processor} alone"),
         Strategy::Chunked { processor, .. } => format!("{processor} (chunked prefill)"),
-        Strategy::SeqCut { .. } if kind == StrategyKind::MultiSeq => {
-            format!("{} (pipe)", s.processors().join(" + "))
+        // The static processor's graphs alone, one after the other: HeteroLLM's "Pipe".
+        Strategy::SeqCut { parts } if kind == StrategyKind::MultiSeq && parts.len() == 1 => {
+            format!("{} (pipe)", parts[0].processor)
         }
         other => other.processors().join(" + "),
     };
