@@ -4,14 +4,17 @@ use std::path::Path;
 use std::sync::OnceLock;
 
 use plotters::coord::Shift;
-use plotters::element::DashedPathElement;
 use plotters::prelude::*;
 
 use super::ImageFormat;
+use super::figure::{
+    Axis, Figure, Header, LegendItem, Sample, Shape, line, markers, panel, render,
+};
 use super::inputs::StageSeries;
 use hetero_profiler::fit::Report;
 
-const SIZE: (u32, u32) = (960, 600);
+/// Plot area of the one-panel charts, below their header.
+const SIZE: (u32, u32) = (960, 560);
 
 /// Colours that stay distinguishable in print and for common colour blindness
 /// (Okabe–Ito).
@@ -65,217 +68,218 @@ pub fn ensure_font() -> anyhow::Result<()> {
     .map_err(|e| anyhow::anyhow!(e))
 }
 
-fn err<E: std::fmt::Debug>(e: E) -> anyhow::Error {
+/// A plotters error as an anyhow error.
+pub fn err<E: std::fmt::Debug>(e: E) -> anyhow::Error {
     anyhow::anyhow!("drawing failed: {e:?}")
 }
 
-/// Measured points and the predictor's curve against one dimension.
+/// Measured points and the predictor's curve against one dimension, on log
+/// axes where the dimension or the latency spans decades.
 pub fn stage_chart(path: &Path, format: ImageFormat, s: &StageSeries) -> anyhow::Result<()> {
-    struct Draw<'a>(&'a StageSeries);
-    impl Draw<'_> {
-        fn on<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> anyhow::Result<()> {
-            let s = self.0;
-            root.fill(&WHITE).map_err(err)?;
-            let x_max = s.measured.last().map_or(1, |p| p.0) as f64 * 1.02;
-            let y_max = s
-                .measured
-                .iter()
-                .chain(&s.predicted)
-                .map(|p| p.1)
-                .fold(0.0, f64::max)
-                * 1.1;
-            let title = format!("{} — latency against {} ({})", s.processor, s.axis, s.fixed);
-            let mut chart = ChartBuilder::on(root)
-                .caption(&title, ("sans-serif", 22))
-                .margin(16)
-                .x_label_area_size(48)
-                .y_label_area_size(72)
-                .build_cartesian_2d(0.0..x_max, 0.0..y_max)
-                .map_err(err)?;
-            chart
-                .configure_mesh()
-                .x_desc(format!("{} (elements)", s.axis))
-                .y_desc("latency (µs)")
-                .x_label_formatter(&|v| format!("{v:.0}"))
-                .y_label_formatter(&|v| format!("{v:.0}"))
-                .label_style(("sans-serif", 15))
-                .axis_desc_style(("sans-serif", 17))
-                .draw()
-                .map_err(err)?;
-            let note = match s.timing {
+    render(path, format, &StageChart::new(s))
+}
+
+struct StageChart<'a> {
+    s: &'a StageSeries,
+    header: Header,
+}
+
+impl<'a> StageChart<'a> {
+    fn new(s: &'a StageSeries) -> Self {
+        let mut legend = vec![LegendItem {
+            sample: Sample::Marker(PALETTE[0], Shape::Circle),
+            text: match s.timing {
                 hetero_plan::Timing::Real => "measured (median)".to_string(),
                 _ => format!("measured (median) — {}", s.timing_note()),
-            };
-            if !s.predicted.is_empty() {
-                chart
-                    .draw_series(LineSeries::new(
-                        s.predicted.iter().map(|(x, y)| (*x as f64, *y)),
-                        PALETTE[5].stroke_width(2),
-                    ))
-                    .map_err(err)?
-                    .label("predictor")
-                    .legend(|(x, y)| {
-                        PathElement::new(vec![(x, y), (x + 20, y)], PALETTE[5].stroke_width(2))
-                    });
-            }
-            chart
-                .draw_series(
-                    s.measured
-                        .iter()
-                        .map(|(x, y)| Circle::new((*x as f64, *y), 3, PALETTE[0].filled())),
-                )
-                .map_err(err)?
-                .label(note)
-                .legend(|(x, y)| Circle::new((x + 10, y), 4, PALETTE[0].filled()));
-            chart
-                .configure_series_labels()
-                .position(SeriesLabelPosition::UpperLeft)
-                .background_style(WHITE.mix(0.85))
-                .border_style(BLACK)
-                .label_font(("sans-serif", 15))
-                .draw()
-                .map_err(err)?;
-            Ok(())
+            },
+        }];
+        if !s.predicted.is_empty() {
+            legend.push(LegendItem {
+                sample: Sample::Line(PALETTE[5], 1.0, 2, 0),
+                text: "predictor".into(),
+            });
+        }
+        StageChart {
+            s,
+            header: Header {
+                title: format!("{} — latency against {}", s.processor, s.axis),
+                notes: vec![format!(
+                    "{} swept, {} fixed; {}.",
+                    s.axis,
+                    s.fixed,
+                    s.timing_note()
+                )],
+                legend,
+            },
         }
     }
-    let d = Draw(s);
-    match format {
-        ImageFormat::Svg => {
-            let root = SVGBackend::new(path, SIZE).into_drawing_area();
-            d.on(&root)?;
-            root.present().map_err(err)
+}
+
+impl Figure for StageChart<'_> {
+    fn size(&self) -> (u32, u32) {
+        (SIZE.0, self.header.height(SIZE.0) + SIZE.1)
+    }
+
+    fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> anyhow::Result<()> {
+        let s = self.s;
+        root.fill(&WHITE).map_err(err)?;
+        let (top, body) = root.split_vertically(self.header.height(SIZE.0));
+        self.header.draw(&top)?;
+        let (xlo, xhi) = (
+            s.measured.first().map_or(1, |p| p.0),
+            s.measured.last().map_or(1, |p| p.0),
+        );
+        let x = Axis::lengths(xlo, xhi, 10, false);
+        let (ylo, yhi) = s
+            .measured
+            .iter()
+            .chain(&s.predicted)
+            .map(|p| p.1)
+            .filter(|v| v.is_finite() && *v > 0.0)
+            .fold((f64::INFINITY, 0.0f64), |(a, b), v| (a.min(v), b.max(v)));
+        let y = Axis::values(ylo, yhi, 9, 0.0);
+        let log = |a: &Axis| if a.log.is_some() { ", log scale" } else { "" };
+        let mut chart = panel(
+            &body,
+            "",
+            &x,
+            &y,
+            &format!("{} (elements{})", s.axis, log(&x)),
+            &format!("latency (µs{})", log(&y)),
+        )?;
+        if !s.predicted.is_empty() {
+            line(
+                &mut chart,
+                s.predicted
+                    .iter()
+                    .map(|(v, us)| (x.t(*v as f64), y.t(*us)))
+                    .collect(),
+                PALETTE[5].stroke_width(2),
+                0,
+            )?;
         }
-        ImageFormat::Png => {
-            let root = BitMapBackend::new(path, SIZE).into_drawing_area();
-            d.on(&root)?;
-            root.present().map_err(err)
-        }
+        let pts: Vec<(f64, f64)> = s
+            .measured
+            .iter()
+            .filter(|p| p.1 > 0.0)
+            .map(|(v, us)| (x.t(*v as f64), y.t(*us)))
+            .collect();
+        markers(&mut chart, &pts, Shape::Circle, PALETTE[0], 3)
     }
 }
 
 /// Held-out predicted against measured latency, log-log, with ±10 % bands.
 pub fn scatter_chart(path: &Path, format: ImageFormat, r: &Report) -> anyhow::Result<()> {
-    fn on<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, r: &Report) -> anyhow::Result<()> {
-        root.fill(&WHITE).map_err(err)?;
-        let all = r.entries.iter().flat_map(|e| e.held_out.iter());
-        let (lo, hi) = all
-            .flat_map(|(m, p)| [*m, *p])
-            .filter(|v| v.is_finite() && *v > 0.0)
-            .fold((f64::INFINITY, 0.0f64), |(lo, hi), v| {
-                (lo.min(v), hi.max(v))
-            });
-        let (lo, hi) = if lo.is_finite() {
-            (lo / 1.5, hi * 1.5)
-        } else {
-            (1.0, 10.0)
-        };
-        let mut chart = ChartBuilder::on(root)
-            .caption(
-                "Held-out predictions against measurements",
-                ("sans-serif", 22),
-            )
-            .margin(16)
-            .x_label_area_size(48)
-            .y_label_area_size(80)
-            // Log-log by hand: plotters labels only whole decades on a log
-            // axis, too few for a range within one or two decades.
-            .build_cartesian_2d(lo.log10()..hi.log10(), lo.log10()..hi.log10())
-            .map_err(err)?;
-        chart
-            .configure_mesh()
-            .x_desc("measured latency (µs, log scale)")
-            .y_desc("predicted latency (µs, log scale)")
-            .x_labels(12)
-            .y_labels(12)
-            .x_label_formatter(&|v| fmt_us(10f64.powf(*v)))
-            .y_label_formatter(&|v| fmt_us(10f64.powf(*v)))
-            .label_style(("sans-serif", 15))
-            .axis_desc_style(("sans-serif", 17))
-            .draw()
-            .map_err(err)?;
+    render(path, format, &Scatter::new(r))
+}
+
+struct Scatter<'a> {
+    r: &'a Report,
+    header: Header,
+}
+
+impl<'a> Scatter<'a> {
+    fn new(r: &'a Report) -> Self {
         let grey = RGBColor(120, 120, 120);
-        chart
-            .draw_series(LineSeries::new(
-                [(lo.log10(), lo.log10()), (hi.log10(), hi.log10())],
-                grey.stroke_width(1),
-            ))
-            .map_err(err)?
-            .label("exact")
-            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], grey));
-        for f in [0.9, 1.1] {
-            let s = chart
-                .draw_series(DashedLineSeries::new(
-                    [
-                        (lo.log10(), (lo * f).log10()),
-                        (hi.log10(), (hi * f).log10()),
-                    ],
-                    6,
-                    4,
-                    grey.stroke_width(1),
-                ))
-                .map_err(err)?;
-            if f > 1.0 {
-                s.label("±10 %").legend(move |(x, y)| {
-                    DashedPathElement::new(vec![(x, y), (x + 20, y)], 5, 3, grey)
-                });
-            }
-        }
+        let mut legend = vec![
+            LegendItem {
+                sample: Sample::Line(grey, 1.0, 1, 0),
+                text: "exact".into(),
+            },
+            LegendItem {
+                sample: Sample::Line(grey, 1.0, 1, 1),
+                text: "±10 %".into(),
+            },
+        ];
         for (i, e) in r.entries.iter().enumerate() {
-            let c = PALETTE[i % PALETTE.len()];
-            let label = format!(
-                "{} {} ({}, {:.1} % within ±10 %{})",
-                e.processor,
-                e.dtype,
-                e.model,
-                100.0 * e.within_10pct,
-                match e.timing {
-                    hetero_plan::Timing::Real => "",
-                    hetero_plan::Timing::Emulated => ", EMULATED",
-                    hetero_plan::Timing::Simulated => ", SIMULATED",
-                }
-            );
-            chart
-                .draw_series(
-                    e.held_out
-                        .iter()
-                        .filter(|(m, p)| m.is_finite() && p.is_finite() && *m > 0.0 && *p > 0.0)
-                        .map(|(m, p)| Circle::new((m.log10(), p.log10()), 3, c.mix(0.7).filled())),
-                )
-                .map_err(err)?
-                .label(label)
-                .legend(move |(x, y)| Circle::new((x + 10, y), 4, c.filled()));
+            legend.push(LegendItem {
+                sample: Sample::Marker(PALETTE[i % PALETTE.len()], Shape::Circle),
+                text: format!(
+                    "{} {} ({}, {:.1} % within ±10 %{})",
+                    e.processor,
+                    e.dtype,
+                    e.model,
+                    100.0 * e.within_10pct,
+                    match e.timing {
+                        hetero_plan::Timing::Real => "",
+                        hetero_plan::Timing::Emulated => ", EMULATED",
+                        hetero_plan::Timing::Simulated => ", SIMULATED",
+                    }
+                ),
+            });
         }
-        chart
-            .configure_series_labels()
-            .position(SeriesLabelPosition::UpperLeft)
-            .background_style(WHITE.mix(0.85))
-            .border_style(BLACK)
-            .label_font(("sans-serif", 15))
-            .draw()
-            .map_err(err)?;
-        Ok(())
-    }
-    match format {
-        ImageFormat::Svg => {
-            let root = SVGBackend::new(path, SIZE).into_drawing_area();
-            on(&root, r)?;
-            root.present().map_err(err)
-        }
-        ImageFormat::Png => {
-            let root = BitMapBackend::new(path, SIZE).into_drawing_area();
-            on(&root, r)?;
-            root.present().map_err(err)
+        Scatter {
+            r,
+            header: Header {
+                title: "Held-out predictions against measurements".into(),
+                notes: vec![format!(
+                    "Fit of dataset {}: every held-out row of each processor's chosen model.",
+                    r.dataset.name
+                )],
+                legend,
+            },
         }
     }
 }
 
-/// A latency label with sensible precision.
-fn fmt_us(v: f64) -> String {
-    if v >= 100.0 {
-        format!("{v:.0}")
-    } else if v >= 10.0 {
-        format!("{v:.1}")
-    } else {
-        format!("{v:.2}")
+impl Figure for Scatter<'_> {
+    fn size(&self) -> (u32, u32) {
+        (SIZE.0, self.header.height(SIZE.0) + 640)
+    }
+
+    fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> anyhow::Result<()> {
+        let r = self.r;
+        root.fill(&WHITE).map_err(err)?;
+        let (top, body) = root.split_vertically(self.header.height(SIZE.0));
+        self.header.draw(&top)?;
+        let ok = |(m, p): &&(f64, f64)| m.is_finite() && p.is_finite() && *m > 0.0 && *p > 0.0;
+        let (lo, hi) = r
+            .entries
+            .iter()
+            .flat_map(|e| e.held_out.iter())
+            .filter(ok)
+            .flat_map(|(m, p)| [*m, *p])
+            .fold((f64::INFINITY, 0.0f64), |(lo, hi), v| {
+                (lo.min(v), hi.max(v))
+            });
+        let a = Axis::values(lo, hi, 10, 0.0);
+        let log = if a.log.is_some() { ", log scale" } else { "" };
+        let mut chart = panel(
+            &body,
+            "",
+            &a,
+            &a,
+            &format!("measured latency (µs{log})"),
+            &format!("predicted latency (µs{log})"),
+        )?;
+        let grey = RGBColor(120, 120, 120);
+        let (e0, e1) = (a.lo.max(f64::MIN_POSITIVE), a.hi);
+        line(
+            &mut chart,
+            vec![(a.t(e0), a.t(e0)), (a.t(e1), a.t(e1))],
+            grey.stroke_width(1),
+            0,
+        )?;
+        for f in [0.9, 1.1f64] {
+            let (x0, x1) = (e0.max(e0 / f), e1.min(e1 / f));
+            line(
+                &mut chart,
+                vec![(a.t(x0), a.t(x0 * f)), (a.t(x1), a.t(x1 * f))],
+                grey.stroke_width(1),
+                1,
+            )?;
+        }
+        for (i, e) in r.entries.iter().enumerate() {
+            let c = PALETTE[i % PALETTE.len()];
+            chart
+                .draw_series(
+                    e.held_out
+                        .iter()
+                        .filter(ok)
+                        .map(|(m, p)| Circle::new((a.t(*m), a.t(*p)), 3, c.mix(0.7).filled())),
+                )
+                .map_err(err)?;
+        }
+        Ok(())
     }
 }
