@@ -449,7 +449,19 @@ pub fn run(a: DemoArgs) -> Result<()> {
         d.path("charts/fit"),
     );
     for (name, args) in [
-        ("chart-plan", vec!["chart", &plan, "--out", &plan_charts]),
+        (
+            "chart-plan",
+            vec![
+                "chart",
+                &plan,
+                "--predictor",
+                &predictor,
+                "--model",
+                &model,
+                "--out",
+                &plan_charts,
+            ],
+        ),
         (
             "chart-dataset",
             vec![
