@@ -126,9 +126,10 @@ def main():
     cands = jl(os.path.join(raw, "regret", "regret.jsonl"))
     cells = jl(os.path.join(raw, "regret", "cells.jsonl"))
     if cells:
-        regs = [c["regret"] for c in cells if c.get("regret") is not None]
-        pre = [c["regret"] for c in cells if c.get("regret") is not None and c["phase"] == "prefill"]
-        dec = [c["regret"] for c in cells if c.get("regret") is not None and c["phase"] == "decode"]
+        once = [c for c in cells if c.get("regret") is not None and not c.get("same_as")]
+        regs = [c["regret"] for c in once]
+        pre = [c["regret"] for c in once if c["phase"] == "prefill"]
+        dec = [c["regret"] for c in once if c["phase"] == "decode"]
         status = {}
         for c in cands:
             status[c.get("status", "?")] = status.get(c.get("status", "?"), 0) + 1
@@ -138,25 +139,29 @@ def main():
         def summ(v):
             return f"median **{statistics.median(v):.3f}**, worst **{max(v):.3f}** over {len(v)} cells" if v else "no cells"
         md += [f"- all: {summ(regs)}", f"- prefill: {summ(pre)}", f"- decode: {summ(dec)}",
-               f"- candidates: " + ", ".join(f"{k} {v}" for k, v in sorted(status.items())), ""]
+               f"- candidates: " + ", ".join(f"{k} {v}" for k, v in sorted(status.items())),
+               "- a cell with the same GEMMs and decision as an earlier one (the lm_head in prefill, prefill 1 and "
+               "decode 1) is measured once and counted once", ""]
         md += ["| op | cell | M | plan's decision | its time | fastest measured | its time | regret | run / candidates |",
                "|---|---|---|---|---|---|---|---|---|"]
         for c in cells:
-            md.append(f"| {c['op']} | {c['cell']} | {c['m']} | {c.get('chosen') or '–'} | {us(c.get('chosen_us'))} | "
+            cell = c["cell"] + (f" (= {c['same_as']})" if c.get("same_as") else "")
+            md.append(f"| {c['op']} | {cell} | {c['m']} | {c.get('chosen') or '–'} | {us(c.get('chosen_us'))} | "
                       f"{c.get('best') or '–'} | {us(c.get('best_us'))} | {fnum(c.get('regret'), 3)} | {c['measured']} / {c['candidates']} |")
         md.append("")
         md += ["<details><summary>Every candidate (predicted against measured)</summary>", "",
-               "| op | cell | candidate | chosen | predicted | measured | measured / predicted | status |",
-               "|---|---|---|---|---|---|---|---|"]
+               "| op | cell | candidate | chosen | predicted | measured | measured / predicted | parts: each processor's own time in it (device timer where it has one) and prediction | status |",
+               "|---|---|---|---|---|---|---|---|---|"]
         for c in cands:
             m = c.get("measured_us")
             r = (m / c["predicted_us"]) if m and c.get("predicted_us") else None
             st = c.get("status", "?") + (f" ({c['reason']})" if c.get("reason") and c.get("status") != "ok" else "")
+            parts = " / ".join(f"{p['processor']} {us(p.get('measured_us'))} (pred. {us(p.get('predicted_us'))})" for p in c.get("parts", []))
             md.append(f"| {c['op']} | {c['cell']} | {c['label']} | {'✓' if c.get('chosen') else ''} | {us(c.get('predicted_us'))} | "
-                      f"{us(m)} | {fnum(r, 2)} | {escape(st)[:160]} |")
+                      f"{us(m)} | {fnum(r, 2)} | {parts} | {escape(st)[:160]} |")
         md += ["", "</details>", ""]
         if bar_chart(os.path.join(out, "regret.svg"), "Regret per cell (plan's decision / fastest measured)",
-                     [(f"{c['op']} {c['cell']}", [("regret", c.get("regret"))]) for c in cells if c.get("regret")],
+                     [(f"{c['op']} {c['cell']}", [("regret", c.get("regret"))]) for c in once],
                      "measured / best measured", ref=1.0):
             charts.append("regret.svg")
 
@@ -169,7 +174,7 @@ def main():
                "|---|---|---|---|---|---|---|---|---|---|"]
         rows_chart = []
         nsplit = 0
-        for c in cells:
+        for c in once:
             for s in c.get("splits", []):
                 g = s.get("gain")
                 alone = " / ".join(us(x) for x in (s.get("singles_us") or [])) or "not measured"
@@ -181,7 +186,7 @@ def main():
                                        [("speedup", g["speedup"]), ("bound", g["bound_speedup"])]))
                 else:
                     md.append(f"| {c['op']} | {c['cell']} | {s['label']} | {'✓' if s['chosen'] else ''} | {alone} | | | | | |")
-        chosen_splits = sum(1 for c in cells for s in c.get("splits", []) if s["chosen"])
+        chosen_splits = sum(1 for c in once for s in c.get("splits", []) if s["chosen"])
         md += ["", f"{nsplit} measured splits with both processors measured alone; the plan chose a split in {chosen_splits} cells.", ""]
         if bar_chart(os.path.join(out, "speedup.svg"), "Split speedup over the best processor alone, and its bound (* = plan's)",
                      rows_chart, "min(Ta,Tb) / time", ref=1.0):

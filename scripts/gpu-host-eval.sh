@@ -122,8 +122,8 @@ mkdir -p "$cache"
 icd=$(mktemp -d)
 trap 'rm -rf "$icd"' EXIT
 cp /etc/OpenCL/vendors/*.icd "$icd/" 2>/dev/null || true
-if [ -e /usr/lib/x86_64-linux-gnu/libnvidia-opencl.so.1 ] || ldconfig -p 2>/dev/null | grep -q libnvidia-opencl; then
-    grep -qs nvidia "$icd"/*.icd || echo libnvidia-opencl.so.1 > "$icd/nvidia.icd"
+if ! grep -qs nvidia "$icd"/*.icd; then
+    echo libnvidia-opencl.so.1 > "$icd/nvidia.icd"
 fi
 export OCL_ICD_VENDORS="$icd"
 
@@ -150,6 +150,8 @@ step() {
     echo "{\"step\":\"$name\",\"cap_s\":$t,\"seconds\":$(( $(date +%s) - t0 )),\"exit\":$rc,\"timed_out\":$([ $rc -eq 124 ] && echo true || echo false)}" >> "$raw/steps.jsonl"
     return 0
 }
+# A deadline for a tool inside a step of CAP seconds: MARGIN earlier, at least 5.
+dl() { local d=$(( $1 - $2 )); echo $(( d < 5 ? 5 : d )); }
 has() { case ",$steps," in *",$1,"*) return 0 ;; *) return 1 ;; esac; }
 # Seconds of the budget for a step: a share of what is left, at most CAP.
 share() { local left=$((deadline - reserve - $(date +%s))); local s=$(( left * $1 / 100 )); echo $(( s < $2 ? s : $2 )); }
@@ -184,18 +186,36 @@ for pid, name in there.items():
 PY
     ); do remap+=(--remap "$r"); log "remap $r (same processor name, another id here)"; done
 fi
+# Keep the processors that are here (a list names the predictor's ids).
+present() {
+    [ -s "$raw/probe.json" ] || { echo "$1"; return; }
+    python3 - "$raw/probe.json" "$1" "${remap[*]:-}" 2>>"$raw/run-log.txt" <<'PY'
+import json, sys
+here = {p["id"] for p in json.load(open(sys.argv[1]))["processors"]}
+remap = dict(r.split("=", 1) for r in sys.argv[3].split() if "=" in r)
+keep = [p for p in sys.argv[2].split(",") if p and remap.get(p, p) in here]
+gone = [p for p in sys.argv[2].split(",") if p and p not in keep]
+if gone:
+    print(f"not here, left out: {', '.join(gone)}", file=sys.stderr)
+print(",".join(keep))
+PY
+}
+procs=$(present "$procs")
+handoff_procs=$(present "$handoff_procs")
+[ -n "${EVAL_OFFLOAD_REMAP:-}" ] || offload_procs=$(present "$offload_procs")
+log "processors: regret $procs; handoff $handoff_procs; offload $offload_procs"
 common=(--predictor "$predictor" --cache-dir "$cache" "${dtypes[@]}" "${remap[@]}")
 cp "$carry/fit-report.json" "$carry/fit.txt" "$raw/" 2>/dev/null
 
 # 1-2. Regret and splits.
 if has regret; then
-    cap=$(share 55 240)
+    cap=$(share 50 220)
     step regret "$cap" "$ev" regret "${common[@]}" --model "$model" --processors "$procs" \
-        --cells "$cells" --ops "$ops" --reps "$reps" --deadline-s $((cap - 25)) \
+        --cells "$cells" --ops "$ops" --reps "$reps" --deadline-s $(dl $cap 25) \
         ${EVAL_CPU_GROUPS:+--cpu-groups "$EVAL_CPU_GROUPS"} --out "$raw/regret"
 fi
 
-# 3. Handoff: the agent's microbenchmarks, then an operator through the runtime.
+# 3a. Handoff: the agent's microbenchmarks, per processor.
 if has handoff; then
     IFS=, read -ra hp <<< "$handoff_procs"
     for p in "${hp[@]}"; do
@@ -205,22 +225,26 @@ if has handoff; then
             ${EVAL_CPU_GROUPS:+--cpu-groups "$EVAL_CPU_GROUPS"} --processors "$p" \
             microbench --bench submit_empty,sync_block,sync_poll --reps $reps_m --warmups 3 --timeout-ms 20000
     done
-    cap=$(share 40 90)
-    step handoff "$cap" "$ev" handoff "${common[@]}" --model "$model" --processors "$handoff_procs" \
-        --cells "$handoff_cells" --op attn_k --passes "$handoff_passes" --deadline-s $((cap - 20)) \
-        ${EVAL_CPU_GROUPS:+--cpu-groups "$EVAL_CPU_GROUPS"} --out "$raw/handoff"
 fi
 
 # 4. Offload-mode decode.
 if has offload; then
-    cap=$(share 95 200)
+    cap=$(share 75 200)
     oremap=()
     for r in ${EVAL_OFFLOAD_REMAP:-}; do oremap+=(--remap "$r"); done
     step offload "$cap" "$ev" offload --predictor "$predictor" --cache-dir "$cache" \
         "${offload_dtypes[@]}" "${remap[@]}" "${oremap[@]}" --model "$offload_model" \
         --processors "$offload_procs" --budget "$offload_budget" --tokens $tokens --repeat $orepeat \
-        --variants plan,stream,cpu,gpu --deadline-s $((cap - 60 > 10 ? cap - 60 : 10)) \
+        --variants plan,stream,cpu,gpu --deadline-s $(dl $cap 60) \
         ${EVAL_OFFLOAD_CPU_GROUPS:+--cpu-groups "$EVAL_OFFLOAD_CPU_GROUPS"} --out "$raw/offload"
+fi
+
+# 3b. Handoff: an operator through the runtime, polling against blocking.
+if has handoff; then
+    cap=$(share 95 90)
+    step handoff "$cap" "$ev" handoff "${common[@]}" --model "$model" --processors "$handoff_procs" \
+        --cells "$handoff_cells" --op attn_k --passes "$handoff_passes" --deadline-s $(dl $cap 20) \
+        ${EVAL_CPU_GROUPS:+--cpu-groups "$EVAL_CPU_GROUPS"} --out "$raw/handoff"
 fi
 
 # 5. The report, and the files to take home.

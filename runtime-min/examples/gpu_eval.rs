@@ -478,7 +478,8 @@ fn regret(a: &Args, b: &mut Bench) -> Res<()> {
     let plan = b.solve(&model, &s, "regret-plan.ron")?;
     let mut rows = Rows::create(&b.out.join("regret.jsonl"))?;
     let mut cell_rows = Rows::create(&b.out.join("cells.jsonl"))?;
-    let mut seen = std::collections::HashSet::new();
+    // Cells already measured: (op, M, instances, decision) → the cell's row.
+    let mut seen: HashMap<(String, u32, u32, String), Value> = HashMap::new();
     let mut regrets: Vec<(Phase, f64)> = vec![];
     'cells: for &(phase, len) in &cells {
         for op in &ops {
@@ -490,8 +491,26 @@ fn regret(a: &Args, b: &mut Bench) -> Res<()> {
             }
             let e = hetero_solver::explain(&b.predictor, &model, &plan, op, phase, len)
                 .map_err(|e| format!("explain {op} {phase} {len}: {e}"))?;
-            // The lm_head in prefill runs one row at every length.
-            if !seen.insert((op.clone(), phase, e.m, e.instances)) {
+            // The same GEMMs under the same decision (the lm_head in prefill
+            // runs one row at every length; decode 1 is prefill 1) are one
+            // measurement: the cell is written once more, pointing to it.
+            let key = (
+                op.clone(),
+                e.m,
+                e.instances,
+                serde_json::to_string(&e.planned.strategy).expect("serialisable"),
+            );
+            if let Some(first) = seen.get(&key) {
+                let mut row = first.as_object().cloned().expect("an object");
+                row.insert("same_as".into(), row["cell"].clone());
+                row.insert("cell".into(), json!(format!("{phase}:{len}")));
+                row.insert("phase".into(), json!(phase.to_string()));
+                row.insert("len".into(), json!(len));
+                b.log(&format!(
+                    "{op} {phase}:{len}: the same GEMMs and decision as {}",
+                    row["same_as"]
+                ));
+                cell_rows.push(&Value::Object(row));
                 continue;
             }
             let planned = &e.planned;
@@ -678,7 +697,7 @@ fn regret(a: &Args, b: &mut Bench) -> Res<()> {
                            "chosen": x.chosen, "singles_us": singles, "gain": gain})
                 })
                 .collect();
-            cell_rows.push(&json!({
+            let row = json!({
                 "cell": format!("{phase}:{len}"), "phase": phase.to_string(), "len": len, "op": op, "m": e.m,
                 "chosen": chosen.map(|c| c.label.clone()),
                 "chosen_us": chosen.and_then(|c| c.measured_us),
@@ -688,7 +707,9 @@ fn regret(a: &Args, b: &mut Bench) -> Res<()> {
                 "candidates": measured.len(),
                 "measured": all.len(),
                 "splits": splits,
-            }));
+            });
+            cell_rows.push(&row);
+            seen.insert(key, row);
         }
     }
     let all: Vec<f64> = regrets.iter().map(|x| x.1).collect();
