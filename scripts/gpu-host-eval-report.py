@@ -146,8 +146,11 @@ def main():
                "|---|---|---|---|---|---|---|---|---|"]
         for c in cells:
             cell = c["cell"] + (f" (= {c['same_as']})" if c.get("same_as") else "")
-            md.append(f"| {c['op']} | {cell} | {c['m']} | {c.get('chosen') or '–'} | {us(c.get('chosen_us'))} | "
-                      f"{c.get('best') or '–'} | {us(c.get('best_us'))} | {fnum(c.get('regret'), 3)} | {c['measured']} / {c['candidates']} |")
+            if c.get("status") == "error":
+                md.append(f"| {c['op']} | {cell} | | error: {escape(str(c.get('reason', '')))[:160]} | | | | | |")
+                continue
+            md.append(f"| {c['op']} | {cell} | {c.get('m', '–')} | {c.get('chosen') or '–'} | {us(c.get('chosen_us'))} | "
+                      f"{c.get('best') or '–'} | {us(c.get('best_us'))} | {fnum(c.get('regret'), 3)} | {c.get('measured', 0)} / {c.get('candidates', 0)} |")
         md.append("")
         md += ["<details><summary>Every candidate (predicted against measured)</summary>", "",
                "| op | cell | candidate | chosen | predicted | measured | measured / predicted | parts: each processor's own time in it (device timer where it has one) and prediction | status |",

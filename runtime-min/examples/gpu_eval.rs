@@ -489,8 +489,18 @@ fn regret(a: &Args, b: &mut Bench) -> Res<()> {
                     .push(format!("regret: deadline reached at {phase}:{len} {op}"));
                 break 'cells;
             }
-            let e = hetero_solver::explain(&b.predictor, &model, &plan, op, phase, len)
-                .map_err(|e| format!("explain {op} {phase} {len}: {e}"))?;
+            let e = match hetero_solver::explain(&b.predictor, &model, &plan, op, phase, len) {
+                Ok(e) => e,
+                Err(err) => {
+                    let why = format!("explain {op} {phase}:{len}: {err}");
+                    b.log(&why);
+                    cell_rows.push(
+                        &json!({"cell": format!("{phase}:{len}"), "phase": phase.to_string(),
+                        "len": len, "op": op, "status": "error", "reason": why}),
+                    );
+                    continue;
+                }
+            };
             // The same GEMMs under the same decision (the lm_head in prefill
             // runs one row at every length; decode 1 is prefill 1) are one
             // measurement: the cell is written once more, pointing to it.
@@ -744,8 +754,15 @@ fn handoff(a: &Args, b: &mut Bench) -> Res<()> {
         for &(phase, len) in &cells {
             let base = json!({"processor": b.here(&p), "cell": format!("{phase}:{len}"), "op": op, "passes": passes});
             let mut row = base.as_object().cloned().expect("an object");
-            let e = hetero_solver::explain(&b.predictor, &model, &plan, &op, phase, len)
-                .map_err(|e| format!("explain {op} {phase} {len}: {e}"))?;
+            let e = match hetero_solver::explain(&b.predictor, &model, &plan, &op, phase, len) {
+                Ok(e) => e,
+                Err(err) => {
+                    row.insert("status".into(), json!("error"));
+                    row.insert("reason".into(), json!(format!("explain: {err}")));
+                    rows.push(&Value::Object(row));
+                    continue;
+                }
+            };
             let cand = e
                 .candidates
                 .iter()
