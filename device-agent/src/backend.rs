@@ -79,6 +79,22 @@ pub trait Gemm: Send {
         ))
     }
 
+    /// Keeps the weights `W[K,N]` (row-major f32) in host memory, already
+    /// in the processor's element type and layout (page-locked where the
+    /// processor has it), and copies them to the processor at the start of
+    /// every later execution, inside its timed part: ScheInfer's CG rows,
+    /// stored on the CPU side and streamed over PCIe for every run, without
+    /// converting them every run as [`write_weights`](Gemm::write_weights)
+    /// would. A backend without it returns [`Error::Unsupported`]; callers
+    /// then fall back to `write_weights` before each run.
+    fn host_weights(&mut self, w: &[f32]) -> Result<()> {
+        let _ = w;
+        Err(Error::unsupported(
+            self.backend_id(),
+            "weights kept on the host and copied every run",
+        ))
+    }
+
     /// Starts an execution without waiting (for overlapping processors).
     fn submit(&mut self) -> Result<()> {
         Err(Error::unsupported(self.backend_id(), "asynchronous submit"))

@@ -195,6 +195,9 @@ impl Gemm for FaultyGemm {
     fn write_weights(&mut self, w: &[f32]) -> Result<(), AgentError> {
         self.inner.write_weights(w)
     }
+    fn host_weights(&mut self, w: &[f32]) -> Result<(), AgentError> {
+        self.inner.host_weights(w)
+    }
     fn backend_id(&self) -> String {
         self.inner.backend_id()
     }

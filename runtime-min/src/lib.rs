@@ -25,6 +25,7 @@ pub mod capi;
 pub mod check;
 pub mod decider;
 mod error;
+pub mod eval;
 mod exec;
 pub mod graphs;
 pub mod report;

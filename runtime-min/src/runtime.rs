@@ -129,6 +129,9 @@ pub struct Runtime {
     sources: Vec<Box<dyn GraphSource>>,
     gemms: Vec<Box<dyn Gemm>>,
     shared: HashMap<GemmKey, usize>,
+    /// GEMMs that copy their host-kept weights every run themselves
+    /// ([`Gemm::host_weights`]); other upload steps write them each run.
+    host_staged: std::collections::HashSet<usize>,
     prepared: HashMap<(usize, u32), Prepared>,
     inputs: HashMap<(usize, u32), Vec<f32>>,
     output: Vec<f32>,
@@ -332,6 +335,7 @@ impl Runtime {
                 .collect(),
             gemms: Vec::new(),
             shared: HashMap::new(),
+            host_staged: Default::default(),
             prepared: HashMap::new(),
             inputs: HashMap::new(),
             output: Vec::new(),
@@ -343,6 +347,19 @@ impl Runtime {
             seed,
             notes,
         })
+    }
+
+    /// Closes the runtime and hands its backends back, in the order of the
+    /// plan's processors, so another plan for the same processors can run
+    /// on them ([`Runtime::with_backends`]) without opening them again (an
+    /// evaluation running one plan per candidate decision).
+    pub fn into_backends(self) -> Vec<Box<dyn Backend>> {
+        let Runtime {
+            backends, gemms, ..
+        } = self;
+        // Prepared GEMMs go first: their buffers belong to the backends.
+        drop(gemms);
+        backends
     }
 
     /// The plan.
@@ -768,13 +785,19 @@ impl Runtime {
                         if needs_w && w.is_none() {
                             w = Some(self.weights.get(&lop, wl, inst));
                         }
-                        let upload = sl
-                            .upload
-                            .then(|| Arc::new(slice_of(w.as_deref().expect("generated above"))));
                         let gi = match self.shared.get(&key) {
                             Some(&gi) => gi,
                             None => {
                                 let slice = slice_of(w.as_deref().expect("generated above"));
+                                // Weights copied every run are prepared as zeros, so
+                                // that `--check` fails if the copy never happens.
+                                let zeros;
+                                let prepared_w: &[f32] = if sl.upload {
+                                    zeros = vec![0f32; slice.len()];
+                                    &zeros
+                                } else {
+                                    &slice
+                                };
                                 let req = GraphRequest {
                                     op,
                                     phase,
@@ -786,22 +809,31 @@ impl Runtime {
                                 let t = Instant::now();
                                 let what = format!("{} {} {}", spec.shape, spec.dtype, spec.order);
                                 let mut g = self.sources[proc]
-                                    .graph(self.backends[proc].as_mut(), &req, &slice)
+                                    .graph(self.backends[proc].as_mut(), &req, prepared_w)
                                     .map_err(|source| Error::Prepare {
                                         processor: pid.clone(),
                                         op: op.into(),
                                         what: what.clone(),
                                         source: Box::new(source),
                                     })?;
+                                let mut staged = false;
                                 if sl.upload {
-                                    // Offload re-writes these weights every run: the
-                                    // processor must be able to.
-                                    g.write_weights(&slice).map_err(|source| Error::Prepare {
+                                    // Offload copies these weights every run: kept on
+                                    // the host in the processor's format where the
+                                    // backend can, else written before each run.
+                                    let fail = |source| Error::Prepare {
                                         processor: pid.clone(),
                                         op: op.into(),
                                         what: format!("{what}, weights copied every run"),
                                         source: Box::new(source),
-                                    })?;
+                                    };
+                                    match g.host_weights(&slice) {
+                                        Ok(()) => staged = true,
+                                        Err(hetero_agent::Error::Unsupported { .. }) => {
+                                            g.write_weights(&slice).map_err(fail)?
+                                        }
+                                        Err(e) => return Err(fail(e)),
+                                    }
                                 }
                                 let st = &mut self.prep[proc];
                                 st.prepared += 1;
@@ -817,10 +849,16 @@ impl Runtime {
                                     });
                                 }
                                 self.gemms.push(g);
-                                self.shared.insert(key, self.gemms.len() - 1);
-                                self.gemms.len() - 1
+                                let gi = self.gemms.len() - 1;
+                                if staged {
+                                    self.host_staged.insert(gi);
+                                }
+                                self.shared.insert(key, gi);
+                                gi
                             }
                         };
+                        let upload = (sl.upload && !self.host_staged.contains(&gi))
+                            .then(|| Arc::new(slice_of(w.as_deref().expect("generated above"))));
                         let share = (sl.pad_to * sl.cols.len()) as f64 / work.max(1.0);
                         steps.push(Step {
                             gemm: gi,

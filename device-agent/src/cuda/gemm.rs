@@ -167,6 +167,9 @@ pub(super) struct CudaGemm {
     flag: MappedFlag,
     seq: u32,
     submitted: Option<Instant>,
+    /// `Wᵀ[N,K]` in page-locked host memory, copied into `w` at the start
+    /// of every launch ([`Gemm::host_weights`]: ScheInfer's CG rows).
+    w_host: Option<PinnedBuf>,
 }
 
 impl CudaGemm {
@@ -224,6 +227,7 @@ impl CudaGemm {
             flag,
             seq: 0,
             submitted: None,
+            w_host: None,
         })
     }
 
@@ -252,6 +256,16 @@ impl CudaGemm {
         // 32F compute type requires in the default (host) pointer mode.
         unsafe {
             result::event::record(self.start.cu_event(), stream).at(id, "cuEventRecord")?;
+            // Host-resident weights cross PCIe first, inside the timed part
+            // (page-locked source: a DMA on the stream, ordered before the GEMM).
+            if let Some(h) = &self.w_host {
+                result::memcpy_htod_async(
+                    self.w.ptr(),
+                    &h.as_slice::<u8>()[..self.w.bytes()],
+                    stream,
+                )
+                .at(id, "cuMemcpyHtoDAsync(host weights)")?;
+            }
             blas::gemm_ex(
                 *dev.blas.handle(),
                 blas_sys::cublasOperation_t::CUBLAS_OP_T,
@@ -433,6 +447,32 @@ impl Gemm for CudaGemm {
 
     fn wait(&mut self, mode: SyncMode) -> Result<Timed> {
         self.finish(mode)
+    }
+
+    fn host_weights(&mut self, w: &[f32]) -> Result<()> {
+        let (_, k, n) = self.spec.shape.mkn();
+        let (k, n) = (k as usize, n as usize);
+        if w.len() != k * n {
+            return Err(Error::BadRequest {
+                field: "weights".into(),
+                message: format!("{} values for W[{k},{n}]; expected {}", w.len(), k * n),
+            });
+        }
+        if self.submitted.is_some() {
+            return Err(Error::backend(
+                self.id(),
+                "host weights set while an execution is in flight",
+            ));
+        }
+        let id = self.dev.id.clone();
+        // Cached page-locked memory: the transposing writes below are
+        // strided, which write-combined memory makes very slow.
+        let mut h = PinnedBuf::new(&self.dev.ctx, self.w.bytes(), 0, &id)?;
+        with_elem!(self.elem, T => {
+            transpose_convert::<T>(w, k, n, &mut h.as_mut_slice::<T>()[..k * n]);
+        });
+        self.w_host = Some(h);
+        Ok(())
     }
 
     fn backend_id(&self) -> String {

@@ -205,3 +205,45 @@ fn passes_the_shared_conformance_suite() {
         crate::conformance::check_backend(b.as_mut());
     }
 }
+
+#[test]
+fn host_weights_are_copied_before_every_run() {
+    let Some(mut devices) = devices_or_skip("host weights test") else {
+        return;
+    };
+    for dev in &mut devices {
+        for (dtype, order) in [
+            (DType::F16, OperandOrder::WtAt),
+            (DType::F32, OperandOrder::Aw),
+        ] {
+            let (m, k, n) = (3, 96, 130);
+            let a = values(m * k, 5);
+            let w = values(k * n, 9);
+            // Prepared with zeros: only the host copy brings the weights.
+            let mut g = dev
+                .prepare(
+                    &spec(m as u32, k as u32, n as u32, dtype, order),
+                    &vec![0.0; k * n],
+                )
+                .unwrap();
+            g.host_weights(&w).unwrap();
+            g.write_input(&a).unwrap();
+            let tol = dev.tolerance(dtype, k as u32);
+            for run in 0..2 {
+                let t = g.execute().unwrap();
+                assert!(t.host_us > 0.0);
+                let mut c = vec![f32::NAN; m * n];
+                g.read_output(&mut c).unwrap();
+                let err = rel_err(&a, &w, &c, m, k, n);
+                assert!(
+                    err <= tol,
+                    "{dtype} {order} run {run}: rel err {err} > {tol}"
+                );
+            }
+            assert!(matches!(
+                g.host_weights(&w[1..]),
+                Err(Error::BadRequest { .. })
+            ));
+        }
+    }
+}

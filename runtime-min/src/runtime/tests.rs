@@ -369,3 +369,87 @@ fn padded_graphs_are_shared_across_lengths_and_layers_when_asked() {
     let r = rt.run(&spec(Phase::Prefill, 6)).unwrap();
     assert_eq!(r.check.unwrap().passed, 15);
 }
+
+#[test]
+fn offload_rows_kept_on_the_host_are_copied_every_run_or_the_check_fails() {
+    // A backend with `host_weights`: it keeps W and writes it before each
+    // run (`honest`), or keeps it and never writes it (`lazy`). Upload steps
+    // are prepared with zeros, so only the honest one passes --check.
+    struct Streaming {
+        inner: Box<dyn Gemm>,
+        w: Option<Vec<f32>>,
+        honest: bool,
+    }
+    impl Streaming {
+        fn copy(&mut self) -> hetero_agent::Result<()> {
+            match (&self.w, self.honest) {
+                (Some(w), true) => self.inner.write_weights(w),
+                _ => Ok(()),
+            }
+        }
+    }
+    impl Gemm for Streaming {
+        fn spec(&self) -> &GemmSpec {
+            self.inner.spec()
+        }
+        fn write_input(&mut self, a: &[f32]) -> hetero_agent::Result<()> {
+            self.inner.write_input(a)
+        }
+        fn execute(&mut self) -> hetero_agent::Result<hetero_agent::Timed> {
+            self.copy()?;
+            self.inner.execute()
+        }
+        fn read_output(&mut self, c: &mut [f32]) -> hetero_agent::Result<()> {
+            self.inner.read_output(c)
+        }
+        fn write_weights(&mut self, _: &[f32]) -> hetero_agent::Result<()> {
+            panic!("host_weights is supported: write_weights must not be called")
+        }
+        fn host_weights(&mut self, w: &[f32]) -> hetero_agent::Result<()> {
+            self.w = Some(w.to_vec());
+            Ok(())
+        }
+        fn backend_id(&self) -> String {
+            self.inner.backend_id()
+        }
+    }
+    struct Source(bool);
+    impl GraphSource for Source {
+        fn graph(
+            &mut self,
+            backend: &mut dyn Backend,
+            req: &GraphRequest<'_>,
+            weights: &[f32],
+        ) -> hetero_agent::Result<Box<dyn Gemm>> {
+            Ok(Box::new(Streaming {
+                inner: backend.prepare(&req.spec, weights)?,
+                w: None,
+                honest: self.0,
+            }))
+        }
+        fn describe(&self) -> String {
+            "streaming".into()
+        }
+    }
+    let offload = |op: &LinearOp, _: Phase, _: u32, _: u32| Strategy::Offload {
+        cpu: "cpu:0".into(),
+        gpu: "npu-sim".into(),
+        cc_rows: 8,
+        cg_rows: op.n - 16,
+        gg_rows: 8,
+        gpu_tokens: 0,
+    };
+    let dir = Tmp::new("hostw");
+    for honest in [true, false] {
+        let mut rt = open_tiny(&dir, offload, RuntimeOptions::default()).unwrap();
+        rt.set_graph_source("npu-sim", Box::new(Source(honest)))
+            .unwrap();
+        let r = rt.run(&spec(Phase::Decode, 1)).unwrap();
+        let c = r.check.unwrap();
+        if honest {
+            assert_eq!(c.passed, c.outputs, "{:?}", c.failures);
+        } else {
+            assert_eq!(c.passed, 0, "every output misses its CG rows: {c:?}");
+        }
+    }
+}
