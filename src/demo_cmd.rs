@@ -30,7 +30,7 @@ const EXAMPLES: &str = "\
 Examples:
   hetero demo                                  # everything, into ./hetero-demo
   hetero demo --out /tmp/demo --budget 60s     # a shorter profile
-  hetero demo --processors cpu:0 --len 128     # one processor, a shorter prompt";
+  hetero demo --processors cpu:0 --len 300     # one processor, a longer prompt";
 
 /// Arguments of `hetero demo`.
 #[derive(Debug, Args)]
@@ -55,7 +55,7 @@ pub struct DemoArgs {
     #[arg(long, conflicts_with = "processors")]
     include_simulated: bool,
     /// Prompt length of the prefill run.
-    #[arg(long, default_value_t = 128)]
+    #[arg(long, default_value_t = 64)]
     len: u32,
     /// Decode tokens of the decode run.
     #[arg(long, default_value_t = 8)]
@@ -501,7 +501,7 @@ pub fn run(a: DemoArgs) -> Result<()> {
         &predictor,
         "--check",
         "--repeat",
-        "3",
+        "2",
         "--share-weights",
     ];
     let mut args = vec![
