@@ -22,6 +22,10 @@ pub struct FitArgs {
     /// Folds of the cross-validation.
     #[arg(long, default_value_t = 5)]
     folds: usize,
+    /// Leave out rows whose cv over their timed runs is above this (e.g.
+    /// 0.1); the report counts them per processor. Default: keep all.
+    #[arg(long)]
+    max_cv: Option<f64>,
 }
 
 /// A dataset as the fitter needs it.
@@ -87,15 +91,55 @@ pub fn print_report(report: &Report) {
             );
         }
     }
+    for e in &report.entries {
+        let bands: Vec<String> = e
+            .by_cv
+            .iter()
+            .map(|b| {
+                let range = match b.up_to {
+                    Some(h) if b.above > 0.0 => format!("{} < cv ≤ {h}", b.above),
+                    Some(h) => format!("cv ≤ {h}"),
+                    None => format!("cv > {}", b.above),
+                };
+                format!(
+                    "{range}: {} rows, {:.1}% within ±10 %",
+                    b.rows,
+                    100.0 * b.within_10pct
+                )
+            })
+            .collect();
+        if e.by_cv.len() > 1 {
+            println!(
+                "  by noise {} {}: {}",
+                e.processor,
+                e.dtype,
+                bands.join("; ")
+            );
+        }
+    }
+    if let Some(c) = report.max_cv {
+        for e in report.entries.iter().filter(|e| e.excluded_noisy > 0) {
+            println!(
+                "  left out {} {}: {} row(s) with cv above {c}",
+                e.processor, e.dtype, e.excluded_noisy
+            );
+        }
+    }
     for s in &report.skipped {
         println!("  skipped (too few rows): {s}");
     }
 }
 
 pub fn run(args: FitArgs) -> anyhow::Result<()> {
+    if let Some(c) = args.max_cv
+        && !(c.is_finite() && c > 0.0)
+    {
+        return Err(BadInput(format!("--max-cv: must be a positive number, got {c}")).into());
+    }
     let data = load_dataset(&args.dataset)?;
     let params = FitParams {
         folds: args.folds,
+        max_cv: args.max_cv,
         ..FitParams::default()
     };
     let (predictor, report) = fit::fit(

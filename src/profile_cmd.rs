@@ -78,6 +78,10 @@ pub struct ProfileArgs {
     /// Skip the microbenchmarks (copies, submit, sync, bandwidth, graph prepare).
     #[arg(long)]
     no_microbench: bool,
+    /// GEMM cases per processor at most, rows of a resumed dataset included
+    /// (the design is in priority order: its tail is left out).
+    #[arg(long)]
+    max_cases: Option<usize>,
     /// Stop after the initial design: no adaptive refinement.
     #[arg(long)]
     no_refine: bool,
@@ -175,6 +179,10 @@ fn options(a: ProfileArgs) -> anyhow::Result<(ProfileOptions, bool)> {
     };
     opts.microbench = !a.no_microbench;
     opts.refine = !a.no_refine;
+    if a.max_cases == Some(0) {
+        return Err(bad("--max-cases: must be at least 1"));
+    }
+    opts.max_cases = a.max_cases;
     Ok((opts, a.json))
 }
 
@@ -201,6 +209,9 @@ pub fn run(args: ProfileArgs) -> anyhow::Result<()> {
                 "stopped: {} (nothing left to measure within the design)",
                 o.stopped
             ),
+            "max_cases" => {
+                println!("stopped: max_cases (every processor has its --max-cases GEMM cases)")
+            }
             s => println!("stopped: {s}"),
         }
         if !o.held_out.is_empty() {

@@ -197,6 +197,18 @@ pub enum LatencyModel {
         /// The trees.
         trees: Vec<Tree>,
     },
+    /// Gradient-boosted trees on the log-residual of a parametric base:
+    /// `base(shape) · exp(rate · Σ trees)`. Trees are flat beyond the shapes
+    /// they were fitted on, so outside the measured range the prediction
+    /// scales as the base does instead of staying at the edge value.
+    Residual {
+        /// The parametric base: a `linear` or `roofline` model.
+        base: Box<LatencyModel>,
+        /// Learning rate.
+        rate: f64,
+        /// The trees, predicting ln(µs / base µs).
+        trees: Vec<Tree>,
+    },
 }
 
 impl LatencyModel {
@@ -208,6 +220,7 @@ impl LatencyModel {
             LatencyModel::Tree(_) => "tree",
             LatencyModel::Forest { .. } => "forest",
             LatencyModel::Boosted { .. } => "boosted",
+            LatencyModel::Residual { .. } => "residual",
         }
     }
 
@@ -244,6 +257,12 @@ impl LatencyModel {
                 let x = features(shape, dtype, order);
                 let sum: Option<f64> = trees.iter().map(|t| t.eval(&x)).sum();
                 (base + rate * sum?).exp()
+            }
+            LatencyModel::Residual { base, rate, trees } => {
+                let b = base.predict_us(shape, dtype, order)?;
+                let x = features(shape, dtype, order);
+                let sum: Option<f64> = trees.iter().map(|t| t.eval(&x)).sum();
+                b * (rate * sum?).exp()
             }
         };
         (t.is_finite() && t > 0.0).then_some(t)
@@ -402,11 +421,25 @@ impl Validate for Predictor {
                     format!("`{}` is not in `processors`", m.processor),
                 ));
             }
+            if let LatencyModel::Residual { base, .. } = &m.model
+                && !matches!(
+                    **base,
+                    LatencyModel::Linear { .. } | LatencyModel::Roofline { .. }
+                )
+            {
+                return Err((
+                    format!("models[{i}].model.base"),
+                    format!(
+                        "the base of a residual model must be linear or roofline, not {}",
+                        base.family()
+                    ),
+                ));
+            }
             let trees: Vec<&Tree> = match &m.model {
                 LatencyModel::Tree(t) => vec![t],
-                LatencyModel::Forest { trees } | LatencyModel::Boosted { trees, .. } => {
-                    trees.iter().collect()
-                }
+                LatencyModel::Forest { trees }
+                | LatencyModel::Boosted { trees, .. }
+                | LatencyModel::Residual { trees, .. } => trees.iter().collect(),
                 _ => vec![],
             };
             for (j, t) in trees.iter().enumerate() {
@@ -496,5 +529,88 @@ mod tests {
             }],
         };
         assert_eq!(cyclic.eval(&[1.0]), None);
+    }
+
+    fn residual() -> LatencyModel {
+        // One split on M at 512: rows above it run 10 % slower than the base.
+        LatencyModel::Residual {
+            base: Box::new(LatencyModel::Linear {
+                alpha_us: 10.0,
+                beta_us: 1e-6,
+                work: Work::Flops,
+            }),
+            rate: 0.5,
+            trees: vec![Tree {
+                nodes: vec![
+                    TreeNode::Split {
+                        feature: 0,
+                        threshold: 512.0,
+                        left: 1,
+                        right: 2,
+                    },
+                    TreeNode::Leaf { value: 0.0 },
+                    TreeNode::Leaf {
+                        value: 2.0 * 1.1f64.ln(),
+                    },
+                ],
+            }],
+        }
+    }
+
+    #[test]
+    fn residual_scales_its_base_beyond_the_trees() {
+        let r = residual();
+        assert_eq!(r.family(), "residual");
+        let at = |m| {
+            r.predict_us(shape(m, 1000, 1000), DType::F16, OperandOrder::Aw)
+                .unwrap()
+        };
+        let base = |m: u32| 10.0 + 2.0 * m as f64 * 1e6 * 1e-6;
+        assert!((at(100) - base(100)).abs() < 1e-9);
+        // Past the last split the trees are flat and the base carries the growth.
+        assert!((at(1024) / base(1024) - 1.1).abs() < 1e-12);
+        assert!((at(8192) / base(8192) - 1.1).abs() < 1e-12);
+    }
+
+    #[test]
+    fn residual_round_trips_and_validates_its_base() {
+        let p = |model: LatencyModel| Predictor {
+            schema_version: SchemaVersion,
+            dataset: Fingerprint::of_bytes("d", b"d"),
+            processors: vec![],
+            models: vec![ProcessorModel {
+                processor: "gpu".into(),
+                dtype: DType::F16,
+                model,
+                score: Score::default(),
+                candidates: vec![],
+            }],
+            overheads: vec![],
+        };
+        let m = residual();
+        let text = ron::to_string(&m).unwrap();
+        assert_eq!(ron::from_str::<LatencyModel>(&text).unwrap(), m);
+        let json = serde_json::to_string(&m).unwrap();
+        assert!(json.starts_with("{\"residual\""), "{json}");
+        assert_eq!(serde_json::from_str::<LatencyModel>(&json).unwrap(), m);
+
+        let mut gpu = p(m.clone());
+        gpu.processors = serde_json::from_str(
+            r#"[{"id":"gpu","kind":"gpu","api":"cuda","name":"g","driver":"",
+                "capabilities":{"dtypes":["f16"]},"simulated":false,"emulated":false}]"#,
+        )
+        .unwrap();
+        assert_eq!(gpu.validate(), Ok(()));
+        let LatencyModel::Residual { rate, trees, .. } = m else {
+            unreachable!()
+        };
+        gpu.models[0].model = LatencyModel::Residual {
+            base: Box::new(LatencyModel::Forest { trees: vec![] }),
+            rate,
+            trees,
+        };
+        let (field, why) = gpu.validate().unwrap_err();
+        assert_eq!(field, "models[0].model.base");
+        assert!(why.contains("forest"), "{why}");
     }
 }

@@ -6,7 +6,8 @@
 //! cargo run --release -p hetero-profiler --example tree_compare -- [DATASET_DIR]
 //! ```
 //!
-//! With a dataset folder (`measurements.jsonl`), every (processor, dtype)
+//! With a dataset folder (anything `hetero fit` reads: Parquet, or JSON
+//! Lines rows such as `datasets/gpu-host-h200`), every (processor, dtype)
 //! with enough rows is compared. Without one, a synthetic staged processor
 //! (labelled simulated) is used.
 
@@ -14,7 +15,7 @@ use std::collections::BTreeMap;
 use std::time::Instant;
 
 use hetero_plan::predictor::features;
-use hetero_plan::{DType, GemmShape, MeasurementRow, OperandOrder};
+use hetero_plan::{DType, GemmShape, OperandOrder};
 use hetero_profiler::fit::{Family, Sample, cross_validate, fold_sets, score, usable_groups};
 use smartcore::ensemble::random_forest_regressor::{
     RandomForestRegressor, RandomForestRegressorParameters,
@@ -43,6 +44,7 @@ fn synthetic() -> BTreeMap<(String, DType), Vec<Sample>> {
                     shape: GemmShape::new(m, k, n).unwrap(),
                     order,
                     us,
+                    cv: None,
                 });
             }
         }
@@ -91,14 +93,9 @@ fn smartcore_cv(samples: &[Sample], dtype: DType, forest: bool) -> Vec<f64> {
 fn main() {
     let groups = match std::env::args().nth(1) {
         Some(dir) => {
-            let text = std::fs::read_to_string(format!("{dir}/measurements.jsonl"))
-                .expect("measurements.jsonl");
-            let rows: Vec<MeasurementRow> = text
-                .lines()
-                .filter(|l| !l.trim().is_empty())
-                .filter_map(|l| serde_json::from_str(l).ok())
-                .collect();
-            usable_groups(&rows).expect("usable rows")
+            let ds = hetero_profiler::Dataset::load(std::path::Path::new(&dir))
+                .unwrap_or_else(|e| panic!("{dir}: {e}"));
+            usable_groups(&ds.measurements).expect("usable rows")
         }
         None => synthetic(),
     };
@@ -118,7 +115,12 @@ fn main() {
                 100.0 * sc.within_10pct
             );
         };
-        for family in [Family::Tree, Family::Forest, Family::Boosted] {
+        for family in [
+            Family::Tree,
+            Family::Forest,
+            Family::Boosted,
+            Family::Residual,
+        ] {
             let t = Instant::now();
             let pred = cross_validate(family, samples, *dtype, FOLDS, SEED).unwrap();
             line(

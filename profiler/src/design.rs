@@ -7,6 +7,9 @@
 //!   lengths 1..4096 and decode batches 1..8 (`LinearOp::gemms`);
 //! - **stage probes**: each dimension at multiples of 32, 64, 128 and 256 and
 //!   one past them, to catch the stair steps of tiled processors;
+//! - **split shares**: each model operator's (K, N) with N cut to a
+//!   quarter and a half, at a few M, because the solver asks for the time of
+//!   the share of the output features each processor computes;
 //! - **a coarse grid** in log space;
 //! - **microbenchmarks** (copies, submit, sync, bandwidth, graph prepare).
 //!
@@ -49,6 +52,8 @@ pub enum Stratum {
     Model,
     /// A stage-size probe.
     Stage,
+    /// A share of a model operator's output features.
+    Split,
     /// The coarse grid.
     Grid,
     /// Added by refinement.
@@ -147,6 +152,46 @@ pub fn model_shapes(models: &[ModelSpec]) -> Vec<GemmShape> {
                     && seen.insert(shape)
                 {
                     out.push(shape);
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Shares of N the solver asks about: a quarter and a half.
+pub const SPLIT_SHARES: [(u32, u32); 2] = [(1, 4), (1, 2)];
+/// The M of the split shares: decode, short and long prefill.
+pub const SPLIT_TOKENS: [u32; 4] = [1, 8, 128, 1024];
+
+/// Each model operator's GEMM at the [`SPLIT_TOKENS`] (decode up to 8
+/// tokens, prefill above, so an lm_head stays at its one row in prefill)
+/// with N cut to the [`SPLIT_SHARES`] (rounded down to a multiple of 64),
+/// coarse to fine over the tokens; shapes the model stratum has already are
+/// left out.
+pub fn split_shapes(models: &[ModelSpec]) -> Vec<GemmShape> {
+    let whole: HashSet<GemmShape> = model_shapes(models).into_iter().collect();
+    let mut seen = HashSet::new();
+    let mut out = Vec::new();
+    for t in coarse_to_fine(&SPLIT_TOKENS) {
+        let phase = if t <= 8 {
+            Phase::Decode
+        } else {
+            Phase::Prefill
+        };
+        for op in models.iter().flat_map(|m| &m.ops) {
+            let Some((shape, _)) = op.gemms(phase, t) else {
+                continue;
+            };
+            let (m, k, n) = shape.mkn();
+            for (num, den) in SPLIT_SHARES {
+                let part = (n as u64 * num as u64 / den as u64 / 64 * 64).max(64) as u32;
+                if let Some(s) = GemmShape::new(m, k, part)
+                    && part < n
+                    && !whole.contains(&s)
+                    && seen.insert(s)
+                {
+                    out.push(s);
                 }
             }
         }
@@ -295,6 +340,7 @@ pub fn initial(
     with_microbench: bool,
 ) -> Vec<Planned> {
     let model = model_shapes(models);
+    let split = split_shapes(models);
     let grid = grid_shapes();
     let mut per_proc: Vec<Vec<Planned>> = Vec::new();
     for p in processors {
@@ -302,6 +348,7 @@ pub fn initial(
         let mut strata: Vec<(Stratum, Vec<GemmShape>)> = vec![
             (Stratum::Model, model.clone()),
             (Stratum::Stage, stage),
+            (Stratum::Split, split.clone()),
             (Stratum::Grid, grid.clone()),
         ];
         strata.retain(|(_, v)| !v.is_empty());
@@ -459,6 +506,38 @@ mod tests {
         }
         let unique: HashSet<_> = shapes.iter().collect();
         assert_eq!(unique.len(), shapes.len());
+    }
+
+    #[test]
+    fn split_shares_cut_n_of_every_operator() {
+        let spec = hetero_plan::hf::load_config(Path::new("../datasets/models/qwen2.5-1.5b.json"))
+            .unwrap();
+        let models = std::slice::from_ref(&spec);
+        let split = split_shapes(models);
+        let whole: HashSet<GemmShape> = model_shapes(models).into_iter().collect();
+        for op in &spec.ops {
+            for t in SPLIT_TOKENS {
+                let phase = if t <= 8 {
+                    Phase::Decode
+                } else {
+                    Phase::Prefill
+                };
+                let (m, k, n) = op.gemms(phase, t).unwrap().0.mkn();
+                let half = GemmShape::new(m, k, n / 2 / 64 * 64).unwrap();
+                assert!(
+                    split.contains(&half) || whole.contains(&half),
+                    "{}: {half}",
+                    op.name
+                );
+            }
+        }
+        // No lm_head share at a prefill length: it sees one row.
+        assert!(!split.iter().any(|s| s.n.get() > 20_000 && s.m.get() > 8));
+        // Decode first: the ends of the M list lead.
+        assert_eq!(split[0].m.get(), 1);
+        assert!(split.iter().all(|s| s.n.get() % 64 == 0));
+        let d = initial(&[cpu()], models, None, false);
+        assert!(d.iter().any(|p| p.stratum == Stratum::Split));
     }
 
     #[test]

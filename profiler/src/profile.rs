@@ -56,6 +56,9 @@ pub struct ProfileOptions {
     pub max_agent_failures: u32,
     /// Refinement rounds at most.
     pub refine_rounds: u32,
+    /// GEMM cases per processor at most, rows already in the dataset
+    /// included (the design is in priority order, so its tail is dropped).
+    pub max_cases: Option<usize>,
 }
 
 impl ProfileOptions {
@@ -77,6 +80,7 @@ impl ProfileOptions {
             refine: true,
             max_agent_failures: 3,
             refine_rounds: 10,
+            max_cases: None,
         }
     }
 }
@@ -95,7 +99,8 @@ pub struct Outcome {
     /// Seconds this run took.
     pub seconds: f64,
     /// `complete` (everything planned is measured), `converged` (refinement
-    /// found nothing more to add) or `budget`.
+    /// found nothing more to add), `max_cases` (the case limit per
+    /// processor is reached) or `budget`.
     pub stopped: &'static str,
     /// Planned cases left out for lack of budget.
     pub left_for_budget: usize,
@@ -588,6 +593,11 @@ pub fn profile(opts: ProfileOptions, rep: Arc<Reporter>) -> Result<Outcome> {
         }
     }
 
+    // Whether --max-cases left planned cases out.
+    let mut capped = opts
+        .max_cases
+        .is_some_and(|cap| cap_cases(&mut pending, &rows, cap) > 0);
+
     let mut cost = CostModel::new(opts.run, &selected);
     cost.rebuild(&rows);
     let mut done_this_run: BTreeMap<String, u64> = BTreeMap::new();
@@ -647,10 +657,20 @@ pub fn profile(opts: ProfileOptions, rep: Arc<Reporter>) -> Result<Outcome> {
                         stratum: design::Stratum::Refine,
                     });
                 }
+                if let Some(cap) = opts.max_cases
+                    && cap_cases(&mut pending, &rows, cap) > 0
+                {
+                    capped = true;
+                    if pending.is_empty() {
+                        refined_out = true;
+                    }
+                }
                 continue;
             }
             stopped = if !pending.is_empty() {
                 "budget"
+            } else if capped {
+                "max_cases"
             } else if refined_out {
                 "converged"
             } else {
@@ -867,6 +887,26 @@ pub fn profile(opts: ProfileOptions, rep: Arc<Reporter>) -> Result<Outcome> {
         fingerprint: outcome.fingerprint.sha256.clone(),
     });
     Ok(outcome)
+}
+
+/// Keeps, per processor, only as many pending GEMM cases as `cap` leaves
+/// after the cases already measured; the first ones (highest priority) stay.
+/// Returns how many were dropped.
+fn cap_cases(pending: &mut Vec<Planned>, rows: &Rows, cap: usize) -> usize {
+    let before = pending.len();
+    let mut used: HashMap<String, usize> = HashMap::new();
+    for r in &rows.measurements {
+        *used.entry(r.processor.clone()).or_default() += 1;
+    }
+    pending.retain(|p| match &p.item {
+        Item::Case(c) => {
+            let n = used.entry(c.processor.clone()).or_default();
+            *n += 1;
+            *n <= cap
+        }
+        Item::Bench(_) => true,
+    });
+    before - pending.len()
 }
 
 fn short(sha: &str) -> &str {

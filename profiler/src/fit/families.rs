@@ -5,6 +5,7 @@ use hetero_plan::{DType, LatencyModel, Tree};
 use rand::SeedableRng;
 use rand::rngs::StdRng;
 
+use super::line::{Line, relative_line};
 use super::tree::{Features, TreeParams};
 use super::{FitError, Sample};
 
@@ -23,18 +24,39 @@ pub enum Family {
     LinearBytes,
     /// launch + max(flops/peak, bytes/bw).
     Roofline,
+    /// Gradient-boosted shallow trees on the ln-residual of the best
+    /// parametric base (roofline, α+β·flops or α+β·bytes): the trees learn
+    /// the stages and the base carries the trend past the measured shapes.
+    Residual,
 }
 
 impl Family {
     /// Every family.
-    pub const ALL: [Family; 6] = [
+    pub const ALL: [Family; 7] = [
         Family::Tree,
         Family::Forest,
         Family::Boosted,
         Family::LinearFlops,
         Family::LinearBytes,
         Family::Roofline,
+        Family::Residual,
     ];
+
+    /// Rank when held-out scores tie (see [`super::choose`]), lowest first:
+    /// the parametric models (fewest parameters), then the residual family
+    /// (extrapolates like its base), then the tree models (flat past the
+    /// measured shapes).
+    pub fn preference(self) -> u8 {
+        match self {
+            Family::LinearFlops => 0,
+            Family::LinearBytes => 1,
+            Family::Roofline => 2,
+            Family::Residual => 3,
+            Family::Boosted => 4,
+            Family::Tree => 5,
+            Family::Forest => 6,
+        }
+    }
 
     /// The name in reports.
     pub fn name(self) -> &'static str {
@@ -45,6 +67,7 @@ impl Family {
             Family::LinearFlops => "linear_flops",
             Family::LinearBytes => "linear_bytes",
             Family::Roofline => "roofline",
+            Family::Residual => "residual",
         }
     }
 
@@ -67,10 +90,15 @@ impl Family {
             Family::Forest => LatencyModel::Forest {
                 trees: forest(&x, &y, &mut rng)?,
             },
-            Family::Boosted => boosted(&x, &y, &mut rng)?,
+            Family::Boosted => {
+                let base = y.iter().sum::<f64>() / y.len() as f64;
+                let (rate, trees) = boost(&x, &y, base, &mut rng)?;
+                LatencyModel::Boosted { base, rate, trees }
+            }
             Family::LinearFlops => linear(samples, dtype, Work::Flops),
             Family::LinearBytes => linear(samples, dtype, Work::Bytes),
             Family::Roofline => roofline(samples, dtype),
+            Family::Residual => residual(samples, dtype, &x, &y, &mut rng)?,
         })
     }
 }
@@ -90,15 +118,21 @@ fn forest(x: &[Features], y: &[f64], rng: &mut StdRng) -> Result<Vec<Tree>, FitE
         .collect()
 }
 
-fn boosted(x: &[Features], y: &[f64], rng: &mut StdRng) -> Result<LatencyModel, FitError> {
+/// Gradient boosting of shallow trees on `y`, starting from `init`:
+/// the learning rate and the trees.
+fn boost(
+    x: &[Features],
+    y: &[f64],
+    init: f64,
+    rng: &mut StdRng,
+) -> Result<(f64, Vec<Tree>), FitError> {
     let p = TreeParams {
         max_depth: 5,
         min_samples_leaf: 2,
         max_features: None,
     };
     let rate = 0.1;
-    let base = y.iter().sum::<f64>() / y.len() as f64;
-    let mut pred = vec![base; y.len()];
+    let mut pred = vec![init; y.len()];
     let all: Vec<usize> = (0..y.len()).collect();
     let mut trees = Vec::new();
     for _ in 0..250 {
@@ -109,40 +143,82 @@ fn boosted(x: &[Features], y: &[f64], rng: &mut StdRng) -> Result<LatencyModel, 
         }
         trees.push(tree);
     }
-    Ok(LatencyModel::Boosted { base, rate, trees })
+    Ok((rate, trees))
 }
 
-/// Relative least squares: minimises Σ ((α + β·w − t) / t)².
+/// The parametric base whose ln-residuals have the least squared sum, then
+/// boosted trees on those residuals.
+fn residual(
+    samples: &[Sample],
+    dtype: DType,
+    x: &[Features],
+    y: &[f64],
+    rng: &mut StdRng,
+) -> Result<LatencyModel, FitError> {
+    let ln_base = |m: &LatencyModel| -> Vec<f64> {
+        samples
+            .iter()
+            .map(|s| {
+                m.predict_us(s.shape, dtype, s.order)
+                    .map_or(f64::INFINITY, f64::ln)
+            })
+            .collect()
+    };
+    let (base, ln_b) = [
+        roofline(samples, dtype),
+        linear(samples, dtype, Work::Flops),
+        linear(samples, dtype, Work::Bytes),
+    ]
+    .into_iter()
+    .map(|m| {
+        let b = ln_base(&m);
+        (m, b)
+    })
+    .min_by(|(_, a), (_, b)| {
+        let sse = |v: &[f64]| y.iter().zip(v).map(|(y, b)| (y - b).powi(2)).sum::<f64>();
+        sse(a).total_cmp(&sse(b))
+    })
+    .expect("three bases");
+    if ln_b.iter().any(|v| !v.is_finite()) {
+        // No base predicts every row (cannot happen with positive timings):
+        // boost from the mean instead of failing.
+        let init = y.iter().sum::<f64>() / y.len() as f64;
+        let (rate, trees) = boost(x, y, init, rng)?;
+        return Ok(LatencyModel::Boosted {
+            base: init,
+            rate,
+            trees,
+        });
+    }
+    let r: Vec<f64> = y.iter().zip(&ln_b).map(|(y, b)| y - b).collect();
+    let (rate, trees) = boost(x, &r, 0.0, rng)?;
+    Ok(LatencyModel::Residual {
+        base: Box::new(base),
+        rate,
+        trees,
+    })
+}
+
+/// Relative least squares α + β·work (see [`relative_line`]); through the
+/// origin when every row has the same work.
 fn linear(samples: &[Sample], dtype: DType, work: Work) -> LatencyModel {
     let w = |s: &Sample| match work {
         Work::Flops => s.shape.flops(),
         Work::Bytes => gemm_bytes(s.shape, dtype),
     };
-    // Normal equations of the weighted problem with weights 1/t².
-    let (mut s00, mut s01, mut s11, mut b0, mut b1) = (0.0, 0.0, 0.0, 0.0, 0.0);
-    for s in samples {
-        let (wi, ti) = (w(s), s.us);
-        let q = 1.0 / (ti * ti);
-        s00 += q;
-        s01 += q * wi;
-        s11 += q * wi * wi;
-        b0 += q * ti;
-        b1 += q * wi * ti;
-    }
-    let det = s00 * s11 - s01 * s01;
-    let (mut alpha, mut beta) = if det.abs() > 0.0 {
-        ((b0 * s11 - b1 * s01) / det, (s00 * b1 - s01 * b0) / det)
-    } else {
-        (0.0, b1 / s11)
-    };
-    if alpha < 0.0 || beta <= 0.0 {
-        // Keep the model physical: no negative fixed cost.
-        alpha = alpha.max(0.0);
-        beta = ((b1 - alpha * s01) / s11).max(f64::MIN_POSITIVE);
-    }
+    let points: Vec<(f64, f64)> = samples.iter().map(|s| (w(s), s.us)).collect();
+    let line = relative_line(&points).unwrap_or_else(|| {
+        let (sw, sww) = points.iter().fold((0.0, 0.0), |(a, b), (w, t)| {
+            (a + w / t, b + (w / t).powi(2))
+        });
+        Line {
+            alpha: 0.0,
+            beta: sw / sww,
+        }
+    });
     LatencyModel::Linear {
-        alpha_us: alpha,
-        beta_us: beta,
+        alpha_us: line.alpha,
+        beta_us: line.beta,
         work,
     }
 }

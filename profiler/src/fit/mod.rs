@@ -7,6 +7,7 @@
 //! roofline models are fitted by relative least squares.
 
 mod families;
+pub mod line;
 mod overheads;
 pub mod tree;
 
@@ -64,6 +65,9 @@ pub struct FitParams {
     pub seed: u64,
     /// Families to try.
     pub families: Vec<Family>,
+    /// Rows whose coefficient of variation over their timed runs is above
+    /// this are left out (and counted in the report); all kept when `None`.
+    pub max_cv: Option<f64>,
 }
 
 impl Default for FitParams {
@@ -72,6 +76,7 @@ impl Default for FitParams {
             folds: 5,
             seed: 7,
             families: Family::ALL.to_vec(),
+            max_cv: None,
         }
     }
 }
@@ -110,12 +115,66 @@ pub struct ReportEntry {
     pub within_20pct: f64,
     /// Rows used.
     pub samples: u32,
+    /// Usable rows left out because their cv was above the report's `max_cv`.
+    #[serde(default)]
+    pub excluded_noisy: u32,
     /// Held-out score of every family tried.
     pub candidates: Vec<(String, Score)>,
+    /// Held-out accuracy of the chosen family by the rows' cv: how much of
+    /// the miss is the measurements' own noise.
+    #[serde(default)]
+    pub by_cv: Vec<CvBand>,
     /// The worst held-out predictions of the chosen family.
     pub worst: Vec<WorstShape>,
     /// Every held-out prediction of the chosen family: (measured, predicted) µs.
     pub held_out: Vec<(f64, f64)>,
+}
+
+/// Held-out accuracy over the rows whose cv lies in `(above, up_to]`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CvBand {
+    /// Lower bound (exclusive; the first band includes 0 and rows without a cv).
+    pub above: f64,
+    /// Upper bound (inclusive); `None` for the last band.
+    pub up_to: Option<f64>,
+    /// Rows in the band.
+    pub rows: u32,
+    /// Their share within ±10 %.
+    pub within_10pct: f64,
+    /// Their MAPE, percent.
+    pub mape: f64,
+}
+
+/// Band edges of [`CvBand`].
+pub const CV_BANDS: [f64; 3] = [0.02, 0.05, 0.10];
+
+/// Splits held-out (measured, predicted) pairs by the rows' cv.
+pub fn cv_bands(samples: &[Sample], pred: &[f64]) -> Vec<CvBand> {
+    let mut out = Vec::new();
+    let mut lo = f64::NEG_INFINITY;
+    for hi in CV_BANDS.iter().map(|&b| Some(b)).chain([None]) {
+        let pairs: Vec<(f64, f64)> = samples
+            .iter()
+            .zip(pred)
+            .filter(|(s, _)| {
+                let c = s.cv.unwrap_or(0.0);
+                c > lo && hi.is_none_or(|h| c <= h)
+            })
+            .map(|(s, p)| (s.us, *p))
+            .collect();
+        if !pairs.is_empty() {
+            let sc = score(&pairs, 0);
+            out.push(CvBand {
+                above: lo.max(0.0),
+                up_to: hi,
+                rows: pairs.len() as u32,
+                within_10pct: sc.within_10pct,
+                mape: sc.mape,
+            });
+        }
+        lo = hi.unwrap_or(f64::INFINITY);
+    }
+    out
 }
 
 /// The fit report.
@@ -123,6 +182,9 @@ pub struct ReportEntry {
 pub struct Report {
     /// The dataset fitted.
     pub dataset: Fingerprint,
+    /// The cv above which rows were left out, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_cv: Option<f64>,
     /// One entry per fitted processor and dtype.
     pub entries: Vec<ReportEntry>,
     /// Groups with too few rows, as `processor/dtype: n rows`.
@@ -138,6 +200,8 @@ pub struct Sample {
     pub order: OperandOrder,
     /// Median latency, µs.
     pub us: f64,
+    /// Coefficient of variation of the row's timed runs, when known.
+    pub cv: Option<f64>,
 }
 
 /// Checks the rows and groups the usable ones by (processor, dtype).
@@ -168,6 +232,7 @@ pub fn usable_groups(
                 shape: shape.expect("checked above"),
                 order: r.order,
                 us: value,
+                cv: r.cv,
             });
     }
     Ok(groups)
@@ -246,6 +311,36 @@ fn better(a: &Score, b: &Score) -> bool {
     (a.within_10pct, -a.mape) > (b.within_10pct, -b.mape)
 }
 
+/// Held-out share within ±10 % that a simpler family may lose to the best
+/// and still count as tied with it.
+pub const TIE_WITHIN_10: f64 = 0.0025;
+/// Relative MAPE a simpler family may lose and still count as tied (plus
+/// 0.01 points, so that two near-exact fits tie).
+pub const TIE_MAPE: f64 = 0.10;
+
+/// The index of the chosen score: the best by [`better`], unless a family
+/// earlier in [`Family::ALL`]'s order of preference ties with it (within
+/// [`TIE_WITHIN_10`] and [`TIE_MAPE`]). k-fold held-out rows lie inside the
+/// measured range, so they cannot show that trees stay flat past it: on a
+/// tie the family that extrapolates, and the one with fewer parameters, wins.
+pub fn choose(scored: &[(Family, Score)]) -> Option<usize> {
+    let best = (0..scored.len()).reduce(|a, b| {
+        if better(&scored[b].1, &scored[a].1) {
+            b
+        } else {
+            a
+        }
+    })?;
+    let top = &scored[best].1;
+    (0..scored.len())
+        .filter(|&i| {
+            let s = &scored[i].1;
+            s.within_10pct >= top.within_10pct - TIE_WITHIN_10
+                && s.mape <= top.mape * (1.0 + TIE_MAPE) + 0.01
+        })
+        .min_by_key(|&i| scored[i].0.preference())
+}
+
 /// The outcome of fitting one (processor, dtype).
 #[derive(Debug, Clone)]
 pub struct GroupFit {
@@ -255,6 +350,8 @@ pub struct GroupFit {
     pub model: ProcessorModel,
     /// The worst held-out predictions.
     pub worst: Vec<WorstShape>,
+    /// Held-out accuracy by the rows' cv.
+    pub by_cv: Vec<CvBand>,
     /// Every held-out (measured, predicted) pair, µs.
     pub held_out: Vec<(f64, f64)>,
 }
@@ -272,15 +369,8 @@ pub fn fit_group(
         let pairs: Vec<(f64, f64)> = samples.iter().zip(&pred).map(|(s, p)| (s.us, *p)).collect();
         scored.push((family, score(&pairs, params.folds), pred));
     }
-    let best = (0..scored.len())
-        .reduce(|a, b| {
-            if better(&scored[b].1, &scored[a].1) {
-                b
-            } else {
-                a
-            }
-        })
-        .expect("at least one family");
+    let pairs: Vec<(Family, Score)> = scored.iter().map(|(f, s, _)| (*f, s.clone())).collect();
+    let best = choose(&pairs).expect("at least one family");
     let (family, best_score, pred) = scored[best].clone();
     let model = family.fit(samples, dtype, params.seed)?;
     let mut worst: Vec<WorstShape> = samples
@@ -297,6 +387,7 @@ pub fn fit_group(
     worst.sort_by(|a, b| b.error_pct.abs().total_cmp(&a.error_pct.abs()));
     worst.truncate(5);
     let held_out = samples.iter().zip(&pred).map(|(s, p)| (s.us, *p)).collect();
+    let by_cv = cv_bands(samples, &pred);
     let candidates = scored
         .iter()
         .enumerate()
@@ -313,6 +404,7 @@ pub fn fit_group(
             candidates,
         },
         worst,
+        by_cv,
         held_out,
     })
 }
@@ -325,7 +417,22 @@ pub fn fit(
     micro: &[MicrobenchRow],
     params: &FitParams,
 ) -> Result<(Predictor, Report), FitError> {
-    let groups = usable_groups(rows)?;
+    let mut groups = usable_groups(rows)?;
+    // Noisy rows, counted per group, then left out.
+    let mut noisy: BTreeMap<(String, DType), u32> = BTreeMap::new();
+    if let Some(max_cv) = params.max_cv {
+        let quiet = |r: &&MeasurementRow| r.cv.is_none_or(|c| c <= max_cv);
+        for r in rows
+            .iter()
+            .filter(|r| r.status == RowStatus::Ok && r.verified)
+        {
+            if !quiet(&r) {
+                *noisy.entry((r.processor.clone(), r.dtype)).or_default() += 1;
+            }
+        }
+        let kept: Vec<MeasurementRow> = rows.iter().filter(quiet).cloned().collect();
+        groups = usable_groups(&kept)?;
+    }
     let (fit_these, skip): (Vec<_>, Vec<_>) = groups.iter().partition(|(_, s)| s.len() >= MIN_ROWS);
     if fit_these.is_empty() {
         let have = groups
@@ -357,6 +464,7 @@ pub fn fit(
         family,
         model: m,
         worst,
+        by_cv,
         held_out,
     } in fitted
     {
@@ -369,7 +477,12 @@ pub fn fit(
             within_10pct: m.score.within_10pct,
             within_20pct: m.score.within_20pct,
             samples: m.score.samples,
+            excluded_noisy: noisy
+                .get(&(m.processor.clone(), m.dtype))
+                .copied()
+                .unwrap_or(0),
             candidates: m.candidates.clone(),
+            by_cv,
             worst,
             held_out,
         });
@@ -384,6 +497,7 @@ pub fn fit(
     };
     let report = Report {
         dataset,
+        max_cv: params.max_cv,
         entries,
         skipped: skip
             .iter()

@@ -2,54 +2,22 @@
 
 use hetero_plan::{
     LinearCost, MeasurementRow, MicrobenchKind, MicrobenchRow, Overheads, Processor, RowStatus,
+    Stats,
 };
 
-fn median(mut v: Vec<f64>) -> Option<f64> {
-    if v.is_empty() {
-        return None;
-    }
-    v.sort_by(f64::total_cmp);
-    let n = v.len();
-    Some(if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        0.5 * (v[n / 2 - 1] + v[n / 2])
-    })
+use super::line::relative_line;
+
+/// The median of the values, through the crate-wide [`Stats`].
+fn median(v: Vec<f64>) -> Option<f64> {
+    Stats::from_samples(&v).map(|s| s.median_us)
 }
 
-/// Relative least squares fit of `alpha + beta·x` through `(x, t)` points,
-/// with alpha kept non-negative. `None` with fewer than two distinct x.
+/// `alpha + beta·bytes` through `(bytes, µs)` points (see [`relative_line`]).
+/// `None` with fewer than two distinct sizes.
 pub fn fit_linear_cost(points: &[(f64, f64)]) -> Option<LinearCost> {
-    let distinct = points
-        .iter()
-        .map(|p| p.0.to_bits())
-        .collect::<std::collections::HashSet<_>>();
-    if distinct.len() < 2 {
-        return None;
-    }
-    let (mut s00, mut s01, mut s11, mut b0, mut b1) = (0.0, 0.0, 0.0, 0.0, 0.0);
-    for &(x, t) in points {
-        let q = 1.0 / (t * t);
-        s00 += q;
-        s01 += q * x;
-        s11 += q * x * x;
-        b0 += q * t;
-        b1 += q * x * t;
-    }
-    let det = s00 * s11 - s01 * s01;
-    let mut a = (b0 * s11 - b1 * s01) / det;
-    let mut b = (s00 * b1 - s01 * b0) / det;
-    if a < 0.0 {
-        a = 0.0;
-        b = b1 / s11;
-    }
-    if b < 0.0 {
-        b = 0.0;
-        a = b0 / s00;
-    }
-    (a.is_finite() && b.is_finite()).then_some(LinearCost {
-        alpha_us: a,
-        beta_us_per_byte: b,
+    relative_line(points).map(|l| LinearCost {
+        alpha_us: l.alpha,
+        beta_us_per_byte: l.beta,
     })
 }
 
@@ -133,8 +101,8 @@ mod tests {
     use super::*;
 
     #[test]
-    fn linear_cost_recovers_exact_line() {
-        let pts: Vec<(f64, f64)> = [4096.0, 65536.0, 1048576.0, 16777216.0]
+    fn linear_cost_maps_the_line() {
+        let pts: Vec<(f64, f64)> = [4096.0, 1048576.0]
             .iter()
             .map(|&b| (b, 7.0 + b / 55_000.0))
             .collect();
@@ -142,5 +110,7 @@ mod tests {
         assert!((c.alpha_us - 7.0).abs() < 1e-6, "{c:?}");
         assert!((c.beta_us_per_byte - 1.0 / 55_000.0).abs() < 1e-12);
         assert!(fit_linear_cost(&pts[..1]).is_none());
+        assert_eq!(median(vec![3.0, 1.0, 2.0, 10.0]), Some(2.5));
+        assert_eq!(median(vec![]), None);
     }
 }
