@@ -17,6 +17,7 @@
 //! pick RON or JSON from the file extension.
 #![warn(missing_docs)]
 
+mod compiled;
 mod error;
 mod fingerprint;
 mod gemm;
@@ -30,6 +31,7 @@ mod profile;
 mod sweep;
 mod version;
 
+pub use compiled::CompiledModel;
 pub use error::{Error, Result};
 pub use fingerprint::Fingerprint;
 pub use gemm::{DType, GemmShape, OperandOrder, WeightMode};

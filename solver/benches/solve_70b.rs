@@ -6,7 +6,9 @@
 //! * `analytic`: the simulated processors of `hetero_solver::synthetic`;
 //! * `forest`: the same device as a predictor file whose models are forests
 //!   of 64 regression trees of depth 8 (the cost of evaluating fitted tree
-//!   models; their predictions approximate rooflines, for timing only).
+//!   models; their predictions approximate rooflines, for timing only);
+//! * `file`: a predictor file named by `HETERO_BENCH_PREDICTOR` (say, the
+//!   fit of `datasets/gpu-host-h200`), skipped when unset.
 
 use std::path::Path;
 use std::time::Instant;
@@ -153,5 +155,14 @@ fn main() {
     }
     if want("forest") {
         time("forest", &forest_predictor(), &model);
+    }
+    if want("file") {
+        match std::env::var_os("HETERO_BENCH_PREDICTOR") {
+            Some(p) => {
+                let p: Predictor = hetero_plan::load(Path::new(&p)).expect("predictor file");
+                time("file", &p, &model);
+            }
+            None => eprintln!("skipping file: HETERO_BENCH_PREDICTOR is not set"),
+        }
     }
 }

@@ -74,7 +74,8 @@ pub(crate) struct Proc<'a> {
     pub queue: bool,
     pub tile: u32,
     pub dtype: DType,
-    pub model: &'a dyn GemmModel,
+    /// The latency model: the oracle's, or its compiled form.
+    pub model: std::sync::Arc<dyn GemmModel + Send + 'a>,
     /// Host notices completion, µs (poll where it can, else blocking wait).
     pub sync_us: f64,
     /// Submitting one kernel to an empty queue, µs.

@@ -1,19 +1,95 @@
 //! What the solver needs to know about a device: processors, GEMM latency
 //! models and overhead constants.
 
+use std::cell::RefCell;
+use std::sync::atomic::{AtomicU64, Ordering};
+
 use hetero_plan::{
-    DType, GemmShape, OperandOrder, Overheads, Predictor, Processor, ProcessorModel,
+    CompiledModel, DType, GemmShape, OperandOrder, Overheads, Predictor, Processor, ProcessorModel,
 };
 
 /// A GEMM latency model for one processor and dtype.
 pub trait GemmModel: Sync {
     /// Predicted latency of one GEMM, µs; `None` when the model cannot say.
     fn predict_us(&self, shape: GemmShape, order: OperandOrder) -> Option<f64>;
+
+    /// A faster evaluator with exactly the same predictions, which the
+    /// solver builds once per solve and then asks instead of `self`.
+    /// `None` (the default): `self` is fast enough.
+    fn compiled(&self) -> Option<Box<dyn GemmModel + Send + '_>> {
+        None
+    }
 }
 
 impl GemmModel for ProcessorModel {
     fn predict_us(&self, shape: GemmShape, order: OperandOrder) -> Option<f64> {
         self.model.predict_us(shape, self.dtype, order)
+    }
+
+    /// The model's trees flattened ([`CompiledModel`]); same predictions,
+    /// bit for bit.
+    fn compiled(&self) -> Option<Box<dyn GemmModel + Send + '_>> {
+        Some(Box::new(Compiled {
+            model: self.model.compile(),
+            dtype: self.dtype,
+            id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
+        }))
+    }
+}
+
+/// Ids of [`Compiled`] models, never reused in a process, so a memo entry
+/// cannot be taken for another model's.
+static NEXT_ID: AtomicU64 = AtomicU64::new(0);
+
+/// A [`ProcessorModel`]'s compiled evaluator, with a small memo per
+/// thread: within one cell the solver asks for the same shape on the same
+/// processor several times (each two-way cut is searched with every
+/// partner, three-way cuts revisit their shares).
+struct Compiled {
+    model: CompiledModel,
+    dtype: DType,
+    id: u64,
+}
+
+/// Slots of the per-thread memo (direct-mapped: a new shape evicts the one
+/// in its slot).
+const MEMO_SLOTS: usize = 1 << 12;
+
+/// `(model id, m, k, n, order)`.
+type MemoKey = (u64, u32, u32, u32, OperandOrder);
+/// A memo slot: a shape and its prediction.
+type MemoSlot = Option<(MemoKey, Option<f64>)>;
+
+thread_local! {
+    static MEMO: RefCell<Vec<MemoSlot>> =
+        RefCell::new(vec![None; MEMO_SLOTS]);
+}
+
+/// A cheap multiplicative hash of a memo key onto a slot.
+fn memo_slot(key: &MemoKey) -> usize {
+    let (id, m, k, n, order) = *key;
+    let mut h = id.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    for x in [m, k, n, order as u32] {
+        h = (h.rotate_left(23) ^ u64::from(x)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    }
+    (h >> 40) as usize % MEMO_SLOTS
+}
+
+impl GemmModel for Compiled {
+    fn predict_us(&self, shape: GemmShape, order: OperandOrder) -> Option<f64> {
+        let key: MemoKey = (self.id, shape.m.get(), shape.k.get(), shape.n.get(), order);
+        let slot = memo_slot(&key);
+        MEMO.with(|memo| {
+            let mut memo = memo.borrow_mut();
+            match memo[slot] {
+                Some((k, t)) if k == key => t,
+                _ => {
+                    let t = self.model.predict_us(shape, self.dtype, order);
+                    memo[slot] = Some((key, t));
+                    t
+                }
+            }
+        })
     }
 }
 

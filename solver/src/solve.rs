@@ -15,7 +15,7 @@ use std::sync::Arc;
 use crate::engine::{
     Cell, OffloadSetup, OpCtx, Proc, Setup, StaticGraphs, Tables, last_token_only, table_top,
 };
-use crate::oracle::LatencyOracle;
+use crate::oracle::{GemmModel, LatencyOracle};
 use crate::settings::{DEFAULT_PREPARE_BUDGET_US, Distribution, GraphChoice, Settings, fmt_bytes};
 use crate::{Error, Result, graphs, offload};
 
@@ -98,6 +98,11 @@ pub(crate) fn build_procs<'a, O: LatencyOracle + ?Sized>(
         let model = oracle
             .gemm_model(&p.id, dtype)
             .expect("dtype is one the oracle listed");
+        // Compiled once per solve: the same predictions, faster.
+        let model: Arc<dyn GemmModel + Send + 'a> = match model.compiled() {
+            Some(fast) => Arc::from(fast),
+            None => Arc::new(Borrowed(model)),
+        };
         let ov = oracle.overheads(&p.id);
         let caps = &p.capabilities;
         let queue = p.kind == ProcessorKind::Gpu;
@@ -171,6 +176,19 @@ pub(crate) fn build_procs<'a, O: LatencyOracle + ?Sized>(
         return Err(Error::NoProcessors);
     }
     Ok(procs)
+}
+
+/// A model the oracle owns, used as it is.
+struct Borrowed<'a>(&'a dyn GemmModel);
+
+impl GemmModel for Borrowed<'_> {
+    fn predict_us(
+        &self,
+        shape: hetero_plan::GemmShape,
+        order: hetero_plan::OperandOrder,
+    ) -> Option<f64> {
+        self.0.predict_us(shape, order)
+    }
 }
 
 fn ids<'x>(it: impl Iterator<Item = &'x str>) -> String {
@@ -256,6 +274,45 @@ fn offload_setup(procs: &[Proc]) -> Result<OffloadSetup> {
 
 fn round2(x: f64) -> f64 {
     (x * 100.0).round() / 100.0
+}
+
+/// What a solved operator's decisions depend on besides the device and the
+/// settings: two operators with the same key get the same decisions.
+type TwinKey = (
+    u32,
+    u32,
+    u32,
+    u32,
+    u32,
+    Phase,
+    hetero_plan::MRule,
+    Option<u32>,
+);
+
+fn twin_key(setup: &Setup, op: &LinearOp, phase: Phase) -> TwinKey {
+    let rule = match phase {
+        Phase::Prefill => op.prefill_m,
+        Phase::Decode => op.decode_m,
+    };
+    // Offload mode: the rows resident on the GPU, chosen per operator.
+    let resident = setup
+        .offload
+        .as_ref()
+        .map(|o| o.resident.get(&op.name).copied().unwrap_or(0));
+    (
+        op.k, op.n, op.count, op.active, op.layers, phase, rule, resident,
+    )
+}
+
+/// For each item, the index of the first item with the same key (itself
+/// when it is the first).
+fn twins<T, K: Eq + std::hash::Hash>(items: &[T], key: impl Fn(&T) -> K) -> Vec<usize> {
+    let mut first: HashMap<K, usize> = HashMap::new();
+    items
+        .iter()
+        .enumerate()
+        .map(|(i, x)| *first.entry(key(x)).or_insert(i))
+        .collect()
 }
 
 /// Builds the decision of a cell: the cheapest candidate, and the cheapest
@@ -407,9 +464,15 @@ pub fn solve<O: LatencyOracle + ?Sized>(
         })
         .max()
         .unwrap_or(0);
+    // Operators that differ only by name (attn_q and attn_o, ffn_gate and
+    // ffn_up) share their tables and, below, their decisions.
     let prefill_tables: HashMap<String, Arc<Tables>> = if has_prefill {
-        ops.par_iter()
-            .map(|op| {
+        let first = twins(&ops, |op| twin_key(&setup, op, Phase::Prefill));
+        let unique: Vec<Arc<Tables>> = ops
+            .par_iter()
+            .enumerate()
+            .filter(|&(i, _)| first[i] == i)
+            .map(|(_, op)| {
                 let max_m = max_m_of(op, Phase::Prefill, &settings.prefill_lengths);
                 let mut top = table_top(&setup, Phase::Prefill, max_m);
                 if !last_token_only(op, Phase::Prefill) {
@@ -427,8 +490,19 @@ pub fn solve<O: LatencyOracle + ?Sized>(
                 }
                 sizes.push(1);
                 let t = Tables::new(&setup, op, Phase::Prefill, top, max_m, None, Some(&sizes));
-                (op.name.clone(), Arc::new(t))
+                Arc::new(t)
             })
+            .collect();
+        let mut by_first: HashMap<usize, Arc<Tables>> = HashMap::new();
+        let mut it = unique.into_iter();
+        for (i, &f) in first.iter().enumerate() {
+            if f == i {
+                by_first.insert(i, it.next().expect("one table per distinct operator"));
+            }
+        }
+        ops.iter()
+            .zip(&first)
+            .map(|(op, f)| (op.name.clone(), by_first[f].clone()))
             .collect()
     } else {
         HashMap::new()
@@ -494,10 +568,17 @@ pub fn solve<O: LatencyOracle + ?Sized>(
             tasks.push((op, phase, lens));
         }
     }
+    // A task whose operator has an earlier twin in the same phase copies
+    // its decisions instead of solving them again.
+    let twin_of = twins(&tasks, |&(op, phase, _)| twin_key(&setup, op, phase));
     let setup_ref = &setup;
-    let solved: Vec<Result<OpPlan>> = tasks
+    let solved: Vec<Option<Result<OpPlan>>> = tasks
         .par_iter()
-        .map(|&(op, phase, lens)| {
+        .enumerate()
+        .map(|(i, &(op, phase, lens))| {
+            if twin_of[i] != i {
+                return None;
+            }
             let cx = match prefill_tables.get(&op.name) {
                 Some(t) if phase == Phase::Prefill => {
                     OpCtx::with_tables(setup_ref, op, phase, t.clone())
@@ -529,7 +610,7 @@ pub fn solve<O: LatencyOracle + ?Sized>(
                     })
                 })
                 .collect();
-            Ok(OpPlan {
+            Some(Ok(OpPlan {
                 op: op.name.clone(),
                 phase,
                 k: op.k,
@@ -545,11 +626,27 @@ pub fn solve<O: LatencyOracle + ?Sized>(
                         order: *o,
                     })
                     .collect(),
-                decisions: decisions.into_iter().collect::<Result<_>>()?,
-            })
+                decisions: match decisions.into_iter().collect::<Result<_>>() {
+                    Ok(d) => d,
+                    Err(e) => return Some(Err(e)),
+                },
+            }))
         })
         .collect();
-    let plan_ops: Vec<OpPlan> = solved.into_iter().collect::<Result<_>>()?;
+    let mut plan_ops: Vec<OpPlan> = Vec::with_capacity(tasks.len());
+    for (i, s) in solved.into_iter().enumerate() {
+        let op_plan = match s {
+            Some(r) => r?,
+            None => {
+                let op = tasks[i].0;
+                OpPlan {
+                    op: op.name.clone(),
+                    ..plan_ops[twin_of[i]].clone()
+                }
+            }
+        };
+        plan_ops.push(op_plan);
+    }
 
     let graph_sets = setup
         .graphs

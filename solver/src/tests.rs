@@ -709,3 +709,220 @@ fn offload_pairs_the_fastest_cpu_and_gpu() {
     let o = plan.solver.unwrap().offload.unwrap();
     assert_eq!((o.cpu.as_str(), o.gpu.as_str()), ("cpu", "cuda"));
 }
+
+/// A predictor's models evaluated as they are: no compiled form (the plain
+/// path the compiled one must reproduce).
+struct Plain {
+    predictor: hetero_plan::Predictor,
+    models: Vec<PlainModel>,
+}
+
+struct PlainModel(hetero_plan::ProcessorModel);
+
+impl crate::GemmModel for PlainModel {
+    fn predict_us(&self, shape: hetero_plan::GemmShape, order: OperandOrder) -> Option<f64> {
+        self.0.model.predict_us(shape, self.0.dtype, order)
+    }
+}
+
+impl LatencyOracle for Plain {
+    fn processors(&self) -> &[hetero_plan::Processor] {
+        &self.predictor.processors
+    }
+    fn gemm_model(
+        &self,
+        processor: &str,
+        dtype: hetero_plan::DType,
+    ) -> Option<&dyn crate::GemmModel> {
+        self.models
+            .iter()
+            .find(|m| m.0.processor == processor && m.0.dtype == dtype)
+            .map(|m| m as &dyn crate::GemmModel)
+    }
+    fn dtypes(&self, processor: &str) -> Vec<hetero_plan::DType> {
+        LatencyOracle::dtypes(&self.predictor, processor)
+    }
+    fn overheads(&self, processor: &str) -> hetero_plan::Overheads {
+        self.predictor.overheads(processor)
+    }
+}
+
+/// A regression tree over log2 M, K, N and a few tile features whose leaves
+/// hold ln(µs) of `like` at a shape inside their box: a stand-in for a
+/// fitted tree model, so plans built on it are sensible and every kind of
+/// split is walked.
+fn tree_like(
+    like: &hetero_plan::LatencyModel,
+    dtype: hetero_plan::DType,
+    seed: &mut u64,
+    depth: u32,
+) -> hetero_plan::Tree {
+    use hetero_plan::predictor::{FEATURE_NAMES, features};
+    use hetero_plan::{GemmShape, TreeNode};
+    fn rnd(seed: &mut u64) -> f64 {
+        *seed = seed
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        (*seed >> 11) as f64 / (1u64 << 53) as f64
+    }
+    let feat = |name: &str| FEATURE_NAMES.iter().position(|n| *n == name).unwrap() as u16;
+    let log2 = [feat("log2_m"), feat("log2_k"), feat("log2_n")];
+    let extra = [feat("tiles_m_256"), feat("pad_waste_32"), feat("m_over_n")];
+    #[allow(clippy::too_many_arguments)]
+    fn build(
+        nodes: &mut Vec<TreeNode>,
+        like: &hetero_plan::LatencyModel,
+        dtype: hetero_plan::DType,
+        seed: &mut u64,
+        depth: u32,
+        lo: [f64; 3],
+        hi: [f64; 3],
+        log2: [u16; 3],
+        extra: [u16; 3],
+    ) -> u32 {
+        let me = nodes.len() as u32;
+        let centre = |i: usize| 2f64.powf((lo[i] + hi[i]) / 2.0).round().max(1.0) as u32;
+        let s = GemmShape::new(centre(0), centre(1), centre(2)).unwrap();
+        if depth == 0 {
+            let t = like.predict_us(s, dtype, OperandOrder::Aw).unwrap();
+            nodes.push(TreeNode::Leaf { value: t.ln() });
+            return me;
+        }
+        nodes.push(TreeNode::Leaf { value: 0.0 });
+        let (mut lhi, mut rlo) = (hi, lo);
+        let (feature, threshold) = if rnd(seed) < 0.2 {
+            // A split on another feature, at its value at the centre.
+            let f = extra[(rnd(seed) * 3.0) as usize % 3];
+            (f, features(s, dtype, OperandOrder::Aw)[f as usize])
+        } else {
+            let i = (rnd(seed) * 3.0) as usize % 3;
+            let th = lo[i] + (hi[i] - lo[i]) * (0.3 + 0.4 * rnd(seed));
+            lhi[i] = th;
+            rlo[i] = th;
+            (log2[i], th)
+        };
+        let left = build(nodes, like, dtype, seed, depth - 1, lo, lhi, log2, extra);
+        let right = build(nodes, like, dtype, seed, depth - 1, rlo, hi, log2, extra);
+        nodes[me as usize] = TreeNode::Split {
+            feature,
+            threshold,
+            left,
+            right,
+        };
+        me
+    }
+    let mut nodes = vec![];
+    build(
+        &mut nodes,
+        like,
+        dtype,
+        seed,
+        depth,
+        [0.0; 3],
+        [14.0, 15.0, 17.0],
+        log2,
+        extra,
+    );
+    hetero_plan::Tree { nodes }
+}
+
+/// A fixture predictor whose parametric models are replaced by tree models
+/// of every kind (tree, forest, boosted, in turn per processor).
+fn tree_predictor(fixture: &str) -> hetero_plan::Predictor {
+    use hetero_plan::LatencyModel;
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../tests/fixtures/predictors")
+        .join(fixture);
+    let mut p: hetero_plan::Predictor = hetero_plan::load(&path).unwrap();
+    let mut seed = 11;
+    for (i, m) in p.models.iter_mut().enumerate() {
+        let like = m.model.clone();
+        let mut trees = |n: usize, depth: u32| -> Vec<hetero_plan::Tree> {
+            (0..n)
+                .map(|_| tree_like(&like, m.dtype, &mut seed, depth))
+                .collect()
+        };
+        m.model = match i % 3 {
+            0 => LatencyModel::Boosted {
+                base: 0.0,
+                rate: 1.0 / 24.0,
+                trees: trees(24, 6),
+            },
+            1 => LatencyModel::Forest {
+                trees: trees(12, 9),
+            },
+            _ => LatencyModel::Tree(trees(1, 12).remove(0)),
+        };
+    }
+    p
+}
+
+#[test]
+fn compiled_models_give_the_plan_of_the_plain_models() {
+    let m = model("qwen2.5-1.5b.json");
+    // (fixture, GPU memory budget for offload mode, whether it splits: the
+    // discrete GPU alone beats every split unless weights stay on the host)
+    for (fixture, budget, splits) in [
+        ("soc-npu-gpu.ron", None, true),
+        ("discrete-cpu-gpu.ron", None, false),
+        ("discrete-cpu-gpu.ron", Some(1u64 << 29), true),
+    ] {
+        let fast = tree_predictor(fixture);
+        let plain = Plain {
+            models: fast.models.iter().cloned().map(PlainModel).collect(),
+            predictor: fast.clone(),
+        };
+        let s = Settings {
+            phases: vec![Phase::Prefill, Phase::Decode],
+            prefill_lengths: (1..=700).collect(),
+            decode_lengths: vec![1, 2, 4],
+            graphs: GraphChoice::Auto,
+            prepare_budget_us: Some(600e6),
+            gpu_mem_budget: budget,
+            ..Settings::default()
+        };
+        let a = solve(&plain, fp(), &m, &s).unwrap();
+        let b = solve(&fast, fp(), &m, &s).unwrap();
+        check_plan(&b);
+        let split = b.ops.iter().any(|o| {
+            o.decisions
+                .iter()
+                .any(|d| d.strategy.kind() != StrategyKind::Single)
+        });
+        assert_eq!(split, splits, "{fixture} (budget {budget:?}): splits");
+        assert_eq!(a, b, "{fixture} (budget {budget:?})");
+    }
+}
+
+#[test]
+fn twin_operators_get_the_decisions_they_get_alone() {
+    // attn_q and attn_o of llama-3.1-8b have the same K × N, as have
+    // ffn_gate and ffn_up: the solver solves one of each pair and copies.
+    let dev = synthetic::paper_like_npu_gpu();
+    let m = llama8b();
+    let mut s = prefill(1..=300, &[], &[]);
+    s.graphs = GraphChoice::Auto;
+    s.phases = vec![Phase::Prefill, Phase::Decode];
+    let all = solve(&dev, fp(), &m, &s).unwrap();
+    for op in ["attn_o", "ffn_up"] {
+        let twin = &m.ops[m.ops.iter().position(|o| o.name == op).unwrap()];
+        assert!(
+            m.ops
+                .iter()
+                .any(|o| o.name != op && o.k == twin.k && o.n == twin.n),
+            "{op} has no twin in the model"
+        );
+        // Alone, with the graph set the full solve chose.
+        let mut alone_s = s.clone();
+        alone_s.ops = vec![op.into()];
+        alone_s.graphs = GraphChoice::Sizes(all.graph_sets[0].sizes.clone());
+        let alone = solve(&dev, fp(), &m, &alone_s).unwrap();
+        for phase in [Phase::Prefill, Phase::Decode] {
+            assert_eq!(
+                all.op(op, phase).unwrap(),
+                alone.op(op, phase).unwrap(),
+                "{op} {phase}"
+            );
+        }
+    }
+}
