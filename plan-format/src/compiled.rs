@@ -33,7 +33,7 @@ use crate::{DType, GemmShape, OperandOrder};
 const CONST_SLOT: u32 = N_FEATURES as u32;
 
 /// Trees walked together in lockstep.
-pub const LANES: usize = 8;
+const LANES: usize = 8;
 
 /// A feature vector with the constant slot leaves read.
 type X = [f64; N_FEATURES + 1];

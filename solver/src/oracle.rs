@@ -53,7 +53,7 @@ struct Compiled {
 
 /// Slots of the per-thread memo (direct-mapped: a new shape evicts the one
 /// in its slot).
-const MEMO_SLOTS: usize = 1 << 12;
+const MEMO_SLOTS: usize = 1 << 9;
 
 /// `(model id, m, k, n, order)`.
 type MemoKey = (u64, u32, u32, u32, OperandOrder);

@@ -572,34 +572,54 @@ pub fn solve<O: LatencyOracle + ?Sized>(
     // its decisions instead of solving them again.
     let twin_of = twins(&tasks, |&(op, phase, _)| twin_key(&setup, op, phase));
     let setup_ref = &setup;
-    let solved: Vec<Option<Result<OpPlan>>> = tasks
+    let reps: Vec<usize> = (0..tasks.len()).filter(|&i| twin_of[i] == i).collect();
+    // Per task solved: its context and the (rows, instances) of each length
+    // (lengths with the same rows share a cell).
+    let contexts: Vec<(OpCtx, Vec<(u32, u32)>)> = reps
         .par_iter()
-        .enumerate()
-        .map(|(i, &(op, phase, lens))| {
-            if twin_of[i] != i {
-                return None;
-            }
+        .map(|&i| {
+            let (op, phase, lens) = tasks[i];
             let cx = match prefill_tables.get(&op.name) {
                 Some(t) if phase == Phase::Prefill => {
                     OpCtx::with_tables(setup_ref, op, phase, t.clone())
                 }
                 _ => OpCtx::new(setup_ref, op, phase, max_m_of(op, phase, lens)),
             };
-            // Lengths with the same rows share a cell.
-            let rows: Vec<(u32, u32)> = lens.iter().map(|&l| cx.rows(l)).collect();
-            let mut keys = rows.clone();
-            keys.sort_unstable();
-            keys.dedup();
-            let cells: HashMap<(u32, u32), Cell> = keys
-                .par_iter()
-                .map(|&(m, i)| ((m, i), cx.cell_at(m, i)))
-                .collect();
-            let decisions: Vec<Result<Decision>> = lens
-                .par_iter()
-                .zip(&rows)
+            let rows = lens.iter().map(|&l| cx.rows(l)).collect();
+            (cx, rows)
+        })
+        .collect();
+    // Cells in order of M, then operator: a thread solves one M for several
+    // operators in a row, so a compiled model's per-thread memo also serves
+    // the shapes that operators with the same K share at that M.
+    let mut work: Vec<(u32, u32, usize)> = vec![];
+    for (j, (_, rows)) in contexts.iter().enumerate() {
+        let mut keys = rows.clone();
+        keys.sort_unstable();
+        keys.dedup();
+        work.extend(keys.into_iter().map(|(m, i)| (m, i, j)));
+    }
+    work.sort_unstable();
+    let solved_cells: Vec<Cell> = work
+        .par_iter()
+        .map(|&(m, i, j)| contexts[j].0.cell_at(m, i))
+        .collect();
+    let mut cells: Vec<HashMap<(u32, u32), Cell>> =
+        contexts.iter().map(|_| HashMap::new()).collect();
+    for (&(m, i, j), cell) in work.iter().zip(solved_cells) {
+        cells[j].insert((m, i), cell);
+    }
+    let solved: Vec<Result<OpPlan>> = reps
+        .par_iter()
+        .zip(&contexts)
+        .zip(&cells)
+        .map(|((&t, (cx, rows)), cells)| {
+            let (op, phase, lens) = tasks[t];
+            let decisions = lens
+                .iter()
+                .zip(rows)
                 .map(|(&len, key)| {
-                    let cell = &cells[key];
-                    decision(&setup_ref.procs, len, cell).ok_or_else(|| {
+                    decision(&setup_ref.procs, len, &cells[key]).ok_or_else(|| {
                         Error::arg(
                             "predictor",
                             format!(
@@ -609,8 +629,8 @@ pub fn solve<O: LatencyOracle + ?Sized>(
                         )
                     })
                 })
-                .collect();
-            Some(Ok(OpPlan {
+                .collect::<Result<_>>()?;
+            Ok(OpPlan {
                 op: op.name.clone(),
                 phase,
                 k: op.k,
@@ -626,15 +646,16 @@ pub fn solve<O: LatencyOracle + ?Sized>(
                         order: *o,
                     })
                     .collect(),
-                decisions: match decisions.into_iter().collect::<Result<_>>() {
-                    Ok(d) => d,
-                    Err(e) => return Some(Err(e)),
-                },
-            }))
+                decisions,
+            })
         })
         .collect();
+    let mut by_task: Vec<Option<Result<OpPlan>>> = tasks.iter().map(|_| None).collect();
+    for (&t, r) in reps.iter().zip(solved) {
+        by_task[t] = Some(r);
+    }
     let mut plan_ops: Vec<OpPlan> = Vec::with_capacity(tasks.len());
-    for (i, s) in solved.into_iter().enumerate() {
+    for (i, s) in by_task.into_iter().enumerate() {
         let op_plan = match s {
             Some(r) => r?,
             None => {
