@@ -318,9 +318,9 @@ pub const TIE_WITHIN_10: f64 = 0.0025;
 /// 0.01 points, so that two near-exact fits tie).
 pub const TIE_MAPE: f64 = 0.10;
 
-/// The index of the chosen score: the best by [`better`], unless a family
-/// earlier in [`Family::ALL`]'s order of preference ties with it (within
-/// [`TIE_WITHIN_10`] and [`TIE_MAPE`]). k-fold held-out rows lie inside the
+/// The index of the chosen score: the best (most rows within ±10 %, then
+/// lowest MAPE), unless a family with a lower [`Family::preference`] ties
+/// with it (within [`TIE_WITHIN_10`] and [`TIE_MAPE`]). k-fold held-out rows lie inside the
 /// measured range, so they cannot show that trees stay flat past it: on a
 /// tie the family that extrapolates, and the one with fewer parameters, wins.
 pub fn choose(scored: &[(Family, Score)]) -> Option<usize> {
