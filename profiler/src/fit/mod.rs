@@ -4,7 +4,12 @@
 //! scored by k-fold held-out error, the best is refitted on all rows, and the
 //! choice is stored with its score and the runners-up. Trees and ensembles
 //! learn ln(latency) on [`hetero_plan::predictor::features`]; the linear and
-//! roofline models are fitted by relative least squares.
+//! roofline models are fitted by relative least squares; the residual family
+//! boosts trees on the ln-residual of the best parametric model, so that it
+//! keeps the parametric trend past the measured shapes, where trees are flat.
+//!
+//! k-fold scores only see shapes inside the measured range, so on a near tie
+//! the simpler family wins ([`choose`]).
 
 mod families;
 pub mod line;
