@@ -14,6 +14,11 @@
 #   --max-cases N     GEMM cases per processor at most (default 2000)
 #   --timeout-ms MS   per-case timeout (default 300000: a 4096-token FFN GEMM
 #                     takes tens of seconds on a small CPU)
+#   --reps N          timed runs per case (default 11: the cpu backend here
+#                     scatters by a cv of about 12 % per run even on an idle
+#                     machine, and the median of N runs scatters by about
+#                     1.25·cv/√N)
+#   --warmups N       untimed runs per case (default 1)
 #   --max-cv X        leave rows with cv above X out of the fit, counted in the
 #                     report (default: keep all)
 #   --processors L    comma list of roles to profile: cpu,pocl,sim (default all)
@@ -39,6 +44,8 @@ sim_budget=15m
 max_cases=2000
 max_cv=""
 timeout_ms=300000
+reps=11
+warmups=1
 roles="cpu,pocl,sim"
 quick=0
 while [ $# -gt 0 ]; do
@@ -49,10 +56,12 @@ while [ $# -gt 0 ]; do
         --max-cases) max_cases=$2; shift 2 ;;
         --max-cv) max_cv=$2; shift 2 ;;
         --timeout-ms) timeout_ms=$2; shift 2 ;;
+        --reps) reps=$2; shift 2 ;;
+        --warmups) warmups=$2; shift 2 ;;
         --processors) roles=$2; shift 2 ;;
         --bin) bin=$2; shift 2 ;;
         --quick) quick=1; shift ;;
-        -h|--help) sed -n '2,31p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,34p' "$0"; exit 0 ;;
         *) echo "profile-here: unknown argument $1 (see --help)" >&2; exit 2 ;;
     esac
 done
@@ -65,12 +74,17 @@ command -v python3 >/dev/null || { echo "profile-here: python3 is needed" >&2; e
 [ -n "$out" ] || out="$repo/datasets/here-$(hostname -s | tr -c 'A-Za-z0-9\n' -)"
 mkdir -p "$out/parts"
 models=$(ls "$repo"/datasets/models/*.json | paste -sd, -)
-extra=()
 if [ "$quick" = 1 ]; then
-    budget=40s; sim_budget=40s; max_cases=40
-    extra=(--no-refine --reps 3 --warmups 1)
+    budget=40s; sim_budget=40s; max_cases=40; reps=3; warmups=1
+    extra=(--no-refine)
+else
+    extra=()
 fi
 log() { echo "[profile-here $(date -u +%H:%M:%S)] $*" >&2; }
+load1=$(cut -d' ' -f1 /proc/loadavg 2>/dev/null || echo 0)
+if python3 -c "import sys; sys.exit(0 if float(sys.argv[1]) > 0.5 else 1)" "$load1"; then
+    log "warning: load average is $load1; the cpu and PoCL timings will be noisy (see REPORT.md, cv)"
+fi
 
 # The machine, and what ran besides us.
 {
@@ -80,7 +94,7 @@ log() { echo "[profile-here $(date -u +%H:%M:%S)] $*" >&2; }
     echo "cpus: $(nproc)"
     lscpu 2>/dev/null | grep -E '^(Model name|Thread|Core|Socket|L3)' || true
     echo "agent: $("$agent" version --json)"
-    echo "command: $0 --out $out --budget $budget --sim-budget $sim_budget --max-cases $max_cases${max_cv:+ --max-cv $max_cv}$([ "$quick" = 1 ] && echo " --quick")"
+    echo "command: $0 --out $out --budget $budget --sim-budget $sim_budget --max-cases $max_cases --reps $reps --warmups $warmups${max_cv:+ --max-cv $max_cv}$([ "$quick" = 1 ] && echo " --quick")"
 } >> "$out/host.txt"
 
 # Processor ids by role, from the agent's probe.
@@ -114,7 +128,7 @@ for role in ${roles//,/ }; do
         log "$id: hetero profile, budget $b, at most $max_cases cases"
         "$hetero" profile --device local --agent "$agent" --processors "$id" \
             --models "$models" --budget "$b" --max-cases "$max_cases" \
-            --timeout-ms "$timeout_ms" "${extra[@]}" "${resume[@]}" --out "$part" | tee "$part.log"
+            --timeout-ms "$timeout_ms" --reps "$reps" --warmups "$warmups" "${extra[@]}" "${resume[@]}" --out "$part" | tee "$part.log"
         echo "load after $id: $(uptime)" >> "$out/host.txt"
     done
 done

@@ -127,3 +127,51 @@ fn predict_bad_input() {
         "1x2x3",
     ]);
 }
+
+#[test]
+fn max_cv_leaves_noisy_rows_out_and_counts_them() {
+    let t = TempDir::new("fit-cv");
+    let ds = t.path().join("ds");
+    let mut rows = staged_rows();
+    for (i, r) in rows.iter_mut().enumerate() {
+        r.cv = Some(if i % 10 == 0 { 0.5 } else { 0.01 });
+    }
+    let noisy = rows.iter().filter(|r| r.cv == Some(0.5)).count();
+    write_dataset(&ds, &rows);
+    let pred = t.path().join("p.ron");
+    let report = t.path().join("r.json");
+    let out = ok(&[
+        "fit",
+        ds.to_str().unwrap(),
+        "--out",
+        pred.to_str().unwrap(),
+        "--report",
+        report.to_str().unwrap(),
+        "--max-cv",
+        "0.1",
+    ]);
+    assert!(
+        out.contains(&format!(
+            "left out npu-sim f16: {noisy} row(s) with cv above 0.1"
+        )),
+        "{out}"
+    );
+    let r: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+    assert_eq!(r["max_cv"], 0.1);
+    let e = &r["entries"][0];
+    assert_eq!(e["excluded_noisy"], noisy);
+    assert_eq!(e["samples"], rows.len() - noisy);
+    assert!(e["by_cv"].as_array().is_some_and(|b| !b.is_empty()), "{e}");
+
+    for bad in ["0", "-1", "NaN"] {
+        let e = bad_input(&[
+            "fit",
+            ds.to_str().unwrap(),
+            "--out",
+            pred.to_str().unwrap(),
+            &format!("--max-cv={bad}"),
+        ]);
+        assert!(e.contains("--max-cv"), "{e}");
+    }
+}

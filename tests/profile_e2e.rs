@@ -310,6 +310,63 @@ fn local_fake_agent_end_to_end() {
     assert_eq!(p.dataset.sha256, done["fingerprint"].as_str().unwrap());
 }
 
+/// `--max-cases` bounds the GEMM cases of each processor, refinement
+/// included, and says why the run stopped.
+#[test]
+fn max_cases_bounds_each_processor() {
+    let Some(agent) = fake_agent() else { return };
+    let t = TempDir::new("max-cases");
+    let out = t.path().join("ds");
+    let o = hetero_env(
+        &[
+            "profile",
+            "--device",
+            "local",
+            "--agent",
+            &agent,
+            "--models",
+            "datasets/models/qwen2.5-1.5b.json",
+            "--no-microbench",
+            "--max-cases",
+            "9",
+            "--budget",
+            "60s",
+            "--out",
+            out.to_str().unwrap(),
+            "--json",
+        ],
+        &[],
+    );
+    let text = expect_ok(&o, "profile");
+    let done: Value = serde_json::from_str(text.lines().last().unwrap()).unwrap();
+    assert_eq!(done["stopped"], "max_cases", "{done}");
+    let ids = journal_ids(&out);
+    assert_unique(&ids);
+    for p in ["cpu:0", "fake-gpu"] {
+        let n = ids
+            .iter()
+            .filter(|id| id.starts_with(&format!("{p}/")))
+            .count();
+        assert_eq!(n, 9, "{p}: {ids:?}");
+    }
+    let e = expect_bad(
+        &hetero_env(
+            &[
+                "profile",
+                "--device",
+                "local",
+                "--max-cases",
+                "0",
+                "--out",
+                "/tmp/x",
+            ],
+            &[],
+        ),
+        "max-cases 0",
+    );
+    assert!(e.contains("--max-cases"), "{e}");
+}
+
 #[test]
 fn used_folders_are_refused_unless_resumed_on_the_same_device() {
     let Some(agent) = fake_agent() else { return };

@@ -1039,7 +1039,7 @@ pub fn read_microbench(path: &Path) -> Result<(Vec<MicrobenchRow>, BTreeMap<Stri
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use hetero_plan::{DType, MicrobenchKind, OperandOrder, WeightMode};
 
     use super::*;

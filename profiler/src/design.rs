@@ -1,7 +1,7 @@
 //! Sweep design: which GEMMs to measure, in which order, and where to add
 //! more.
 //!
-//! The initial design has four strata, interleaved so that a short budget
+//! The initial design has five strata, interleaved so that a short budget
 //! still covers each of them:
 //! - **model shapes**: every operator of every `--models` config at prefill
 //!   lengths 1..4096 and decode batches 1..8 (`LinearOp::gemms`);

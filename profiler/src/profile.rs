@@ -1161,6 +1161,57 @@ mod tests {
     use super::*;
 
     #[test]
+    fn max_cases_keeps_the_first_cases_per_processor() {
+        let shape = |m| GemmShape::new(m, 64, 64).unwrap();
+        let planned = |p: &str, m| Planned {
+            item: Item::Case(design::case(
+                p,
+                shape(m),
+                DType::F32,
+                hetero_plan::OperandOrder::Aw,
+            )),
+            stratum: design::Stratum::Model,
+        };
+        let mut pending: Vec<Planned> = (1..=5)
+            .flat_map(|m| [planned("cpu:0", m), planned("npu-sim", m)])
+            .collect();
+        pending.push(Planned {
+            item: Item::Bench(hetero_plan::MicrobenchRequest {
+                id: "mb/cpu:0/submit_empty".into(),
+                processor: "cpu:0".into(),
+                bench: MicrobenchKind::SubmitEmpty,
+                bytes: None,
+                peer: None,
+                shape: None,
+            }),
+            stratum: design::Stratum::Microbench,
+        });
+        // cpu:0 has two rows measured already: one more case fits a cap of 3.
+        let mut rows = Rows::default();
+        for id in ["a", "b"] {
+            rows.push(Line::Measurement(Box::new(dataset::tests::mrow(
+                id,
+                "cpu:0",
+                7,
+                Some(1.0),
+            ))));
+        }
+        let dropped = cap_cases(&mut pending, &rows, 3);
+        let ids: Vec<&str> = pending.iter().map(|p| p.item.id()).collect();
+        assert_eq!(dropped, 2 + 4, "{ids:?}");
+        assert_eq!(
+            ids,
+            [
+                "cpu:0/1x64x64/f32/aw",
+                "npu-sim/1x64x64/f32/aw",
+                "npu-sim/2x64x64/f32/aw",
+                "npu-sim/3x64x64/f32/aw",
+                "mb/cpu:0/submit_empty",
+            ]
+        );
+    }
+
+    #[test]
     fn patterns_match_prefixes() {
         assert!(id_matches("opencl:*", "opencl:0:0"));
         assert!(id_matches("cpu:0", "cpu:0"));

@@ -4,7 +4,12 @@
 //! scored by k-fold held-out error, the best is refitted on all rows, and the
 //! choice is stored with its score and the runners-up. Trees and ensembles
 //! learn ln(latency) on [`hetero_plan::predictor::features`]; the linear and
-//! roofline models are fitted by relative least squares.
+//! roofline models are fitted by relative least squares; the residual family
+//! boosts trees on the ln-residual of the best parametric model, so that it
+//! keeps the parametric trend past the measured shapes, where trees are flat.
+//!
+//! k-fold scores only see shapes inside the measured range, so on a near tie
+//! the simpler family wins ([`choose`]).
 
 mod families;
 pub mod line;
@@ -318,9 +323,9 @@ pub const TIE_WITHIN_10: f64 = 0.0025;
 /// 0.01 points, so that two near-exact fits tie).
 pub const TIE_MAPE: f64 = 0.10;
 
-/// The index of the chosen score: the best by `better`, unless a family
-/// earlier in [`Family::ALL`]'s order of preference ties with it (within
-/// [`TIE_WITHIN_10`] and [`TIE_MAPE`]). k-fold held-out rows lie inside the
+/// The index of the chosen score: the best (most rows within ±10 %, then
+/// lowest MAPE), unless a family with a lower [`Family::preference`] ties
+/// with it (within [`TIE_WITHIN_10`] and [`TIE_MAPE`]). k-fold held-out rows lie inside the
 /// measured range, so they cannot show that trees stay flat past it: on a
 /// tie the family that extrapolates, and the one with fewer parameters, wins.
 pub fn choose(scored: &[(Family, Score)]) -> Option<usize> {
