@@ -21,6 +21,9 @@
 //! * leaf values are summed in the file's tree order with the same
 //!   operations as `predict_us`, so the sum rounds identically.
 //!
+//! A residual model's trees are flattened the same way and its parametric
+//! base is evaluated as it is.
+//!
 //! Parametric models (linear, roofline), malformed trees and any model kind
 //! this module does not know are kept as they are and evaluated with
 //! [`LatencyModel::predict_us`]: compiling never changes a prediction.
@@ -75,6 +78,9 @@ enum Combine {
     Mean,
     /// `base + rate · Σ`.
     Boosted { base: f64, rate: f64 },
+    /// `ln(base(shape)) + rate · Σ`, with the parametric base kept in
+    /// [`Kind::Trees::base`].
+    Residual { rate: f64 },
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -82,6 +88,8 @@ enum Kind {
     Trees {
         forest: Forest,
         combine: Combine,
+        /// The parametric base of a residual model.
+        base: Option<Box<LatencyModel>>,
     },
     /// Evaluated by [`LatencyModel::predict_us`].
     AsIs(LatencyModel),
@@ -117,12 +125,23 @@ impl LatencyModel {
                     rate: *rate,
                 },
             )),
+            LatencyModel::Residual { rate, trees, .. } => {
+                Some((trees.as_slice(), Combine::Residual { rate: *rate }))
+            }
             // Parametric models are a few operations already; model kinds
             // added later are evaluated as they are until taught here.
             _ => None,
         };
+        let base = match self {
+            LatencyModel::Residual { base, .. } => Some(base.clone()),
+            _ => None,
+        };
         let kind = match trees.and_then(|(t, c)| Some((flatten(t)?, c))) {
-            Some((forest, combine)) => Kind::Trees { forest, combine },
+            Some((forest, combine)) => Kind::Trees {
+                forest,
+                combine,
+                base,
+            },
             None => Kind::AsIs(self.clone()),
         };
         CompiledModel { kind }
@@ -131,9 +150,18 @@ impl LatencyModel {
 
 impl Kind {
     fn predict_us(&self, shape: GemmShape, dtype: DType, order: OperandOrder) -> Option<f64> {
-        let (forest, combine) = match self {
+        let (forest, combine, base) = match self {
             Kind::AsIs(m) => return m.predict_us(shape, dtype, order),
-            Kind::Trees { forest, combine } => (forest, *combine),
+            Kind::Trees {
+                forest,
+                combine,
+                base,
+            } => (forest, *combine, base),
+        };
+        // A residual model's base first, as `predict_us` evaluates it.
+        let b = match base {
+            Some(base) => Some(base.predict_us(shape, dtype, order)?),
+            None => None,
         };
         let mut x: X = [0.0; N_FEATURES + 1];
         if forest.splits {
@@ -145,6 +173,7 @@ impl Kind {
             Combine::Tree => sum.exp(),
             Combine::Mean => (sum / forest.roots.len().max(1) as f64).exp(),
             Combine::Boosted { base, rate } => (base + rate * sum).exp(),
+            Combine::Residual { rate } => b? * (rate * sum).exp(),
         };
         (t.is_finite() && t > 0.0).then_some(t)
     }
@@ -470,6 +499,24 @@ mod tests {
                 rate: 0.3,
                 trees: trees(3, 1),
             },
+            LatencyModel::Residual {
+                base: Box::new(LatencyModel::Roofline {
+                    peak_gflops: 900.0,
+                    bw_gbps: 120.0,
+                    launch_us: 4.0,
+                }),
+                rate: 0.1,
+                trees: trees(120, 5),
+            },
+            LatencyModel::Residual {
+                base: Box::new(LatencyModel::Linear {
+                    alpha_us: -50.0,
+                    beta_us: 1e-7,
+                    work: Work::Flops,
+                }),
+                rate: 0.2,
+                trees: trees(9, 3),
+            },
         ]
     }
 
@@ -498,7 +545,10 @@ mod tests {
                     "{} at {s:?} {dtype} {order:?}: {got:?} != {want:?}",
                     model.family()
                 );
-                assert!(want.is_some() || !trees, "{}: {s:?}", model.family());
+                // A residual model's base may refuse a shape (the linear one
+                // above goes negative on small shapes); trees alone never do.
+                let base = matches!(model, LatencyModel::Residual { .. });
+                assert!(want.is_some() || !trees || base, "{}: {s:?}", model.family());
             }
         }
     }
