@@ -87,6 +87,10 @@ pub(crate) struct Proc<'a> {
     pub prepare: Option<LinearCost>,
     /// Can take part in a split (unified memory, or copy costs known).
     pub can_split: bool,
+    /// Its latency model predicts device-timer times (kernel only): the
+    /// host's submit and completion notice come on top even when it runs
+    /// alone. Host-clock times (the cpu backend) include them already.
+    pub device_timed: bool,
 }
 
 impl Proc<'_> {
@@ -96,6 +100,28 @@ impl Proc<'_> {
     pub fn wbytes(&self) -> f64 {
         self.dtype.weight_bits() as f64 / 8.0
     }
+    /// What the host adds to one run of this processor alone, µs: submit
+    /// and completion notice for a device-timed processor, else nothing.
+    pub fn alone_overhead_us(&self) -> f64 {
+        if self.device_timed {
+            self.submit_us + self.sync_us
+        } else {
+            0.0
+        }
+    }
+
+    /// Staging a run alone: the runtime keeps activations in host memory
+    /// between operators, so a discrete processor copies its input in and
+    /// its output back even when it runs alone. Zero on unified memory, and
+    /// where no copy cost was measured (the solver notes that).
+    pub fn alone_copy_us(&self, bytes_in: f64, bytes_out: f64) -> f64 {
+        if self.unified || self.copy_h2d.is_none() {
+            0.0
+        } else {
+            self.copy_us(bytes_in, bytes_out)
+        }
+    }
+
     /// Moving `bytes_in` to the processor and `bytes_out` back; zero on
     /// unified memory.
     pub fn copy_us(&self, bytes_in: f64, bytes_out: f64) -> f64 {
@@ -733,16 +759,32 @@ impl<'s, 'a> OpCtx<'s, 'a> {
         }
     }
 
+    /// One dynamic processor alone: its GEMM, plus what runtime-min adds
+    /// around it (see [`Proc::alone_overhead_us`] and
+    /// [`Proc::alone_copy_us`]).
     fn single(&self, p: usize, m: u32) -> Cand {
-        self.finish(
+        let pr = &self.setup.procs[p];
+        let a = pr.abytes();
+        let copy = pr.alone_copy_us(
+            m as f64 * self.k as f64 * a,
+            m as f64 * self.n as f64 * a,
+        );
+        let mut c = self.finish(
             Shape::Single {
                 p,
                 padded_to: None,
                 online: false,
             },
             &[(p, self.time(p, m, self.n))],
-            0.0,
-        )
+            copy,
+        );
+        let host = pr.alone_overhead_us();
+        if host > 0.0 {
+            c.sync = host;
+            c.total += host;
+            c.sync_rule = "alone on a device-timed processor: submit + completion notice";
+        }
+        c
     }
 
     fn rows_copy(&self, m: u32, parts: &[(usize, u32)]) -> f64 {

@@ -170,6 +170,7 @@ pub(crate) fn build_procs<'a, O: LatencyOracle + ?Sized>(
             copy_d2h: ov.copy_d2h,
             prepare: ov.prepare,
             can_split,
+            device_timed: caps.device_timer && !p.simulated && !p.emulated,
         });
     }
     if procs.is_empty() {

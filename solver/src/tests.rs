@@ -860,11 +860,12 @@ fn tree_predictor(fixture: &str) -> hetero_plan::Predictor {
 #[test]
 fn compiled_models_give_the_plan_of_the_plain_models() {
     let m = model("qwen2.5-1.5b.json");
-    // (fixture, GPU memory budget for offload mode, whether it splits: the
-    // discrete GPU alone beats every split unless weights stay on the host)
+    // (fixture, GPU memory budget for offload mode, whether it splits: on
+    // the discrete host the GPU alone pays for copying the lm_head's 151 936
+    // outputs back, as a split's GPU share does, so the lm_head is row-cut)
     for (fixture, budget, splits) in [
         ("soc-npu-gpu.ron", None, true),
-        ("discrete-cpu-gpu.ron", None, false),
+        ("discrete-cpu-gpu.ron", None, true),
         ("discrete-cpu-gpu.ron", Some(1u64 << 29), true),
     ] {
         let fast = tree_predictor(fixture);
@@ -924,5 +925,34 @@ fn twin_operators_get_the_decisions_they_get_alone() {
                 "{op} {phase}"
             );
         }
+    }
+}
+
+#[test]
+fn a_discrete_processor_alone_pays_its_staging_and_host_overheads() {
+    // runtime-min keeps activations in host memory between operators: a
+    // discrete GPU running an operator alone copies its input in and its
+    // output back, and where its times are device-timer times the host's
+    // submit and completion notice come on top.
+    let m = llama8b();
+    let mut s = prefill(16..=16, &[], &["ffn_up"]);
+    s.graphs = GraphChoice::None;
+    s.processors = vec!["cuda".into()];
+    let (k, n) = (4096.0, 14336.0);
+    let copy = 2.0 * 7.0 + (16.0 * k * 2.0 + 16.0 * n * 2.0) / 25e3;
+    for device_timer in [false, true] {
+        let mut dev = synthetic::discrete_cpu_gpu();
+        let p = dev.processor_mut("cuda").unwrap();
+        p.capabilities.device_timer = device_timer;
+        p.simulated = false;
+        let plan = solve(&dev, fp(), &m, &s).unwrap();
+        let d = at(&plan, "ffn_up", Phase::Prefill, 16);
+        assert_eq!(d.strategy.kind(), StrategyKind::Single);
+        assert!((d.cost.copy_us - copy).abs() < 0.01, "{:?}", d.cost);
+        // submit 9 µs + blocking sync 9 µs of the fixture.
+        let host = if device_timer { 18.0 } else { 0.0 };
+        assert!((d.cost.sync_us - host).abs() < 0.01, "{:?}", d.cost);
+        let sum = d.cost.parts_us[0] + d.cost.sync_us + d.cost.copy_us;
+        assert!((d.cost.total_us - sum).abs() < 0.02, "{:?}", d.cost);
     }
 }
