@@ -15,6 +15,10 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 out=${1:-target/runtime-bench}
 groups=${CPU_GROUPS:-"0;1"}
+# The processors the plan may use: one per CPU group (`cpu:0 cpu:1` for
+# "0;1"; `cpu:0` alone for CPU_GROUPS="0-1", both cores as one pool).
+procs=(${PROCESSORS:-cpu:0 cpu:1})
+plist=$(IFS=,; echo "${procs[*]}")
 passes=${PASSES:-7}
 model=runtime-min/bench/bench-model.json
 mkdir -p "$out/dataset"
@@ -41,13 +45,13 @@ list=$(IFS=,; echo "${shapes[*]}")
 echo "sweeping ${#shapes[@]} shapes on each processor" >&2
 
 if [[ -z "${SKIP_PROFILE:-}" ]]; then
-"$agent" --cpu-groups "$groups" --processors cpu:0,cpu:1 probe --json > "$out/probe.json"
+"$agent" --cpu-groups "$groups" --processors "$plist" probe --json > "$out/probe.json"
 : > "$out/sweep.jsonl"
-for p in cpu:0 cpu:1; do
+for p in "${procs[@]}"; do
   "$agent" --cpu-groups "$groups" --processors "$p" sweep --processor "$p" \
     --shapes "$list" --dtype f32 --reps 5 --warmups 2 >> "$out/sweep.jsonl"
 done
-"$agent" --cpu-groups "$groups" --processors cpu:0,cpu:1 microbench > "$out/microbench.jsonl"
+"$agent" --cpu-groups "$groups" --processors "$plist" microbench > "$out/microbench.jsonl"
 # The dataset folder `hetero fit` reads: device.json and the rows without
 # the agent's line envelope.
 python3 - "$out" <<'PY'
@@ -75,7 +79,7 @@ target/release/hetero fit "$out/dataset" --out "$out/predictor.ron" --report "$o
 fi
 target/release/hetero solve --predictor "$out/predictor.ron" --model "$model" --out "$out/plan.ron" \
   --lengths 1..128 --decode-lengths 1..4 --npu-graphs none --dtype f32 \
-  --processors cpu:0,cpu:1 --row-align 128
+  --processors "$plist" --row-align 128
 target/release/examples/replay_bench "$out/plan.ron" "$model" "$groups" "$passes" \
   prefill:16,prefill:64,prefill:128,decode:1,decode:4 "$out" | tee "$out/replay.md"
 
