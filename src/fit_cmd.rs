@@ -116,6 +116,14 @@ pub fn print_report(report: &Report) {
                 bands.join("; ")
             );
         }
+        if let Some(c) = e.noise_ceiling_10pct {
+            println!(
+                "  noise ceiling {} {}: a perfect model would put {:.1}% within ±10 % (the rows' own scatter: cv and runs per row)",
+                e.processor,
+                e.dtype,
+                100.0 * c
+            );
+        }
     }
     if let Some(c) = report.max_cv {
         for e in report.entries.iter().filter(|e| e.excluded_noisy > 0) {

@@ -45,6 +45,7 @@ fn synthetic() -> BTreeMap<(String, DType), Vec<Sample>> {
                     order,
                     us,
                     cv: None,
+                    reps: 0,
                 });
             }
         }

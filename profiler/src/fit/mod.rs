@@ -129,6 +129,11 @@ pub struct ReportEntry {
     /// the miss is the measurements' own noise.
     #[serde(default)]
     pub by_cv: Vec<CvBand>,
+    /// The share within ±10 % that even a perfect model would reach on
+    /// these rows, given their own scatter ([`noise_ceiling_10pct`]); `None`
+    /// when the rows carry no cv.
+    #[serde(default)]
+    pub noise_ceiling_10pct: Option<f64>,
     /// The worst held-out predictions of the chosen family.
     pub worst: Vec<WorstShape>,
     /// Every held-out prediction of the chosen family: (measured, predicted) µs.
@@ -207,6 +212,36 @@ pub struct Sample {
     pub us: f64,
     /// Coefficient of variation of the row's timed runs, when known.
     pub cv: Option<f64>,
+    /// Timed runs behind the median (0 when unknown).
+    pub reps: u32,
+}
+
+/// The share of rows that a perfect model (one that knows each shape's true
+/// median) would put within ±10 % of the *measured* median, given each
+/// row's own scatter: a ceiling that no fit of these rows can beat.
+///
+/// The median of `n` runs with coefficient of variation `cv` scatters by
+/// about `1.2533 · cv / √n` (the median's standard error under normal
+/// noise), so a row is within ±10 % with probability
+/// `erf(0.1 / (√2 · 1.2533 · cv / √n))`. Rows without a cv or a count of
+/// runs are left out; `None` when no row has both. Only the scatter within
+/// a row counts: drift between rows (clocks, load) lowers the real ceiling
+/// further, so this one is optimistic.
+pub fn noise_ceiling_10pct(samples: &[Sample]) -> Option<f64> {
+    let p: Vec<f64> = samples
+        .iter()
+        .filter_map(|s| {
+            let cv = s.cv.filter(|c| c.is_finite() && *c >= 0.0)?;
+            (s.reps > 0).then_some(())?;
+            let se = 1.2533 * cv / (s.reps as f64).sqrt();
+            Some(if se == 0.0 {
+                1.0
+            } else {
+                libm::erf(0.1 / (std::f64::consts::SQRT_2 * se))
+            })
+        })
+        .collect();
+    (!p.is_empty()).then(|| p.iter().sum::<f64>() / p.len() as f64)
 }
 
 /// Checks the rows and groups the usable ones by (processor, dtype).
@@ -238,6 +273,7 @@ pub fn usable_groups(
                 order: r.order,
                 us: value,
                 cv: r.cv,
+                reps: r.repetitions,
             });
     }
     Ok(groups)
@@ -357,6 +393,8 @@ pub struct GroupFit {
     pub worst: Vec<WorstShape>,
     /// Held-out accuracy by the rows' cv.
     pub by_cv: Vec<CvBand>,
+    /// [`noise_ceiling_10pct`] of the rows fitted.
+    pub noise_ceiling_10pct: Option<f64>,
     /// Every held-out (measured, predicted) pair, µs.
     pub held_out: Vec<(f64, f64)>,
 }
@@ -410,6 +448,7 @@ pub fn fit_group(
         },
         worst,
         by_cv,
+        noise_ceiling_10pct: noise_ceiling_10pct(samples),
         held_out,
     })
 }
@@ -470,6 +509,7 @@ pub fn fit(
         model: m,
         worst,
         by_cv,
+        noise_ceiling_10pct,
         held_out,
     } in fitted
     {
@@ -488,6 +528,7 @@ pub fn fit(
                 .unwrap_or(0),
             candidates: m.candidates.clone(),
             by_cv,
+            noise_ceiling_10pct,
             worst,
             held_out,
         });

@@ -256,6 +256,7 @@ fn residual_extrapolates_where_a_tree_cannot() {
                 order,
                 us: linearish(m, k, n, order),
                 cv: None,
+                reps: 0,
             }
         })
         .collect();
@@ -316,6 +317,7 @@ fn cv_bands_split_by_noise() {
         order: OperandOrder::Aw,
         us: 100.0,
         cv,
+        reps: 5,
     };
     let samples = [
         s(None),
@@ -374,4 +376,31 @@ fn noisy_rows_are_left_out_and_counted() {
         (report.entries[0].samples, report.entries[0].excluded_noisy),
         (80, 0)
     );
+}
+
+#[test]
+fn noise_ceiling_follows_the_median_standard_error() {
+    let s = |cv: Option<f64>, reps: u32| Sample {
+        shape: GemmShape::new(1, 1, 1).unwrap(),
+        order: OperandOrder::Aw,
+        us: 100.0,
+        cv,
+        reps,
+    };
+    // Quiet rows: a perfect model is always within ±10 %.
+    assert_eq!(noise_ceiling_10pct(&[s(Some(0.0), 5)]), Some(1.0));
+    let c = noise_ceiling_10pct(&[s(Some(0.001), 5)]).unwrap();
+    assert!(c > 0.999_999, "{c}");
+    // cv 12 %, 5 runs: se = 1.2533 · 0.12 / √5 = 0.0673, so
+    // P(|z| < 0.1 / 0.0673 = 1.487) = 0.863.
+    let c = noise_ceiling_10pct(&[s(Some(0.12), 5)]).unwrap();
+    assert!((c - 0.863).abs() < 0.002, "{c}");
+    // More runs raise it: 11 runs, se 0.0453, P(|z| < 2.21) = 0.973.
+    let c = noise_ceiling_10pct(&[s(Some(0.12), 11)]).unwrap();
+    assert!((c - 0.973).abs() < 0.002, "{c}");
+    // The mean over rows; rows without a cv or a count are left out.
+    let c = noise_ceiling_10pct(&[s(Some(0.0), 5), s(Some(0.12), 5), s(None, 5), s(Some(0.3), 0)])
+        .unwrap();
+    assert!((c - (1.0 + 0.863) / 2.0).abs() < 0.002, "{c}");
+    assert_eq!(noise_ceiling_10pct(&[s(None, 5)]), None);
 }
