@@ -460,53 +460,13 @@ fn plan_chart_needs_both_predictor_and_model_and_the_right_ones() {
     );
 }
 
-const TINY: &str = r#"{"model_type": "llama", "hidden_size": 64, "num_hidden_layers": 2,
-  "num_attention_heads": 4, "num_key_value_heads": 2, "intermediate_size": 96,
-  "vocab_size": 80, "_name_or_path": "tiny-llama"}"#;
-
 /// A plan for a tiny model on cpu:0 and npu-sim (which this machine has),
 /// its config, and the JSON report of `hetero run` at prefill length 13.
 fn run_report(dir: &Path) -> PathBuf {
     let dir = &dir.join("run");
     std::fs::create_dir_all(dir).unwrap();
-    use hetero_agent::{OpenOptions, Registry};
-    use hetero_plan::{
-        DType, LatencyModel, Overheads, Predictor, ProcessorModel, SchemaVersion, Score,
-    };
-    let config = dir.join("config.json");
-    std::fs::write(&config, TINY).unwrap();
-    let model = hetero_plan::hf::load_config(&config).unwrap();
-    let reg = Registry::open(
-        &OpenOptions::default(),
-        Some(&["cpu:0".into(), "npu-sim".into()]),
-    );
-    let roof = |p: &str, peak: f64, bw: f64, launch: f64| ProcessorModel {
-        processor: p.into(),
-        dtype: DType::F32,
-        model: LatencyModel::Roofline {
-            peak_gflops: peak,
-            bw_gbps: bw,
-            launch_us: launch,
-        },
-        score: Score::default(),
-        candidates: vec![],
-    };
-    let over = |p: &str| Overheads {
-        processor: p.into(),
-        sync_poll_us: Some(2.0),
-        submit_empty_us: Some(3.0),
-        ..Default::default()
-    };
-    let pred = Predictor {
-        schema_version: SchemaVersion,
-        dataset: hetero_plan::Fingerprint::of_bytes("synthetic", b"synthetic"),
-        processors: reg.processors(),
-        models: vec![
-            roof("cpu:0", 20.0, 10.0, 5.0),
-            roof("npu-sim", 25.0, 12.0, 20.0),
-        ],
-        overheads: vec![over("cpu:0"), over("npu-sim")],
-    };
+    use hetero_plan::DType;
+    let (config, model, pred) = common::tiny_cpu_npu(dir);
     let settings = hetero_solver::Settings {
         phases: vec![Phase::Prefill],
         prefill_lengths: (1..=16).collect(),

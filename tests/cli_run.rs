@@ -11,47 +11,10 @@ use hetero_plan::{
     DType, LatencyModel, Overheads, Phase, Predictor, ProcessorModel, SchemaVersion, Score,
 };
 
-const TINY: &str = r#"{"model_type": "llama", "hidden_size": 64, "num_hidden_layers": 2,
-  "num_attention_heads": 4, "num_key_value_heads": 2, "intermediate_size": 96,
-  "vocab_size": 80, "_name_or_path": "tiny-llama"}"#;
-
 /// Writes config.json, predictor.ron and plan.ron (solved for prefill
 /// 1..=16 and decode 1) into `dir`.
 fn setup(dir: &Path) -> (PathBuf, PathBuf, PathBuf) {
-    let config = dir.join("config.json");
-    std::fs::write(&config, TINY).unwrap();
-    let model = hetero_plan::hf::load_config(&config).unwrap();
-    let reg = Registry::open(
-        &OpenOptions::default(),
-        Some(&["cpu:0".into(), "npu-sim".into()]),
-    );
-    let roof = |p: &str, peak: f64, bw: f64, launch: f64| ProcessorModel {
-        processor: p.into(),
-        dtype: DType::F32,
-        model: LatencyModel::Roofline {
-            peak_gflops: peak,
-            bw_gbps: bw,
-            launch_us: launch,
-        },
-        score: Score::default(),
-        candidates: vec![],
-    };
-    let over = |p: &str| Overheads {
-        processor: p.into(),
-        sync_poll_us: Some(2.0),
-        submit_empty_us: Some(3.0),
-        ..Default::default()
-    };
-    let pred = Predictor {
-        schema_version: SchemaVersion,
-        dataset: hetero_plan::Fingerprint::of_bytes("synthetic", b"synthetic"),
-        processors: reg.processors(),
-        models: vec![
-            roof("cpu:0", 20.0, 10.0, 5.0),
-            roof("npu-sim", 25.0, 12.0, 20.0),
-        ],
-        overheads: vec![over("cpu:0"), over("npu-sim")],
-    };
+    let (config, model, pred) = common::tiny_cpu_npu(dir);
     let pred_path = dir.join("predictor.ron");
     hetero_plan::save(&pred_path, &pred).unwrap();
     let settings = hetero_solver::Settings {
@@ -167,7 +130,7 @@ fn bad_inputs_exit_2_naming_the_mismatch() {
     let other = dir.path().join("other.json");
     std::fs::write(
         &other,
-        TINY.replace("\"num_hidden_layers\": 2", "\"num_hidden_layers\": 3"),
+        common::TINY.replace("\"num_hidden_layers\": 2", "\"num_hidden_layers\": 3"),
     )
     .unwrap();
     let e = bad_input(&[
@@ -249,7 +212,7 @@ fn bad_inputs_exit_2_naming_the_mismatch() {
 /// Tiny-llama weights as safetensors `[N, K]` f32 tensors; `wrong` gives
 /// one tensor a bad shape.
 fn write_weights(path: &Path, wrong: Option<&str>) {
-    let model = hetero_plan::hf::from_str(Path::new("tiny.json"), TINY, "tiny").unwrap();
+    let model = hetero_plan::hf::from_str(Path::new("tiny.json"), common::TINY, "tiny").unwrap();
     let mut tensors: Vec<(String, Vec<usize>, Vec<u8>)> = Vec::new();
     for op in &model.ops {
         let layers: Vec<Option<u32>> = if op.name == "lm_head" {

@@ -12,7 +12,7 @@
 use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
-use hetero_agent::{GemmSpec, OpenOptions, Registry};
+use hetero_agent::{GemmSpec, OpenOptions, Registry, SyncMode};
 use hetero_plan::{DType, GemmShape, OperandOrder, WeightMode};
 
 const WARMUPS: usize = 3;
@@ -25,8 +25,13 @@ fn median(mut v: Vec<f64>) -> f64 {
 
 fn main() -> Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.first().map(String::as_str) == Some("--layers") {
+        return layers(&args[1..]);
+    }
     let [proc, dtype, order, kn, ms] = args.as_slice() else {
-        bail!("usage: stage_bench PROCESSOR DTYPE ORDER KxN M,M,...");
+        bail!(
+            "usage: stage_bench PROCESSOR DTYPE ORDER KxN M,M,...\n       stage_bench --layers PROCESSOR DTYPE ORDER M KxN,KxN,... LAYERS"
+        );
     };
     let dtype: DType = dtype.parse().map_err(anyhow::Error::msg)?;
     let order: OperandOrder = order.parse().map_err(anyhow::Error::msg)?;
@@ -78,6 +83,110 @@ fn main() -> Result<()> {
         println!(
             "| {proc} | {dtype} | {order} | {m}×{k}×{n} | {w:.1} | {e:.1} | {r:.1} | {bytes:.0} | {:.2} |",
             bytes / ((w + r) * 1e3)
+        );
+    }
+    Ok(())
+}
+
+/// `--layers`: the operators of a decoder layer one after the other, as
+/// runtime-min runs them (each its own GEMM and input buffer, one shared
+/// output buffer), LAYERS times per pass, 5 passes: per operator, the
+/// median `write_input` and `read_output` in that sequence against the same
+/// calls repeated on one GEMM alone.
+fn layers(args: &[String]) -> Result<()> {
+    let [proc, dtype, order, m, kns, layers, rest @ ..] = args else {
+        bail!("usage: stage_bench --layers PROCESSOR DTYPE ORDER M KxN,KxN,... LAYERS [execute|block|poll]");
+    };
+    // How the run between input and output is waited for: `execute`, or
+    // `submit` then `wait` blocking or polling, as runtime-min does.
+    let how = rest.first().map_or("execute", String::as_str);
+    let dtype: DType = dtype.parse().map_err(anyhow::Error::msg)?;
+    let order: OperandOrder = order.parse().map_err(anyhow::Error::msg)?;
+    let m: u32 = m.parse()?;
+    let layers: usize = layers.parse()?;
+    let mut reg = Registry::open(&OpenOptions::default(), Some(&[proc.clone()]));
+    let backend = reg
+        .get_mut(proc)
+        .with_context(|| format!("{proc} is not on this machine"))?;
+    let mut ops = vec![];
+    for kn in kns.split(',') {
+        let (k, n) = kn.split_once('x').context("KxN")?;
+        let (k, n): (u32, u32) = (k.parse()?, n.parse()?);
+        let weights: Vec<f32> = (0..k as usize * n as usize)
+            .map(|i| ((i * 7919) % 1000) as f32 * 1e-3 - 0.5)
+            .collect();
+        let spec = GemmSpec {
+            shape: GemmShape::new(m, k, n).context("a zero dimension")?,
+            dtype,
+            order,
+            weights: WeightMode::Static,
+        };
+        let g = backend.prepare(&spec, &weights)?;
+        let a: Vec<f32> = (0..m as usize * k as usize)
+            .map(|i| ((i * 31) % 97) as f32 * 1e-2)
+            .collect();
+        ops.push((k, n, g, a));
+    }
+    let most = ops.iter().map(|o| o.1 as usize).max().unwrap_or(0) * m as usize;
+    let mut c = vec![0f32; most];
+    let mut seq: Vec<(Vec<f64>, Vec<f64>)> = vec![(vec![], vec![]); ops.len()];
+    for pass in 0..6 {
+        for _ in 0..layers {
+            for (i, (_, n, g, a)) in ops.iter_mut().enumerate() {
+                let out = &mut c[..m as usize * *n as usize];
+                let t = Instant::now();
+                g.write_input(a)?;
+                let w = t.elapsed().as_secs_f64() * 1e6;
+                match how {
+                    "block" => {
+                        g.submit()?;
+                        g.wait(SyncMode::Block)?;
+                    }
+                    "poll" => {
+                        g.submit()?;
+                        g.wait(SyncMode::Poll { predicted_us: 10.0 })?;
+                    }
+                    _ => {
+                        g.execute()?;
+                    }
+                }
+                let t = Instant::now();
+                g.read_output(out)?;
+                let r = t.elapsed().as_secs_f64() * 1e6;
+                if pass > 0 {
+                    seq[i].0.push(w);
+                    seq[i].1.push(r);
+                }
+            }
+        }
+    }
+    println!(
+        "| {proc} {dtype} {order} M={m}, {how} | write_input in sequence | alone | read_output in sequence | alone |"
+    );
+    println!("|---|---|---|---|---|");
+    for (i, (k, n, g, a)) in ops.iter_mut().enumerate() {
+        let out = &mut c[..m as usize * *n as usize];
+        let (mut w1, mut r1) = (vec![], vec![]);
+        for rep in 0..WARMUPS + REPS {
+            let t = Instant::now();
+            g.write_input(a)?;
+            let w = t.elapsed().as_secs_f64() * 1e6;
+            g.execute()?;
+            let t = Instant::now();
+            g.read_output(out)?;
+            let r = t.elapsed().as_secs_f64() * 1e6;
+            if rep >= WARMUPS {
+                w1.push(w);
+                r1.push(r);
+            }
+        }
+        let (ws, rs) = std::mem::take(&mut seq[i]);
+        println!(
+            "| {m}×{k}×{n} | {:.1} | {:.1} | {:.1} | {:.1} |",
+            median(ws),
+            median(w1),
+            median(rs),
+            median(r1)
         );
     }
     Ok(())

@@ -18,6 +18,7 @@
 #![warn(missing_docs)]
 
 mod compiled;
+mod duration;
 mod error;
 mod fingerprint;
 mod gemm;
@@ -32,6 +33,7 @@ mod sweep;
 mod version;
 
 pub use compiled::CompiledModel;
+pub use duration::parse_duration;
 pub use error::{Error, Result};
 pub use fingerprint::Fingerprint;
 pub use gemm::{DType, GemmShape, OperandOrder, WeightMode};

@@ -281,41 +281,10 @@ pub fn human(d: Duration) -> String {
     }
 }
 
-/// Parses a duration: `90`, `90s`, `15m`, `1h`, `1h30m`, `2.5m`.
+/// Parses a duration: `90`, `90s`, `15m`, `1h`, `1h30m`, `2.5m`
+/// ([`hetero_plan::parse_duration`]).
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
-    let bad = || format!("bad duration `{s}`: use e.g. 60s, 15m, 1h30m");
-    let t = s.trim();
-    if t.is_empty() {
-        return Err(bad());
-    }
-    if let Ok(secs) = t.parse::<f64>() {
-        return if secs.is_finite() && secs > 0.0 {
-            Ok(Duration::from_secs_f64(secs))
-        } else {
-            Err(bad())
-        };
-    }
-    let mut total = 0.0;
-    let mut num = String::new();
-    for c in t.chars() {
-        if c.is_ascii_digit() || c == '.' {
-            num.push(c);
-            continue;
-        }
-        let unit = match c {
-            's' => 1.0,
-            'm' => 60.0,
-            'h' => 3600.0,
-            _ => return Err(bad()),
-        };
-        let v: f64 = num.parse().map_err(|_| bad())?;
-        total += v * unit;
-        num.clear();
-    }
-    if !(num.is_empty() && total.is_finite() && total > 0.0) {
-        return Err(bad());
-    }
-    Ok(Duration::from_secs_f64(total))
+    hetero_plan::parse_duration(s)
 }
 
 #[cfg(test)]

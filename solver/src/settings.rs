@@ -257,29 +257,10 @@ pub fn parse_list(s: &str) -> std::result::Result<Vec<u32>, String> {
     Ok(v)
 }
 
-/// Parses a duration into µs: `30s`, `500ms`, `2min`, `250us`, `1.5h`.
+/// Parses a duration into µs: `30s`, `500ms`, `2min`, `250us`, `1.5h`
+/// ([`hetero_plan::parse_duration`]).
 pub fn parse_duration_us(s: &str) -> std::result::Result<f64, String> {
-    let t = s.trim();
-    let split = t
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(t.len());
-    let (num, unit) = t.split_at(split);
-    let v: f64 = num
-        .parse()
-        .map_err(|_| format!("bad duration `{s}`: expected e.g. 30s, 500ms, 2min"))?;
-    let scale = match unit.trim() {
-        "us" | "µs" => 1.0,
-        "ms" => 1e3,
-        "s" | "" => 1e6,
-        "min" | "m" => 60e6,
-        "h" => 3600e6,
-        u => {
-            return Err(format!(
-                "bad duration unit `{u}` in `{s}`: use us, ms, s, min or h"
-            ));
-        }
-    };
-    Ok(v * scale)
+    hetero_plan::parse_duration(s).map(|d| d.as_secs_f64() * 1e6)
 }
 
 /// Parses a size in bytes: `8GiB`, `512MiB`, `8GB`, `1000000`.

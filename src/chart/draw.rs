@@ -8,7 +8,8 @@ use plotters::prelude::*;
 
 use super::ImageFormat;
 use super::figure::{
-    Axis, Figure, Header, LegendItem, Sample, Shape, line, markers, panel, render,
+    Axis, Figure, Header, LegendItem, Sample, Shape, diagonal_bands, line, markers, panel,
+    render,
 };
 use super::inputs::StageSeries;
 use hetero_profiler::fit::Report;
@@ -252,23 +253,7 @@ impl Figure for Scatter<'_> {
             &format!("measured latency (µs{log})"),
             &format!("predicted latency (µs{log})"),
         )?;
-        let grey = RGBColor(120, 120, 120);
-        let (e0, e1) = (a.lo.max(f64::MIN_POSITIVE), a.hi);
-        line(
-            &mut chart,
-            vec![(a.t(e0), a.t(e0)), (a.t(e1), a.t(e1))],
-            grey.stroke_width(1),
-            0,
-        )?;
-        for f in [0.9, 1.1f64] {
-            let (x0, x1) = (e0.max(e0 / f), e1.min(e1 / f));
-            line(
-                &mut chart,
-                vec![(a.t(x0), a.t(x0 * f)), (a.t(x1), a.t(x1 * f))],
-                grey.stroke_width(1),
-                1,
-            )?;
-        }
+        diagonal_bands(&mut chart, &a)?;
         for (i, e) in r.entries.iter().enumerate() {
             let c = PALETTE[i % PALETTE.len()];
             chart

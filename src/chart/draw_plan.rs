@@ -6,8 +6,8 @@ use plotters::prelude::*;
 
 use super::draw::{PALETTE, err};
 use super::figure::{
-    Axis, Figure, Header, LegendItem, Placer, Sample, Shape, graph_marks, grid, line, markers,
-    panel, text_size,
+    Axis, Figure, Header, LegendItem, Placer, Sample, Shape, diagonal_bands, graph_marks, grid,
+    line, markers, panel, text_size,
 };
 use super::inputs::RunReport;
 use super::plan::{
@@ -556,24 +556,7 @@ impl Figure for RunScatter<'_> {
             "measured latency (µs)",
             "predicted latency (µs)",
         )?;
-        let grey = RGBColor(120, 120, 120);
-        let (e0, e1) = (a.lo.max(f64::MIN_POSITIVE), a.hi);
-        line(
-            &mut chart,
-            vec![(a.t(e0), a.t(e0)), (a.t(e1), a.t(e1))],
-            grey.stroke_width(1),
-            0,
-        )?;
-        // The bands stop at the frame: y = f·x from where it enters to where it leaves.
-        for f in [0.9, 1.1f64] {
-            let (x0, x1) = (e0.max(e0 / f), e1.min(e1 / f));
-            line(
-                &mut chart,
-                vec![(a.t(x0), a.t(x0 * f)), (a.t(x1), a.t(x1 * f))],
-                grey.stroke_width(1),
-                1,
-            )?;
-        }
+        diagonal_bands(&mut chart, &a)?;
         for (i, (proc_id, _)) in self.processors.iter().enumerate() {
             let pts: Vec<(f64, f64)> = r
                 .per_op

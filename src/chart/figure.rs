@@ -527,6 +527,31 @@ impl Placer {
     }
 }
 
+/// Draws the diagonal y = x (solid) and the ±10 % bands y = 0.9·x and
+/// y = 1.1·x (dashed) of a predicted-against-measured panel whose two axes
+/// are both `a`. The bands stop at the frame: each runs from where it
+/// enters to where it leaves.
+pub fn diagonal_bands<DB: DrawingBackend>(chart: &mut Chart<'_, DB>, a: &Axis) -> anyhow::Result<()> {
+    let grey = RGBColor(120, 120, 120);
+    let (e0, e1) = (a.lo.max(f64::MIN_POSITIVE), a.hi);
+    line(
+        chart,
+        vec![(a.t(e0), a.t(e0)), (a.t(e1), a.t(e1))],
+        grey.stroke_width(1),
+        0,
+    )?;
+    for f in [0.9, 1.1f64] {
+        let (x0, x1) = (e0.max(e0 / f), e1.min(e1 / f));
+        line(
+            chart,
+            vec![(a.t(x0), a.t(x0 * f)), (a.t(x1), a.t(x1 * f))],
+            grey.stroke_width(1),
+            1,
+        )?;
+    }
+    Ok(())
+}
+
 /// Draws a line through `pts` (chart coordinates), solid or dashed.
 ///
 /// plotters widens a line by mitring its joins; at a point repeated in

@@ -112,3 +112,53 @@ pub fn real_agent() -> Option<PathBuf> {
     }
     Some(agent)
 }
+
+/// A tiny llama config (hidden 64, 2 layers, FFN 96, vocabulary 80).
+pub const TINY: &str = r#"{"model_type": "llama", "hidden_size": 64, "num_hidden_layers": 2,
+  "num_attention_heads": 4, "num_key_value_heads": 2, "intermediate_size": 96,
+  "vocab_size": 80, "_name_or_path": "tiny-llama"}"#;
+
+/// Writes [`TINY`] to `dir/config.json` and returns its path, the model and
+/// a roofline predictor for cpu:0 and npu-sim (which every machine has),
+/// with this machine's processors.
+pub fn tiny_cpu_npu(dir: &Path) -> (PathBuf, hetero_plan::ModelSpec, hetero_plan::Predictor) {
+    use hetero_agent::{OpenOptions, Registry};
+    use hetero_plan::{
+        DType, LatencyModel, Overheads, Predictor, ProcessorModel, SchemaVersion, Score,
+    };
+    let config = dir.join("config.json");
+    std::fs::write(&config, TINY).unwrap();
+    let model = hetero_plan::hf::load_config(&config).unwrap();
+    let reg = Registry::open(
+        &OpenOptions::default(),
+        Some(&["cpu:0".into(), "npu-sim".into()]),
+    );
+    let roof = |p: &str, peak: f64, bw: f64, launch: f64| ProcessorModel {
+        processor: p.into(),
+        dtype: DType::F32,
+        model: LatencyModel::Roofline {
+            peak_gflops: peak,
+            bw_gbps: bw,
+            launch_us: launch,
+        },
+        score: Score::default(),
+        candidates: vec![],
+    };
+    let over = |p: &str| Overheads {
+        processor: p.into(),
+        sync_poll_us: Some(2.0),
+        submit_empty_us: Some(3.0),
+        ..Default::default()
+    };
+    let pred = Predictor {
+        schema_version: SchemaVersion,
+        dataset: hetero_plan::Fingerprint::of_bytes("synthetic", b"synthetic"),
+        processors: reg.processors(),
+        models: vec![
+            roof("cpu:0", 20.0, 10.0, 5.0),
+            roof("npu-sim", 25.0, 12.0, 20.0),
+        ],
+        overheads: vec![over("cpu:0"), over("npu-sim")],
+    };
+    (config, model, pred)
+}
