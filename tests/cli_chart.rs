@@ -466,7 +466,7 @@ fn run_report(dir: &Path) -> PathBuf {
     let dir = &dir.join("run");
     std::fs::create_dir_all(dir).unwrap();
     use hetero_plan::DType;
-    let (config, model, pred) = common::tiny_cpu_npu(dir);
+    let (config, model, pred) = tiny_cpu_npu(dir);
     let settings = hetero_solver::Settings {
         phases: vec![Phase::Prefill],
         prefill_lengths: (1..=16).collect(),

@@ -7,9 +7,7 @@ use std::path::{Path, PathBuf};
 
 use common::{TempDir, bad_input, hetero, ok, stderr};
 use hetero_agent::{OpenOptions, Registry};
-use hetero_plan::{
-    DType, LatencyModel, Overheads, Phase, Predictor, ProcessorModel, SchemaVersion, Score,
-};
+use hetero_plan::{DType, Phase};
 
 /// Writes config.json, predictor.ron and plan.ron (solved for prefill
 /// 1..=16 and decode 1) into `dir`.

@@ -37,7 +37,7 @@ fn main() -> Result<()> {
     let order: OperandOrder = order.parse().map_err(anyhow::Error::msg)?;
     let (k, n) = kn.split_once('x').context("KxN")?;
     let (k, n): (u32, u32) = (k.parse()?, n.parse()?);
-    let mut reg = Registry::open(&OpenOptions::default(), Some(&[proc.clone()]));
+    let mut reg = Registry::open(&OpenOptions::default(), Some(std::slice::from_ref(proc)));
     let backend = reg
         .get_mut(proc)
         .with_context(|| format!("{proc} is not on this machine"))?;
@@ -79,7 +79,8 @@ fn main() -> Result<()> {
             }
         }
         let (w, e, r) = (median(win), median(ex), median(rout));
-        let bytes = (m as f64 * k as f64 + m as f64 * n as f64) * dtype.activation_bits() as f64 / 8.0;
+        let bytes =
+            (m as f64 * k as f64 + m as f64 * n as f64) * dtype.activation_bits() as f64 / 8.0;
         println!(
             "| {proc} | {dtype} | {order} | {m}×{k}×{n} | {w:.1} | {e:.1} | {r:.1} | {bytes:.0} | {:.2} |",
             bytes / ((w + r) * 1e3)
@@ -95,7 +96,9 @@ fn main() -> Result<()> {
 /// calls repeated on one GEMM alone.
 fn layers(args: &[String]) -> Result<()> {
     let [proc, dtype, order, m, kns, layers, rest @ ..] = args else {
-        bail!("usage: stage_bench --layers PROCESSOR DTYPE ORDER M KxN,KxN,... LAYERS [execute|block|poll]");
+        bail!(
+            "usage: stage_bench --layers PROCESSOR DTYPE ORDER M KxN,KxN,... LAYERS [execute|block|poll]"
+        );
     };
     // How the run between input and output is waited for: `execute`, or
     // `submit` then `wait` blocking or polling, as runtime-min does.
@@ -104,7 +107,7 @@ fn layers(args: &[String]) -> Result<()> {
     let order: OperandOrder = order.parse().map_err(anyhow::Error::msg)?;
     let m: u32 = m.parse()?;
     let layers: usize = layers.parse()?;
-    let mut reg = Registry::open(&OpenOptions::default(), Some(&[proc.clone()]));
+    let mut reg = Registry::open(&OpenOptions::default(), Some(std::slice::from_ref(proc)));
     let backend = reg
         .get_mut(proc)
         .with_context(|| format!("{proc} is not on this machine"))?;

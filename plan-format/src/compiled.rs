@@ -548,7 +548,11 @@ mod tests {
                 // A residual model's base may refuse a shape (the linear one
                 // above goes negative on small shapes); trees alone never do.
                 let base = matches!(model, LatencyModel::Residual { .. });
-                assert!(want.is_some() || !trees || base, "{}: {s:?}", model.family());
+                assert!(
+                    want.is_some() || !trees || base,
+                    "{}: {s:?}",
+                    model.family()
+                );
             }
         }
     }

@@ -70,7 +70,18 @@ mod tests {
         assert!((ok("250us") - 250e-6).abs() < 1e-12);
         assert!((ok("250µs") - 250e-6).abs() < 1e-12);
         assert_eq!(ok(" 30s "), 30.0);
-        for bad in ["", "0", "0s", "-5", "5x", "m", "10m5", "1d", "3 parsecs", "s30"] {
+        for bad in [
+            "",
+            "0",
+            "0s",
+            "-5",
+            "5x",
+            "m",
+            "10m5",
+            "1d",
+            "3 parsecs",
+            "s30",
+        ] {
             assert!(parse_duration(bad).is_err(), "{bad}");
         }
     }

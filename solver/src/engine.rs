@@ -765,10 +765,7 @@ impl<'s, 'a> OpCtx<'s, 'a> {
     fn single(&self, p: usize, m: u32) -> Cand {
         let pr = &self.setup.procs[p];
         let a = pr.abytes();
-        let copy = pr.alone_copy_us(
-            m as f64 * self.k as f64 * a,
-            m as f64 * self.n as f64 * a,
-        );
+        let copy = pr.alone_copy_us(m as f64 * self.k as f64 * a, m as f64 * self.n as f64 * a);
         let mut c = self.finish(
             Shape::Single {
                 p,

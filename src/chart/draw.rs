@@ -8,8 +8,7 @@ use plotters::prelude::*;
 
 use super::ImageFormat;
 use super::figure::{
-    Axis, Figure, Header, LegendItem, Sample, Shape, diagonal_bands, line, markers, panel,
-    render,
+    Axis, Figure, Header, LegendItem, Sample, Shape, diagonal_bands, line, markers, panel, render,
 };
 use super::inputs::StageSeries;
 use hetero_profiler::fit::Report;

@@ -531,7 +531,10 @@ impl Placer {
 /// y = 1.1·x (dashed) of a predicted-against-measured panel whose two axes
 /// are both `a`. The bands stop at the frame: each runs from where it
 /// enters to where it leaves.
-pub fn diagonal_bands<DB: DrawingBackend>(chart: &mut Chart<'_, DB>, a: &Axis) -> anyhow::Result<()> {
+pub fn diagonal_bands<DB: DrawingBackend>(
+    chart: &mut Chart<'_, DB>,
+    a: &Axis,
+) -> anyhow::Result<()> {
     let grey = RGBColor(120, 120, 120);
     let (e0, e1) = (a.lo.max(f64::MIN_POSITIVE), a.hi);
     line(

@@ -399,8 +399,13 @@ fn noise_ceiling_follows_the_median_standard_error() {
     let c = noise_ceiling_10pct(&[s(Some(0.12), 11)]).unwrap();
     assert!((c - 0.973).abs() < 0.002, "{c}");
     // The mean over rows; rows without a cv or a count are left out.
-    let c = noise_ceiling_10pct(&[s(Some(0.0), 5), s(Some(0.12), 5), s(None, 5), s(Some(0.3), 0)])
-        .unwrap();
+    let c = noise_ceiling_10pct(&[
+        s(Some(0.0), 5),
+        s(Some(0.12), 5),
+        s(None, 5),
+        s(Some(0.3), 0),
+    ])
+    .unwrap();
     assert!((c - (1.0 + 0.863) / 2.0).abs() < 0.002, "{c}");
     assert_eq!(noise_ceiling_10pct(&[s(None, 5)]), None);
 }
