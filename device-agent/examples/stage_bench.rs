@@ -92,8 +92,8 @@ fn main() -> Result<()> {
 /// `--layers`: the operators of a decoder layer one after the other, as
 /// runtime-min runs them (each its own GEMM and input buffer, one shared
 /// output buffer), LAYERS times per pass, 5 passes: per operator, the
-/// median `write_input` and `read_output` in that sequence against the same
-/// calls repeated on one GEMM alone.
+/// median `write_input`, run (host clock) and `read_output` in that
+/// sequence against the same calls repeated on one GEMM alone.
 fn layers(args: &[String]) -> Result<()> {
     let [proc, dtype, order, m, kns, layers, rest @ ..] = args else {
         bail!(
@@ -132,7 +132,7 @@ fn layers(args: &[String]) -> Result<()> {
     }
     let most = ops.iter().map(|o| o.1 as usize).max().unwrap_or(0) * m as usize;
     let mut c = vec![0f32; most];
-    let mut seq: Vec<(Vec<f64>, Vec<f64>)> = vec![(vec![], vec![]); ops.len()];
+    let mut seq: Vec<(Vec<f64>, Vec<f64>, Vec<f64>)> = vec![(vec![], vec![], vec![]); ops.len()];
     for pass in 0..6 {
         for _ in 0..layers {
             for (i, (_, n, g, a)) in ops.iter_mut().enumerate() {
@@ -140,6 +140,7 @@ fn layers(args: &[String]) -> Result<()> {
                 let t = Instant::now();
                 g.write_input(a)?;
                 let w = t.elapsed().as_secs_f64() * 1e6;
+                let t = Instant::now();
                 match how {
                     "block" => {
                         g.submit()?;
@@ -153,43 +154,50 @@ fn layers(args: &[String]) -> Result<()> {
                         g.execute()?;
                     }
                 }
+                let x = t.elapsed().as_secs_f64() * 1e6;
                 let t = Instant::now();
                 g.read_output(out)?;
                 let r = t.elapsed().as_secs_f64() * 1e6;
                 if pass > 0 {
                     seq[i].0.push(w);
                     seq[i].1.push(r);
+                    seq[i].2.push(x);
                 }
             }
         }
     }
     println!(
-        "| {proc} {dtype} {order} M={m}, {how} | write_input in sequence | alone | read_output in sequence | alone |"
+        "| {proc} {dtype} {order} M={m}, {how} | write_input in sequence | alone | read_output in sequence | alone | run in sequence | alone |"
     );
-    println!("|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|");
     for (i, (k, n, g, a)) in ops.iter_mut().enumerate() {
         let out = &mut c[..m as usize * *n as usize];
-        let (mut w1, mut r1) = (vec![], vec![]);
+        let (mut w1, mut r1, mut x1) = (vec![], vec![], vec![]);
         for rep in 0..WARMUPS + REPS {
             let t = Instant::now();
             g.write_input(a)?;
             let w = t.elapsed().as_secs_f64() * 1e6;
+            let t = Instant::now();
             g.execute()?;
+            let x = t.elapsed().as_secs_f64() * 1e6;
             let t = Instant::now();
             g.read_output(out)?;
             let r = t.elapsed().as_secs_f64() * 1e6;
             if rep >= WARMUPS {
                 w1.push(w);
                 r1.push(r);
+                x1.push(x);
             }
         }
-        let (ws, rs) = std::mem::take(&mut seq[i]);
+        let (ws, rs, xs) = std::mem::take(&mut seq[i]);
         println!(
-            "| {m}×{k}×{n} | {:.1} | {:.1} | {:.1} | {:.1} |",
+            "| {m}×{k}×{n} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} |",
             median(ws),
             median(w1),
             median(rs),
-            median(r1)
+            median(r1),
+            median(xs),
+            median(x1)
         );
     }
     Ok(())
