@@ -75,6 +75,11 @@ pub struct ProfileArgs {
     /// Per-case timeout, ms.
     #[arg(long, default_value_t = RunParams::default().timeout_ms)]
     timeout_ms: u64,
+    /// Evict the host's caches before every timed run (outside the timer),
+    /// as runtime-min running a layer's other operators in between does;
+    /// slower to profile, truer for small GEMMs.
+    #[arg(long)]
+    cold_cache: bool,
     /// Skip the microbenchmarks (copies, submit, sync, bandwidth, graph prepare).
     #[arg(long)]
     no_microbench: bool,
@@ -176,6 +181,7 @@ fn options(a: ProfileArgs) -> anyhow::Result<(ProfileOptions, bool)> {
         warmups: a.warmups,
         repetitions: a.reps,
         timeout_ms: a.timeout_ms,
+        cold_cache: a.cold_cache,
     };
     opts.microbench = !a.no_microbench;
     opts.refine = !a.no_refine;

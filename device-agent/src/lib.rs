@@ -32,6 +32,7 @@ pub mod cuda;
 #[cfg(any(feature = "cpu", feature = "sim"))]
 mod dense;
 mod error;
+mod evict;
 #[cfg(feature = "opencl")]
 pub mod opencl;
 pub mod protocol;

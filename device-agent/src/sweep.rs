@@ -563,6 +563,9 @@ fn measure_into(
     let mut device_timer = false;
     for _ in 0..run.repetitions {
         cancelled()?;
+        if run.cold_cache {
+            crate::evict::evict_host_caches();
+        }
         let t = g.execute()?;
         device_timer |= t.device_us.is_some();
         best.push(t.best_us());

@@ -13,6 +13,11 @@ pub struct RunParams {
     /// A case that takes longer than this in total is abandoned with status
     /// `timeout`.
     pub timeout_ms: u64,
+    /// Evict the host's caches before every timed run (outside the timer),
+    /// as a runtime running other operators in between would: a small
+    /// GEMM's weights no longer stay cached from one run to the next.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub cold_cache: bool,
 }
 
 impl Default for RunParams {
@@ -21,6 +26,7 @@ impl Default for RunParams {
             warmups: 2,
             repetitions: 7,
             timeout_ms: 30_000,
+            cold_cache: false,
         }
     }
 }

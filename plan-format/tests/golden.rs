@@ -113,6 +113,7 @@ fn sweep() -> SweepSpec {
                     warmups: 1,
                     repetitions: 3,
                     timeout_ms: 5000,
+                    cold_cache: false,
                 }),
             },
         ],

@@ -18,6 +18,8 @@ groups=${CPU_GROUPS:-"0;1"}
 # The processors the plan may use: one per CPU group (`cpu:0 cpu:1` for
 # "0;1"; `cpu:0` alone for CPU_GROUPS="0-1", both cores as one pool).
 procs=(${PROCESSORS:-cpu:0 cpu:1})
+# COLD=1: the sweep evicts the host's caches before every timed run
+# (`hetero-agent sweep --cold-cache`), as the runtime's other operators do.
 plist=$(IFS=,; echo "${procs[*]}")
 passes=${PASSES:-7}
 model=runtime-min/bench/bench-model.json
@@ -49,7 +51,7 @@ if [[ -z "${SKIP_PROFILE:-}" ]]; then
 : > "$out/sweep.jsonl"
 for p in "${procs[@]}"; do
   "$agent" --cpu-groups "$groups" --processors "$p" sweep --processor "$p" \
-    --shapes "$list" --dtype f32 --reps 5 --warmups 2 >> "$out/sweep.jsonl"
+    --shapes "$list" --dtype f32 --reps 5 --warmups 2 ${COLD:+--cold-cache} >> "$out/sweep.jsonl"
 done
 "$agent" --cpu-groups "$groups" --processors "$plist" microbench > "$out/microbench.jsonl"
 # The dataset folder `hetero fit` reads: device.json and the rows without

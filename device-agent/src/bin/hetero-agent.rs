@@ -121,6 +121,10 @@ struct SweepArgs {
     /// Shorthand: per-case timeout, ms.
     #[arg(long)]
     timeout_ms: Option<u64>,
+    /// Shorthand: evict the host's caches before every timed run, as a
+    /// runtime running other operators in between would.
+    #[arg(long)]
+    cold_cache: bool,
     /// A previous output (JSON Lines); cases with a row there are skipped.
     #[arg(long)]
     resume: Option<PathBuf>,
@@ -346,6 +350,7 @@ fn shorthand_spec(a: &SweepArgs) -> Result<SweepSpec> {
         warmups: a.warmups.unwrap_or(defaults.warmups),
         repetitions: a.reps.unwrap_or(defaults.repetitions),
         timeout_ms: a.timeout_ms.unwrap_or(defaults.timeout_ms),
+        cold_cache: a.cold_cache,
     };
     if run.repetitions == 0 {
         return Err(bad("--reps: must be at least 1"));
@@ -585,6 +590,7 @@ fn microbench(o: &OpenArgs, a: MicrobenchArgs) -> Result<()> {
             warmups: a.warmups,
             repetitions: a.reps.max(1),
             timeout_ms: a.timeout_ms.max(1),
+            cold_cache: false,
         },
         cases: Vec::new(),
         microbench: reqs,

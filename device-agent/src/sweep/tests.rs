@@ -127,6 +127,7 @@ fn run(reps: u32, timeout_ms: u64) -> RunParams {
         warmups: 1,
         repetitions: reps,
         timeout_ms,
+        cold_cache: false,
     }
 }
 
@@ -143,6 +144,22 @@ fn a_good_case_is_verified_and_timed() {
     assert_eq!(row.min_us, Some(4.0));
     assert!(row.rel_err.unwrap() <= row.tolerance.unwrap());
     assert!(row.conditions.timestamp_ms > 0);
+}
+
+#[test]
+fn a_cold_cache_case_runs_the_same_runs() {
+    // The eviction runs between timed runs, outside the timer, and adds no
+    // run of the GEMM: the naive backend's times (one µs more per run) are
+    // those of the warm case.
+    let mut s = Sweeper::new(vec![naive("t:0", Fault::None)]);
+    let cold = RunParams {
+        cold_cache: true,
+        ..run(5, 10_000)
+    };
+    let row = s.run_case(&case("a", "t:0", (5, 9, 4), DType::F32), &cold);
+    assert_eq!(row.status, RowStatus::Ok, "{:?}", row.message);
+    assert_eq!(row.median_us, Some(6.0));
+    assert_eq!(row.min_us, Some(4.0));
 }
 
 #[test]

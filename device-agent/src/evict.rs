@@ -1,0 +1,72 @@
+//! Cold caches for timed runs (`RunParams::cold_cache`).
+//!
+//! The sweep repeats one GEMM back to back, so a small GEMM's weights stay
+//! in the CPU caches between runs; runtime-min runs a layer's operators in
+//! turn, so each finds its weights evicted by the others. With
+//! `cold_cache`, every timed run is preceded (outside the timer) by writes
+//! to a buffer several times the last-level cache, from one thread per
+//! core, so that private and shared caches lose what the last run left.
+//! It reaches the host's caches only, not a GPU's own.
+
+use std::sync::{Mutex, OnceLock};
+
+/// The last-level cache of CPU 0 in bytes, from sysfs; 32 MiB when unknown.
+fn llc_bytes() -> usize {
+    let base = "/sys/devices/system/cpu/cpu0/cache";
+    let mut best = 0;
+    for i in 0..8 {
+        let Ok(s) = std::fs::read_to_string(format!("{base}/index{i}/size")) else {
+            continue;
+        };
+        let s = s.trim();
+        let (num, mult) = match s.strip_suffix('K') {
+            Some(n) => (n, 1024),
+            None => match s.strip_suffix('M') {
+                Some(n) => (n, 1 << 20),
+                None => (s, 1),
+            },
+        };
+        if let Ok(v) = num.parse::<usize>() {
+            best = best.max(v * mult);
+        }
+    }
+    if best == 0 { 32 << 20 } else { best }
+}
+
+/// The eviction buffer: four times the last-level cache, at least 64 MiB.
+fn buffer() -> &'static Mutex<Vec<u8>> {
+    static BUF: OnceLock<Mutex<Vec<u8>>> = OnceLock::new();
+    BUF.get_or_init(|| Mutex::new(vec![1u8; (4 * llc_bytes()).max(64 << 20)]))
+}
+
+/// Writes the whole eviction buffer, split over one thread per core.
+pub fn evict_host_caches() {
+    let mut buf = buffer().lock().unwrap_or_else(|e| e.into_inner());
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let chunk = buf.len().div_ceil(threads);
+    std::thread::scope(|s| {
+        for part in buf.chunks_mut(chunk) {
+            s.spawn(move || {
+                for b in part.iter_mut() {
+                    *b = b.wrapping_add(1);
+                }
+                std::hint::black_box(&part[0]);
+            });
+        }
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_buffer_is_larger_than_the_last_level_cache_and_is_written() {
+        assert!(llc_bytes() >= 1 << 10);
+        let before = buffer().lock().unwrap()[12345];
+        evict_host_caches();
+        let after = buffer().lock().unwrap()[12345];
+        assert_eq!(after, before.wrapping_add(1));
+        assert!(buffer().lock().unwrap().len() >= 4 * llc_bytes());
+    }
+}
