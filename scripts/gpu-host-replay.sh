@@ -2,21 +2,28 @@
 # Replay on the GPU host (issue 10): does `hetero run` take the time its plan
 # predicts, per phase, on the lent GPU host's real processors?
 #
-#   scripts/gpu-host-replay.sh --prepare   # here: build, fit, solve, fill .carry/replay/
-#   scripts/gpu-host-replay.sh OUT_DIR     # there: replay every case, write OUT_DIR
+#   scripts/gpu-host-replay.sh --prepare   # here: build, fill .carry/replay/
+#   scripts/gpu-host-replay.sh OUT_DIR     # there: test, profile, fit, solve, replay
 #
-# The predictor is `hetero fit datasets/gpu-host-h200` (an NVIDIA H200 host),
-# so the plans hold for that machine: run it on an H200 host. Plans (solved
-# here, for datasets/models/qwen2.5-1.5b.json, prefill 1..2048 and decode 1):
-#   cuda   cuda:0 alone (f16)
-#   mixed  cuda:0 (f16) and cpu:0 (f32) together: the solver may split
-# Per plan and case, `hetero run` runs REPS timed passes with `--sync block`
-# and then with `--sync poll` (medians, one process each), after one pass
-# with `--check` at the smallest length. Synthetic seeded weights, one layer
-# in memory (`--share-weights`); every layer still runs.
+# There, in one call, the same steps a user takes on a new machine:
+#   1. the cuda unit tests of the agent (conversion kernels bit for bit,
+#      GEMMs from page-locked memory, the conformance suite);
+#   2. `hetero profile --device local` of cuda:0 and of cpu:0 for
+#      datasets/models/qwen2.5-1.5b.json (GEMMs, copies, the staged data
+#      path, submit and sync), merged into one dataset;
+#   3. `hetero fit`, then `hetero solve` of two plans, prefill 1..2048 and
+#      decode 1: `cuda` = cuda:0 alone (f16), `mixed` = cuda:0 (f16) with
+#      cpu:0 (f32), where the solver may split;
+#   4. per plan, one `--check` pass, then per case REPS timed passes with
+#      `--sync block` and REPS with `--sync poll` (one process each, one
+#      untimed warm-up pass), synthetic seeded weights with --share-weights.
+# OUT_DIR gets summary.md (predicted against measured), log.txt, fit.txt,
+# cuda-tests.txt, plans.txt, and two archives: dataset.tgz (the profile) and
+# reports.tgz (every `hetero run --json` report).
 #
 # Environment: REPLAY_BIN (default .carry/replay), REPLAY_REPS (default 9),
-# REPLAY_CASES (default "prefill:16 prefill:128 prefill:512 prefill:2048 decode:1").
+# REPLAY_CASES (default "prefill:16 prefill:128 prefill:512 prefill:2048 decode:1"),
+# CUDA_BUDGET (default 150s), CPU_BUDGET (default 60s).
 set -uo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -27,19 +34,19 @@ model=datasets/models/qwen2.5-1.5b.json
 
 if [ "${1:-}" = "--prepare" ]; then
     set -e
-    cargo build --release -p hetero
+    cargo build --release -p hetero -p hetero-agent
+    tests=$(cargo test --release -p hetero-agent --lib --no-run --message-format=json 2>/dev/null |
+        python3 -c 'import json,sys
+for l in sys.stdin:
+    m = json.loads(l)
+    if m.get("reason") == "compiler-artifact" and m.get("executable") and "lib" in m["target"]["kind"]:
+        print(m["executable"])' | tail -n1)
     mkdir -p "$carry"
-    cp target/release/hetero "$carry/"
-    strip "$carry/hetero" 2>/dev/null || true
-    "$carry/hetero" fit datasets/gpu-host-h200 --out "$carry/predictor.ron" > "$carry/fit.txt"
-    common=(--predictor "$carry/predictor.ron" --model "$model" --lengths 1..2048
-        --phase both --npu-graphs none)
-    "$carry/hetero" solve "${common[@]}" --processors cuda:0 --dtype cuda:0=f16 \
-        --out "$carry/plan-cuda.ron"
-    "$carry/hetero" solve "${common[@]}" --processors cuda:0,cpu:0 \
-        --dtype cuda:0=f16 --dtype cpu:0=f32 --out "$carry/plan-mixed.ron"
-    for p in cuda mixed; do "$carry/hetero" plan show "$carry/plan-$p.ron" > "$carry/plan-$p.txt"; done
+    cp target/release/hetero target/release/hetero-agent "$carry/"
+    cp "$tests" "$carry/agent-tests"
+    strip "$carry"/* 2>/dev/null || true
     git rev-parse HEAD > "$carry/COMMIT" 2>/dev/null || true
+    git diff --quiet HEAD 2>/dev/null || echo "+ uncommitted changes" >> "$carry/COMMIT"
     du -sh "$carry"
     echo "carry .carry/replay and run: scripts/gpu-host-replay.sh \"\$OUT\""
     exit 0
@@ -51,49 +58,94 @@ bin=${REPLAY_BIN:-$carry}
 reps=${REPLAY_REPS:-9}
 cases=${REPLAY_CASES:-"prefill:16 prefill:128 prefill:512 prefill:2048 decode:1"}
 hetero="$bin/hetero"
+work=$(mktemp -d /tmp/replay.XXXXXX)
 log() { echo "[$SECONDS s] $*" | tee -a "$out/log.txt" >&2; }
 
-{ uptime; nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv 2>&1; nproc; } \
-    > "$out/machine.txt"
+{ uptime; nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv 2>&1
+  nproc; cat "$bin/COMMIT" 2>/dev/null; } > "$out/machine.txt"
 cat "$out/machine.txt" >&2
+
+log "cuda tests"
+"$bin/agent-tests" cuda:: --test-threads=1 > "$out/cuda-tests.txt" 2>&1 \
+    || log "cuda tests FAILED: $(grep -E '^test .* FAILED|panicked' "$out/cuda-tests.txt" | head -5)"
+grep -E "^test result" "$out/cuda-tests.txt" | tee -a "$out/log.txt" >&2
+
+log "profile cuda:0 (${CUDA_BUDGET:-150s}), cpu:0 (${CPU_BUDGET:-60s})"
+"$hetero" profile --device local --agent "$bin/hetero-agent" --processors cuda:0 \
+    --models "$model" --budget "${CUDA_BUDGET:-150s}" --out "$work/ds-cuda" \
+    > "$out/profile-cuda.txt" 2>&1 || log "profile cuda:0 failed: $(tail -3 "$out/profile-cuda.txt")"
+"$hetero" profile --device local --agent "$bin/hetero-agent" --processors cpu:0 \
+    --models "$model" --budget "${CPU_BUDGET:-60s}" --out "$work/ds-cpu" \
+    > "$out/profile-cpu.txt" 2>&1 || log "profile cpu:0 failed: $(tail -3 "$out/profile-cpu.txt")"
+"$hetero" dataset merge --out "$work/ds" "$work/ds-cuda" "$work/ds-cpu" > /dev/null \
+    || log "merge failed"
+"$hetero" dataset show "$work/ds" > "$work/ds/SHOW.txt" 2>&1
+tail -n 30 "$out/profile-cuda.txt" "$out/profile-cpu.txt" >> "$work/ds/SHOW.txt"
+
+log "fit"
+"$hetero" fit "$work/ds" --out "$work/predictor.ron" --report "$work/report.json" \
+    > "$out/fit.txt" 2>&1 || log "fit failed: $(tail -3 "$out/fit.txt")"
+cp "$work/predictor.ron" "$work/report.json" "$work/ds/" 2>/dev/null
+
+log "solve"
+common=(--predictor "$work/predictor.ron" --model "$model" --lengths 1..2048
+    --phase both --npu-graphs none)
+"$hetero" solve "${common[@]}" --processors cuda:0 --dtype cuda:0=f16 \
+    --out "$work/plan-cuda.ron" > "$work/solve-cuda.txt" 2>&1 || log "solve cuda failed: $(tail -3 "$work/solve-cuda.txt")"
+"$hetero" solve "${common[@]}" --processors cuda:0,cpu:0 --dtype cuda:0=f16 --dtype cpu:0=f32 \
+    --out "$work/plan-mixed.ron" > "$work/solve-mixed.txt" 2>&1 || log "solve mixed failed: $(tail -3 "$work/solve-mixed.txt")"
 for p in cuda mixed; do
-    plan="$bin/plan-$p.ron"
+    { echo "## $p"; cat "$work/solve-$p.txt"; "$hetero" plan show "$work/plan-$p.ron" 2>&1; } >> "$out/plans.txt"
+done
+
+mkdir -p "$work/reports"
+for p in cuda mixed; do
+    plan="$work/plan-$p.ron"
     [ -e "$plan" ] || { log "no $plan"; continue; }
     first=${cases%% *}
     log "$p: check at ${first}"
     timeout 120 "$hetero" run "$plan" --model "$model" --phase "${first%%:*}" --len "${first#*:}" \
-        --share-weights --check --repeat 1 --json --out "$out/$p-check.json" > /dev/null \
-        2> "$out/$p-check.err" || log "$p: check failed: $(tail -3 "$out/$p-check.err")"
+        --share-weights --check --repeat 1 --json --out "$work/reports/$p-check.json" > /dev/null \
+        2> "$work/reports/$p-check.err" || log "$p: check failed: $(tail -3 "$work/reports/$p-check.err")"
     for c in $cases; do
         phase=${c%%:*}
         len=${c#*:}
         for sync in block poll; do
             extra=()
             [ "$phase" = decode ] && extra=(--tokens 8)
+            r="$work/reports/$p-$phase-$len-$sync"
             if timeout 150 "$hetero" run "$plan" --model "$model" --phase "$phase" --len "$len" \
                 "${extra[@]}" --share-weights --sync "$sync" --repeat "$reps" --json \
-                --out "$out/$p-$phase-$len-$sync.json" > /dev/null 2> "$out/$p-$phase-$len-$sync.err"; then
+                --out "$r.json" > /dev/null 2> "$r.err"; then
                 log "$p $phase $len $sync: done"
             else
-                log "$p $phase $len $sync: failed: $(tail -3 "$out/$p-$phase-$len-$sync.err")"
+                log "$p $phase $len $sync: failed: $(tail -3 "$r.err")"
             fi
         done
     done
 done
-# One table: predicted against measured, per plan, phase, length and sync.
-python3 - "$out" <<'PY' | tee "$out/summary.md"
+# One table: predicted against measured, per plan, phase, length and sync,
+# with the copy time and its prediction summed over the operators.
+python3 - "$work/reports" <<'PY' | tee "$out/summary.md"
 import glob, json, os, sys
-out = sys.argv[1]
-print("| plan | phase | len | sync | predicted | measured | measured / predicted |")
-print("|---|---|---|---|---|---|---|")
+d = sys.argv[1]
+print("| plan | phase | len | sync | predicted | measured | measured / predicted | copy measured | copy predicted |")
+print("|---|---|---|---|---|---|---|---|---|")
 rows = []
-for path in glob.glob(f"{out}/*-*-*-*.json"):
+for path in glob.glob(f"{d}/*-*-*-*.json"):
     plan, phase, length, sync = os.path.basename(path)[:-5].split("-")
     r = json.load(open(path))
-    rows.append((plan, phase, int(length), sync, r["predicted_us"], r["measured_us"]))
-for plan, phase, length, sync, p, m in sorted(rows):
-    print(f"| {plan} | {phase} | {length} | {sync} | {p:.0f} µs | {m:.0f} µs | {m / p:.3f} |")
-for path in sorted(glob.glob(f"{out}/*-check.json")):
+    ops = r.get("per_op") or []
+    cm = sum((o.get("copy_us") or 0) * o["layers"] for o in ops)
+    cp = sum((o.get("predicted_copy_us") or 0) * o["layers"] for o in ops)
+    rows.append((plan, phase, int(length), sync, r["predicted_us"], r["measured_us"], cm, cp))
+for plan, phase, length, sync, p, m, cm, cp in sorted(rows):
+    print(f"| {plan} | {phase} | {length} | {sync} | {p:.0f} µs | {m:.0f} µs | {m / p:.3f} | {cm:.0f} µs | {cp:.0f} µs |")
+for path in sorted(glob.glob(f"{d}/*-check.json")):
     c = json.load(open(path)).get("check") or {}
     print(f"\n{os.path.basename(path)}: {c.get('passed')}/{c.get('outputs')} outputs within bound")
 PY
+tar -czf "$out/dataset.tgz" -C "$work" ds
+tar -czf "$out/reports.tgz" -C "$work" reports plan-cuda.ron plan-mixed.ron 2>/dev/null \
+    || tar -czf "$out/reports.tgz" -C "$work" reports
+log "done"

@@ -133,6 +133,21 @@ pub trait Backend: Send {
         ))
     }
 
+    /// Allocates `len` zeroed `f32` values of host memory that this
+    /// processor's copies read and write directly: page-locked memory on a
+    /// discrete GPU, so that [`Gemm::write_input`] and [`Gemm::read_output`]
+    /// from and into it are one DMA each. A caller that moves activations
+    /// every operator keeps them in such memory ([`crate::HostBuf`]).
+    /// Processors that share the host's memory have nothing better than the
+    /// heap and return [`Error::Unsupported`].
+    fn alloc_host(&self, len: usize) -> Result<Box<dyn crate::HostMem>> {
+        let _ = len;
+        Err(Error::unsupported(
+            &self.processor().id,
+            "host memory for direct copies",
+        ))
+    }
+
     /// Relative error bound for verifying this dtype against the f64 reference.
     fn tolerance(&self, dtype: DType, k: u32) -> f64 {
         default_tolerance(dtype, k)

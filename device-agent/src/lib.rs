@@ -33,6 +33,7 @@ pub mod cuda;
 mod dense;
 mod error;
 mod evict;
+mod host;
 #[cfg(feature = "opencl")]
 pub mod opencl;
 pub mod protocol;
@@ -46,6 +47,7 @@ pub mod verify;
 
 pub use backend::{Backend, Gemm, GemmSpec, SyncMode, Timed, default_tolerance};
 pub use error::{Error, Result};
+pub use host::{HostBuf, HostMem};
 pub use registry::{OpenOptions, Registry, Unavailable, id_matches};
 
 /// The sweep protocol version this agent speaks; the host checks it in the

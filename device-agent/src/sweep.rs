@@ -144,7 +144,12 @@ impl Sweeper {
                 message: format!("`{}` needs `{what}`", bench_name(b.bench)),
             };
             match b.bench {
-                MicrobenchKind::CopyH2d | MicrobenchKind::CopyD2h if b.bytes.is_none() => {
+                MicrobenchKind::CopyH2d
+                | MicrobenchKind::CopyD2h
+                | MicrobenchKind::StageIn
+                | MicrobenchKind::StageOut
+                    if b.bytes.is_none() =>
+                {
                     return Err(need("bytes"));
                 }
                 MicrobenchKind::BandwidthConcurrent => match &b.peer {
@@ -611,6 +616,12 @@ fn microbench(
     let mut line = base_line(req, proc.timing());
     let result = match req.bench {
         MicrobenchKind::GraphPrepare => graph_prepare(&mut *backends[0], req, run, cancel),
+        MicrobenchKind::StageIn | MicrobenchKind::StageOut => {
+            stage(&mut *backends[0], req, run, cancel).map(|(s, note)| {
+                line.note = Some(note);
+                s
+            })
+        }
         MicrobenchKind::BandwidthAlone | MicrobenchKind::BandwidthConcurrent => {
             stream(backends, req, run, cancel).map(|(s, note)| {
                 line.note = note;
@@ -624,7 +635,10 @@ fn microbench(
             Some(stats) => {
                 line.row.status = RowStatus::Ok;
                 let bytes = match req.bench {
-                    MicrobenchKind::CopyH2d | MicrobenchKind::CopyD2h => req.bytes,
+                    MicrobenchKind::CopyH2d
+                    | MicrobenchKind::CopyD2h
+                    | MicrobenchKind::StageIn
+                    | MicrobenchKind::StageOut => req.bytes,
                     MicrobenchKind::BandwidthAlone | MicrobenchKind::BandwidthConcurrent => {
                         line.row.bytes
                     }
@@ -745,6 +759,107 @@ fn graph_prepare(
         }
     }
     Ok(samples)
+}
+
+/// `stage_in` / `stage_out`: one prepared GEMM's `write_input` or
+/// `read_output` of `bytes` of f32 values, from or into host memory of the
+/// kind the runtime's pool uses ([`Backend::alloc_host`], else the heap),
+/// timed by the host clock around the call alone. The input side is
+/// `R×1024×64` and the output side `R×64×1024`, with `R = bytes/4096` rows
+/// (at least one), in `aw` order (the order whose output a GPU transposes)
+/// and in the processor's 16-bit type where it has one, like the GPU
+/// sweeps. The product is checked against the f64 reference after the
+/// timed calls, so a wrong data path is never recorded. Returns the
+/// samples and a note saying which memory was used.
+fn stage(
+    b: &mut dyn Backend,
+    req: &MicrobenchRequest,
+    run: &RunParams,
+    cancel: &AtomicBool,
+) -> Result<(Vec<f64>, String), Error> {
+    let proc = b.processor().clone();
+    let bytes = req.bytes.ok_or_else(|| Error::BadRequest {
+        field: "bytes".into(),
+        message: format!("{} needs `bytes`", bench_name(req.bench)),
+    })?;
+    const ROW: u32 = 1024;
+    const OTHER: u32 = 64;
+    let rows = ((bytes / 4 / ROW as u64).max(1)).min(u32::MAX as u64) as u32;
+    let input = req.bench == MicrobenchKind::StageIn;
+    let shape = if input {
+        GemmShape::new(rows, ROW, OTHER)
+    } else {
+        GemmShape::new(rows, OTHER, ROW)
+    }
+    .expect("non-zero");
+    let spec = GemmSpec {
+        shape,
+        dtype: preferred_dtype(&proc, &[DType::F16, DType::F32])?,
+        order: OperandOrder::Aw,
+        weights: WeightMode::Static,
+    };
+    let (a, w) = verify::inputs(&shape, 0);
+    let mut g = b.prepare(&spec, &w)?;
+    let len = if input {
+        a.len()
+    } else {
+        rows as usize * ROW as usize
+    };
+    let (mut host, memory) = match b.alloc_host(len) {
+        Ok(m) => (
+            crate::HostBuf::Backend(m),
+            format!("{}: host memory of the processor (alloc_host)", proc.id),
+        ),
+        Err(_) => (crate::HostBuf::heap(len), "heap memory".to_string()),
+    };
+    let note = format!(
+        "{} of {} f32 values ({} bytes) through a {} {} GEMM, {memory}",
+        if input { "write_input" } else { "read_output" },
+        len,
+        len * 4,
+        spec.shape,
+        spec.dtype
+    );
+    if input {
+        host.copy_from_slice(&a);
+    } else {
+        g.write_input(&a)?;
+        g.execute()?;
+    }
+    let mut samples = Vec::new();
+    for i in 0..run.warmups + run.repetitions.max(1) {
+        check_cancel(cancel, run)?;
+        let t = Instant::now();
+        if input {
+            g.write_input(&host)?;
+        } else {
+            g.read_output(&mut host)?;
+        }
+        let us = t.elapsed().as_secs_f64() * 1e6;
+        if i >= run.warmups {
+            samples.push(us);
+        }
+    }
+    let c = if input {
+        g.execute()?;
+        let mut c = vec![0f32; rows as usize * OTHER as usize];
+        g.read_output(&mut c)?;
+        c
+    } else {
+        host.to_vec()
+    };
+    let check = verify::check(&shape, &a, &w, &c);
+    let tol = b.tolerance(spec.dtype, shape.k.get());
+    if !check.passes(tol) {
+        return Err(Error::backend(
+            &proc.id,
+            format!(
+                "the staged GEMM's product is wrong: relative error {:.2e} at {:?} (bound {tol:.1e})",
+                check.rel_err, check.worst
+            ),
+        ));
+    }
+    Ok((samples, note))
 }
 
 /// The memory-bound GEMV of the bandwidth benchmarks: `1×K×N` with weights

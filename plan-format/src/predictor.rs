@@ -327,6 +327,14 @@ pub struct Overheads {
     /// Device to host copy.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub copy_d2h: Option<LinearCost>,
+    /// A GEMM's input staged as the runtime stages it (`write_input`),
+    /// against f32 bytes. Preferred over `copy_h2d` where measured.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stage_in: Option<LinearCost>,
+    /// A GEMM's output read back as the runtime reads it (`read_output`),
+    /// against f32 bytes. Preferred over `copy_d2h` where measured.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stage_out: Option<LinearCost>,
     /// Launch to completion of a tiny kernel on an empty queue, µs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub submit_empty_us: Option<f64>,

@@ -75,6 +75,13 @@ pub enum MicrobenchKind {
     BandwidthConcurrent,
     /// Preparing (building, finalising) a static graph of `shape`.
     GraphPrepare,
+    /// A prepared GEMM's `write_input` of `bytes` of f32 activations, from
+    /// the host memory a runtime keeps them in: the whole data path the
+    /// runtime drives (conversion, DMA, synchronisation), not the DMA alone.
+    StageIn,
+    /// A prepared GEMM's `read_output` of `bytes` of f32 results (`aw`
+    /// order, the one that may transpose), into the same kind of memory.
+    StageOut,
 }
 
 /// One microbenchmark to run.

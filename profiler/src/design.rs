@@ -280,7 +280,18 @@ pub fn microbench(processors: &[Processor]) -> Vec<MicrobenchRequest> {
     };
     let mut out = Vec::new();
     for p in processors {
-        for bench in [MicrobenchKind::CopyH2d, MicrobenchKind::CopyD2h] {
+        // A processor that does not share the host's memory also stages
+        // GEMM inputs and outputs as the runtime does (`write_input`,
+        // `read_output`): conversion, DMA and synchronisation together.
+        let staged: &[MicrobenchKind] = if p.capabilities.unified_memory {
+            &[]
+        } else {
+            &[MicrobenchKind::StageIn, MicrobenchKind::StageOut]
+        };
+        for &bench in [MicrobenchKind::CopyH2d, MicrobenchKind::CopyD2h]
+            .iter()
+            .chain(staged)
+        {
             for bytes in [4u64 << 10, 1 << 20, 16 << 20] {
                 out.push(MicrobenchRequest {
                     bytes: Some(bytes),

@@ -27,7 +27,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Instant;
 
-use hetero_agent::{Error as AgentError, Gemm, GemmSpec, SyncMode, Timed};
+use hetero_agent::{Error as AgentError, Gemm, GemmSpec, HostBuf, SyncMode, Timed};
 use hetero_plan::Timing;
 
 /// How the host waits for a submitted part.
@@ -111,9 +111,9 @@ impl Part {
 #[derive(Debug, Default)]
 pub(crate) struct Stage {
     /// A padded or gathered input.
-    pub input: Vec<f32>,
+    pub input: HostBuf,
     /// A part's output before it is scattered into the merged output.
-    pub output: Vec<f32>,
+    pub output: HostBuf,
 }
 
 /// The timings of one instance run.

@@ -107,6 +107,9 @@ pub struct OpReport {
     pub submit_us: f64,
     /// Median time copying inputs and merging outputs, µs.
     pub copy_us: f64,
+    /// The plan's copy term of one layer's worth (its share of
+    /// `predicted_us`), µs.
+    pub predicted_copy_us: f64,
     /// `measured` (every part real), `simulated` or `emulated`.
     pub timing: String,
     /// Executions measured.
@@ -233,6 +236,9 @@ pub struct PoolReport {
     pub bytes: usize,
     /// Buffers grown during the timed passes (0: every layer reused them).
     pub grown_while_timed: usize,
+    /// Where the buffers live: `heap`, or the processor whose direct-copy
+    /// host memory they are (page-locked memory of a discrete GPU).
+    pub memory: String,
 }
 
 fn fmt_us(us: f64) -> String {

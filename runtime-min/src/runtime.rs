@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicU32;
 use std::time::Instant;
 
-use hetero_agent::{Backend, Gemm, GemmSpec, OpenOptions, Registry};
+use hetero_agent::{Backend, Gemm, GemmSpec, HostBuf, OpenOptions, Registry};
 use hetero_plan::{
     DType, Decision, GemmShape, LinearOp, ModelSpec, OpRole, Phase, Plan, Predictor, Strategy,
     Timing, WeightMode,
@@ -133,10 +133,13 @@ pub struct Runtime {
     /// ([`Gemm::host_weights`]); other upload steps write them each run.
     host_staged: std::collections::HashSet<usize>,
     prepared: HashMap<(usize, u32), Prepared>,
-    inputs: HashMap<(usize, u32), Vec<f32>>,
-    output: Vec<f32>,
+    inputs: HashMap<(usize, u32), HostBuf>,
+    output: HostBuf,
     stage: Stage,
     grown: usize,
+    /// The backend whose direct-copy host memory the pool's buffers are
+    /// ([`Backend::alloc_host`]); the heap when none offers it.
+    host_mem: Option<usize>,
     sync: SyncChoice,
     fault: Option<Arc<Fault>>,
     prep: Vec<PrepStat>,
@@ -323,6 +326,13 @@ impl Runtime {
             );
         }
         let n = backends.len();
+        let host_mem = pool_memory(&backends);
+        if let Some(b) = host_mem {
+            notes.push(format!(
+                "activation buffers are host memory of `{}` (page-locked: every copy to and from it is one DMA)",
+                backends[b].processor().id
+            ));
+        }
         Ok(Runtime {
             plan_path: plan_path.to_path_buf(),
             decider: Decider::new(&plan),
@@ -338,9 +348,10 @@ impl Runtime {
             host_staged: Default::default(),
             prepared: HashMap::new(),
             inputs: HashMap::new(),
-            output: Vec::new(),
+            output: HostBuf::default(),
             stage: Stage::default(),
             grown: 0,
+            host_mem,
             sync: opts.sync,
             fault,
             prep: vec![PrepStat::default(); n],
@@ -871,8 +882,9 @@ impl Runtime {
                         // Staging buffers, grown here rather than while timed.
                         let need_in = sl.pad_to * k;
                         let need_out = sl.pad_to * sl.cols.len();
-                        grow(&mut self.stage.input, need_in, &mut self.grown);
-                        grow(&mut self.stage.output, need_out, &mut self.grown);
+                        let pool = (&self.backends[..], self.host_mem);
+                        grow(&mut self.stage.input, need_in, &mut self.grown, pool);
+                        grow(&mut self.stage.output, need_out, &mut self.grown, pool);
                     }
                     parts.push(Part {
                         proc,
@@ -886,13 +898,18 @@ impl Runtime {
             }
             layers.push(insts);
         }
-        grow(&mut self.output, m as usize * n, &mut self.grown);
+        let pool = (&self.backends[..], self.host_mem);
+        grow(&mut self.output, m as usize * n, &mut self.grown, pool);
         let shares = layouts
             .iter()
             .map(|pl| (pl.proc, describe_share(pl)))
             .collect();
         self.inputs.entry((oi, m)).or_insert_with(|| {
-            hetero_agent::verify::random_vec(m as usize * k, activation_seed(self.seed, op, m))
+            let values =
+                hetero_agent::verify::random_vec(m as usize * k, activation_seed(self.seed, op, m));
+            let mut buf = alloc_host(pool, values.len());
+            buf.copy_from_slice(&values);
+            buf
         });
         self.prepared.insert(
             (oi, len),
@@ -1301,6 +1318,7 @@ impl Runtime {
                 dispatch_us: report::median(&dispatch_each),
                 submit_us: report::median(&submit_each),
                 copy_us: report::median(&col(&|x| x.copy_us)),
+                predicted_copy_us: d.cost.copy_us,
                 timing: timing_of(sim, emu).into(),
                 samples: s.len(),
                 parts,
@@ -1405,14 +1423,34 @@ impl Runtime {
             pool: PoolReport {
                 buffers: 2 + 2 + self.inputs.len(),
                 bytes: 4
-                    * (self.output.capacity()
-                        + self.stage.input.capacity()
-                        + self.stage.output.capacity()
-                        + self.inputs.values().map(Vec::capacity).sum::<usize>()),
+                    * (self.output.len()
+                        + self.stage.input.len()
+                        + self.stage.output.len()
+                        + self.inputs.values().map(|b| b.len()).sum::<usize>()),
                 grown_while_timed,
+                memory: self.pool_memory_name(),
             },
             tree: None,
             notes,
+        }
+    }
+}
+
+impl Runtime {
+    /// `heap`, or the processor whose host memory the pool's buffers are.
+    fn pool_memory_name(&self) -> String {
+        let all = [&self.output, &self.stage.input, &self.stage.output]
+            .into_iter()
+            .chain(self.inputs.values())
+            .filter(|b| !b.is_empty())
+            .all(|b| b.is_backend_memory());
+        match self.host_mem {
+            Some(b) if all => format!("{} host memory", self.plan.processors[b]),
+            Some(b) => format!(
+                "heap, partly {} host memory (an allocation failed)",
+                self.plan.processors[b]
+            ),
+            None => "heap".into(),
         }
     }
 }
@@ -1421,9 +1459,30 @@ fn ratio(a: f64, b: f64) -> f64 {
     if b > 0.0 { a / b } else { f64::NAN }
 }
 
-fn grow(buf: &mut Vec<f32>, len: usize, grown: &mut usize) {
+/// The backends and the one whose host memory the pool uses.
+type Pool<'a> = (&'a [Box<dyn Backend>], Option<usize>);
+
+/// The first processor without unified memory that allocates host memory
+/// for direct copies: its copies are the ones ordinary memory slows down.
+fn pool_memory(backends: &[Box<dyn Backend>]) -> Option<usize> {
+    backends
+        .iter()
+        .position(|b| !b.processor().capabilities.unified_memory && b.alloc_host(1).is_ok())
+}
+
+/// `len` zeros in the pool's memory; on the heap if that allocation fails
+/// (the report's `pool.memory` then says `heap`).
+fn alloc_host((backends, host_mem): Pool<'_>, len: usize) -> HostBuf {
+    host_mem
+        .and_then(|b| backends[b].alloc_host(len).ok())
+        .map_or_else(|| HostBuf::heap(len), HostBuf::Backend)
+}
+
+/// Replaces `buf` by a larger one when it holds fewer than `len` values
+/// (the contents are scratch: not kept).
+fn grow(buf: &mut HostBuf, len: usize, grown: &mut usize, pool: Pool<'_>) {
     if buf.len() < len {
-        buf.resize(len, 0.0);
+        *buf = alloc_host(pool, len);
         *grown += 1;
     }
 }

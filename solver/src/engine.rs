@@ -57,6 +57,11 @@ impl<T: Copy + Default, const N: usize> std::ops::DerefMut for Small<T, N> {
 }
 
 /// Parts of a candidate: processor index and rows.
+/// Bytes of one activation value in host memory: runtime-min keeps
+/// activations as f32 between operators (the type of the agent's `Gemm`
+/// interface), so every copy to and from a processor moves f32.
+pub(crate) const HOST_BYTES: f64 = 4.0;
+
 pub(crate) type RowParts = Small<(usize, u32), 3>;
 /// Per-part times.
 pub(crate) type Times = Small<f64, 3>;
@@ -84,6 +89,10 @@ pub(crate) struct Proc<'a> {
     pub concurrent: f64,
     pub copy_h2d: Option<LinearCost>,
     pub copy_d2h: Option<LinearCost>,
+    /// `write_input` / `read_output` as the runtime drives them, against
+    /// f32 bytes: preferred over the DMA copies where measured.
+    pub stage_in: Option<LinearCost>,
+    pub stage_out: Option<LinearCost>,
     pub prepare: Option<LinearCost>,
     /// Can take part in a split (unified memory, or copy costs known).
     pub can_split: bool,
@@ -114,23 +123,33 @@ impl Proc<'_> {
     /// between operators, so a discrete processor copies its input in and
     /// its output back even when it runs alone. Zero on unified memory, and
     /// where no copy cost was measured (the solver notes that).
-    pub fn alone_copy_us(&self, bytes_in: f64, bytes_out: f64) -> f64 {
-        if self.unified || self.copy_h2d.is_none() {
+    pub fn alone_copy_us(&self, elems_in: f64, elems_out: f64) -> f64 {
+        if self.unified || (self.copy_h2d.is_none() && self.stage_in.is_none()) {
             0.0
         } else {
-            self.copy_us(bytes_in, bytes_out)
+            self.copy_us(elems_in, elems_out)
         }
     }
 
-    /// Moving `bytes_in` to the processor and `bytes_out` back; zero on
-    /// unified memory.
-    pub fn copy_us(&self, bytes_in: f64, bytes_out: f64) -> f64 {
+    /// Moving `elems_in` activations to the processor and `elems_out`
+    /// results back; zero on unified memory. They cross as f32
+    /// ([`HOST_BYTES`] each), the runtime's host format: a processor that
+    /// computes in 16 bits converts on its side. The staged data path
+    /// (`stage_in`/`stage_out`, measured through the backend's own calls)
+    /// is used where the predictor has it, else the DMA copies.
+    pub fn copy_us(&self, elems_in: f64, elems_out: f64) -> f64 {
         if self.unified {
             return 0.0;
         }
-        let h2d = self.copy_h2d.map(|c| c.at(bytes_in)).unwrap_or(INF);
+        let (bytes_in, bytes_out) = (elems_in * HOST_BYTES, elems_out * HOST_BYTES);
+        let h2d = self
+            .stage_in
+            .or(self.copy_h2d)
+            .map(|c| c.at(bytes_in))
+            .unwrap_or(INF);
         let d2h = self
-            .copy_d2h
+            .stage_out
+            .or(self.copy_d2h)
             .or(self.copy_h2d)
             .map(|c| c.at(bytes_out))
             .unwrap_or(INF);
@@ -764,8 +783,7 @@ impl<'s, 'a> OpCtx<'s, 'a> {
     /// [`Proc::alone_copy_us`]).
     fn single(&self, p: usize, m: u32) -> Cand {
         let pr = &self.setup.procs[p];
-        let a = pr.abytes();
-        let copy = pr.alone_copy_us(m as f64 * self.k as f64 * a, m as f64 * self.n as f64 * a);
+        let copy = pr.alone_copy_us(m as f64 * self.k as f64, m as f64 * self.n as f64);
         let mut c = self.finish(
             Shape::Single {
                 p,
@@ -789,8 +807,7 @@ impl<'s, 'a> OpCtx<'s, 'a> {
             .iter()
             .map(|&(p, r)| {
                 let pr = &self.setup.procs[p];
-                let a = pr.abytes();
-                pr.copy_us(m as f64 * self.k as f64 * a, m as f64 * r as f64 * a)
+                pr.copy_us(m as f64 * self.k as f64, m as f64 * r as f64)
             })
             .sum()
     }
@@ -1169,11 +1186,7 @@ impl<'s, 'a> OpCtx<'s, 'a> {
                 let rest = m - c;
                 for d in self.dynamic().filter(|&d| self.splittable(d)) {
                     let dp = &self.setup.procs[d];
-                    let a = dp.abytes();
-                    let copy = dp.copy_us(
-                        rest as f64 * self.k as f64 * a,
-                        rest as f64 * self.n as f64 * a,
-                    );
+                    let copy = dp.copy_us(rest as f64 * self.k as f64, rest as f64 * self.n as f64);
                     let cand = self.finish(
                         Shape::Chunked {
                             s,
@@ -1310,7 +1323,6 @@ impl<'s, 'a> OpCtx<'s, 'a> {
             1.0
         };
         let dp = &procs[d];
-        let a = dp.abytes();
         let fs = if self.phase == Phase::Decode {
             procs[s].concurrent
         } else {
@@ -1332,10 +1344,7 @@ impl<'s, 'a> OpCtx<'s, 'a> {
             if best.is_some_and(|(b, _)| td / fd >= b) {
                 break;
             }
-            let copy = dp.copy_us(
-                rest as f64 * self.k as f64 * a,
-                rest as f64 * self.n as f64 * a,
-            );
+            let copy = dp.copy_us(rest as f64 * self.k as f64, rest as f64 * self.n as f64);
             let c = total(st.exact[t as usize], td, copy);
             if best.is_none_or(|(b, _)| c < b) {
                 best = Some((c, t));
@@ -1343,10 +1352,7 @@ impl<'s, 'a> OpCtx<'s, 'a> {
         }
         let (_, t) = best?;
         let rest = m - t;
-        let dp_copy = dp.copy_us(
-            rest as f64 * self.k as f64 * a,
-            rest as f64 * self.n as f64 * a,
-        );
+        let dp_copy = dp.copy_us(rest as f64 * self.k as f64, rest as f64 * self.n as f64);
         Some(self.finish(
             Shape::Seq {
                 s,

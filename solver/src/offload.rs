@@ -6,7 +6,7 @@ use std::collections::HashMap;
 
 use hetero_plan::{LinearOp, Phase};
 
-use crate::engine::{Cand, INF, OpCtx, Setup, Shape};
+use crate::engine::{Cand, HOST_BYTES, INF, OpCtx, Setup, Shape};
 
 impl OpCtx<'_, '_> {
     /// Offload-mode candidates: the CPU alone, the GPU alone when every row
@@ -83,7 +83,8 @@ impl OpCtx<'_, '_> {
         let gp = &self.setup.procs[gpu];
         let (k, n) = (self.k as f64, self.n);
         let cg = n - gg - cc;
-        let a = gp.abytes();
+        // Activations cross as f32, the runtime's host format.
+        let a = HOST_BYTES;
         let w = gp.wbytes();
         let h2d = |b: f64| gp.copy_h2d.map_or(INF, |c| c.at(b));
         let d2h = |b: f64| gp.copy_d2h.or(gp.copy_h2d).map_or(INF, |c| c.at(b));

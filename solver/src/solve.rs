@@ -147,7 +147,7 @@ pub(crate) fn build_procs<'a, O: LatencyOracle + ?Sized>(
                 p.id
             ));
         }
-        let can_split = caps.unified_memory || ov.copy_h2d.is_some();
+        let can_split = caps.unified_memory || ov.copy_h2d.is_some() || ov.stage_in.is_some();
         if !can_split {
             notes.push(format!(
                 "{}: no host copy cost measured for this discrete processor; it runs only alone",
@@ -168,6 +168,8 @@ pub(crate) fn build_procs<'a, O: LatencyOracle + ?Sized>(
             concurrent: ov.concurrent_factor.filter(|f| *f > 0.0).unwrap_or(1.0),
             copy_h2d: ov.copy_h2d,
             copy_d2h: ov.copy_d2h,
+            stage_in: ov.stage_in,
+            stage_out: ov.stage_out,
             prepare: ov.prepare,
             can_split,
             device_timed: caps.device_timer && !p.simulated && !p.emulated,

@@ -80,7 +80,7 @@ enum Command {
     ///
     /// Example: hetero-agent sweep --processor cpu:0 --shapes 64x256x256,1x4096x4096 --dtype f32
     Sweep(SweepArgs),
-    /// Run the microbenchmarks (copy, submit, sync, bandwidth, graph prepare).
+    /// Run the microbenchmarks (copy, staged GEMM input/output, submit, sync, bandwidth, graph prepare).
     ///
     /// Example: hetero-agent microbench --processors cpu:0,npu-sim
     Microbench(MicrobenchArgs),
@@ -493,6 +493,8 @@ fn microbench(o: &OpenArgs, a: MicrobenchArgs) -> Result<()> {
         MicrobenchKind::BandwidthAlone,
         MicrobenchKind::BandwidthConcurrent,
         MicrobenchKind::GraphPrepare,
+        MicrobenchKind::StageIn,
+        MicrobenchKind::StageOut,
     ];
     let kinds: Vec<MicrobenchKind> = match &a.bench {
         None => all.to_vec(),
@@ -548,7 +550,10 @@ fn microbench(o: &OpenArgs, a: MicrobenchArgs) -> Result<()> {
                 continue;
             }
             match k {
-                MicrobenchKind::CopyH2d | MicrobenchKind::CopyD2h => {
+                MicrobenchKind::CopyH2d
+                | MicrobenchKind::CopyD2h
+                | MicrobenchKind::StageIn
+                | MicrobenchKind::StageOut => {
                     let mut b = 4096u64;
                     while b <= a.max_copy_bytes {
                         push(&p.id, k, Some(b), None, None);

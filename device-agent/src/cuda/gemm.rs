@@ -7,14 +7,21 @@
 //! | buffer | device layout | bytes |
 //! |---|---|---|
 //! | weights | `Wᵀ[N,K]` row-major (transposed once, in `prepare`) | N·K·e |
-//! | input | `A[M,K]` row-major, as given | M·K·e |
-//! | output `aw` | `C[M,N]` column-major (`Cᵀ` row-major) | M·N·e |
-//! | output `wt_at` | `C[M,N]` row-major | M·N·e |
+//! | input as sent | `A[M,K]` row-major f32 (only when e < 4) | M·K·4 |
+//! | input | `A[M,K]` row-major, converted on the device | M·K·e |
+//! | output | `aw`: `C[M,N]` column-major; `wt_at`: row-major; f32 | M·N·4 |
+//! | output `aw`, transposed | `C[M,N]` row-major f32 | M·N·4 |
 //!
 //! `aw` runs `gemm(T, N, m=M, n=N, k=K, A, Wᵀ)`: the activation is cuBLAS's
 //! left operand. `wt_at` runs `gemm(T, N, m=N, n=M, k=K, Wᵀ, A)`, which is
-//! `Cᵀ = Wᵀ·Aᵀ`: the weight is the left operand. `read_output` undoes the
-//! column-major output of `aw` on the host, outside the timed part.
+//! `Cᵀ = Wᵀ·Aᵀ`: the weight is the left operand. Both accumulate in f32
+//! and write f32 (`GemmEx` with a 32F output type), so the output needs no
+//! conversion. `read_output` undoes the column-major output of `aw` with
+//! `cublasSgeam` on the device, outside the timed part.
+//!
+//! The host side of every copy is the caller's slice: one DMA from memory
+//! of [`Backend::alloc_host`](crate::Backend::alloc_host), the driver's
+//! bounce buffers from ordinary memory.
 
 use std::ffi::c_void;
 use std::sync::Arc;
@@ -22,10 +29,10 @@ use std::time::{Duration, Instant};
 
 use cudarc::cublas::{result as blas, sys as blas_sys};
 use cudarc::driver::{CudaEvent, result, sys};
-use half::slice::HalfFloatSliceExt;
 use half::{bf16, f16};
 use hetero_plan::{DType, OperandOrder};
 
+use super::kernels::Half;
 use super::mem::{DeviceBuf, MappedFlag, PinnedBuf, Pod};
 use super::{At, Device};
 use crate::{Error, Gemm, GemmSpec, Result, SyncMode, Timed};
@@ -71,28 +78,26 @@ impl Elem {
             Elem::Bf16 => blas_sys::cudaDataType::CUDA_R_16BF,
         }
     }
+
+    /// The conversion kernel that writes this type, if it is not f32.
+    fn half(self) -> Option<Half> {
+        match self {
+            Elem::F32 => None,
+            Elem::F16 => Some(Half::F16),
+            Elem::Bf16 => Some(Half::Bf16),
+        }
+    }
 }
 
-/// Conversion between f32 and an element type. The slice forms are what
-/// the per-operator data path uses: `half`'s slice conversions use the
-/// CPU's F16C instructions where it has them, several times faster than an
-/// element loop (the runtime stages every operator's input and output
-/// through these).
+/// Conversion from f32 to an element type, for the weights (converted
+/// once, on the host, when a GEMM is prepared).
 trait Scalar: Pod + Send {
     fn from_f32(x: f32) -> Self;
-    fn from_f32_slice(src: &[f32], dst: &mut [Self]);
-    fn to_f32_slice(src: &[Self], dst: &mut [f32]);
 }
 
 impl Scalar for f32 {
     fn from_f32(x: f32) -> Self {
         x
-    }
-    fn from_f32_slice(src: &[f32], dst: &mut [Self]) {
-        dst.copy_from_slice(src);
-    }
-    fn to_f32_slice(src: &[Self], dst: &mut [f32]) {
-        dst.copy_from_slice(src);
     }
 }
 
@@ -100,39 +105,11 @@ impl Scalar for f16 {
     fn from_f32(x: f32) -> Self {
         f16::from_f32(x)
     }
-    fn from_f32_slice(src: &[f32], dst: &mut [Self]) {
-        dst.convert_from_f32_slice(src);
-    }
-    fn to_f32_slice(src: &[Self], dst: &mut [f32]) {
-        src.convert_to_f32_slice(dst);
-    }
 }
 
 impl Scalar for bf16 {
     fn from_f32(x: f32) -> Self {
         bf16::from_f32(x)
-    }
-    fn from_f32_slice(src: &[f32], dst: &mut [Self]) {
-        dst.convert_from_f32_slice(src);
-    }
-    fn to_f32_slice(src: &[Self], dst: &mut [f32]) {
-        src.convert_to_f32_slice(dst);
-    }
-}
-
-/// `dst[i·cols + j] = src[j·rows + i]`: a column-major `rows × cols`
-/// matrix into row-major, in 32 × 32 blocks so both sides stay in cache.
-fn transpose_into(src: &[f32], rows: usize, cols: usize, dst: &mut [f32]) {
-    const B: usize = 32;
-    for j0 in (0..cols).step_by(B) {
-        for i0 in (0..rows).step_by(B) {
-            for j in j0..(j0 + B).min(cols) {
-                let col = &src[j * rows..(j + 1) * rows];
-                for i in i0..(i0 + B).min(rows) {
-                    dst[i * cols + j] = col[i];
-                }
-            }
-        }
     }
 }
 
@@ -189,10 +166,14 @@ pub(super) struct CudaGemm {
     elem: Elem,
     dev: Arc<Device>,
     w: DeviceBuf,
+    /// The input as the host sent it (f32), when the GEMM runs in a
+    /// 16-bit type and converts it on the device.
+    a32: Option<DeviceBuf>,
     a: DeviceBuf,
+    /// The f32 output as cuBLAS writes it.
     c: DeviceBuf,
-    a_host: PinnedBuf,
-    c_host: PinnedBuf,
+    /// The `aw` output transposed to row-major.
+    ct: Option<DeviceBuf>,
     start: CudaEvent,
     end: CudaEvent,
     flag: MappedFlag,
@@ -201,8 +182,6 @@ pub(super) struct CudaGemm {
     /// `Wᵀ[N,K]` in page-locked host memory, copied into `w` at the start
     /// of every launch ([`Gemm::host_weights`]: ScheInfer's CG rows).
     w_host: Option<PinnedBuf>,
-    /// The converted output before its transpose (`aw` order).
-    c_scratch: Vec<f32>,
 }
 
 impl CudaGemm {
@@ -227,13 +206,20 @@ impl CudaGemm {
         let e = elem.size();
         let ctx = &dev.ctx;
         let w = DeviceBuf::new(ctx, k * n * e, id)?;
+        let a32 = match elem.half() {
+            Some(_) => Some(DeviceBuf::new(ctx, m * k * 4, id)?),
+            None => None,
+        };
         let a = DeviceBuf::new(ctx, m * k * e, id)?;
-        let c = DeviceBuf::new(ctx, m * n * e, id)?;
-        // Staging for the activation is written by the CPU and only read by
-        // the copy engine: write-combined is the fastest for that. The
-        // output staging is read by the CPU, so it must be cached.
-        let a_host = PinnedBuf::new(ctx, m * k * e, sys::CU_MEMHOSTALLOC_WRITECOMBINED, id)?;
-        let c_host = PinnedBuf::new(ctx, m * n * e, 0, id)?;
+        let c = DeviceBuf::new(ctx, m * n * 4, id)?;
+        let ct = match spec.order {
+            OperandOrder::Aw => Some(DeviceBuf::new(ctx, m * n * 4, id)?),
+            OperandOrder::WtAt => None,
+        };
+        if elem.half().is_some() {
+            // Fail at prepare, not at the first input, without the kernels.
+            dev.kernels()?;
+        }
         // Weights: W[K,N] → Wᵀ[N,K] in the element type, then one upload.
         with_elem!(elem, T => {
             let mut wt = vec![T::from_f32(0.0); k * n];
@@ -251,15 +237,14 @@ impl CudaGemm {
             elem,
             dev,
             w,
+            a32,
             a,
             c,
-            a_host,
-            c_host,
+            ct,
             start,
             end,
             flag,
             seq: 0,
-            c_scratch: Vec::new(),
             submitted: None,
             w_host: None,
         })
@@ -316,7 +301,7 @@ impl CudaGemm {
                 k,
                 &beta as *const f32 as *const c_void,
                 self.c.ptr() as *mut c_void,
-                cu_type,
+                Elem::F32.cuda(),
                 ldc,
                 blas_sys::cublasComputeType_t::CUBLAS_COMPUTE_32F,
                 blas_sys::cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
@@ -394,21 +379,18 @@ impl Gemm for CudaGemm {
                 message: format!("{} values for A[{m},{k}]; expected {want}", a.len()),
             });
         }
-        with_elem!(self.elem, T => {
-            T::from_f32_slice(a, &mut self.a_host.as_mut_slice::<T>()[..want]);
-        });
         let id = self.dev.id.clone();
         self.dev.ctx.bind_to_thread().at(&id, "cuCtxSetCurrent")?;
-        let bytes = self.a.bytes();
-        // SAFETY: both buffers hold `bytes` bytes; the stream is synchronised
-        // before the staging buffer is touched again.
-        unsafe {
-            result::memcpy_htod_async(
-                self.a.ptr(),
-                &self.a_host.as_slice::<u8>()[..bytes],
-                self.dev.stream.cu_stream(),
-            )
+        let stream = self.dev.stream.cu_stream();
+        let sent = self.a32.as_ref().unwrap_or(&self.a);
+        // SAFETY: `sent` holds `want` f32 values; the stream is synchronised
+        // below, before the caller may touch `a` again.
+        unsafe { result::memcpy_htod_async(sent.ptr(), a, stream) }
             .at(&id, "cuMemcpyHtoDAsync(input)")?;
+        if let (Some(half), Some(a32)) = (self.elem.half(), &self.a32) {
+            self.dev
+                .kernels()?
+                .convert(stream, a32.ptr(), self.a.ptr(), want, half, &id)?;
         }
         self.dev.stream.synchronize().at(&id, "cuStreamSynchronize")
     }
@@ -429,35 +411,43 @@ impl Gemm for CudaGemm {
         }
         let id = self.dev.id.clone();
         self.dev.ctx.bind_to_thread().at(&id, "cuCtxSetCurrent")?;
-        let bytes = self.c.bytes();
-        // SAFETY: both buffers hold `bytes` bytes; synchronised below before
-        // the host reads the staging buffer.
-        unsafe {
-            result::memcpy_dtoh_async(
-                &mut self.c_host.as_mut_slice::<u8>()[..bytes],
-                self.c.ptr(),
-                self.dev.stream.cu_stream(),
-            )
-            .at(&id, "cuMemcpyDtoHAsync(output)")?;
-        }
-        self.dev
-            .stream
-            .synchronize()
-            .at(&id, "cuStreamSynchronize")?;
-        let order = self.spec.order;
-        with_elem!(self.elem, T => {
-            let src = &self.c_host.as_slice::<T>()[..m * n];
-            match order {
-                OperandOrder::WtAt => T::to_f32_slice(src, c),
-                // Column-major C[M,N]: element (i, j) at j·M + i.
-                OperandOrder::Aw => {
-                    self.c_scratch.resize(m * n, 0.0);
-                    T::to_f32_slice(src, &mut self.c_scratch);
-                    transpose_into(&self.c_scratch, m, n, c);
+        let stream = self.dev.stream.cu_stream();
+        let out = match &self.ct {
+            // Column-major C[M,N] (ld M) → row-major, i.e. column-major
+            // Cᵀ[N,M] (ld N): Cᵀ = 1·op(C) + 0·Cᵀ with op = transpose.
+            Some(ct) => {
+                let (one, zero) = (1.0f32, 0.0f32);
+                // SAFETY: `c` and `ct` hold M·N f32 each and do not overlap;
+                // B aliases the output with no transpose, which cuBLAS
+                // allows, and is not read with beta = 0.
+                unsafe {
+                    blas_sys::cublasSgeam(
+                        *self.dev.blas.handle(),
+                        blas_sys::cublasOperation_t::CUBLAS_OP_T,
+                        blas_sys::cublasOperation_t::CUBLAS_OP_N,
+                        n as i32,
+                        m as i32,
+                        &one,
+                        self.c.ptr() as *const f32,
+                        m as i32,
+                        &zero,
+                        ct.ptr() as *const f32,
+                        n as i32,
+                        ct.ptr() as *mut f32,
+                        n as i32,
+                    )
+                    .result()
+                    .at(&id, "cublasSgeam(transpose output)")?;
                 }
+                ct
             }
-        });
-        Ok(())
+            None => &self.c,
+        };
+        // SAFETY: `out` holds M·N f32 values; synchronised below before the
+        // caller reads `c`.
+        unsafe { result::memcpy_dtoh_async(c, out.ptr(), stream) }
+            .at(&id, "cuMemcpyDtoHAsync(output)")?;
+        self.dev.stream.synchronize().at(&id, "cuStreamSynchronize")
     }
 
     fn submit(&mut self) -> Result<()> {
@@ -532,33 +522,5 @@ mod tests {
         let mut h = vec![f16::ZERO; rows * cols];
         transpose_convert::<f16>(&src[..], rows, cols, &mut h);
         assert_eq!(h[rows].to_f32(), 1.0);
-    }
-
-    #[test]
-    fn output_path_transposes_and_converts_like_the_element_loop() {
-        let (rows, cols) = (33, 70); // not multiples of the block
-        // Column-major source, as cuBLAS writes C in `aw` order.
-        let src: Vec<f32> = (0..rows * cols).map(|i| i as f32 * 0.37 - 5.0).collect();
-        let mut dst = vec![f32::NAN; rows * cols];
-        transpose_into(&src, rows, cols, &mut dst);
-        for i in 0..rows {
-            for j in 0..cols {
-                assert_eq!(dst[i * cols + j], src[j * rows + i]);
-            }
-        }
-        // The slice conversions round exactly as the scalar ones.
-        let mut h = vec![f16::ZERO; src.len()];
-        f16::from_f32_slice(&src, &mut h);
-        let mut b = vec![bf16::ZERO; src.len()];
-        bf16::from_f32_slice(&src, &mut b);
-        let (mut hf, mut bf) = (vec![0f32; src.len()], vec![0f32; src.len()]);
-        f16::to_f32_slice(&h, &mut hf);
-        bf16::to_f32_slice(&b, &mut bf);
-        for (i, &x) in src.iter().enumerate() {
-            assert_eq!(h[i], f16::from_f32(x));
-            assert_eq!(b[i], bf16::from_f32(x));
-            assert_eq!(hf[i], f16::from_f32(x).to_f32());
-            assert_eq!(bf[i], bf16::from_f32(x).to_f32());
-        }
     }
 }

@@ -1,4 +1,4 @@
-//! Three tiny kernels, written in PTX so that no compiler (nvcc, NVRTC) is
+//! Small kernels, written in PTX so that no compiler (nvcc, NVRTC) is
 //! needed: the driver compiles PTX itself when the module loads.
 //!
 //! - `hetero_empty`: does nothing; the unit of launch and sync latency.
@@ -6,6 +6,16 @@
 //!   the fallback flag writer where `cuStreamWriteValue32` is refused.
 //! - `hetero_spin`: one thread spins on `%globaltimer` for a given number of
 //!   nanoseconds, to make a queue busy.
+//! - `hetero_f32_to_f16`, `hetero_f32_to_bf16`: convert `n` values, round to
+//!   nearest even, in a grid-stride loop: a GEMM's input arrives as f32 (the
+//!   [`Gemm`](crate::Gemm) interface) and is converted on the device, not on
+//!   one host thread. bf16 is rounded with integer arithmetic, as `half`
+//!   does it (a NaN stays a quiet NaN), because `cvt.rn.bf16.f32` needs
+//!   `sm_80` and the module targets `sm_70`.
+//!
+//! The PTX is checked with `ptxas` in no test here (there is no CUDA on the
+//! development machine); `cuModuleLoadData` compiles it on every GPU host,
+//! and the cuda tests there exercise each kernel.
 
 use std::ffi::{CString, c_void};
 use std::sync::Arc;
@@ -15,7 +25,7 @@ use cudarc::driver::{CudaContext, result, sys};
 use super::At;
 use crate::Result;
 
-/// The PTX of the three kernels. PTX 7.0 for `sm_70` and newer; the driver
+/// The PTX of the kernels. PTX 7.0 for `sm_70` and newer; the driver
 /// JIT-compiles it for the device at module load.
 pub(super) const PTX: &str = r#"
 .version 7.0
@@ -40,6 +50,98 @@ pub(super) const PTX: &str = r#"
 	membar.sys;
 	st.volatile.global.u32 	[%rd1], %r1;
 	membar.sys;
+	ret;
+}
+
+.visible .entry hetero_f32_to_f16(
+	.param .u64 hetero_f32_to_f16_param_0,
+	.param .u64 hetero_f32_to_f16_param_1,
+	.param .u64 hetero_f32_to_f16_param_2
+)
+{
+	.reg .pred 	%p<2>;
+	.reg .b16 	%rs<2>;
+	.reg .f32 	%f<2>;
+	.reg .b32 	%r<5>;
+	.reg .b64 	%rd<11>;
+
+	ld.param.u64 	%rd1, [hetero_f32_to_f16_param_0];
+	ld.param.u64 	%rd2, [hetero_f32_to_f16_param_1];
+	ld.param.u64 	%rd3, [hetero_f32_to_f16_param_2];
+	cvta.to.global.u64 	%rd1, %rd1;
+	cvta.to.global.u64 	%rd2, %rd2;
+	mov.u32 	%r1, %ctaid.x;
+	mov.u32 	%r2, %ntid.x;
+	mov.u32 	%r3, %tid.x;
+	mul.wide.u32 	%rd4, %r1, %r2;
+	cvt.u64.u32 	%rd5, %r3;
+	add.s64 	%rd4, %rd4, %rd5;
+	mov.u32 	%r4, %nctaid.x;
+	mul.wide.u32 	%rd6, %r4, %r2;
+$L_h_loop:
+	setp.ge.u64 	%p1, %rd4, %rd3;
+	@%p1 bra 	$L_h_done;
+	shl.b64 	%rd7, %rd4, 2;
+	add.s64 	%rd8, %rd1, %rd7;
+	ld.global.f32 	%f1, [%rd8];
+	cvt.rn.f16.f32 	%rs1, %f1;
+	shl.b64 	%rd9, %rd4, 1;
+	add.s64 	%rd10, %rd2, %rd9;
+	st.global.b16 	[%rd10], %rs1;
+	add.s64 	%rd4, %rd4, %rd6;
+	bra.uni 	$L_h_loop;
+$L_h_done:
+	ret;
+}
+
+.visible .entry hetero_f32_to_bf16(
+	.param .u64 hetero_f32_to_bf16_param_0,
+	.param .u64 hetero_f32_to_bf16_param_1,
+	.param .u64 hetero_f32_to_bf16_param_2
+)
+{
+	.reg .pred 	%p<3>;
+	.reg .b16 	%rs<2>;
+	.reg .b32 	%r<11>;
+	.reg .b64 	%rd<11>;
+
+	ld.param.u64 	%rd1, [hetero_f32_to_bf16_param_0];
+	ld.param.u64 	%rd2, [hetero_f32_to_bf16_param_1];
+	ld.param.u64 	%rd3, [hetero_f32_to_bf16_param_2];
+	cvta.to.global.u64 	%rd1, %rd1;
+	cvta.to.global.u64 	%rd2, %rd2;
+	mov.u32 	%r1, %ctaid.x;
+	mov.u32 	%r2, %ntid.x;
+	mov.u32 	%r3, %tid.x;
+	mul.wide.u32 	%rd4, %r1, %r2;
+	cvt.u64.u32 	%rd5, %r3;
+	add.s64 	%rd4, %rd4, %rd5;
+	mov.u32 	%r4, %nctaid.x;
+	mul.wide.u32 	%rd6, %r4, %r2;
+$L_b_loop:
+	setp.ge.u64 	%p1, %rd4, %rd3;
+	@%p1 bra 	$L_b_done;
+	shl.b64 	%rd7, %rd4, 2;
+	add.s64 	%rd8, %rd1, %rd7;
+	ld.global.u32 	%r5, [%rd8];
+	// NaN (exponent all ones, mantissa not zero): the high half, quieted.
+	and.b32 	%r6, %r5, 2147483647;
+	setp.gt.u32 	%p2, %r6, 2139095040;
+	shr.u32 	%r7, %r5, 16;
+	or.b32 	%r8, %r7, 64;
+	// Otherwise round to nearest even: (bits + 0x7fff + lsb) >> 16.
+	and.b32 	%r9, %r7, 1;
+	add.s32 	%r10, %r5, 32767;
+	add.s32 	%r10, %r10, %r9;
+	shr.u32 	%r10, %r10, 16;
+	selp.b32 	%r10, %r8, %r10, %p2;
+	cvt.u16.u32 	%rs1, %r10;
+	shl.b64 	%rd9, %rd4, 1;
+	add.s64 	%rd10, %rd2, %rd9;
+	st.global.b16 	[%rd10], %rs1;
+	add.s64 	%rd4, %rd4, %rd6;
+	bra.uni 	$L_b_loop;
+$L_b_done:
 	ret;
 }
 
@@ -68,6 +170,15 @@ pub(super) struct Kernels {
     empty: sys::CUfunction,
     write_flag: sys::CUfunction,
     spin: sys::CUfunction,
+    to_f16: sys::CUfunction,
+    to_bf16: sys::CUfunction,
+}
+
+/// The 16-bit element types the conversion kernels write.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Half {
+    F16,
+    Bf16,
 }
 
 // SAFETY: module and function handles are context-wide and may be used from
@@ -95,15 +206,19 @@ impl Kernels {
                 get("hetero_empty")?,
                 get("hetero_write_flag")?,
                 get("hetero_spin")?,
+                get("hetero_f32_to_f16")?,
+                get("hetero_f32_to_bf16")?,
             ))
         })();
         match loaded {
-            Ok((empty, write_flag, spin)) => Ok(Kernels {
+            Ok((empty, write_flag, spin, to_f16, to_bf16)) => Ok(Kernels {
                 ctx: ctx.clone(),
                 module,
                 empty,
                 write_flag,
                 spin,
+                to_f16,
+                to_bf16,
             }),
             Err(e) => {
                 // SAFETY: loaded above, unloaded once.
@@ -147,6 +262,38 @@ impl Kernels {
             )
         }
         .at(id, "cuLaunchKernel(hetero_write_flag)")
+    }
+
+    /// Converts `n` f32 values at `src` into `n` 16-bit values at `dst`
+    /// (both device memory), rounding to nearest even.
+    pub(super) fn convert(
+        &self,
+        stream: sys::CUstream,
+        src: sys::CUdeviceptr,
+        dst: sys::CUdeviceptr,
+        n: usize,
+        to: Half,
+        id: &str,
+    ) -> Result<()> {
+        const THREADS: u32 = 256;
+        // A grid-stride loop: enough blocks to fill any current GPU, each
+        // thread converting several values for the largest activations.
+        let blocks = (n as u64).div_ceil(THREADS as u64).clamp(1, 4096) as u32;
+        let (mut src, mut dst, mut n) = (src, dst, n as u64);
+        let mut params = [
+            &mut src as *mut sys::CUdeviceptr as *mut c_void,
+            &mut dst as *mut sys::CUdeviceptr as *mut c_void,
+            &mut n as *mut u64 as *mut c_void,
+        ];
+        let (f, name) = match to {
+            Half::F16 => (self.to_f16, "cuLaunchKernel(hetero_f32_to_f16)"),
+            Half::Bf16 => (self.to_bf16, "cuLaunchKernel(hetero_f32_to_bf16)"),
+        };
+        // SAFETY: the parameters match the kernels' (u64, u64, u64)
+        // signature; the caller passes device buffers of n f32 and n 16-bit
+        // values.
+        unsafe { result::launch_kernel(f, (blocks, 1, 1), (THREADS, 1, 1), 0, stream, &mut params) }
+            .at(id, name)
     }
 
     /// Launches one thread that spins for `ns` nanoseconds.

@@ -119,6 +119,31 @@ impl Drop for PinnedBuf {
     }
 }
 
+/// Page-locked host memory handed to callers as [`HostMem`](crate::HostMem):
+/// portable (page-locked for every context), cached (the host reads it).
+pub(super) struct PinnedHost {
+    buf: PinnedBuf,
+    len: usize,
+}
+
+impl PinnedHost {
+    /// `len` zeroed f32 values.
+    pub(super) fn new(ctx: &Arc<CudaContext>, len: usize, id: &str) -> Result<PinnedHost> {
+        let buf = PinnedBuf::new(ctx, len * 4, sys::CU_MEMHOSTALLOC_PORTABLE, id)?;
+        Ok(PinnedHost { buf, len })
+    }
+}
+
+impl crate::HostMem for PinnedHost {
+    fn as_slice(&self) -> &[f32] {
+        &self.buf.as_slice::<f32>()[..self.len]
+    }
+    fn as_mut_slice(&mut self) -> &mut [f32] {
+        let len = self.len;
+        &mut self.buf.as_mut_slice::<f32>()[..len]
+    }
+}
+
 /// Plain-old-data element types that any bit pattern makes valid.
 ///
 /// # Safety

@@ -6,8 +6,12 @@
 //!
 //! One processor per device, `cuda:<ordinal>`. Each has one non-blocking
 //! stream and one cuBLAS handle shared by its GEMMs (a processor is one
-//! queue). A GEMM keeps its weights resident and stages inputs and outputs
-//! through page-locked host memory; CUDA events give the kernel time
+//! queue). A GEMM keeps its weights resident. Inputs and outputs cross the
+//! bus as f32, the [`Gemm`](crate::Gemm) interface's type: the input is
+//! converted to f16/bf16 on the device, cuBLAS writes an f32 output, and an
+//! `aw` output is transposed on the device (`cublasSgeam`), so no host
+//! thread converts or transposes. From memory of [`Backend::alloc_host`]
+//! (page-locked) each copy is one DMA. CUDA events give the kernel time
 //! ([`Timed::device_us`](crate::Timed)) and the host clock the time from
 //! submit to observed completion.
 //!
@@ -304,6 +308,14 @@ impl Backend for CudaBackend {
 
     fn microbench(&mut self, req: &MicrobenchRequest) -> Result<Vec<f64>> {
         bench::run(&self.dev, req)
+    }
+
+    fn alloc_host(&self, len: usize) -> Result<Box<dyn crate::HostMem>> {
+        Ok(Box::new(mem::PinnedHost::new(
+            &self.dev.ctx,
+            len,
+            &self.dev.id,
+        )?))
     }
 }
 

@@ -247,3 +247,96 @@ fn host_weights_are_copied_before_every_run() {
         }
     }
 }
+
+#[test]
+fn conversion_kernels_round_exactly_like_half() {
+    let Some(_) = devices_or_skip("conversion_kernels_round_exactly_like_half") else {
+        return;
+    };
+    let be = CudaBackend::open(0).expect("opened above");
+    let dev = &be.dev;
+    let id = dev.id.as_str();
+    // Random values over many binades, the rounding ties, and the specials.
+    let mut x: Vec<f32> = values(100_003, 7)
+        .into_iter()
+        .enumerate()
+        .map(|(i, v)| v * 2f32.powi((i % 60) as i32 - 30))
+        .collect();
+    x.extend([
+        0.0,
+        -0.0,
+        f32::INFINITY,
+        f32::NEG_INFINITY,
+        f32::NAN,
+        -f32::NAN,
+        f32::MAX,
+        f32::MIN_POSITIVE,
+        65504.0,
+        65520.0,
+        1.0 + 2f32.powi(-11),
+        1.0 + 3.0 * 2f32.powi(-11),
+        f32::from_bits(0x3f80_8000),
+        f32::from_bits(0x3f81_8000),
+        f32::from_bits(0x7f7f_ffff),
+        f32::from_bits(0x7fa0_0001),
+    ]);
+    let n = x.len();
+    let src = mem::DeviceBuf::new(&dev.ctx, n * 4, id).unwrap();
+    let dst = mem::DeviceBuf::new(&dev.ctx, n * 2, id).unwrap();
+    dev.ctx.bind_to_thread().unwrap();
+    // SAFETY: `src` holds n f32; synchronous copy.
+    unsafe { result::memcpy_htod_sync(src.ptr(), &x) }.unwrap();
+    for to in [kernels::Half::F16, kernels::Half::Bf16] {
+        dev.kernels()
+            .unwrap()
+            .convert(dev.stream.cu_stream(), src.ptr(), dst.ptr(), n, to, id)
+            .unwrap();
+        dev.stream.synchronize().unwrap();
+        let mut got = vec![0u16; n];
+        // SAFETY: `dst` holds n u16; synchronous copy after the stream sync.
+        unsafe { result::memcpy_dtoh_sync(&mut got, dst.ptr()) }.unwrap();
+        for (i, (&v, &g)) in x.iter().zip(&got).enumerate() {
+            let want = match to {
+                kernels::Half::F16 => half::f16::from_f32(v).to_bits(),
+                kernels::Half::Bf16 => half::bf16::from_f32(v).to_bits(),
+            };
+            if v.is_nan() {
+                // Any NaN will do, as long as it stays one.
+                let back = match to {
+                    kernels::Half::F16 => half::f16::from_bits(g).is_nan(),
+                    kernels::Half::Bf16 => half::bf16::from_bits(g).is_nan(),
+                };
+                assert!(back, "{to:?}: NaN at {i} became {g:#06x}");
+            } else {
+                assert_eq!(g, want, "{to:?}: {v:e} (bits {:#010x}) at {i}", v.to_bits());
+            }
+        }
+    }
+}
+
+#[test]
+fn gemm_reads_and_writes_backend_host_memory() {
+    let Some(mut list) = devices_or_skip("gemm_reads_and_writes_backend_host_memory") else {
+        return;
+    };
+    let be = &mut list[0];
+    for order in [OperandOrder::Aw, OperandOrder::WtAt] {
+        let (m, k, n) = (37usize, 96usize, 130usize);
+        let w = values(k * n, 3);
+        let mut g = be
+            .prepare(&spec(m as u32, k as u32, n as u32, DType::F16, order), &w)
+            .unwrap();
+        let mut a = crate::HostBuf::Backend(be.alloc_host(m * k).unwrap());
+        a.copy_from_slice(&values(m * k, 4));
+        let mut c = crate::HostBuf::Backend(be.alloc_host(m * n).unwrap());
+        c.fill(f32::NAN);
+        g.write_input(&a).unwrap();
+        g.execute().unwrap();
+        g.read_output(&mut c).unwrap();
+        let err = rel_err(&a, &w, &c, m, k, n);
+        assert!(
+            err < default_tolerance(DType::F16, k as u32),
+            "{order}: rel err {err}"
+        );
+    }
+}

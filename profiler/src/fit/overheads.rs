@@ -84,6 +84,8 @@ pub fn fit_overheads(
                 processor: p.id.clone(),
                 copy_h2d: fit_linear_cost(&points(MicrobenchKind::CopyH2d)),
                 copy_d2h: fit_linear_cost(&points(MicrobenchKind::CopyD2h)),
+                stage_in: fit_linear_cost(&points(MicrobenchKind::StageIn)),
+                stage_out: fit_linear_cost(&points(MicrobenchKind::StageOut)),
                 submit_empty_us: median(medians(MicrobenchKind::SubmitEmpty)),
                 submit_busy_us: median(medians(MicrobenchKind::SubmitBusy)),
                 sync_block_us: median(medians(MicrobenchKind::SyncBlock)),
