@@ -17,9 +17,10 @@
 #   4. per plan, one `--check` pass, then per case REPS timed passes with
 #      `--sync block` and REPS with `--sync poll` (one process each, one
 #      untimed warm-up pass), synthetic seeded weights with --share-weights.
-# OUT_DIR gets summary.md (predicted against measured), log.txt, fit.txt,
-# cuda-tests.txt, plans.txt, and two archives: dataset.tgz (the profile) and
-# reports.tgz (every `hetero run --json` report).
+# OUT_DIR gets summary.md (predicted against measured), log.txt, fit.txt and
+# three archives: dataset.tgz (the profile, its predictor and fit report),
+# reports.tgz (the plans and every `hetero run --json` report) and logs.tgz
+# (machine.txt, cuda-tests.txt, the profile logs, plans.txt).
 #
 # Environment: REPLAY_BIN (default .carry/replay), REPLAY_REPS (default 9),
 # REPLAY_CASES (default "prefill:16 prefill:128 prefill:512 prefill:2048 decode:1"),
@@ -54,33 +55,36 @@ fi
 
 out=${1:?usage: scripts/gpu-host-replay.sh OUT_DIR (or --prepare)}
 mkdir -p "$out"
+out=$(cd "$out" && pwd)
 bin=${REPLAY_BIN:-$carry}
 reps=${REPLAY_REPS:-9}
 cases=${REPLAY_CASES:-"prefill:16 prefill:128 prefill:512 prefill:2048 decode:1"}
 hetero="$bin/hetero"
 work=$(mktemp -d /tmp/replay.XXXXXX)
 log() { echo "[$SECONDS s] $*" | tee -a "$out/log.txt" >&2; }
+logs="$work/logs"
+mkdir -p "$logs"
 
 { uptime; nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv 2>&1
-  nproc; cat "$bin/COMMIT" 2>/dev/null; } > "$out/machine.txt"
-cat "$out/machine.txt" >&2
+  nproc; cat "$bin/COMMIT" 2>/dev/null; } > "$logs/machine.txt"
+cat "$logs/machine.txt" >&2
 
 log "cuda tests"
-"$bin/agent-tests" cuda:: --test-threads=1 > "$out/cuda-tests.txt" 2>&1 \
-    || log "cuda tests FAILED: $(grep -E '^test .* FAILED|panicked' "$out/cuda-tests.txt" | head -5)"
-grep -E "^test result" "$out/cuda-tests.txt" | tee -a "$out/log.txt" >&2
+"$bin/agent-tests" cuda:: --test-threads=1 > "$logs/cuda-tests.txt" 2>&1 \
+    || log "cuda tests FAILED: $(grep -E '^test .* FAILED|panicked' "$logs/cuda-tests.txt" | head -5)"
+grep -E "^test result" "$logs/cuda-tests.txt" | tee -a "$out/log.txt" >&2
 
 log "profile cuda:0 (${CUDA_BUDGET:-150s}), cpu:0 (${CPU_BUDGET:-60s})"
 "$hetero" profile --device local --agent "$bin/hetero-agent" --processors cuda:0 \
     --models "$model" --budget "${CUDA_BUDGET:-150s}" --out "$work/ds-cuda" \
-    > "$out/profile-cuda.txt" 2>&1 || log "profile cuda:0 failed: $(tail -3 "$out/profile-cuda.txt")"
+    > "$logs/profile-cuda.txt" 2>&1 || log "profile cuda:0 failed: $(tail -3 "$logs/profile-cuda.txt")"
 "$hetero" profile --device local --agent "$bin/hetero-agent" --processors cpu:0 \
     --models "$model" --budget "${CPU_BUDGET:-60s}" --out "$work/ds-cpu" \
-    > "$out/profile-cpu.txt" 2>&1 || log "profile cpu:0 failed: $(tail -3 "$out/profile-cpu.txt")"
+    > "$logs/profile-cpu.txt" 2>&1 || log "profile cpu:0 failed: $(tail -3 "$logs/profile-cpu.txt")"
 "$hetero" dataset merge --out "$work/ds" "$work/ds-cuda" "$work/ds-cpu" > /dev/null \
     || log "merge failed"
 "$hetero" dataset show "$work/ds" > "$work/ds/SHOW.txt" 2>&1
-tail -n 30 "$out/profile-cuda.txt" "$out/profile-cpu.txt" >> "$work/ds/SHOW.txt"
+tail -n 30 "$logs/profile-cuda.txt" "$logs/profile-cpu.txt" >> "$work/ds/SHOW.txt"
 
 log "fit"
 "$hetero" fit "$work/ds" --out "$work/predictor.ron" --report "$work/report.json" \
@@ -95,7 +99,7 @@ common=(--predictor "$work/predictor.ron" --model "$model" --lengths 1..2048
 "$hetero" solve "${common[@]}" --processors cuda:0,cpu:0 --dtype cuda:0=f16 --dtype cpu:0=f32 \
     --out "$work/plan-mixed.ron" > "$work/solve-mixed.txt" 2>&1 || log "solve mixed failed: $(tail -3 "$work/solve-mixed.txt")"
 for p in cuda mixed; do
-    { echo "## $p"; cat "$work/solve-$p.txt"; "$hetero" plan show "$work/plan-$p.ron" 2>&1; } >> "$out/plans.txt"
+    { echo "## $p"; cat "$work/solve-$p.txt"; "$hetero" plan show "$work/plan-$p.ron" 2>&1; } >> "$logs/plans.txt"
 done
 
 mkdir -p "$work/reports"
@@ -146,6 +150,7 @@ for path in sorted(glob.glob(f"{d}/*-check.json")):
     print(f"\n{os.path.basename(path)}: {c.get('passed')}/{c.get('outputs')} outputs within bound")
 PY
 tar -czf "$out/dataset.tgz" -C "$work" ds
+tar -czf "$out/logs.tgz" -C "$work" logs
 tar -czf "$out/reports.tgz" -C "$work" reports plan-cuda.ron plan-mixed.ron 2>/dev/null \
     || tar -czf "$out/reports.tgz" -C "$work" reports
 log "done"

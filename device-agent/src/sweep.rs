@@ -148,6 +148,7 @@ impl Sweeper {
                 | MicrobenchKind::CopyD2h
                 | MicrobenchKind::StageIn
                 | MicrobenchKind::StageOut
+                | MicrobenchKind::StageOutAw
                     if b.bytes.is_none() =>
                 {
                     return Err(need("bytes"));
@@ -616,7 +617,7 @@ fn microbench(
     let mut line = base_line(req, proc.timing());
     let result = match req.bench {
         MicrobenchKind::GraphPrepare => graph_prepare(&mut *backends[0], req, run, cancel),
-        MicrobenchKind::StageIn | MicrobenchKind::StageOut => {
+        MicrobenchKind::StageIn | MicrobenchKind::StageOut | MicrobenchKind::StageOutAw => {
             stage(&mut *backends[0], req, run, cancel).map(|(s, note)| {
                 line.note = Some(note);
                 s
@@ -638,7 +639,8 @@ fn microbench(
                     MicrobenchKind::CopyH2d
                     | MicrobenchKind::CopyD2h
                     | MicrobenchKind::StageIn
-                    | MicrobenchKind::StageOut => req.bytes,
+                    | MicrobenchKind::StageOut
+                    | MicrobenchKind::StageOutAw => req.bytes,
                     MicrobenchKind::BandwidthAlone | MicrobenchKind::BandwidthConcurrent => {
                         line.row.bytes
                     }
@@ -761,14 +763,14 @@ fn graph_prepare(
     Ok(samples)
 }
 
-/// `stage_in` / `stage_out`: one prepared GEMM's `write_input` or
-/// `read_output` of `bytes` of f32 values, from or into host memory of the
-/// kind the runtime's pool uses ([`Backend::alloc_host`], else the heap),
-/// timed by the host clock around the call alone. The input side is
-/// `R×1024×64` and the output side `R×64×1024`, with `R = bytes/4096` rows
-/// (at least one), in `aw` order (the order whose output a GPU transposes)
-/// and in the processor's 16-bit type where it has one, like the GPU
-/// sweeps. The product is checked against the f64 reference after the
+/// `stage_in` / `stage_out` / `stage_out_aw`: one prepared GEMM's
+/// `write_input` or `read_output` of `bytes` of f32 values, from or into
+/// host memory of the kind the runtime's pool uses
+/// ([`Backend::alloc_host`], else the heap), timed by the host clock around
+/// the call alone. The input side is `R×1024×64` and the output side
+/// `R×64×1024`, with `R = bytes/4096` rows (at least one), in `wt_at`
+/// order (`aw` for `stage_out_aw`, whose output a GPU transposes) and in
+/// the processor's 16-bit type where it has one, like the GPU sweeps. The product is checked against the f64 reference after the
 /// timed calls, so a wrong data path is never recorded. Returns the
 /// samples and a note saying which memory was used.
 fn stage(
@@ -795,7 +797,11 @@ fn stage(
     let spec = GemmSpec {
         shape,
         dtype: preferred_dtype(&proc, &[DType::F16, DType::F32])?,
-        order: OperandOrder::Aw,
+        order: if req.bench == MicrobenchKind::StageOutAw {
+            OperandOrder::Aw
+        } else {
+            OperandOrder::WtAt
+        },
         weights: WeightMode::Static,
     };
     let (a, w) = verify::inputs(&shape, 0);
@@ -813,12 +819,13 @@ fn stage(
         Err(_) => (crate::HostBuf::heap(len), "heap memory".to_string()),
     };
     let note = format!(
-        "{} of {} f32 values ({} bytes) through a {} {} GEMM, {memory}",
+        "{} of {} f32 values ({} bytes) through a {} {} {} GEMM, {memory}",
         if input { "write_input" } else { "read_output" },
         len,
         len * 4,
         spec.shape,
-        spec.dtype
+        spec.dtype,
+        spec.order
     );
     if input {
         host.copy_from_slice(&a);

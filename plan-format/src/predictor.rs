@@ -332,9 +332,13 @@ pub struct Overheads {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stage_in: Option<LinearCost>,
     /// A GEMM's output read back as the runtime reads it (`read_output`),
-    /// against f32 bytes. Preferred over `copy_d2h` where measured.
+    /// `wt_at` order, against f32 bytes. Preferred over `copy_d2h` where
+    /// measured.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stage_out: Option<LinearCost>,
+    /// The same in `aw` order (a GPU may transpose the output first).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stage_out_aw: Option<LinearCost>,
     /// Launch to completion of a tiny kernel on an empty queue, µs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub submit_empty_us: Option<f64>,

@@ -79,9 +79,11 @@ pub enum MicrobenchKind {
     /// the host memory a runtime keeps them in: the whole data path the
     /// runtime drives (conversion, DMA, synchronisation), not the DMA alone.
     StageIn,
-    /// A prepared GEMM's `read_output` of `bytes` of f32 results (`aw`
-    /// order, the one that may transpose), into the same kind of memory.
+    /// A prepared GEMM's `read_output` of `bytes` of f32 results in `wt_at`
+    /// order, into the same kind of memory.
     StageOut,
+    /// The same in `aw` order, whose output a GPU may have to transpose.
+    StageOutAw,
 }
 
 /// One microbenchmark to run.

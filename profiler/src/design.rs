@@ -286,7 +286,11 @@ pub fn microbench(processors: &[Processor]) -> Vec<MicrobenchRequest> {
         let staged: &[MicrobenchKind] = if p.capabilities.unified_memory {
             &[]
         } else {
-            &[MicrobenchKind::StageIn, MicrobenchKind::StageOut]
+            &[
+                MicrobenchKind::StageIn,
+                MicrobenchKind::StageOut,
+                MicrobenchKind::StageOutAw,
+            ]
         };
         for &bench in [MicrobenchKind::CopyH2d, MicrobenchKind::CopyD2h]
             .iter()

@@ -93,6 +93,7 @@ pub(crate) struct Proc<'a> {
     /// f32 bytes: preferred over the DMA copies where measured.
     pub stage_in: Option<LinearCost>,
     pub stage_out: Option<LinearCost>,
+    pub stage_out_aw: Option<LinearCost>,
     pub prepare: Option<LinearCost>,
     /// Can take part in a split (unified memory, or copy costs known).
     pub can_split: bool,
@@ -123,11 +124,11 @@ impl Proc<'_> {
     /// between operators, so a discrete processor copies its input in and
     /// its output back even when it runs alone. Zero on unified memory, and
     /// where no copy cost was measured (the solver notes that).
-    pub fn alone_copy_us(&self, elems_in: f64, elems_out: f64) -> f64 {
+    pub fn alone_copy_us(&self, elems_in: f64, elems_out: f64, order: OperandOrder) -> f64 {
         if self.unified || (self.copy_h2d.is_none() && self.stage_in.is_none()) {
             0.0
         } else {
-            self.copy_us(elems_in, elems_out)
+            self.copy_us(elems_in, elems_out, order)
         }
     }
 
@@ -136,8 +137,10 @@ impl Proc<'_> {
     /// ([`HOST_BYTES`] each), the runtime's host format: a processor that
     /// computes in 16 bits converts on its side. The staged data path
     /// (`stage_in`/`stage_out`, measured through the backend's own calls)
-    /// is used where the predictor has it, else the DMA copies.
-    pub fn copy_us(&self, elems_in: f64, elems_out: f64) -> f64 {
+    /// is used where the predictor has it, in the operand order the
+    /// processor runs (an `aw` output may be transposed on the device), else
+    /// the DMA copies.
+    pub fn copy_us(&self, elems_in: f64, elems_out: f64, order: OperandOrder) -> f64 {
         if self.unified {
             return 0.0;
         }
@@ -147,8 +150,11 @@ impl Proc<'_> {
             .or(self.copy_h2d)
             .map(|c| c.at(bytes_in))
             .unwrap_or(INF);
-        let d2h = self
-            .stage_out
+        let staged_out = match order {
+            OperandOrder::Aw => self.stage_out_aw.or(self.stage_out),
+            OperandOrder::WtAt => self.stage_out.or(self.stage_out_aw),
+        };
+        let d2h = staged_out
             .or(self.copy_d2h)
             .or(self.copy_h2d)
             .map(|c| c.at(bytes_out))
@@ -783,7 +789,11 @@ impl<'s, 'a> OpCtx<'s, 'a> {
     /// [`Proc::alone_copy_us`]).
     fn single(&self, p: usize, m: u32) -> Cand {
         let pr = &self.setup.procs[p];
-        let copy = pr.alone_copy_us(m as f64 * self.k as f64, m as f64 * self.n as f64);
+        let copy = pr.alone_copy_us(
+            m as f64 * self.k as f64,
+            m as f64 * self.n as f64,
+            self.order(p),
+        );
         let mut c = self.finish(
             Shape::Single {
                 p,
@@ -807,7 +817,7 @@ impl<'s, 'a> OpCtx<'s, 'a> {
             .iter()
             .map(|&(p, r)| {
                 let pr = &self.setup.procs[p];
-                pr.copy_us(m as f64 * self.k as f64, m as f64 * r as f64)
+                pr.copy_us(m as f64 * self.k as f64, m as f64 * r as f64, self.order(p))
             })
             .sum()
     }
@@ -1186,7 +1196,11 @@ impl<'s, 'a> OpCtx<'s, 'a> {
                 let rest = m - c;
                 for d in self.dynamic().filter(|&d| self.splittable(d)) {
                     let dp = &self.setup.procs[d];
-                    let copy = dp.copy_us(rest as f64 * self.k as f64, rest as f64 * self.n as f64);
+                    let copy = dp.copy_us(
+                        rest as f64 * self.k as f64,
+                        rest as f64 * self.n as f64,
+                        self.order(d),
+                    );
                     let cand = self.finish(
                         Shape::Chunked {
                             s,
@@ -1344,7 +1358,11 @@ impl<'s, 'a> OpCtx<'s, 'a> {
             if best.is_some_and(|(b, _)| td / fd >= b) {
                 break;
             }
-            let copy = dp.copy_us(rest as f64 * self.k as f64, rest as f64 * self.n as f64);
+            let copy = dp.copy_us(
+                rest as f64 * self.k as f64,
+                rest as f64 * self.n as f64,
+                self.order(d),
+            );
             let c = total(st.exact[t as usize], td, copy);
             if best.is_none_or(|(b, _)| c < b) {
                 best = Some((c, t));
@@ -1352,7 +1370,11 @@ impl<'s, 'a> OpCtx<'s, 'a> {
         }
         let (_, t) = best?;
         let rest = m - t;
-        let dp_copy = dp.copy_us(rest as f64 * self.k as f64, rest as f64 * self.n as f64);
+        let dp_copy = dp.copy_us(
+            rest as f64 * self.k as f64,
+            rest as f64 * self.n as f64,
+            self.order(d),
+        );
         Some(self.finish(
             Shape::Seq {
                 s,

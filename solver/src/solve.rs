@@ -170,6 +170,7 @@ pub(crate) fn build_procs<'a, O: LatencyOracle + ?Sized>(
             copy_d2h: ov.copy_d2h,
             stage_in: ov.stage_in,
             stage_out: ov.stage_out,
+            stage_out_aw: ov.stage_out_aw,
             prepare: ov.prepare,
             can_split,
             device_timed: caps.device_timer && !p.simulated && !p.emulated,

@@ -956,3 +956,37 @@ fn a_discrete_processor_alone_pays_its_staging_and_host_overheads() {
         assert!((d.cost.total_us - sum).abs() < 0.02, "{:?}", d.cost);
     }
 }
+
+#[test]
+fn a_discrete_processor_alone_pays_its_staged_copies_in_f32() {
+    let mut dev = synthetic::discrete_cpu_gpu();
+    let line = |alpha_us: f64| hetero_plan::LinearCost {
+        alpha_us,
+        beta_us_per_byte: 1.0 / 10e3,
+    };
+    let mut s = prefill(128..=128, &[], &["attn_q"]);
+    s.processors = vec!["cuda".into()];
+    let (m, k, n) = (128.0, 4096.0, 4096.0);
+    // Without staged costs: the DMA copies, of f32 values (the runtime's
+    // host format), whatever the processor computes in.
+    let plan = solve(&dev, fp(), &llama8b(), &s).unwrap();
+    let dma = dev.overheads("cuda").copy_h2d.unwrap();
+    let want = dma.at(m * k * 4.0) + dma.at(m * n * 4.0);
+    let got = at(&plan, "attn_q", Phase::Prefill, 128).cost.copy_us;
+    assert!((got - want).abs() < 1e-9 * want, "{got} vs {want}");
+    // With them: write_input, and read_output in the order the plan runs.
+    {
+        let o = dev.overheads_mut("cuda").unwrap();
+        o.stage_in = Some(line(15.0));
+        o.stage_out = Some(line(16.0));
+        o.stage_out_aw = Some(line(21.0));
+    }
+    let plan = solve(&dev, fp(), &llama8b(), &s).unwrap();
+    let out = match plan.op("attn_q", Phase::Prefill).unwrap().order("cuda") {
+        OperandOrder::Aw => line(21.0),
+        OperandOrder::WtAt => line(16.0),
+    };
+    let want = line(15.0).at(m * k * 4.0) + out.at(m * n * 4.0);
+    let got = at(&plan, "attn_q", Phase::Prefill, 128).cost.copy_us;
+    assert!((got - want).abs() < 1e-9 * want, "{got} vs {want}");
+}

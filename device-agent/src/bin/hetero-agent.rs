@@ -495,6 +495,7 @@ fn microbench(o: &OpenArgs, a: MicrobenchArgs) -> Result<()> {
         MicrobenchKind::GraphPrepare,
         MicrobenchKind::StageIn,
         MicrobenchKind::StageOut,
+        MicrobenchKind::StageOutAw,
     ];
     let kinds: Vec<MicrobenchKind> = match &a.bench {
         None => all.to_vec(),
@@ -553,7 +554,8 @@ fn microbench(o: &OpenArgs, a: MicrobenchArgs) -> Result<()> {
                 MicrobenchKind::CopyH2d
                 | MicrobenchKind::CopyD2h
                 | MicrobenchKind::StageIn
-                | MicrobenchKind::StageOut => {
+                | MicrobenchKind::StageOut
+                | MicrobenchKind::StageOutAw => {
                     let mut b = 4096u64;
                     while b <= a.max_copy_bytes {
                         push(&p.id, k, Some(b), None, None);

@@ -86,6 +86,7 @@ pub fn fit_overheads(
                 copy_d2h: fit_linear_cost(&points(MicrobenchKind::CopyD2h)),
                 stage_in: fit_linear_cost(&points(MicrobenchKind::StageIn)),
                 stage_out: fit_linear_cost(&points(MicrobenchKind::StageOut)),
+                stage_out_aw: fit_linear_cost(&points(MicrobenchKind::StageOutAw)),
                 submit_empty_us: median(medians(MicrobenchKind::SubmitEmpty)),
                 submit_busy_us: median(medians(MicrobenchKind::SubmitBusy)),
                 sync_block_us: median(medians(MicrobenchKind::SyncBlock)),
