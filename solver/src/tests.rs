@@ -930,27 +930,31 @@ fn twin_operators_get_the_decisions_they_get_alone() {
 
 #[test]
 fn a_discrete_processor_alone_pays_its_staging_and_host_overheads() {
-    // runtime-min keeps activations in host memory between operators: a
-    // discrete GPU running an operator alone copies its input in and its
-    // output back, and where its times are device-timer times the host's
-    // submit and completion notice come on top.
+    // runtime-min keeps activations in host memory between operators, as
+    // f32: a discrete GPU running an operator alone copies its input in and
+    // its output back (4 bytes a value, whatever it computes in), and where
+    // its times are device-timer times one launch-to-completion round trip
+    // comes on top.
     let m = llama8b();
     let mut s = prefill(16..=16, &[], &["ffn_up"]);
     s.graphs = GraphChoice::None;
     s.processors = vec!["cuda".into()];
     let (k, n) = (4096.0, 14336.0);
-    let copy = 2.0 * 7.0 + (16.0 * k * 2.0 + 16.0 * n * 2.0) / 25e3;
+    let copy = 2.0 * 7.0 + (16.0 * k * 4.0 + 16.0 * n * 4.0) / 25e3;
     for device_timer in [false, true] {
         let mut dev = synthetic::discrete_cpu_gpu();
         let p = dev.processor_mut("cuda").unwrap();
         p.capabilities.device_timer = device_timer;
         p.simulated = false;
+        // Submit and sync each time a whole round trip: the larger is paid
+        // once, not their sum.
+        dev.overheads_mut("cuda").unwrap().submit_empty_us = Some(12.0);
         let plan = solve(&dev, fp(), &m, &s).unwrap();
         let d = at(&plan, "ffn_up", Phase::Prefill, 16);
         assert_eq!(d.strategy.kind(), StrategyKind::Single);
         assert!((d.cost.copy_us - copy).abs() < 0.01, "{:?}", d.cost);
-        // submit 9 µs + blocking sync 9 µs of the fixture.
-        let host = if device_timer { 18.0 } else { 0.0 };
+        // max(submit 12 µs, blocking sync 9 µs).
+        let host = if device_timer { 12.0 } else { 0.0 };
         assert!((d.cost.sync_us - host).abs() < 0.01, "{:?}", d.cost);
         let sum = d.cost.parts_us[0] + d.cost.sync_us + d.cost.copy_us;
         assert!((d.cost.total_us - sum).abs() < 0.02, "{:?}", d.cost);
@@ -958,23 +962,18 @@ fn a_discrete_processor_alone_pays_its_staging_and_host_overheads() {
 }
 
 #[test]
-fn a_discrete_processor_alone_pays_its_staged_copies_in_f32() {
+fn staged_costs_replace_the_dma_copies_in_the_planned_order() {
     let mut dev = synthetic::discrete_cpu_gpu();
     let line = |alpha_us: f64| hetero_plan::LinearCost {
         alpha_us,
         beta_us_per_byte: 1.0 / 10e3,
     };
     let mut s = prefill(128..=128, &[], &["attn_q"]);
+    s.graphs = GraphChoice::None;
     s.processors = vec!["cuda".into()];
     let (m, k, n) = (128.0, 4096.0, 4096.0);
-    // Without staged costs: the DMA copies, of f32 values (the runtime's
-    // host format), whatever the processor computes in.
-    let plan = solve(&dev, fp(), &llama8b(), &s).unwrap();
-    let dma = dev.overheads("cuda").copy_h2d.unwrap();
-    let want = dma.at(m * k * 4.0) + dma.at(m * n * 4.0);
-    let got = at(&plan, "attn_q", Phase::Prefill, 128).cost.copy_us;
-    assert!((got - want).abs() < 1e-9 * want, "{got} vs {want}");
-    // With them: write_input, and read_output in the order the plan runs.
+    // The staged costs replace the DMA copies: write_input, and
+    // read_output in the order the plan runs.
     {
         let o = dev.overheads_mut("cuda").unwrap();
         o.stage_in = Some(line(15.0));
@@ -987,6 +986,7 @@ fn a_discrete_processor_alone_pays_its_staged_copies_in_f32() {
         OperandOrder::WtAt => line(16.0),
     };
     let want = line(15.0).at(m * k * 4.0) + out.at(m * n * 4.0);
+    // Plans round costs to 0.01 µs; the orders differ by 5 µs.
     let got = at(&plan, "attn_q", Phase::Prefill, 128).cost.copy_us;
-    assert!((got - want).abs() < 1e-9 * want, "{got} vs {want}");
+    assert!((got - want).abs() < 0.01, "{got} vs {want}");
 }

@@ -7,7 +7,7 @@
 //! One processor per device, `cuda:<ordinal>`. Each has one non-blocking
 //! stream and one cuBLAS handle shared by its GEMMs (a processor is one
 //! queue). A GEMM keeps its weights resident. Inputs and outputs cross the
-//! bus as f32, the [`Gemm`](crate::Gemm) interface's type: the input is
+//! bus as f32, the [`Gemm`] interface's type: the input is
 //! converted to f16/bf16 on the device, cuBLAS writes an f32 output, and an
 //! `aw` output is transposed on the device (`cublasSgeam`), so no host
 //! thread converts or transposes. From memory of [`Backend::alloc_host`]
