@@ -86,6 +86,21 @@ pub enum MicrobenchKind {
     StageOutAw,
 }
 
+impl MicrobenchKind {
+    /// A transfer of `bytes` (a copy, or the staged data path): the request
+    /// must give `bytes`, and the row's rate is `bytes` over the median.
+    pub fn is_transfer(self) -> bool {
+        matches!(
+            self,
+            MicrobenchKind::CopyH2d
+                | MicrobenchKind::CopyD2h
+                | MicrobenchKind::StageIn
+                | MicrobenchKind::StageOut
+                | MicrobenchKind::StageOutAw
+        )
+    }
+}
+
 /// One microbenchmark to run.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct MicrobenchRequest {

@@ -819,13 +819,17 @@ impl<'s, 'a> OpCtx<'s, 'a> {
     }
 
     fn rows_copy(&self, m: u32, parts: &[(usize, u32)]) -> f64 {
-        parts
-            .iter()
-            .map(|&(p, r)| {
-                let pr = &self.setup.procs[p];
-                pr.copy_us(m as f64 * self.k as f64, m as f64 * r as f64, self.order(p))
-            })
-            .sum()
+        parts.iter().map(|&(p, r)| self.part_copy_us(p, m, r)).sum()
+    }
+
+    /// Processor `p`'s copies for a part of `rows` input rows and `cols`
+    /// output columns, in the operand order it runs ([`Proc::copy_us`]).
+    fn part_copy_us(&self, p: usize, rows: u32, cols: u32) -> f64 {
+        self.setup.procs[p].copy_us(
+            rows as f64 * self.k as f64,
+            rows as f64 * cols as f64,
+            self.order(p),
+        )
     }
 
     /// A row split costed from its parts' predicted times; the static part
@@ -1201,12 +1205,7 @@ impl<'s, 'a> OpCtx<'s, 'a> {
             if self.setup.procs[s].can_split {
                 let rest = m - c;
                 for d in self.dynamic().filter(|&d| self.splittable(d)) {
-                    let dp = &self.setup.procs[d];
-                    let copy = dp.copy_us(
-                        rest as f64 * self.k as f64,
-                        rest as f64 * self.n as f64,
-                        self.order(d),
-                    );
+                    let copy = self.part_copy_us(d, rest, self.n);
                     let cand = self.finish(
                         Shape::Chunked {
                             s,
@@ -1357,30 +1356,21 @@ impl<'s, 'a> OpCtx<'s, 'a> {
             ts.max(td) + dom.sync_us + submit + copy
         };
         let end = st.reach.partition_point(|&t| t < m);
-        let mut best: Option<(f64, u32)> = None;
+        let mut best: Option<(f64, u32, f64)> = None;
         for &t in st.reach[..end].iter().rev() {
             let rest = m - t;
             let td = self.time(d, rest, self.n);
-            if best.is_some_and(|(b, _)| td / fd >= b) {
+            if best.is_some_and(|(b, _, _)| td / fd >= b) {
                 break;
             }
-            let copy = dp.copy_us(
-                rest as f64 * self.k as f64,
-                rest as f64 * self.n as f64,
-                self.order(d),
-            );
+            let copy = self.part_copy_us(d, rest, self.n);
             let c = total(st.exact[t as usize], td, copy);
-            if best.is_none_or(|(b, _)| c < b) {
-                best = Some((c, t));
+            if best.is_none_or(|(b, _, _)| c < b) {
+                best = Some((c, t, copy));
             }
         }
-        let (_, t) = best?;
+        let (_, t, dp_copy) = best?;
         let rest = m - t;
-        let dp_copy = dp.copy_us(
-            rest as f64 * self.k as f64,
-            rest as f64 * self.n as f64,
-            self.order(d),
-        );
         Some(self.finish(
             Shape::Seq {
                 s,
