@@ -863,8 +863,9 @@ impl<'s, 'a> OpCtx<'s, 'a> {
     }
 
     /// Two-way row cut of `total` rows between `a` (gets multiples of the
-    /// alignment) and `b`, next to `fixed` parts. Binary search for where
-    /// the two sides cross, then the neighbouring cut points.
+    /// alignment) and `b`, next to `fixed` parts. A search for where the
+    /// two sides cross (the first cut at which `a` is no faster than `b`),
+    /// started at the proportional share, then the neighbouring cut points.
     fn row2(
         &self,
         m: u32,
@@ -907,16 +908,25 @@ impl<'s, 'a> OpCtx<'s, 'a> {
             seen.push((j, x, y));
             (x, y)
         };
-        let (mut lo, mut hi) = (1u32, j_max + 1);
-        while lo < hi {
-            let mid = (lo + hi) / 2;
-            let (x, y) = eval(mid);
-            if x / f(a) >= y / f(b) {
-                hi = mid;
-            } else {
-                lo = mid + 1;
-            }
-        }
+        let mut crossed = |j: u32| {
+            let (x, y) = eval(j);
+            x / f(a) >= y / f(b)
+        };
+        // The first probe is where the two sides would cross if each
+        // scaled linearly with its rows from its whole-operator time (a
+        // table lookup): usually two probes in all, against log2(j_max)
+        // bisecting from the middle.
+        let (ra, rb) = (
+            self.time(a, gm(a), self.n) / f(a),
+            self.time(b, gm(b), self.n) / f(b),
+        );
+        let guess = total as f64 * rb / (ra + rb) / align as f64;
+        let j0 = if guess.is_finite() {
+            guess.round() as u32
+        } else {
+            j_max.div_ceil(2)
+        };
+        let lo = first_crossing(j0, j_max, &mut crossed);
         let mut best: Option<Cand> = None;
         for j in lo.saturating_sub(1).max(1)..=lo.min(j_max) {
             let (x, y) = eval(j);
@@ -1035,10 +1045,36 @@ impl<'s, 'a> OpCtx<'s, 'a> {
     /// part gets at least the smallest share a cut can give, and no part is
     /// faster with more rows.
     fn split_bound(&self, ps: &[(usize, u32)]) -> f64 {
-        let rmin = (self.n - 1) % self.align() + 1;
+        let rmin = self.rmin();
         ps.iter()
             .map(|&(p, gm)| self.time(p, gm, rmin))
             .fold(0.0, f64::max)
+            + self.split_overhead_floor(ps)
+    }
+
+    /// The fewest rows a part of a row cut can get.
+    fn rmin(&self) -> u32 {
+        (self.n - 1) % self.align() + 1
+    }
+
+    /// What a row split among `ps` (processor, its M) pays at least beyond
+    /// its slowest part: the cheapest of their syncs, and each part's
+    /// copies at the cheaper end of the shares it can get (a copy's cost is
+    /// linear in the rows).
+    fn split_overhead_floor(&self, ps: &[(usize, u32)]) -> f64 {
+        let procs = &self.setup.procs;
+        let sync = ps
+            .iter()
+            .map(|&(p, _)| procs[p].sync_us)
+            .fold(INF, f64::min);
+        let copy: f64 = ps.iter().map(|&(p, m)| self.copy_floor(p, m)).sum();
+        sync + copy
+    }
+
+    /// The least copy cost of a part on `p` at M = `m`, over its shares.
+    fn copy_floor(&self, p: usize, m: u32) -> f64 {
+        self.part_copy_us(p, m, self.rmin())
+            .min(self.part_copy_us(p, m, self.n))
     }
 
     /// The best row split with the static processor `s` free to take any
@@ -1138,21 +1174,27 @@ impl<'s, 'a> OpCtx<'s, 'a> {
         if dy_split.len() < 2 {
             return out;
         }
-        // Each processor's time on the smallest share, once per cell.
-        let rmin = (self.n - 1) % self.align() + 1;
-        let tmin: Vec<f64> = (0..self.setup.procs.len())
+        // Each processor's time on the smallest share and its least copy
+        // cost, once per cell.
+        let rmin = self.rmin();
+        let (tmin, copy): (Vec<f64>, Vec<f64>) = (0..self.setup.procs.len())
             .map(|p| {
                 if self.prune && dy_split.contains(&p) {
-                    self.time(p, m, rmin)
+                    (self.time(p, m, rmin), self.copy_floor(p, m))
                 } else {
-                    0.0
+                    (0.0, 0.0)
                 }
             })
-            .collect();
+            .unzip();
+        let procs = &self.setup.procs;
         let hopeless = |out: &[Cand], ps: &[(usize, u32)]| {
-            self.prune
-                && ps.iter().map(|&(p, _)| tmin[p]).fold(0.0, f64::max)
-                    >= second_family_best(out, m)
+            let slowest = ps.iter().map(|&(p, _)| tmin[p]).fold(0.0, f64::max);
+            let sync = ps
+                .iter()
+                .map(|&(p, _)| procs[p].sync_us)
+                .fold(INF, f64::min);
+            let copies: f64 = ps.iter().map(|&(p, _)| copy[p]).sum();
+            self.prune && slowest + sync + copies >= second_family_best(out, m)
         };
         for (i, &a) in dy_split.iter().enumerate() {
             for &b in &dy_split[i + 1..] {
@@ -1382,6 +1424,53 @@ impl<'s, 'a> OpCtx<'s, 'a> {
             dp_copy,
         ))
     }
+}
+
+/// The smallest `j` in `1..=j_max` with `crossed(j)`, or `j_max + 1` when
+/// there is none, for a `crossed` that is false and then true (where it is
+/// not, some `j` with `crossed(j)` and not `crossed(j - 1)`, or `j = 1`).
+/// The first probe is `j0`; from there steps double away from it until
+/// the answer is bracketed, then bisection: near the answer, far fewer
+/// probes than bisecting `1..=j_max` from the middle.
+pub(crate) fn first_crossing(j0: u32, j_max: u32, mut crossed: impl FnMut(u32) -> bool) -> u32 {
+    if j_max == 0 {
+        return 1;
+    }
+    let j0 = j0.clamp(1, j_max);
+    // Not crossed below `lo`; crossed at `hi` (or `hi == j_max + 1`).
+    let (mut lo, mut hi) = (1u32, j_max + 1);
+    let mut step = 1;
+    if crossed(j0) {
+        hi = j0;
+        while let Some(j) = hi.checked_sub(step).filter(|&j| j >= lo) {
+            if !crossed(j) {
+                lo = j + 1;
+                break;
+            }
+            hi = j;
+            step *= 2;
+        }
+    } else {
+        lo = j0 + 1;
+        while lo + step - 1 < hi {
+            let j = lo + step - 1;
+            if crossed(j) {
+                hi = j;
+                break;
+            }
+            lo = j + 1;
+            step *= 2;
+        }
+    }
+    while lo < hi {
+        let mid = (lo + hi) / 2;
+        if crossed(mid) {
+            hi = mid;
+        } else {
+            lo = mid + 1;
+        }
+    }
+    lo
 }
 
 /// The operator sees one row whatever the length (the lm_head in prefill):

@@ -647,6 +647,49 @@ fn pruned_solve_matches_the_full_enumeration_with_four_processors() {
         cpu,
         slow,
     ]);
+    pruning_agrees_with_explain(&dev);
+}
+
+#[test]
+fn pruned_solve_matches_the_full_enumeration_with_copies() {
+    // As above, with two discrete processors that copy their activations
+    // in and out (the copy floor of the pruning bound is then non-zero),
+    // one of them fast enough that splits with it are close calls.
+    let copy = hetero_plan::LinearCost {
+        alpha_us: 7.0,
+        beta_us_per_byte: 1.0 / 25e3,
+    };
+    let discrete = |id: &str, peak_gflops: f64, bw_gbps: f64| {
+        let mut g = synthetic::mobile_gpu(id);
+        g.0.capabilities.unified_memory = false;
+        g.1 = SynthModel::Roofline {
+            peak_gflops,
+            bw_gbps,
+            launch_us: 10.0,
+        };
+        g.2.copy_h2d = Some(copy);
+        g.2.copy_d2h = Some(copy);
+        g
+    };
+    let mut cpu = synthetic::mobile_gpu("cpu");
+    cpu.0.kind = hetero_plan::ProcessorKind::Cpu;
+    cpu.1 = SynthModel::Roofline {
+        peak_gflops: 400.0,
+        bw_gbps: 40.0,
+        launch_us: 5.0,
+    };
+    let dev = Synthetic::new(vec![
+        synthetic::mobile_npu("npu"),
+        discrete("big", 20_000.0, 900.0),
+        discrete("small", 3_000.0, 200.0),
+        cpu,
+    ]);
+    pruning_agrees_with_explain(&dev);
+}
+
+/// Solves prefill 1..600 and decode for two operators, and checks every
+/// 23rd decision against `explain`, which enumerates without pruning.
+fn pruning_agrees_with_explain(dev: &Synthetic) {
     let m = llama8b();
     let s = Settings {
         phases: vec![Phase::Prefill, Phase::Decode],
@@ -656,11 +699,11 @@ fn pruned_solve_matches_the_full_enumeration_with_four_processors() {
         ops: vec!["attn_k".into(), "ffn_down".into()],
         ..Settings::default()
     };
-    let plan = solve(&dev, fp(), &m, &s).unwrap();
+    let plan = solve(dev, fp(), &m, &s).unwrap();
     check_plan(&plan);
     for op in &plan.ops {
         for d in op.decisions.iter().step_by(23) {
-            let e = explain(&dev, &m, &plan, &op.op, op.phase, d.len).unwrap();
+            let e = explain(dev, &m, &plan, &op.op, op.phase, d.len).unwrap();
             assert_eq!(
                 e.resolved.as_ref(),
                 Some(d),
@@ -989,4 +1032,49 @@ fn staged_costs_replace_the_dma_copies_in_the_planned_order() {
     // Plans round costs to 0.01 µs; the orders differ by 5 µs.
     let got = at(&plan, "attn_q", Phase::Prefill, 128).cost.copy_us;
     assert!((got - want).abs() < 0.01, "{got} vs {want}");
+}
+
+#[test]
+fn first_crossing_finds_the_step_of_a_monotone_test_from_any_start() {
+    use crate::engine::first_crossing;
+    for j_max in 1..40u32 {
+        for step in 1..=j_max + 1 {
+            for j0 in 0..=j_max + 2 {
+                let mut probes = 0;
+                let got = first_crossing(j0, j_max, |j| {
+                    assert!((1..=j_max).contains(&j), "probe {j} outside 1..={j_max}");
+                    probes += 1;
+                    j >= step
+                });
+                assert_eq!(got, step, "j_max {j_max}, j0 {j0}");
+                // Starting next to the answer costs at most two probes.
+                if j0 == step && step <= j_max || j0 + 1 == step && j0 >= 1 {
+                    assert!(probes <= 2, "{probes} probes from {j0} for {step}");
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn first_crossing_returns_a_crossing_of_any_test() {
+    use crate::engine::first_crossing;
+    // Deterministic pseudo-random tests that switch back and forth.
+    let mut state = 0x9e37_79b9_7f4a_7c15u64;
+    for _ in 0..2000 {
+        state = state
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        let j_max = (state >> 33) as u32 % 60 + 1;
+        let bits = state.rotate_left(17);
+        let crossed = |j: u32| bits >> (j % 64) & 1 == 1;
+        let got = first_crossing((state >> 40) as u32 % (j_max + 2), j_max, crossed);
+        assert!((1..=j_max + 1).contains(&got));
+        if got <= j_max {
+            assert!(crossed(got), "{got} is not crossed");
+        }
+        if got > 1 {
+            assert!(!crossed(got - 1), "{} is crossed too", got - 1);
+        }
+    }
 }
