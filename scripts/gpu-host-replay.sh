@@ -24,7 +24,8 @@
 #
 # Environment: REPLAY_BIN (default .carry/replay), REPLAY_REPS (default 9),
 # REPLAY_CASES (default "prefill:16 prefill:128 prefill:512 prefill:2048 decode:1"),
-# CUDA_BUDGET (default 150s), CPU_BUDGET (default 60s).
+# CUDA_BUDGET (default 150s), CPU_BUDGET (default 60s), CUDA_COLD (set:
+# profile cuda:0 with --cold-cache, its L2 evicted before every timed run).
 set -uo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -77,6 +78,7 @@ grep -E "^test result" "$logs/cuda-tests.txt" | tee -a "$out/log.txt" >&2
 log "profile cuda:0 (${CUDA_BUDGET:-150s}), cpu:0 (${CPU_BUDGET:-60s})"
 "$hetero" profile --device local --agent "$bin/hetero-agent" --processors cuda:0 \
     --models "$model" --budget "${CUDA_BUDGET:-150s}" --out "$work/ds-cuda" \
+    ${CUDA_COLD:+--cold-cache} \
     > "$logs/profile-cuda.txt" 2>&1 || log "profile cuda:0 failed: $(tail -3 "$logs/profile-cuda.txt")"
 "$hetero" profile --device local --agent "$bin/hetero-agent" --processors cpu:0 \
     --models "$model" --budget "${CPU_BUDGET:-60s}" --out "$work/ds-cpu" \

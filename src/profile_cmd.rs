@@ -75,9 +75,10 @@ pub struct ProfileArgs {
     /// Per-case timeout, ms.
     #[arg(long, default_value_t = RunParams::default().timeout_ms)]
     timeout_ms: u64,
-    /// Evict the host's caches before every timed run (outside the timer),
-    /// as runtime-min running a layer's other operators in between does;
-    /// slower to profile, truer for small GEMMs.
+    /// Evict the caches before every timed run (outside the timer): the
+    /// host's for CPU and PoCL, the L2 for CUDA. As runtime-min running a
+    /// layer's other operators in between does; slower to profile, truer
+    /// for small GEMMs.
     #[arg(long)]
     cold_cache: bool,
     /// Skip the microbenchmarks (copies, submit, sync, bandwidth, graph prepare).

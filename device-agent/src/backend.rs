@@ -95,6 +95,16 @@ pub trait Gemm: Send {
         ))
     }
 
+    /// Leaves the caches the next [`execute`](Gemm::execute) reads through
+    /// as a run after other operators would find them: this GEMM's weights
+    /// and inputs no longer cached from the run before. Not timed. The
+    /// default evicts the host's caches (CPU, and OpenCL devices that run on
+    /// the host); a GPU with its own cache overrides it.
+    fn evict_caches(&mut self) -> Result<()> {
+        crate::evict::evict_host_caches();
+        Ok(())
+    }
+
     /// Starts an execution without waiting (for overlapping processors).
     fn submit(&mut self) -> Result<()> {
         Err(Error::unsupported(self.backend_id(), "asynchronous submit"))

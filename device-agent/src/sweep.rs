@@ -564,7 +564,7 @@ fn measure_into(
     for _ in 0..run.repetitions {
         cancelled()?;
         if run.cold_cache {
-            crate::evict::evict_host_caches();
+            g.evict_caches()?;
         }
         let t = g.execute()?;
         device_timer |= t.device_us.is_some();

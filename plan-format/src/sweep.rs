@@ -13,9 +13,10 @@ pub struct RunParams {
     /// A case that takes longer than this in total is abandoned with status
     /// `timeout`.
     pub timeout_ms: u64,
-    /// Evict the host's caches before every timed run (outside the timer),
-    /// as a runtime running other operators in between would: a small
-    /// GEMM's weights no longer stay cached from one run to the next.
+    /// Evict the caches the processor reads through before every timed run
+    /// (outside the timer): the host's, or a CUDA GPU's L2. As a runtime
+    /// running other operators in between would: a GEMM's weights no
+    /// longer stay cached from one run to the next.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub cold_cache: bool,
 }

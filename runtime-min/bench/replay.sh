@@ -22,7 +22,13 @@ procs=(${PROCESSORS:-cpu:0 cpu:1})
 # (`hetero-agent sweep --cold-cache`), as the runtime's other operators do.
 plist=$(IFS=,; echo "${procs[*]}")
 passes=${PASSES:-7}
-model=runtime-min/bench/bench-model.json
+# MODEL: the config to profile, solve and replay. bench-model.json is small
+# (its weights fit in this VM's last-level cache); bench-model-large.json
+# has every operator's weights larger than an 8 MiB L3, as real LLMs do.
+model=${MODEL:-runtime-min/bench/bench-model.json}
+# ROWS=full: sweep whole operators only (no row shares), enough when one
+# processor is given and the plan cannot split.
+rows=${ROWS:-shares}
 mkdir -p "$out/dataset"
 
 cargo build --release -p hetero -p hetero-agent
@@ -39,6 +45,7 @@ shapes=()
 for pair in $kn; do
   k=${pair%x*}; n=${pair#*x}
   for m in 1 2 4 8 16 24 32 48 64 96 128; do
+    if [[ $rows == full ]]; then shapes+=("${m}x${k}x${n}"); continue; fi
     for ((r = 128; r <= n; r += 128)); do shapes+=("${m}x${k}x${r}"); done
     if (( n % 128 )); then shapes+=("${m}x${k}x${n}"); fi
   done

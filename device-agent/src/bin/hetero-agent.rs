@@ -121,8 +121,8 @@ struct SweepArgs {
     /// Shorthand: per-case timeout, ms.
     #[arg(long)]
     timeout_ms: Option<u64>,
-    /// Shorthand: evict the host's caches before every timed run, as a
-    /// runtime running other operators in between would.
+    /// Shorthand: evict the caches before every timed run (the host's; a
+    /// CUDA GPU's L2), as a runtime running other operators in between would.
     #[arg(long)]
     cold_cache: bool,
     /// A previous output (JSON Lines); cases with a row there are skipped.

@@ -395,6 +395,12 @@ impl Gemm for CudaGemm {
         self.dev.stream.synchronize().at(&id, "cuStreamSynchronize")
     }
 
+    /// The host's caches are not what this GEMM reads through: its weights
+    /// sit in device memory behind the GPU's L2, which is evicted instead.
+    fn evict_caches(&mut self) -> Result<()> {
+        self.dev.evict_l2()
+    }
+
     fn execute(&mut self) -> Result<Timed> {
         self.launch()?;
         self.finish(SyncMode::Block)

@@ -41,7 +41,7 @@ use cudarc::driver::{CudaContext, CudaEvent, CudaStream, DriverError, result, sy
 use hetero_plan::{Capabilities, DType, MicrobenchRequest, Processor, ProcessorApi, ProcessorKind};
 
 use self::kernels::Kernels;
-use self::mem::MappedFlag;
+use self::mem::{DeviceBuf, MappedFlag};
 use crate::{Backend, Error, Gemm, GemmSpec, OpenOptions, Result};
 
 /// Attaches the processor id and the failing call to a CUDA error.
@@ -80,6 +80,9 @@ pub(crate) struct Device {
     kernels: std::result::Result<Kernels, Error>,
     flag_writer: Option<FlagWriter>,
     copy_buffers: std::sync::Mutex<Option<bench::CopyBuffers>>,
+    /// Written over before a cold-cache run ([`Device::evict_l2`]), made on
+    /// first use.
+    evict_buffer: std::sync::Mutex<Option<DeviceBuf>>,
 }
 
 impl Device {
@@ -104,6 +107,33 @@ impl Device {
             // No writer: Poll is refused at wait time; Block does not need it.
             None => Ok(()),
         }
+    }
+
+    /// Evicts the device's L2 cache: writes a buffer of twice its size on
+    /// the stream and waits, so the next launch reads its weights from
+    /// device memory, as after other operators' GEMMs.
+    fn evict_l2(&self) -> Result<()> {
+        let id = self.id.as_str();
+        let mut slot = self
+            .evict_buffer
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        if slot.is_none() {
+            let l2 = self
+                .ctx
+                .attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE)
+                .at(id, "cuDeviceGetAttribute(L2 size)")?;
+            // 64 MiB when the driver does not say.
+            let bytes = if l2 > 0 { 2 * l2 as usize } else { 64 << 20 };
+            *slot = Some(DeviceBuf::new(&self.ctx, bytes, id)?);
+        }
+        let buf = slot.as_ref().expect("made above");
+        self.ctx.bind_to_thread().at(id, "cuCtxSetCurrent")?;
+        // SAFETY: a live allocation of this context, `bytes()` long, written
+        // on this context's stream, which is synchronised before returning.
+        unsafe { result::memset_d8_async(buf.ptr(), 0x5a, buf.bytes(), self.stream.cu_stream()) }
+            .at(id, "cuMemsetD8Async(evict L2)")?;
+        self.stream.synchronize().at(id, "cuStreamSynchronize")
     }
 
     fn kernels(&self) -> Result<&Kernels> {
@@ -187,6 +217,7 @@ impl CudaBackend {
             kernels,
             flag_writer: None,
             copy_buffers: std::sync::Mutex::new(None),
+            evict_buffer: std::sync::Mutex::new(None),
         };
         dev.flag_writer = choose_flag_writer(&mut dev);
         let processor = describe(&dev)?;

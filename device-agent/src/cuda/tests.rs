@@ -112,6 +112,31 @@ fn gemm_matches_the_f64_reference_in_every_dtype_and_order() {
 }
 
 #[test]
+fn evicting_l2_between_runs_keeps_the_results() {
+    let Some(mut devices) = devices_or_skip("L2 eviction test") else {
+        return;
+    };
+    for dev in &mut devices {
+        let (m, k, n) = (16, 1024, 2048);
+        let w = values(k * n, 13);
+        let a = values(m * k, 17);
+        let mut g = dev
+            .prepare(&spec(16, 1024, 2048, DType::F16, OperandOrder::Aw), &w)
+            .unwrap();
+        g.write_input(&a).unwrap();
+        for _ in 0..3 {
+            // The eviction writes its own buffer, never this GEMM's.
+            g.evict_caches().unwrap();
+            let t = g.execute().unwrap();
+            assert!(t.device_us.unwrap() > 0.0);
+            let mut c = vec![f32::NAN; m * n];
+            g.read_output(&mut c).unwrap();
+            assert!(rel_err(&a, &w, &c, m, k, n) <= default_tolerance(DType::F16, k as u32));
+        }
+    }
+}
+
+#[test]
 fn submit_and_wait_block_and_poll() {
     let Some(mut devices) = devices_or_skip("submit/wait test") else {
         return;
