@@ -24,6 +24,8 @@
 #
 # Environment: REPLAY_BIN (default .carry/replay), REPLAY_REPS (default 9),
 # REPLAY_CASES (default "prefill:16 prefill:128 prefill:512 prefill:2048 decode:1"),
+# REPLAY_WEIGHTS (default "shared"; "shared distinct" also replays with
+# every layer's weights its own, reports named PLAN+distinct),
 # CUDA_BUDGET (default 150s), CPU_BUDGET (default 60s), CUDA_COLD (set:
 # profile cuda:0 with --cold-cache, its L2 evicted before every timed run).
 set -uo pipefail
@@ -60,6 +62,7 @@ out=$(cd "$out" && pwd)
 bin=${REPLAY_BIN:-$carry}
 reps=${REPLAY_REPS:-9}
 cases=${REPLAY_CASES:-"prefill:16 prefill:128 prefill:512 prefill:2048 decode:1"}
+weight_modes=${REPLAY_WEIGHTS:-shared}
 hetero="$bin/hetero"
 work=$(mktemp -d /tmp/replay.XXXXXX)
 log() { echo "[$SECONDS s] $*" | tee -a "$out/log.txt" >&2; }
@@ -113,21 +116,28 @@ for p in cuda mixed; do
     timeout 120 "$hetero" run "$plan" --model "$model" --phase "${first%%:*}" --len "${first#*:}" \
         --share-weights --check --repeat 1 --json --out "$work/reports/$p-check.json" > /dev/null \
         2> "$work/reports/$p-check.err" || log "$p: check failed: $(tail -3 "$work/reports/$p-check.err")"
+    for weights in $weight_modes; do
+    # `shared`: one layer's weights for every layer (--share-weights);
+    # `distinct`: every layer its own, so no layer finds another's cached.
+    label=$p
+    share=(--share-weights)
+    [ "$weights" = distinct ] && { label="$p+distinct"; share=(); }
     for c in $cases; do
         phase=${c%%:*}
         len=${c#*:}
         for sync in block poll; do
             extra=()
             [ "$phase" = decode ] && extra=(--tokens 8)
-            r="$work/reports/$p-$phase-$len-$sync"
+            r="$work/reports/$label-$phase-$len-$sync"
             if timeout 150 "$hetero" run "$plan" --model "$model" --phase "$phase" --len "$len" \
-                "${extra[@]}" --share-weights --sync "$sync" --repeat "$reps" --json \
+                "${extra[@]}" "${share[@]}" --sync "$sync" --repeat "$reps" --json \
                 --out "$r.json" > /dev/null 2> "$r.err"; then
-                log "$p $phase $len $sync: done"
+                log "$label $phase $len $sync: done"
             else
-                log "$p $phase $len $sync: failed: $(tail -3 "$r.err")"
+                log "$label $phase $len $sync: failed: $(tail -3 "$r.err")"
             fi
         done
+    done
     done
 done
 # One table: predicted against measured, per plan, phase, length and sync,
