@@ -6,6 +6,9 @@
 //!   the fallback flag writer where `cuStreamWriteValue32` is refused.
 //! - `hetero_spin`: one thread spins on `%globaltimer` for a given number of
 //!   nanoseconds, to make a queue busy.
+//! - `hetero_touch`: reads a buffer in a grid-stride loop, so that the L2
+//!   holds its clean lines and nothing a GEMM read before (a cold-cache
+//!   timed run; a write would leave dirty lines for the GEMM to write back).
 //! - `hetero_f32_to_f16`, `hetero_f32_to_bf16`: convert `n` values, round to
 //!   nearest even, in a grid-stride loop: a GEMM's input arrives as f32 (the
 //!   [`Gemm`](crate::Gemm) interface) and is converted on the device, not on
@@ -161,6 +164,49 @@ $L_spin:
 	@%p1 bra 	$L_spin;
 	ret;
 }
+
+.visible .entry hetero_touch(
+	.param .u64 hetero_touch_param_0,
+	.param .u64 hetero_touch_param_1
+)
+{
+	.reg .pred 	%p<3>;
+	.reg .b32 	%r<10>;
+	.reg .b64 	%rd<8>;
+
+	ld.param.u64 	%rd1, [hetero_touch_param_0];
+	ld.param.u64 	%rd2, [hetero_touch_param_1];
+	cvta.to.global.u64 	%rd1, %rd1;
+	mov.u32 	%r1, %ctaid.x;
+	mov.u32 	%r2, %ntid.x;
+	mov.u32 	%r3, %tid.x;
+	mul.wide.u32 	%rd3, %r1, %r2;
+	cvt.u64.u32 	%rd4, %r3;
+	add.s64 	%rd3, %rd3, %rd4;
+	mov.u32 	%r4, %nctaid.x;
+	mul.wide.u32 	%rd5, %r4, %r2;
+	mov.u32 	%r9, 0;
+$L_t_loop:
+	setp.ge.u64 	%p1, %rd3, %rd2;
+	@%p1 bra 	$L_t_done;
+	shl.b64 	%rd6, %rd3, 4;
+	add.s64 	%rd7, %rd1, %rd6;
+	ld.global.v4.u32 	{%r5, %r6, %r7, %r8}, [%rd7];
+	xor.b32 	%r9, %r9, %r5;
+	xor.b32 	%r9, %r9, %r6;
+	xor.b32 	%r9, %r9, %r7;
+	xor.b32 	%r9, %r9, %r8;
+	add.s64 	%rd3, %rd3, %rd5;
+	bra.uni 	$L_t_loop;
+$L_t_done:
+	// The loads feed a store the buffer's repeated byte pattern never
+	// triggers (its words XOR to 0 or the pattern, never 1), so they stay.
+	setp.ne.u32 	%p2, %r9, 1;
+	@%p2 bra 	$L_t_ret;
+	st.global.u32 	[%rd1], %r9;
+$L_t_ret:
+	ret;
+}
 "#;
 
 /// The loaded module and its functions.
@@ -172,6 +218,7 @@ pub(super) struct Kernels {
     spin: sys::CUfunction,
     to_f16: sys::CUfunction,
     to_bf16: sys::CUfunction,
+    touch: sys::CUfunction,
 }
 
 /// The 16-bit element types the conversion kernels write.
@@ -208,10 +255,11 @@ impl Kernels {
                 get("hetero_spin")?,
                 get("hetero_f32_to_f16")?,
                 get("hetero_f32_to_bf16")?,
+                get("hetero_touch")?,
             ))
         })();
         match loaded {
-            Ok((empty, write_flag, spin, to_f16, to_bf16)) => Ok(Kernels {
+            Ok((empty, write_flag, spin, to_f16, to_bf16, touch)) => Ok(Kernels {
                 ctx: ctx.clone(),
                 module,
                 empty,
@@ -219,6 +267,7 @@ impl Kernels {
                 spin,
                 to_f16,
                 to_bf16,
+                touch,
             }),
             Err(e) => {
                 // SAFETY: loaded above, unloaded once.
@@ -294,6 +343,39 @@ impl Kernels {
         // values.
         unsafe { result::launch_kernel(f, (blocks, 1, 1), (THREADS, 1, 1), 0, stream, &mut params) }
             .at(id, name)
+    }
+
+    /// Reads the `bytes` (a multiple of 16) of device memory at `src`,
+    /// whose bytes must all be equal (the kernel stores nothing then).
+    pub(super) fn touch(
+        &self,
+        stream: sys::CUstream,
+        src: sys::CUdeviceptr,
+        bytes: usize,
+        id: &str,
+    ) -> Result<()> {
+        const THREADS: u32 = 256;
+        let n = (bytes / 16) as u64;
+        let blocks = n.div_ceil(THREADS as u64).clamp(1, 4096) as u32;
+        let (mut src, mut n) = (src, n);
+        let mut params = [
+            &mut src as *mut sys::CUdeviceptr as *mut c_void,
+            &mut n as *mut u64 as *mut c_void,
+        ];
+        // SAFETY: the parameters match the kernel's (u64, u64) signature;
+        // the caller passes a device buffer of at least `bytes`, 16-byte
+        // aligned (a `cuMemAlloc` allocation).
+        unsafe {
+            result::launch_kernel(
+                self.touch,
+                (blocks, 1, 1),
+                (THREADS, 1, 1),
+                0,
+                stream,
+                &mut params,
+            )
+        }
+        .at(id, "cuLaunchKernel(hetero_touch)")
     }
 
     /// Launches one thread that spins for `ns` nanoseconds.

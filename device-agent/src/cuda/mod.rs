@@ -109,30 +109,38 @@ impl Device {
         }
     }
 
-    /// Evicts the device's L2 cache: writes a buffer of twice its size on
-    /// the stream and waits, so the next launch reads its weights from
-    /// device memory, as after other operators' GEMMs.
+    /// Evicts the device's L2 cache: reads a buffer of twice its size on
+    /// the stream (`hetero_touch`) and waits, so the next launch reads its
+    /// weights from device memory, as after other operators' GEMMs. A read
+    /// leaves clean lines, as other GEMMs' weights would; a write (the
+    /// fallback, when the helper kernels did not load) leaves dirty ones
+    /// that the next launch pays to write back.
     fn evict_l2(&self) -> Result<()> {
         let id = self.id.as_str();
-        let mut slot = self
-            .evict_buffer
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
+        let mut slot = self.evict_buffer.lock().unwrap_or_else(|e| e.into_inner());
+        let stream = self.stream.cu_stream();
+        self.ctx.bind_to_thread().at(id, "cuCtxSetCurrent")?;
         if slot.is_none() {
             let l2 = self
                 .ctx
                 .attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE)
                 .at(id, "cuDeviceGetAttribute(L2 size)")?;
-            // 64 MiB when the driver does not say.
-            let bytes = if l2 > 0 { 2 * l2 as usize } else { 64 << 20 };
-            *slot = Some(DeviceBuf::new(&self.ctx, bytes, id)?);
+            // 64 MiB when the driver does not say; a multiple of 16 bytes.
+            let bytes = if l2 > 0 { 2 * l2 as usize } else { 64 << 20 }.next_multiple_of(16);
+            let buf = DeviceBuf::new(&self.ctx, bytes, id)?;
+            // One byte value throughout: what `hetero_touch` expects.
+            // SAFETY: a live allocation of this context, `bytes` long.
+            unsafe { result::memset_d8_async(buf.ptr(), 0x5a, bytes, stream) }
+                .at(id, "cuMemsetD8Async(eviction buffer)")?;
+            *slot = Some(buf);
         }
         let buf = slot.as_ref().expect("made above");
-        self.ctx.bind_to_thread().at(id, "cuCtxSetCurrent")?;
-        // SAFETY: a live allocation of this context, `bytes()` long, written
-        // on this context's stream, which is synchronised before returning.
-        unsafe { result::memset_d8_async(buf.ptr(), 0x5a, buf.bytes(), self.stream.cu_stream()) }
-            .at(id, "cuMemsetD8Async(evict L2)")?;
+        match self.kernels() {
+            Ok(k) => k.touch(stream, buf.ptr(), buf.bytes(), id)?,
+            // SAFETY: as above; synchronised before returning.
+            Err(_) => unsafe { result::memset_d8_async(buf.ptr(), 0x5a, buf.bytes(), stream) }
+                .at(id, "cuMemsetD8Async(evict L2)")?,
+        }
         self.stream.synchronize().at(id, "cuStreamSynchronize")
     }
 
