@@ -306,8 +306,8 @@ fn conversion_kernels_round_exactly_like_half() {
         f32::from_bits(0x7fa0_0001),
     ]);
     let n = x.len();
-    let src = mem::DeviceBuf::new(&dev.ctx, n * 4, id).unwrap();
-    let dst = mem::DeviceBuf::new(&dev.ctx, n * 2, id).unwrap();
+    let src = DeviceBuf::new(&dev.ctx, n * 4, id).unwrap();
+    let dst = DeviceBuf::new(&dev.ctx, n * 2, id).unwrap();
     dev.ctx.bind_to_thread().unwrap();
     // SAFETY: `src` holds n f32; synchronous copy.
     unsafe { result::memcpy_htod_sync(src.ptr(), &x) }.unwrap();
