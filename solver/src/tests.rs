@@ -628,13 +628,7 @@ fn fingerprint_check_refuses_other_inputs() {
 fn pruned_solve_matches_the_full_enumeration_with_four_processors() {
     // Pruning skips splits that can be neither winner nor runner-up; explain
     // enumerates everything. They must agree on winner and runner-up.
-    let mut cpu = synthetic::mobile_gpu("cpu");
-    cpu.0.kind = hetero_plan::ProcessorKind::Cpu;
-    cpu.1 = SynthModel::Roofline {
-        peak_gflops: 200.0,
-        bw_gbps: 30.0,
-        launch_us: 5.0,
-    };
+    let cpu = roofline_cpu(200.0, 30.0);
     let mut slow = synthetic::mobile_gpu("slow");
     slow.1 = SynthModel::Roofline {
         peak_gflops: 20.0,
@@ -671,20 +665,28 @@ fn pruned_solve_matches_the_full_enumeration_with_copies() {
         g.2.copy_d2h = Some(copy);
         g
     };
-    let mut cpu = synthetic::mobile_gpu("cpu");
-    cpu.0.kind = hetero_plan::ProcessorKind::Cpu;
-    cpu.1 = SynthModel::Roofline {
-        peak_gflops: 400.0,
-        bw_gbps: 40.0,
-        launch_us: 5.0,
-    };
     let dev = Synthetic::new(vec![
         synthetic::mobile_npu("npu"),
         discrete("big", 20_000.0, 900.0),
         discrete("small", 3_000.0, 200.0),
-        cpu,
+        roofline_cpu(400.0, 40.0),
     ]);
     pruning_agrees_with_explain(&dev);
+}
+
+/// A simulated CPU `cpu` on unified memory with a roofline model.
+fn roofline_cpu(
+    peak_gflops: f64,
+    bw_gbps: f64,
+) -> (hetero_plan::Processor, SynthModel, hetero_plan::Overheads) {
+    let mut cpu = synthetic::mobile_gpu("cpu");
+    cpu.0.kind = hetero_plan::ProcessorKind::Cpu;
+    cpu.1 = SynthModel::Roofline {
+        peak_gflops,
+        bw_gbps,
+        launch_us: 5.0,
+    };
+    cpu
 }
 
 /// Solves prefill 1..600 and decode for two operators, and checks every
