@@ -80,7 +80,7 @@ pub(crate) struct Device {
     kernels: std::result::Result<Kernels, Error>,
     flag_writer: Option<FlagWriter>,
     copy_buffers: std::sync::Mutex<Option<bench::CopyBuffers>>,
-    /// Written over before a cold-cache run ([`Device::evict_l2`]), made on
+    /// Read through before a cold-cache run ([`Device::evict_l2`]), made on
     /// first use.
     evict_buffer: std::sync::Mutex<Option<DeviceBuf>>,
 }
