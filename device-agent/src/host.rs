@@ -37,6 +37,15 @@ impl HostBuf {
         HostBuf::Heap(vec![0.0; len])
     }
 
+    /// `len` zeros in `backend`'s host memory for direct copies
+    /// ([`Backend::alloc_host`](crate::Backend::alloc_host)), or on the heap
+    /// where it has none or the allocation fails.
+    pub fn for_backend(backend: &dyn crate::Backend, len: usize) -> HostBuf {
+        backend
+            .alloc_host(len)
+            .map_or_else(|_| HostBuf::heap(len), HostBuf::Backend)
+    }
+
     /// Whether a backend allocated it (page-locked memory on a GPU).
     pub fn is_backend_memory(&self) -> bool {
         matches!(self, HostBuf::Backend(_))

@@ -803,12 +803,11 @@ fn stage(
     // other side is ordinary memory and untimed.
     let out_len = rows as usize * shape.n.get() as usize;
     let staged_len = if input { a.len() } else { out_len };
-    let (staged, memory) = match b.alloc_host(staged_len) {
-        Ok(m) => (
-            crate::HostBuf::Backend(m),
-            format!("{}: host memory of the processor (alloc_host)", proc.id),
-        ),
-        Err(_) => (crate::HostBuf::heap(staged_len), "heap memory".to_string()),
+    let staged = crate::HostBuf::for_backend(b, staged_len);
+    let memory = if staged.is_backend_memory() {
+        format!("{}: host memory of the processor (alloc_host)", proc.id)
+    } else {
+        "heap memory".to_string()
     };
     let note = format!(
         "{} of {staged_len} f32 values ({} bytes) through a {} {} {} GEMM, {memory}",

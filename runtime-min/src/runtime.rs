@@ -1473,9 +1473,10 @@ fn pool_memory(backends: &[Box<dyn Backend>]) -> Option<usize> {
 /// `len` zeros in the pool's memory; on the heap if that allocation fails
 /// (the report's `pool.memory` then says `heap`).
 fn alloc_host((backends, host_mem): Pool<'_>, len: usize) -> HostBuf {
-    host_mem
-        .and_then(|b| backends[b].alloc_host(len).ok())
-        .map_or_else(|| HostBuf::heap(len), HostBuf::Backend)
+    host_mem.map_or_else(
+        || HostBuf::heap(len),
+        |b| HostBuf::for_backend(&*backends[b], len),
+    )
 }
 
 /// Replaces `buf` by a larger one when it holds fewer than `len` values

@@ -551,22 +551,21 @@ fn microbench(o: &OpenArgs, a: MicrobenchArgs) -> Result<()> {
                 continue;
             }
             match k {
-                MicrobenchKind::CopyH2d | MicrobenchKind::CopyD2h => {
-                    let mut b = 4096u64;
-                    while b <= a.max_copy_bytes {
-                        push(&p.id, k, Some(b), None, None);
-                        b *= 4;
-                    }
-                }
-                // The staged data path prepares a GEMM per size: by default
-                // only where copies cross to separate memory (as `hetero
-                // profile` asks), and at most 64 MiB.
-                MicrobenchKind::StageIn | MicrobenchKind::StageOut | MicrobenchKind::StageOutAw => {
-                    if p.capabilities.unified_memory && a.bench.is_none() {
+                k if k.is_transfer() => {
+                    // The staged data path prepares a GEMM per size: by
+                    // default only where copies cross to separate memory
+                    // (as `hetero profile` asks), and at most 64 MiB.
+                    let staged = !matches!(k, MicrobenchKind::CopyH2d | MicrobenchKind::CopyD2h);
+                    if staged && p.capabilities.unified_memory && a.bench.is_none() {
                         continue;
                     }
+                    let max = if staged {
+                        a.max_copy_bytes.min(64 << 20)
+                    } else {
+                        a.max_copy_bytes
+                    };
                     let mut b = 4096u64;
-                    while b <= a.max_copy_bytes.min(64 << 20) {
+                    while b <= max {
                         push(&p.id, k, Some(b), None, None);
                         b *= 4;
                     }

@@ -324,10 +324,7 @@ impl Kernels {
         to: Half,
         id: &str,
     ) -> Result<()> {
-        const THREADS: u32 = 256;
-        // A grid-stride loop: enough blocks to fill any current GPU, each
-        // thread converting several values for the largest activations.
-        let blocks = (n as u64).div_ceil(THREADS as u64).clamp(1, 4096) as u32;
+        let (blocks, threads) = grid_stride(n as u64);
         let (mut src, mut dst, mut n) = (src, dst, n as u64);
         let mut params = [
             &mut src as *mut sys::CUdeviceptr as *mut c_void,
@@ -341,7 +338,7 @@ impl Kernels {
         // SAFETY: the parameters match the kernels' (u64, u64, u64)
         // signature; the caller passes device buffers of n f32 and n 16-bit
         // values.
-        unsafe { result::launch_kernel(f, (blocks, 1, 1), (THREADS, 1, 1), 0, stream, &mut params) }
+        unsafe { result::launch_kernel(f, (blocks, 1, 1), (threads, 1, 1), 0, stream, &mut params) }
             .at(id, name)
     }
 
@@ -354,9 +351,8 @@ impl Kernels {
         bytes: usize,
         id: &str,
     ) -> Result<()> {
-        const THREADS: u32 = 256;
         let n = (bytes / 16) as u64;
-        let blocks = n.div_ceil(THREADS as u64).clamp(1, 4096) as u32;
+        let (blocks, threads) = grid_stride(n);
         let (mut src, mut n) = (src, n);
         let mut params = [
             &mut src as *mut sys::CUdeviceptr as *mut c_void,
@@ -369,7 +365,7 @@ impl Kernels {
             result::launch_kernel(
                 self.touch,
                 (blocks, 1, 1),
-                (THREADS, 1, 1),
+                (threads, 1, 1),
                 0,
                 stream,
                 &mut params,
@@ -386,6 +382,15 @@ impl Kernels {
         unsafe { result::launch_kernel(self.spin, (1, 1, 1), (1, 1, 1), 0, stream, &mut params) }
             .at(id, "cuLaunchKernel(hetero_spin)")
     }
+}
+
+/// Blocks and threads per block for a grid-stride kernel over `items`:
+/// enough blocks to fill any current GPU, each thread taking several items
+/// of the largest buffers.
+fn grid_stride(items: u64) -> (u32, u32) {
+    const THREADS: u32 = 256;
+    let blocks = items.div_ceil(THREADS as u64).clamp(1, 4096) as u32;
+    (blocks, THREADS)
 }
 
 impl Drop for Kernels {
