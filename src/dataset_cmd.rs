@@ -1,10 +1,11 @@
-//! `hetero dataset show | merge | export`.
+//! `hetero dataset show | merge | export | compare`.
 
 use std::path::{Path, PathBuf};
 
 use clap::{Args, Subcommand};
 use hetero_profiler::Dataset;
 use hetero_profiler::dataset::{DEVICE_FILE, MEASUREMENTS_FILE, MICROBENCH_FILE, Summary};
+use hetero_profiler::fit::agreement;
 
 use crate::BadInput;
 
@@ -24,6 +25,12 @@ pub enum DatasetCmd {
   hetero dataset export datasets/my-phone --csv              # writes measurements.csv, microbench.csv beside the data
   hetero dataset export datasets/my-phone --csv --out /tmp/csv")]
     Export(ExportArgs),
+    /// How two profiles of one device agree on the cases both measured
+    /// (test-retest: the ceiling for any predictor scored on one of them).
+    #[command(after_help = "Examples:
+  hetero dataset compare datasets/phone-mon datasets/phone-tue
+  hetero dataset compare /tmp/ds-a /tmp/ds-b --json")]
+    Compare(CompareArgs),
 }
 
 #[derive(Debug, Args)]
@@ -57,11 +64,23 @@ pub struct ExportArgs {
     out: Option<PathBuf>,
 }
 
+#[derive(Debug, Args)]
+pub struct CompareArgs {
+    /// The first profile (differences are relative to its medians).
+    first: PathBuf,
+    /// The second profile.
+    second: PathBuf,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    json: bool,
+}
+
 pub fn run(cmd: DatasetCmd) -> anyhow::Result<()> {
     match cmd {
         DatasetCmd::Show(a) => show(a),
         DatasetCmd::Merge(a) => merge(a),
         DatasetCmd::Export(a) => export(a),
+        DatasetCmd::Compare(a) => compare(a),
     }
 }
 
@@ -224,6 +243,55 @@ fn export(a: ExportArgs) -> anyhow::Result<()> {
     let out = a.out.unwrap_or_else(|| a.dir.clone());
     for f in ds.export_csv(&out)? {
         println!("wrote {}", f.display());
+    }
+    Ok(())
+}
+
+fn compare(a: CompareArgs) -> anyhow::Result<()> {
+    let first = Dataset::load(&a.first)?;
+    let second = Dataset::load(&a.second)?;
+    let groups = agreement(&first.measurements, &second.measurements);
+    if groups.is_empty() {
+        return Err(BadInput(format!(
+            "{} and {}: no usable case (ok and verified) was measured in both",
+            a.first.display(),
+            a.second.display()
+        ))
+        .into());
+    }
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&groups)?);
+        return Ok(());
+    }
+    println!(
+        "{} against {}: each case's median, (second - first) / first",
+        a.second.display(),
+        a.first.display()
+    );
+    println!(
+        "{:<16} {:<6} {:>6} {:>7} {:>7} {:>7} {:>14} {:>7}",
+        "processor", "dtype", "pairs", "±5 %", "±10 %", "±20 %", "median diff %", "ratio"
+    );
+    for g in &groups {
+        println!(
+            "{:<16} {:<6} {:>6} {:>6.1}% {:>6.1}% {:>6.1}% {:>14.2} {:>7.3}",
+            g.processor,
+            g.dtype.as_str(),
+            g.pairs,
+            100.0 * g.within_5pct,
+            100.0 * g.within_10pct,
+            100.0 * g.within_20pct,
+            g.median_abs_diff_pct,
+            g.median_ratio
+        );
+    }
+    for g in &groups {
+        if let Some(w) = g.worst.first() {
+            println!(
+                "  furthest apart {} {}: {} {:.1} µs, then {:.1} µs ({:+.1} %)",
+                g.processor, g.dtype, w.case_id, w.first_us, w.second_us, w.diff_pct
+            );
+        }
     }
     Ok(())
 }

@@ -4,12 +4,14 @@ use std::path::{Path, PathBuf};
 
 use clap::Args;
 use hetero_plan::{DeviceProfile, Fingerprint, MeasurementRow, MicrobenchRow};
-use hetero_profiler::fit::{self, FitError, FitParams, Report};
+use hetero_profiler::fit::{self, FitError, FitParams, Report, TestRun};
 
 use crate::BadInput;
 
 #[derive(Debug, Args)]
-#[command(after_help = "Example:\n  hetero fit /tmp/ds --out /tmp/p.ron --report /tmp/r.json")]
+#[command(after_help = "Examples:
+  hetero fit /tmp/ds --out /tmp/p.ron --report /tmp/r.json
+  hetero fit /tmp/ds --out /tmp/p.ron --test /tmp/ds-again   # scored on a second profile")]
 pub struct FitArgs {
     /// A dataset folder written by `hetero profile` (device.json plus rows).
     dataset: PathBuf,
@@ -26,6 +28,11 @@ pub struct FitArgs {
     /// 0.1); the report counts them per processor. Default: keep all.
     #[arg(long)]
     max_cv: Option<f64>,
+    /// A second profile of the same device to test the predictor on: every
+    /// usable row of it is predicted, and the cases both profiles measured
+    /// are compared (how far two runs agree bounds any predictor).
+    #[arg(long, value_name = "DATASET")]
+    test: Option<PathBuf>,
 }
 
 /// A dataset as the fitter needs it.
@@ -158,12 +165,107 @@ pub fn run(args: FitArgs) -> anyhow::Result<()> {
         &params,
     )
     .map_err(|e: FitError| BadInput(format!("{}: {e}", args.dataset.display())))?;
+    let mut report = report;
+    if let Some(dir) = &args.test {
+        report.test = Some(test_run(&predictor, &data.rows, dir)?);
+    }
     hetero_plan::save(&args.out, &predictor)?;
     if let Some(path) = &args.report {
         let text = serde_json::to_string_pretty(&report)? + "\n";
         hetero_plan::write_atomic(path, text.as_bytes())?;
     }
     print_report(&report);
+    if let (Some(t), Some(dir)) = (&report.test, &args.test) {
+        print_test(t, dir);
+    }
     println!("predictor: {}", args.out.display());
     Ok(())
+}
+
+/// Scores `predictor` on the profile in `dir` and compares that profile's
+/// medians with the fitted rows, case by case.
+fn test_run(
+    predictor: &hetero_plan::Predictor,
+    fitted: &[MeasurementRow],
+    dir: &Path,
+) -> anyhow::Result<TestRun> {
+    let test = load_dataset(dir)?;
+    let entries = fit::test_predictor(predictor, &test.rows)
+        .map_err(|e| BadInput(format!("{}: {e}", dir.display())))?;
+    if entries.is_empty() {
+        let fitted: Vec<String> = predictor
+            .models
+            .iter()
+            .map(|m| format!("{}/{}", m.processor, m.dtype))
+            .collect();
+        return Err(BadInput(format!(
+            "{}: no usable row for a fitted processor and dtype ({})",
+            dir.display(),
+            fitted.join(", ")
+        ))
+        .into());
+    }
+    Ok(TestRun {
+        dataset: test.fingerprint,
+        entries,
+        agreement: fit::agreement(fitted, &test.rows),
+    })
+}
+
+/// The `--test` table: the predictor against the second profile, beside
+/// the two profiles against each other.
+pub fn print_test(t: &TestRun, dir: &Path) {
+    println!();
+    println!(
+        "tested on {} (sha256 {}): the predictor against every usable row; \
+         the two profiles against each other on the cases both measured",
+        dir.display(),
+        &t.dataset.sha256[..16.min(t.dataset.sha256.len())]
+    );
+    println!(
+        "{:<16} {:<6} {:>6} {:>8} {:>8} {:>8}   {:>6} {:>12} {:>14} {:>7}",
+        "processor",
+        "dtype",
+        "rows",
+        "MAPE %",
+        "±10 %",
+        "±20 %",
+        "pairs",
+        "agree ±10 %",
+        "median diff %",
+        "ratio"
+    );
+    for e in &t.entries {
+        let a = t
+            .agreement
+            .iter()
+            .find(|a| a.processor == e.processor && a.dtype == e.dtype);
+        let agree = match a {
+            Some(a) => format!(
+                "{:>6} {:>11.1}% {:>14.2} {:>7.3}",
+                a.pairs,
+                100.0 * a.within_10pct,
+                a.median_abs_diff_pct,
+                a.median_ratio
+            ),
+            None => format!("{:>6} {:>12} {:>14} {:>7}", 0, "-", "-", "-"),
+        };
+        println!(
+            "{:<16} {:<6} {:>6} {:>8.2} {:>7.1}% {:>7.1}%   {agree}",
+            e.processor,
+            e.dtype.as_str(),
+            e.score.samples,
+            e.score.mape,
+            100.0 * e.score.within_10pct,
+            100.0 * e.score.within_20pct,
+        );
+    }
+    for e in &t.entries {
+        if let Some(w) = e.worst.first() {
+            println!(
+                "  worst {} {}: {} {} measured {:.1} µs, predicted {:.1} µs ({:+.1} %)",
+                e.processor, e.dtype, w.shape, w.order, w.measured_us, w.predicted_us, w.error_pct
+            );
+        }
+    }
 }

@@ -72,6 +72,11 @@ pub struct ProfileArgs {
     /// Untimed warm-up runs per case.
     #[arg(long, default_value_t = RunParams::default().warmups)]
     warmups: u32,
+    /// After the warm-up runs, keep warming up until this many ms have
+    /// passed, so that a GPU or a phone's cores leave their idle clock
+    /// before the timer starts; 0 counts runs only.
+    #[arg(long, default_value_t = RunParams::default().warmup_ms)]
+    warmup_ms: u64,
     /// Per-case timeout, ms.
     #[arg(long, default_value_t = RunParams::default().timeout_ms)]
     timeout_ms: u64,
@@ -180,6 +185,7 @@ fn options(a: ProfileArgs) -> anyhow::Result<(ProfileOptions, bool)> {
     };
     opts.run = RunParams {
         warmups: a.warmups,
+        warmup_ms: a.warmup_ms,
         repetitions: a.reps,
         timeout_ms: a.timeout_ms,
         cold_cache: a.cold_cache,

@@ -3,9 +3,10 @@
 //!
 //! **Per case**: inputs from [`verify::inputs`]; `prepare` (its time is the
 //! row's `prepare_us` on static-graph processors); one untimed run whose
-//! output is checked against the CPU f64 reference; `warmups` untimed runs;
-//! `repetitions` timed runs (the statistics); the output of the last timed run
-//! is checked again. A result outside the tolerance at either check gives a
+//! output is checked against the CPU f64 reference; `warmups` untimed runs,
+//! and more until `warmup_ms` has passed (a GPU or a phone leaves its idle
+//! clock); `repetitions` timed runs (the statistics); the output of the last
+//! timed run is checked again. A result outside the tolerance at either check gives a
 //! `failed` row without statistics: a wrong result is never timed as valid.
 //!
 //! **Timeouts**: each case runs in a worker thread that owns the processor's
@@ -554,10 +555,7 @@ fn measure_into(
         row.message = Some(wrong(&first, tolerance, "first run"));
         return Ok(());
     }
-    for _ in 0..run.warmups {
-        cancelled()?;
-        g.execute()?;
-    }
+    warm_up(run, proc.simulated, cancel, || g.execute().map(drop))?;
     let mut best = Vec::with_capacity(run.repetitions as usize);
     let mut host = Vec::with_capacity(run.repetitions as usize);
     let mut device_timer = false;
@@ -675,6 +673,27 @@ fn check_cancel(cancel: &AtomicBool, run: &RunParams) -> Result<(), Error> {
     }
 }
 
+/// The untimed runs before a timed series: `f` at least `run.warmups`
+/// times, then again until `run.warmup_ms` has passed since the first call
+/// (count only on a simulated processor, whose times do not depend on a
+/// clock). Stops with a timeout when the case is cancelled.
+fn warm_up(
+    run: &RunParams,
+    simulated: bool,
+    cancel: &AtomicBool,
+    mut f: impl FnMut() -> Result<(), Error>,
+) -> Result<(), Error> {
+    let least = Duration::from_millis(if simulated { 0 } else { run.warmup_ms });
+    let start = Instant::now();
+    let mut runs = 0u32;
+    while runs < run.warmups || start.elapsed() < least {
+        check_cancel(cancel, run)?;
+        f()?;
+        runs += 1;
+    }
+    Ok(())
+}
+
 /// Calls the backend's own microbenchmark until `repetitions` samples are in.
 fn backend_samples(
     b: &mut dyn Backend,
@@ -682,10 +701,8 @@ fn backend_samples(
     run: &RunParams,
     cancel: &AtomicBool,
 ) -> Result<Vec<f64>, Error> {
-    for _ in 0..run.warmups {
-        check_cancel(cancel, run)?;
-        b.microbench(req)?;
-    }
+    let simulated = b.processor().simulated;
+    warm_up(run, simulated, cancel, || b.microbench(req).map(drop))?;
     let want = run.repetitions.max(1) as usize;
     let mut samples = Vec::with_capacity(want);
     while samples.len() < want {
@@ -826,8 +843,13 @@ fn stage(
     // Each round is the runtime's sequence, write_input → execute →
     // read_output; only the staged call is timed. Back-to-back copies
     // alone were seen 2-7 % faster than the same copies between GEMMs.
+    warm_up(run, proc.simulated, cancel, || {
+        g.write_input(&src)?;
+        g.execute()?;
+        g.read_output(&mut dst)
+    })?;
     let mut samples = Vec::new();
-    for i in 0..run.warmups + run.repetitions.max(1) {
+    for _ in 0..run.repetitions.max(1) {
         check_cancel(cancel, run)?;
         let t = Instant::now();
         g.write_input(&src)?;
@@ -836,9 +858,7 @@ fn stage(
         let t = Instant::now();
         g.read_output(&mut dst)?;
         let t_out = t.elapsed();
-        if i >= run.warmups {
-            samples.push(if input { t_in } else { t_out }.as_secs_f64() * 1e6);
-        }
+        samples.push(if input { t_in } else { t_out }.as_secs_f64() * 1e6);
     }
     let check = verify::check(&shape, &a, &w, &dst);
     let tol = b.tolerance(spec.dtype, shape.k.get());
@@ -901,11 +921,9 @@ fn stream(
     let mut g = ready_gemv(&mut *backends[0], &spec)?;
     let (k, n) = (spec.shape.k.get() as u64, spec.shape.n.get() as u64);
     let streamed = k * n * (spec.dtype.weight_bits() as u64).div_ceil(8);
+    let simulated = backends[0].processor().simulated;
     let timed = |g: &mut Box<dyn crate::Gemm>| -> Result<Vec<f64>, Error> {
-        for _ in 0..run.warmups {
-            check_cancel(cancel, run)?;
-            g.execute()?;
-        }
+        warm_up(run, simulated, cancel, || g.execute().map(drop))?;
         let mut s = Vec::new();
         for _ in 0..run.repetitions.max(1) {
             check_cancel(cancel, run)?;

@@ -50,8 +50,8 @@ pub use predictor::{
 pub use processor::{Capabilities, Processor, ProcessorApi, ProcessorKind, Timing};
 pub use profile::{AgentInfo, DeviceProfile, HostInfo};
 pub use sweep::{
-    Conditions, MeasurementRow, MicrobenchKind, MicrobenchRequest, MicrobenchRow, RowStatus,
-    RunParams, Stats, SweepCase, SweepSpec,
+    Conditions, DEFAULT_WARMUP_MS, MeasurementRow, MicrobenchKind, MicrobenchRequest,
+    MicrobenchRow, RowStatus, RunParams, Stats, SweepCase, SweepSpec,
 };
 pub use version::{SCHEMA_VERSION, SchemaVersion};
 

@@ -15,7 +15,7 @@ use crate::{DType, Fingerprint, GemmShape, OperandOrder, Processor, SchemaVersio
 pub const TILES: [u32; 4] = [32, 64, 128, 256];
 
 /// Names of the entries of [`features`], in order.
-pub const FEATURE_NAMES: [&str; 30] = [
+pub const FEATURE_NAMES: [&str; 33] = [
     "m",
     "k",
     "n",
@@ -46,7 +46,14 @@ pub const FEATURE_NAMES: [&str; 30] = [
     "arith_intensity",
     "order_wt_at",
     "padded_flops_32",
+    "align_m",
+    "align_k",
+    "align_n",
 ];
+
+/// The largest power of two that [`features`]' alignment entries tell
+/// apart: 2⁸ = 256, the widest tile edge of [`TILES`].
+pub const ALIGN_CAP: u32 = 8;
 
 /// Number of features.
 pub const N_FEATURES: usize = FEATURE_NAMES.len();
@@ -92,6 +99,14 @@ pub fn features(shape: GemmShape, dtype: DType, order: OperandOrder) -> [f64; N_
     };
     let p = |d: u32| (d.div_ceil(32) * 32) as f64;
     f[29] = (2.0 * p(m) * p(k) * p(n)).log2();
+    // Alignment: log2 of the largest power of two dividing each dimension,
+    // capped at ALIGN_CAP. Tensor-core kernels (cuBLAS) and vector loads
+    // pick a different, often 2-8x slower, path when a leading dimension
+    // is not a multiple of 8; tile padding (above) cannot tell 256 from 257.
+    let align = |d: u32| d.trailing_zeros().min(ALIGN_CAP) as f64;
+    f[30] = align(m);
+    f[31] = align(k);
+    f[32] = align(n);
     f
 }
 
@@ -496,6 +511,14 @@ mod tests {
         assert_eq!(get("tiles_n_256"), 1.0);
         assert_eq!(get("order_wt_at"), 1.0);
         assert!((get("pad_waste_32") - (1.0 - 33.0 / 64.0)).abs() < 1e-12);
+        assert_eq!(get("align_m"), 0.0);
+        assert_eq!(get("align_k"), 6.0);
+        assert_eq!(get("align_n"), 8.0);
+        let wide = features(shape(4096, 1536, 24), DType::F16, OperandOrder::Aw);
+        let at = |name: &str| wide[FEATURE_NAMES.iter().position(|n| *n == name).unwrap()];
+        assert_eq!(at("align_m"), ALIGN_CAP as f64, "capped");
+        assert_eq!(at("align_k"), 8.0);
+        assert_eq!(at("align_n"), 3.0);
     }
 
     #[test]

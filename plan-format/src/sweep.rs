@@ -8,6 +8,14 @@ use crate::{DType, GemmShape, OperandOrder, SchemaVersion, Timing, Validate, Wei
 pub struct RunParams {
     /// Untimed runs before the timed ones.
     pub warmups: u32,
+    /// After the `warmups` runs, keep running untimed until this many
+    /// milliseconds have passed since the first of them. A processor that
+    /// lowers its clock while idle (a GPU between cases, a phone's DVFS)
+    /// then runs the timed runs at its loaded clock, as it does inside a
+    /// model; a couple of µs-long runs do not wake it. 0: count only.
+    /// Simulated processors count only.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub warmup_ms: u64,
     /// Timed runs; the statistics are over these.
     pub repetitions: u32,
     /// A case that takes longer than this in total is abandoned with status
@@ -21,10 +29,20 @@ pub struct RunParams {
     pub cold_cache: bool,
 }
 
+/// The default [`RunParams::warmup_ms`]: long enough for a GPU to leave
+/// its idle clock (an H100 idles at 345 MHz and boosts to about 1980 MHz),
+/// short beside a case's preparation and check.
+pub const DEFAULT_WARMUP_MS: u64 = 25;
+
+fn is_zero(v: &u64) -> bool {
+    *v == 0
+}
+
 impl Default for RunParams {
     fn default() -> Self {
         RunParams {
             warmups: 2,
+            warmup_ms: DEFAULT_WARMUP_MS,
             repetitions: 7,
             timeout_ms: 30_000,
             cold_cache: false,

@@ -111,6 +111,7 @@ fn sweep() -> SweepSpec {
                 weights: WeightMode::Input,
                 run: Some(RunParams {
                     warmups: 1,
+                    warmup_ms: 25,
                     repetitions: 3,
                     timeout_ms: 5000,
                     cold_cache: false,

@@ -118,6 +118,10 @@ struct SweepArgs {
     /// Shorthand: untimed warm-up runs.
     #[arg(long)]
     warmups: Option<u32>,
+    /// Shorthand: keep warming up until this many ms have passed (a GPU or
+    /// a phone leaves its idle clock); 0 counts runs only.
+    #[arg(long, default_value_t = hetero_plan::DEFAULT_WARMUP_MS)]
+    warmup_ms: u64,
     /// Shorthand: per-case timeout, ms.
     #[arg(long)]
     timeout_ms: Option<u64>,
@@ -150,6 +154,10 @@ struct MicrobenchArgs {
     /// Untimed warm-up runs.
     #[arg(long, default_value_t = 2)]
     warmups: u32,
+    /// Keep warming up until this many ms have passed (a GPU or a phone
+    /// leaves its idle clock); 0 counts runs only.
+    #[arg(long, default_value_t = hetero_plan::DEFAULT_WARMUP_MS)]
+    warmup_ms: u64,
     /// Timeout per benchmark, ms.
     #[arg(long, default_value_t = 60_000)]
     timeout_ms: u64,
@@ -348,6 +356,7 @@ fn shorthand_spec(a: &SweepArgs) -> Result<SweepSpec> {
     let defaults = RunParams::default();
     let run = RunParams {
         warmups: a.warmups.unwrap_or(defaults.warmups),
+        warmup_ms: a.warmup_ms,
         repetitions: a.reps.unwrap_or(defaults.repetitions),
         timeout_ms: a.timeout_ms.unwrap_or(defaults.timeout_ms),
         cold_cache: a.cold_cache,
@@ -603,6 +612,7 @@ fn microbench(o: &OpenArgs, a: MicrobenchArgs) -> Result<()> {
         schema_version: SchemaVersion,
         run: RunParams {
             warmups: a.warmups,
+            warmup_ms: a.warmup_ms,
             repetitions: a.reps.max(1),
             timeout_ms: a.timeout_ms.max(1),
             cold_cache: false,

@@ -125,6 +125,7 @@ fn case(id: &str, processor: &str, mkn: (u32, u32, u32), dtype: DType) -> SweepC
 fn run(reps: u32, timeout_ms: u64) -> RunParams {
     RunParams {
         warmups: 1,
+        warmup_ms: 0,
         repetitions: reps,
         timeout_ms,
         cold_cache: false,
@@ -144,6 +145,38 @@ fn a_good_case_is_verified_and_timed() {
     assert_eq!(row.min_us, Some(4.0));
     assert!(row.rel_err.unwrap() <= row.tolerance.unwrap());
     assert!(row.conditions.timestamp_ms > 0);
+}
+
+#[test]
+fn warming_up_lasts_warmup_ms_except_on_a_simulated_processor() {
+    // 5 ms a run and 200 ms of warm-up: many untimed runs instead of the
+    // one `warmups` asks for, so the timed runs (host_us = 1 + run number)
+    // come later than in `a_good_case_is_verified_and_timed` (median 6).
+    let warm = RunParams {
+        warmup_ms: 200,
+        ..run(5, 10_000)
+    };
+    let mut s = Sweeper::new(vec![naive("t:0", Fault::Slow(5))]);
+    let t = std::time::Instant::now();
+    let row = s.run_case(&case("a", "t:0", (5, 9, 4), DType::F32), &warm);
+    assert_eq!(row.status, RowStatus::Ok, "{:?}", row.message);
+    let median = row.median_us.unwrap();
+    assert!(
+        median >= 7.0,
+        "median {median}: the warm-up stopped at its count"
+    );
+    // The check run, 200 ms of warm-up, then five timed runs.
+    assert!(t.elapsed() >= Duration::from_millis(200 + 5 * 6));
+    // A simulated processor's times do not depend on a clock: count only.
+    let mut sim = Naive {
+        p: naive("s:0", Fault::None).processor().clone(),
+        fault: Fault::Slow(5),
+    };
+    sim.p.simulated = true;
+    let mut s = Sweeper::new(vec![Box::new(sim)]);
+    let row = s.run_case(&case("b", "s:0", (5, 9, 4), DType::F32), &warm);
+    assert_eq!(row.status, RowStatus::Ok, "{:?}", row.message);
+    assert_eq!(row.median_us, Some(6.0));
 }
 
 #[test]

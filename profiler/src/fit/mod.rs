@@ -14,6 +14,7 @@
 mod families;
 pub mod line;
 mod overheads;
+pub mod retest;
 pub mod tree;
 
 use std::collections::BTreeMap;
@@ -29,6 +30,7 @@ use serde::{Deserialize, Serialize};
 
 pub use families::Family;
 pub use overheads::fit_overheads;
+pub use retest::{Agreement, PairDiff, TestEntry, agreement, test_predictor};
 
 /// Fewest usable rows a (processor, dtype) needs to be fitted.
 pub const MIN_ROWS: usize = 12;
@@ -199,6 +201,24 @@ pub struct Report {
     pub entries: Vec<ReportEntry>,
     /// Groups with too few rows, as `processor/dtype: n rows`.
     pub skipped: Vec<String>,
+    /// The predictor against another profile of the device (`hetero fit
+    /// --test`), if one was given.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub test: Option<TestRun>,
+}
+
+/// The fitted predictor scored on a second profile, and how the two
+/// profiles agree where they measured the same cases.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TestRun {
+    /// The second profile.
+    pub dataset: Fingerprint,
+    /// The predictor on every usable row of it (`folds` is 0: not a
+    /// cross-validation).
+    pub entries: Vec<TestEntry>,
+    /// The fitted profile against the second, case by case: a ceiling for
+    /// `entries` that includes the drift between runs.
+    pub agreement: Vec<Agreement>,
 }
 
 /// One usable measurement, as the fitting code sees it.
@@ -549,6 +569,7 @@ pub fn fit(
             .iter()
             .map(|((p, d), s)| format!("{p}/{d}: {} rows", s.len()))
             .collect(),
+        test: None,
     };
     Ok((predictor, report))
 }

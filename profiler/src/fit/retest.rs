@@ -1,0 +1,185 @@
+//! Measurements against measurements, and a predictor against a profile it
+//! was not fitted on.
+//!
+//! The k-fold score of `hetero fit` holds out rows of the same run, and its
+//! noise ceiling ([`super::noise_ceiling_10pct`]) sees only the scatter
+//! within each row. Two questions need a second, independent profile of the
+//! same device:
+//!
+//! - **[`agreement`]**: how well do two runs of the same cases agree? A
+//!   case's medians from two runs differ by the scatter of both runs plus
+//!   whatever drifts between them (clocks, the load, a virtual machine's
+//!   cores sharing one host core). Their share within ±10 % is a ceiling
+//!   for any predictor that is scored against one run's medians, and it
+//!   includes the drift the noise ceiling leaves out.
+//! - **[`test_predictor`]**: how close is a predictor to a fresh run? That
+//!   is what the solver and the runtime rely on.
+
+use std::collections::BTreeMap;
+
+use hetero_plan::{DType, MeasurementRow, Predictor, RowStatus, Score};
+use serde::{Deserialize, Serialize};
+
+use super::{FitError, WorstShape, score, usable_groups};
+
+/// A case measured in both runs, and how far apart they are.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PairDiff {
+    /// The case id (processor/shape/dtype/order).
+    pub case_id: String,
+    /// Median of the first run, µs.
+    pub first_us: f64,
+    /// Median of the second run, µs.
+    pub second_us: f64,
+    /// (second − first) / first, percent.
+    pub diff_pct: f64,
+}
+
+/// How two runs of one (processor, dtype) agree on the cases both measured.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Agreement {
+    /// Processor id.
+    pub processor: String,
+    /// Element type.
+    pub dtype: DType,
+    /// Cases usable in both runs.
+    pub pairs: u32,
+    /// Share of them whose second median is within ±5 % of the first.
+    pub within_5pct: f64,
+    /// Within ±10 %.
+    pub within_10pct: f64,
+    /// Within ±20 %.
+    pub within_20pct: f64,
+    /// Median of |second − first| / first, percent.
+    pub median_abs_diff_pct: f64,
+    /// Median of second / first: above 1 when the second run was slower
+    /// overall (drift between the runs rather than scatter).
+    pub median_ratio: f64,
+    /// The pairs furthest apart (by |ln(second / first)|), at most five.
+    pub worst: Vec<PairDiff>,
+}
+
+/// The rows a fit would use: ok, verified, with a positive finite median.
+fn usable(rows: &[MeasurementRow]) -> BTreeMap<&str, (&MeasurementRow, f64)> {
+    rows.iter()
+        .filter(|r| r.status == RowStatus::Ok && r.verified)
+        .filter_map(|r| {
+            let us = r.median_us.filter(|v| v.is_finite() && *v > 0.0)?;
+            Some((r.case_id.as_str(), (r, us)))
+        })
+        .collect()
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    match n {
+        0 => f64::NAN,
+        _ if n % 2 == 1 => v[n / 2],
+        _ => 0.5 * (v[n / 2 - 1] + v[n / 2]),
+    }
+}
+
+/// Pairs the usable rows of two runs by case id and measures, per
+/// (processor, dtype), how far the second run's medians are from the
+/// first's. Groups with no common case are left out.
+pub fn agreement(first: &[MeasurementRow], second: &[MeasurementRow]) -> Vec<Agreement> {
+    let b = usable(second);
+    let mut groups: BTreeMap<(String, DType), Vec<PairDiff>> = BTreeMap::new();
+    for (id, (row, a_us)) in usable(first) {
+        let Some((_, b_us)) = b.get(id) else { continue };
+        groups
+            .entry((row.processor.clone(), row.dtype))
+            .or_default()
+            .push(PairDiff {
+                case_id: id.to_string(),
+                first_us: a_us,
+                second_us: *b_us,
+                diff_pct: 100.0 * (b_us - a_us) / a_us,
+            });
+    }
+    groups
+        .into_iter()
+        .map(|((processor, dtype), mut pairs)| {
+            let n = pairs.len() as f64;
+            let share = |x: f64| pairs.iter().filter(|p| p.diff_pct.abs() <= x).count() as f64 / n;
+            let (w5, w10, w20) = (share(5.0), share(10.0), share(20.0));
+            let median_abs_diff_pct = median(pairs.iter().map(|p| p.diff_pct.abs()).collect());
+            let median_ratio = median(pairs.iter().map(|p| p.second_us / p.first_us).collect());
+            let apart = |p: &PairDiff| (p.second_us / p.first_us).ln().abs();
+            pairs.sort_by(|x, y| apart(y).total_cmp(&apart(x)));
+            let count = pairs.len() as u32;
+            pairs.truncate(5);
+            Agreement {
+                processor,
+                dtype,
+                pairs: count,
+                within_5pct: w5,
+                within_10pct: w10,
+                within_20pct: w20,
+                median_abs_diff_pct,
+                median_ratio,
+                worst: pairs,
+            }
+        })
+        .collect()
+}
+
+/// A predictor scored on another profile's rows.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TestEntry {
+    /// Processor id.
+    pub processor: String,
+    /// Element type.
+    pub dtype: DType,
+    /// The predictor's rows against the test rows (`samples` is the number
+    /// of test rows).
+    pub score: Score,
+    /// The worst predictions, at most five.
+    pub worst: Vec<WorstShape>,
+}
+
+/// Scores `predictor` on every usable row of `rows` whose (processor,
+/// dtype) it has a model for; rows of other processors are not counted.
+/// Errors like [`usable_groups`] on an ok row with a bad timing.
+pub fn test_predictor(
+    predictor: &Predictor,
+    rows: &[MeasurementRow],
+) -> Result<Vec<TestEntry>, FitError> {
+    let mut out = Vec::new();
+    for ((processor, dtype), samples) in usable_groups(rows)? {
+        let Some(model) = predictor.model(&processor, dtype) else {
+            continue;
+        };
+        let pred: Vec<(f64, f64, &super::Sample)> = samples
+            .iter()
+            .map(|s| {
+                let p = model
+                    .model
+                    .predict_us(s.shape, dtype, s.order)
+                    .unwrap_or(f64::INFINITY);
+                (s.us, p, s)
+            })
+            .collect();
+        let pairs: Vec<(f64, f64)> = pred.iter().map(|(m, p, _)| (*m, *p)).collect();
+        let mut worst: Vec<WorstShape> = pred
+            .iter()
+            .map(|(m, p, s)| WorstShape {
+                shape: s.shape.to_string(),
+                order: s.order,
+                measured_us: *m,
+                predicted_us: *p,
+                error_pct: 100.0 * (p - m) / m,
+            })
+            .collect();
+        worst.sort_by(|a, b| b.error_pct.abs().total_cmp(&a.error_pct.abs()));
+        worst.truncate(5);
+        out.push(TestEntry {
+            processor,
+            dtype,
+            score: score(&pairs, 0),
+            worst,
+        });
+    }
+    Ok(out)
+}
