@@ -125,7 +125,7 @@ pub fn print_report(report: &Report) {
         }
         if let Some(c) = e.noise_ceiling_10pct {
             println!(
-                "  noise ceiling {} {}: a perfect model would put {:.1}% within ±10 % (the rows' own scatter: cv and runs per row)",
+                "  noise ceiling {} {}: a perfect model would put {:.1}% within ±10 % given each row's own scatter (cv, runs); drift between runs comes on top: measure it with --test",
                 e.processor,
                 e.dtype,
                 100.0 * c

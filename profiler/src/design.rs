@@ -294,11 +294,15 @@ pub fn microbench(processors: &[Processor]) -> Vec<MicrobenchRequest> {
         };
         // Up to 64 MiB: prefill activations of a 1.5B model at 2048 tokens
         // are 73 MB, and a line fitted below 16 MiB was seen 15 % off there.
+        // Three sizes below 1 MiB, where decode and short prefills copy
+        // (6 KB to 800 KB for that model), so that the fixed cost does not
+        // rest on one point: a single 4 KiB point 3x too slow once doubled
+        // the fitted fixed cost of an H100 profile.
         for &bench in [MicrobenchKind::CopyH2d, MicrobenchKind::CopyD2h]
             .iter()
             .chain(staged)
         {
-            for bytes in [4u64 << 10, 1 << 20, 16 << 20, 64 << 20] {
+            for bytes in [4u64 << 10, 64 << 10, 256 << 10, 1 << 20, 16 << 20, 64 << 20] {
                 out.push(MicrobenchRequest {
                     bytes: Some(bytes),
                     ..req(p, bench)

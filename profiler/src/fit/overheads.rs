@@ -12,12 +12,38 @@ fn median(v: Vec<f64>) -> Option<f64> {
     Stats::from_samples(&v).map(|s| s.median_us)
 }
 
+/// A point this far off the line (relative residual) is left out of a
+/// cost line fitted through five or more points.
+pub const OUTLIER_REL: f64 = 0.5;
+
 /// `alpha + beta·bytes` through `(bytes, µs)` points (see [`relative_line`]).
-/// `None` with fewer than two distinct sizes.
+/// With five or more points, the one furthest from the line is left out
+/// and the line refitted when it is more than [`OUTLIER_REL`] off (one
+/// median that caught a transient stall would otherwise set the fixed cost
+/// alone). `None` with fewer than two distinct sizes.
 pub fn fit_linear_cost(points: &[(f64, f64)]) -> Option<LinearCost> {
-    relative_line(points).map(|l| LinearCost {
-        alpha_us: l.alpha,
-        beta_us_per_byte: l.beta,
+    let mut line = relative_line(points)?;
+    if points.len() >= 5 {
+        let off = |&(x, t): &(f64, f64)| ((line.alpha + line.beta * x - t) / t).abs();
+        let (worst, err) = points
+            .iter()
+            .enumerate()
+            .map(|(i, p)| (i, off(p)))
+            .max_by(|a, b| a.1.total_cmp(&b.1))
+            .expect("five points");
+        if err > OUTLIER_REL {
+            let rest: Vec<(f64, f64)> = points
+                .iter()
+                .enumerate()
+                .filter(|(i, _)| *i != worst)
+                .map(|(_, p)| *p)
+                .collect();
+            line = relative_line(&rest)?;
+        }
+    }
+    Some(LinearCost {
+        alpha_us: line.alpha,
+        beta_us_per_byte: line.beta,
     })
 }
 
@@ -115,5 +141,28 @@ mod tests {
         assert!(fit_linear_cost(&pts[..1]).is_none());
         assert_eq!(median(vec![3.0, 1.0, 2.0, 10.0]), Some(2.5));
         assert_eq!(median(vec![]), None);
+    }
+
+    #[test]
+    fn one_stalled_point_does_not_set_the_fixed_cost() {
+        // The profile's six sizes on a 7 µs + 55 GB/s line, the 4 KiB median
+        // three times too slow (as one H100 profile's stage_out_aw was).
+        let line = |b: f64| 7.0 + b / 55_000.0;
+        let mut pts: Vec<(f64, f64)> =
+            [4096.0, 65536.0, 262144.0, 1048576.0, 16777216.0, 67108864.0]
+                .iter()
+                .map(|&b| (b, line(b)))
+                .collect();
+        pts[0].1 *= 3.0;
+        let naive = relative_line(&pts).unwrap();
+        assert!(naive.alpha > 8.0, "the stall moves a plain fit: {naive:?}");
+        let c = fit_linear_cost(&pts).unwrap();
+        assert!((c.alpha_us / 7.0 - 1.0).abs() < 1e-6, "{c:?}");
+        assert!((c.beta_us_per_byte * 55_000.0 - 1.0).abs() < 1e-6);
+        // Four points: too few to tell a stall from the line; kept.
+        assert_eq!(
+            fit_linear_cost(&pts[..4]).map(|c| c.alpha_us),
+            relative_line(&pts[..4]).map(|l| l.alpha)
+        );
     }
 }

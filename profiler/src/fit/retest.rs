@@ -183,3 +183,108 @@ pub fn test_predictor(
     }
     Ok(out)
 }
+
+#[cfg(test)]
+mod tests {
+    use hetero_plan::{Conditions, LatencyModel, OperandOrder, ProcessorModel, Timing, WeightMode};
+
+    use super::*;
+
+    fn row(id: &str, processor: &str, us: f64) -> MeasurementRow {
+        MeasurementRow {
+            case_id: id.into(),
+            processor: processor.into(),
+            m: 8,
+            k: 64,
+            n: 64,
+            dtype: DType::F32,
+            order: OperandOrder::Aw,
+            weights: WeightMode::Static,
+            status: RowStatus::Ok,
+            timing: Timing::Real,
+            warmups: 1,
+            repetitions: 5,
+            median_us: Some(us),
+            min_us: Some(us),
+            p90_us: Some(us),
+            cv: Some(0.01),
+            host_median_us: None,
+            prepare_us: None,
+            verified: true,
+            rel_err: Some(0.0),
+            tolerance: Some(1e-3),
+            message: None,
+            conditions: Conditions::default(),
+        }
+    }
+
+    #[test]
+    fn agreement_pairs_by_case_and_counts_bands() {
+        let first = vec![
+            row("a", "cpu:0", 100.0),
+            row("b", "cpu:0", 100.0),
+            row("c", "cpu:0", 100.0),
+            row("d", "cpu:0", 100.0),
+            row("only-first", "cpu:0", 100.0),
+            row("g", "gpu:0", 10.0),
+        ];
+        let mut failed = row("e", "cpu:0", 100.0);
+        failed.status = RowStatus::Failed;
+        let second = vec![
+            row("a", "cpu:0", 103.0),
+            row("b", "cpu:0", 92.0),
+            row("c", "cpu:0", 115.0),
+            row("d", "cpu:0", 250.0),
+            failed,
+            row("g", "gpu:0", 10.0),
+        ];
+        let groups = agreement(&first, &second);
+        assert_eq!(groups.len(), 2);
+        let cpu = &groups[0];
+        assert_eq!((cpu.processor.as_str(), cpu.pairs), ("cpu:0", 4));
+        assert_eq!(cpu.within_5pct, 0.25);
+        assert_eq!(cpu.within_10pct, 0.5);
+        assert_eq!(cpu.within_20pct, 0.75);
+        assert_eq!(cpu.worst[0].case_id, "d");
+        assert!((cpu.worst[0].diff_pct - 150.0).abs() < 1e-9);
+        assert!(
+            (cpu.median_ratio - 1.09).abs() < 1e-9,
+            "{}",
+            cpu.median_ratio
+        );
+        assert!((cpu.median_abs_diff_pct - 11.5).abs() < 1e-9);
+        assert_eq!((groups[1].pairs, groups[1].within_5pct), (1, 1.0));
+    }
+
+    #[test]
+    fn a_predictor_is_scored_on_its_processors_rows_only() {
+        let model = ProcessorModel {
+            processor: "cpu:0".into(),
+            dtype: DType::F32,
+            model: LatencyModel::Linear {
+                alpha_us: 100.0,
+                beta_us: 0.0,
+                work: hetero_plan::predictor::Work::Flops,
+            },
+            score: Score::default(),
+            candidates: Vec::new(),
+        };
+        let predictor = Predictor {
+            schema_version: hetero_plan::SchemaVersion,
+            dataset: hetero_plan::Fingerprint::of_bytes("d", b"d"),
+            processors: vec![],
+            models: vec![model],
+            overheads: vec![],
+        };
+        let rows = vec![
+            row("a", "cpu:0", 100.0),
+            row("b", "cpu:0", 125.0),
+            row("g", "gpu:0", 1.0),
+        ];
+        let t = test_predictor(&predictor, &rows).unwrap();
+        assert_eq!(t.len(), 1);
+        assert_eq!(t[0].score.samples, 2);
+        assert_eq!(t[0].score.within_10pct, 0.5);
+        assert!((t[0].worst[0].error_pct + 20.0).abs() < 1e-9);
+    }
+}
