@@ -27,7 +27,10 @@
 # REPLAY_WEIGHTS (default "shared"; "shared distinct" also replays with
 # every layer's weights its own, reports named PLAN+distinct),
 # CUDA_BUDGET (default 150s), CPU_BUDGET (default 60s), CUDA_COLD (set:
-# profile cuda:0 with --cold-cache, its L2 evicted before every timed run).
+# profile cuda:0 with --cold-cache, its L2 evicted before every timed run),
+# CPU_COLD (set: profile cpu:0 with --cold-cache, the host's caches evicted
+# before every timed run, so that its thread pool also waits idle between
+# runs, as it does between a mixed plan's GPU operators).
 set -uo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -85,6 +88,7 @@ log "profile cuda:0 (${CUDA_BUDGET:-150s}), cpu:0 (${CPU_BUDGET:-60s})"
     > "$logs/profile-cuda.txt" 2>&1 || log "profile cuda:0 failed: $(tail -3 "$logs/profile-cuda.txt")"
 "$hetero" profile --device local --agent "$bin/hetero-agent" --processors cpu:0 \
     --models "$model" --budget "${CPU_BUDGET:-60s}" --out "$work/ds-cpu" \
+    ${CPU_COLD:+--cold-cache} \
     > "$logs/profile-cpu.txt" 2>&1 || log "profile cpu:0 failed: $(tail -3 "$logs/profile-cpu.txt")"
 "$hetero" dataset merge --out "$work/ds" "$work/ds-cuda" "$work/ds-cpu" > /dev/null \
     || log "merge failed"

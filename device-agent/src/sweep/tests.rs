@@ -157,7 +157,7 @@ fn warming_up_lasts_warmup_ms_except_on_a_simulated_processor() {
         ..run(5, 10_000)
     };
     let mut s = Sweeper::new(vec![naive("t:0", Fault::Slow(5))]);
-    let t = std::time::Instant::now();
+    let t = Instant::now();
     let row = s.run_case(&case("a", "t:0", (5, 9, 4), DType::F32), &warm);
     assert_eq!(row.status, RowStatus::Ok, "{:?}", row.message);
     let median = row.median_us.unwrap();

@@ -419,6 +419,25 @@ pub struct GroupFit {
     pub held_out: Vec<(f64, f64)>,
 }
 
+/// The five predictions of `pred` (one per sample) furthest from their
+/// samples' measured medians, worst first.
+pub fn worst_shapes(samples: &[Sample], pred: &[f64]) -> Vec<WorstShape> {
+    let mut worst: Vec<WorstShape> = samples
+        .iter()
+        .zip(pred)
+        .map(|(s, p)| WorstShape {
+            shape: s.shape.to_string(),
+            order: s.order,
+            measured_us: s.us,
+            predicted_us: *p,
+            error_pct: 100.0 * (p - s.us) / s.us,
+        })
+        .collect();
+    worst.sort_by(|a, b| b.error_pct.abs().total_cmp(&a.error_pct.abs()));
+    worst.truncate(5);
+    worst
+}
+
 /// Fits one (processor, dtype) group: scores every family, refits the best.
 pub fn fit_group(
     processor: &str,
@@ -436,19 +455,7 @@ pub fn fit_group(
     let best = choose(&pairs).expect("at least one family");
     let (family, best_score, pred) = scored[best].clone();
     let model = family.fit(samples, dtype, params.seed)?;
-    let mut worst: Vec<WorstShape> = samples
-        .iter()
-        .zip(&pred)
-        .map(|(s, p)| WorstShape {
-            shape: s.shape.to_string(),
-            order: s.order,
-            measured_us: s.us,
-            predicted_us: *p,
-            error_pct: 100.0 * (p - s.us) / s.us,
-        })
-        .collect();
-    worst.sort_by(|a, b| b.error_pct.abs().total_cmp(&a.error_pct.abs()));
-    worst.truncate(5);
+    let worst = worst_shapes(samples, &pred);
     let held_out = samples.iter().zip(&pred).map(|(s, p)| (s.us, *p)).collect();
     let by_cv = cv_bands(samples, &pred);
     let candidates = scored

@@ -20,7 +20,7 @@ use std::collections::BTreeMap;
 use hetero_plan::{DType, MeasurementRow, Predictor, RowStatus, Score};
 use serde::{Deserialize, Serialize};
 
-use super::{FitError, WorstShape, score, usable_groups};
+use super::{FitError, WorstShape, score, usable_groups, worst_shapes};
 
 /// A case measured in both runs, and how far apart they are.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -151,34 +151,21 @@ pub fn test_predictor(
         let Some(model) = predictor.model(&processor, dtype) else {
             continue;
         };
-        let pred: Vec<(f64, f64, &super::Sample)> = samples
+        let pred: Vec<f64> = samples
             .iter()
             .map(|s| {
-                let p = model
+                model
                     .model
                     .predict_us(s.shape, dtype, s.order)
-                    .unwrap_or(f64::INFINITY);
-                (s.us, p, s)
+                    .unwrap_or(f64::INFINITY)
             })
             .collect();
-        let pairs: Vec<(f64, f64)> = pred.iter().map(|(m, p, _)| (*m, *p)).collect();
-        let mut worst: Vec<WorstShape> = pred
-            .iter()
-            .map(|(m, p, s)| WorstShape {
-                shape: s.shape.to_string(),
-                order: s.order,
-                measured_us: *m,
-                predicted_us: *p,
-                error_pct: 100.0 * (p - m) / m,
-            })
-            .collect();
-        worst.sort_by(|a, b| b.error_pct.abs().total_cmp(&a.error_pct.abs()));
-        worst.truncate(5);
+        let pairs: Vec<(f64, f64)> = samples.iter().zip(&pred).map(|(s, p)| (s.us, *p)).collect();
         out.push(TestEntry {
             processor,
             dtype,
             score: score(&pairs, 0),
-            worst,
+            worst: worst_shapes(&samples, &pred),
         });
     }
     Ok(out)
@@ -186,35 +173,15 @@ pub fn test_predictor(
 
 #[cfg(test)]
 mod tests {
-    use hetero_plan::{Conditions, LatencyModel, OperandOrder, ProcessorModel, Timing, WeightMode};
+    use hetero_plan::{LatencyModel, OperandOrder, ProcessorModel};
 
     use super::*;
 
+    /// The fit tests' row (f16), under case id `id`.
     fn row(id: &str, processor: &str, us: f64) -> MeasurementRow {
         MeasurementRow {
             case_id: id.into(),
-            processor: processor.into(),
-            m: 8,
-            k: 64,
-            n: 64,
-            dtype: DType::F32,
-            order: OperandOrder::Aw,
-            weights: WeightMode::Static,
-            status: RowStatus::Ok,
-            timing: Timing::Real,
-            warmups: 1,
-            repetitions: 5,
-            median_us: Some(us),
-            min_us: Some(us),
-            p90_us: Some(us),
-            cv: Some(0.01),
-            host_median_us: None,
-            prepare_us: None,
-            verified: true,
-            rel_err: Some(0.0),
-            tolerance: Some(1e-3),
-            message: None,
-            conditions: Conditions::default(),
+            ..crate::fit::tests::row(0, processor, 8, 64, 64, OperandOrder::Aw, us)
         }
     }
 
@@ -260,7 +227,7 @@ mod tests {
     fn a_predictor_is_scored_on_its_processors_rows_only() {
         let model = ProcessorModel {
             processor: "cpu:0".into(),
-            dtype: DType::F32,
+            dtype: DType::F16,
             model: LatencyModel::Linear {
                 alpha_us: 100.0,
                 beta_us: 0.0,

@@ -2,7 +2,7 @@ use super::*;
 use hetero_plan::{AgentInfo, Conditions, HostInfo, Timing, WeightMode};
 use rand::Rng;
 
-fn row(
+pub(super) fn row(
     id: usize,
     proc_: &str,
     m: u32,
