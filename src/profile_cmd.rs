@@ -86,6 +86,12 @@ pub struct ProfileArgs {
     /// for small GEMMs.
     #[arg(long)]
     cold_cache: bool,
+    /// Time the kernels alone, without the host's launch path (CUDA: the
+    /// stream waits on a host flag until the GEMM is queued). For studies
+    /// of the launch cost and of kernel-time predictors: the solver and the
+    /// runtime expect the ordinary timing, launch included.
+    #[arg(long)]
+    kernel_timer: bool,
     /// Skip the microbenchmarks (copies, submit, sync, bandwidth, graph prepare).
     #[arg(long)]
     no_microbench: bool,
@@ -189,6 +195,7 @@ fn options(a: ProfileArgs) -> anyhow::Result<(ProfileOptions, bool)> {
         repetitions: a.reps,
         timeout_ms: a.timeout_ms,
         cold_cache: a.cold_cache,
+        kernel_timer: a.kernel_timer,
     };
     opts.microbench = !a.no_microbench;
     opts.refine = !a.no_refine;

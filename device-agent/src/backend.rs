@@ -105,6 +105,13 @@ pub trait Gemm: Send {
         Ok(())
     }
 
+    /// One execution timed without the host's launch path, where the
+    /// backend can hold its queue until the work is queued (CUDA); the same
+    /// as [`execute`](Gemm::execute) elsewhere. For `RunParams::kernel_timer`.
+    fn execute_kernel_only(&mut self) -> Result<Timed> {
+        self.execute()
+    }
+
     /// Starts an execution without waiting (for overlapping processors).
     fn submit(&mut self) -> Result<()> {
         Err(Error::unsupported(self.backend_id(), "asynchronous submit"))

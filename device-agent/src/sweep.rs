@@ -564,7 +564,11 @@ fn measure_into(
         if run.cold_cache {
             g.evict_caches()?;
         }
-        let t = g.execute()?;
+        let t = if run.kernel_timer {
+            g.execute_kernel_only()?
+        } else {
+            g.execute()?
+        };
         device_timer |= t.device_us.is_some();
         best.push(t.best_us());
         host.push(t.host_us);

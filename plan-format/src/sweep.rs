@@ -27,6 +27,13 @@ pub struct RunParams {
     /// longer stay cached from one run to the next.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub cold_cache: bool,
+    /// Time the processor's work alone, without the host's launch path in
+    /// the device timer, where the backend can hold its queue until the
+    /// work is queued (CUDA: a stream wait on a host-written flag); the
+    /// ordinary timing elsewhere. For studies of the launch cost: the
+    /// solver and the runtime expect the ordinary timing.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub kernel_timer: bool,
 }
 
 /// The default [`RunParams::warmup_ms`]: long enough for a GPU to leave
@@ -46,6 +53,7 @@ impl Default for RunParams {
             repetitions: 7,
             timeout_ms: 30_000,
             cold_cache: false,
+            kernel_timer: false,
         }
     }
 }

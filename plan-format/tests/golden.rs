@@ -115,6 +115,7 @@ fn sweep() -> SweepSpec {
                     repetitions: 3,
                     timeout_ms: 5000,
                     cold_cache: false,
+                    kernel_timer: false,
                 }),
             },
         ],

@@ -129,6 +129,11 @@ struct SweepArgs {
     /// CUDA GPU's L2), as a runtime running other operators in between would.
     #[arg(long)]
     cold_cache: bool,
+    /// Shorthand: time the kernels alone, without the host's launch path
+    /// (CUDA: the stream waits on a host flag until the GEMM is queued);
+    /// for studies of the launch cost.
+    #[arg(long)]
+    kernel_timer: bool,
     /// A previous output (JSON Lines); cases with a row there are skipped.
     #[arg(long)]
     resume: Option<PathBuf>,
@@ -360,6 +365,7 @@ fn shorthand_spec(a: &SweepArgs) -> Result<SweepSpec> {
         repetitions: a.reps.unwrap_or(defaults.repetitions),
         timeout_ms: a.timeout_ms.unwrap_or(defaults.timeout_ms),
         cold_cache: a.cold_cache,
+        kernel_timer: a.kernel_timer,
     };
     if run.repetitions == 0 {
         return Err(bad("--reps: must be at least 1"));
@@ -616,6 +622,7 @@ fn microbench(o: &OpenArgs, a: MicrobenchArgs) -> Result<()> {
             repetitions: a.reps.max(1),
             timeout_ms: a.timeout_ms.max(1),
             cold_cache: false,
+            kernel_timer: false,
         },
         cases: Vec::new(),
         microbench: reqs,

@@ -177,6 +177,8 @@ pub(super) struct CudaGemm {
     start: CudaEvent,
     end: CudaEvent,
     flag: MappedFlag,
+    /// Holds the stream until a launch is queued ([`Gemm::execute_kernel_only`]).
+    gate: MappedFlag,
     seq: u32,
     submitted: Option<Instant>,
     /// `Wᵀ[N,K]` in page-locked host memory, copied into `w` at the start
@@ -232,6 +234,7 @@ impl CudaGemm {
         let start = ctx.new_event(timing).at(id, "cuEventCreate")?;
         let end = ctx.new_event(timing).at(id, "cuEventCreate")?;
         let flag = MappedFlag::new(ctx, id)?;
+        let gate = MappedFlag::new(ctx, id)?;
         Ok(CudaGemm {
             spec: *spec,
             elem,
@@ -244,6 +247,7 @@ impl CudaGemm {
             start,
             end,
             flag,
+            gate,
             seq: 0,
             submitted: None,
             w_host: None,
@@ -404,6 +408,38 @@ impl Gemm for CudaGemm {
     fn execute(&mut self) -> Result<Timed> {
         self.launch()?;
         self.finish(SyncMode::Block)
+    }
+
+    /// The stream first waits on a host-written gate (`cuStreamWaitValue32`),
+    /// the GEMM and its two events are queued behind it, then the host
+    /// opens the gate: the device timer covers the kernels alone, not the
+    /// host's `cublasGemmEx` call between the events.
+    fn execute_kernel_only(&mut self) -> Result<Timed> {
+        if self.dev.flag_writer_is_memop() {
+            let id = self.dev.id.clone();
+            let target = self.seq.wrapping_add(1).max(1);
+            self.dev.ctx.bind_to_thread().at(&id, "cuCtxSetCurrent")?;
+            // SAFETY: the gate is device-mapped host memory of this context,
+            // stream memory operations work here (the flag writer uses them),
+            // and the gate is opened below whatever `launch` returns.
+            unsafe {
+                sys::cuStreamWaitValue32_v2(
+                    self.dev.stream.cu_stream(),
+                    self.gate.device_ptr(),
+                    target,
+                    sys::CUstreamWaitValue_flags::CU_STREAM_WAIT_VALUE_EQ as u32,
+                )
+                .result()
+                .at(&id, "cuStreamWaitValue32")?;
+            }
+            let launched = self.launch();
+            self.gate.store(target);
+            launched?;
+            debug_assert_eq!(self.seq, target);
+            self.finish(SyncMode::Block)
+        } else {
+            self.execute()
+        }
     }
 
     fn read_output(&mut self, c: &mut [f32]) -> Result<()> {

@@ -192,6 +192,17 @@ impl MappedFlag {
         self.dptr
     }
 
+    /// Writes the flag from the host, for the device to read (a stream
+    /// waiting on it with `cuStreamWaitValue32`).
+    #[inline]
+    pub(super) fn store(&self, value: u32) {
+        std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
+        // SAFETY: the flag is 4 aligned bytes inside a live allocation; the
+        // device reads it concurrently, hence the volatile write.
+        unsafe { std::ptr::write_volatile(self.host.as_ptr() as *mut u32, value) }
+        std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
+    }
+
     /// Reads the flag as the device last wrote it.
     #[inline]
     pub(super) fn load(&self) -> u32 {

@@ -137,6 +137,43 @@ fn evicting_l2_between_runs_keeps_the_results() {
 }
 
 #[test]
+fn kernel_only_timing_leaves_the_launch_out_and_keeps_the_results() {
+    let Some(mut devices) = devices_or_skip("kernel-only timing test") else {
+        return;
+    };
+    for dev in &mut devices {
+        let (m, k, n) = (1, 1536, 1536);
+        let w = values(k * n, 23);
+        let a = values(m * k, 29);
+        let mut g = dev
+            .prepare(&spec(1, 1536, 1536, DType::F16, OperandOrder::Aw), &w)
+            .unwrap();
+        g.write_input(&a).unwrap();
+        let median = |v: &mut Vec<f64>| {
+            v.sort_by(f64::total_cmp);
+            v[v.len() / 2]
+        };
+        let (mut plain, mut gated) = (Vec::new(), Vec::new());
+        for _ in 0..21 {
+            plain.push(g.execute().unwrap().device_us.unwrap());
+            gated.push(g.execute_kernel_only().unwrap().device_us.unwrap());
+            let mut c = vec![f32::NAN; m * n];
+            g.read_output(&mut c).unwrap();
+            assert!(rel_err(&a, &w, &c, m, k, n) <= default_tolerance(DType::F16, k as u32));
+        }
+        let (p, q) = (median(&mut plain), median(&mut gated));
+        eprintln!(
+            "{}: 1x1536x1536 f16 device time {p:.1} µs, kernels alone {q:.1} µs",
+            g.backend_id()
+        );
+        assert!(
+            q > 0.0 && q <= p,
+            "kernels alone {q} µs, with the launch {p} µs"
+        );
+    }
+}
+
+#[test]
 fn submit_and_wait_block_and_poll() {
     let Some(mut devices) = devices_or_skip("submit/wait test") else {
         return;

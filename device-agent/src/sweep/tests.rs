@@ -101,6 +101,12 @@ impl Gemm for NaiveGemm {
             host_us: 1.0 + self.runs as f64,
         })
     }
+    fn execute_kernel_only(&mut self) -> crate::Result<Timed> {
+        // Told apart from `execute` by 1000 µs.
+        let mut t = self.execute()?;
+        t.host_us += 1000.0;
+        Ok(t)
+    }
     fn read_output(&mut self, c: &mut [f32]) -> crate::Result<()> {
         c.copy_from_slice(&self.c);
         Ok(())
@@ -129,6 +135,7 @@ fn run(reps: u32, timeout_ms: u64) -> RunParams {
         repetitions: reps,
         timeout_ms,
         cold_cache: false,
+        kernel_timer: false,
     }
 }
 
@@ -176,6 +183,24 @@ fn warming_up_lasts_warmup_ms_except_on_a_simulated_processor() {
     let mut s = Sweeper::new(vec![Box::new(sim)]);
     let row = s.run_case(&case("b", "s:0", (5, 9, 4), DType::F32), &warm);
     assert_eq!(row.status, RowStatus::Ok, "{:?}", row.message);
+    assert_eq!(row.median_us, Some(6.0));
+}
+
+#[test]
+fn the_kernel_timer_times_the_timed_runs_only() {
+    // Same runs as `a_good_case_is_verified_and_timed` (median 6), each timed
+    // run through `execute_kernel_only` (1000 µs more on this backend); the
+    // check and warm-up runs are untimed either way.
+    let kernel = RunParams {
+        kernel_timer: true,
+        ..run(5, 10_000)
+    };
+    let mut s = Sweeper::new(vec![naive("t:0", Fault::None)]);
+    let row = s.run_case(&case("a", "t:0", (5, 9, 4), DType::F32), &kernel);
+    assert_eq!(row.status, RowStatus::Ok, "{:?}", row.message);
+    assert!(row.verified);
+    assert_eq!(row.median_us, Some(1006.0));
+    let row = s.run_case(&case("b", "t:0", (5, 9, 4), DType::F32), &run(5, 10_000));
     assert_eq!(row.median_us, Some(6.0));
 }
 
