@@ -37,7 +37,8 @@ pub struct RunParams {
 }
 
 /// The default [`RunParams::warmup_ms`]: long enough for a GPU to leave
-/// its idle clock (an H100 idles at 345 MHz and boosts to about 1980 MHz),
+/// its idle clock (nvidia-smi showed an idle H100 at 345 MHz; its boost
+/// clock is 1980 MHz),
 /// short beside a case's preparation and check.
 pub const DEFAULT_WARMUP_MS: u64 = 25;
 
