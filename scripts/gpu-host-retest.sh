@@ -10,7 +10,8 @@
 # RETEST_RUNS (default "7:100s 7:100s 21:100s 21:100s") lists the profiles,
 # each REPS:BUDGET (`hetero profile --reps REPS --budget BUDGET`), run one
 # after another for datasets/models/qwen2.5-1.5b.json; CUDA_COLD set adds
-# --cold-cache to every one. OUT_DIR gets retest.tgz (the dataset folders
+# --cold-cache to every one, RETEST_FLAGS (e.g. --kernel-timer) adds its
+# words to every one. OUT_DIR gets retest.tgz (the dataset folders
 # run1, run2, ..., and their logs) and log.txt.
 set -uo pipefail
 
@@ -33,10 +34,10 @@ for run in ${RETEST_RUNS:-7:100s 7:100s 21:100s 21:100s}; do
     i=$((i + 1))
     reps=${run%%:*}
     budget=${run#*:}
-    log "run$i: cuda:0, --reps $reps, --budget $budget${CUDA_COLD:+, --cold-cache}"
+    log "run$i: cuda:0, --reps $reps, --budget $budget${CUDA_COLD:+, --cold-cache} ${RETEST_FLAGS:-}"
     "$bin/hetero" profile --device local --agent "$bin/hetero-agent" --processors cuda:0 \
         --models "$model" --budget "$budget" --reps "$reps" --out "$work/run$i" \
-        ${CUDA_COLD:+--cold-cache} > "$work/run$i.log" 2>&1 \
+        ${CUDA_COLD:+--cold-cache} ${RETEST_FLAGS:-} > "$work/run$i.log" 2>&1 \
         || log "run$i failed: $(tail -3 "$work/run$i.log")"
     "$bin/hetero" dataset show "$work/run$i" 2>&1 | tail -n 3 | tee -a "$out/log.txt" >&2
 done
