@@ -17,7 +17,7 @@
 
 use std::collections::BTreeMap;
 
-use hetero_plan::{DType, MeasurementRow, Predictor, RowStatus, Score};
+use hetero_plan::{DType, MeasurementRow, Predictor, RowStatus, Score, Stats};
 use serde::{Deserialize, Serialize};
 
 use super::{FitError, WorstShape, score, usable_groups, worst_shapes};
@@ -70,14 +70,9 @@ fn usable(rows: &[MeasurementRow]) -> BTreeMap<&str, (&MeasurementRow, f64)> {
         .collect()
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    let n = v.len();
-    match n {
-        0 => f64::NAN,
-        _ if n % 2 == 1 => v[n / 2],
-        _ => 0.5 * (v[n / 2 - 1] + v[n / 2]),
-    }
+/// The median through the crate-wide [`Stats`]; NaN for no values.
+fn median(v: Vec<f64>) -> f64 {
+    Stats::from_samples(&v).map_or(f64::NAN, |s| s.median_us)
 }
 
 /// Pairs the usable rows of two runs by case id and measures, per
