@@ -6,8 +6,8 @@
 //! output is checked against the CPU f64 reference; `warmups` untimed runs,
 //! and more until `warmup_ms` has passed (a GPU or a phone leaves its idle
 //! clock); `repetitions` timed runs (the statistics); the output of the last
-//! timed run is checked again. A result outside the tolerance at either check gives a
-//! `failed` row without statistics: a wrong result is never timed as valid.
+//! timed run is checked again. A result outside the tolerance at either
+//! check gives a `failed` row without statistics: a wrong result is never timed as valid.
 //!
 //! **Timeouts**: each case runs in a worker thread that owns the processor's
 //! backend for the duration. If the case outlives its `timeout_ms`, the runner
@@ -538,13 +538,6 @@ fn measure_into(
     let tolerance = backend.tolerance(case.dtype, k);
     row.tolerance = Some(tolerance);
     let mut c = vec![0f32; m as usize * n as usize];
-    let cancelled = || {
-        if cancel.load(Ordering::Relaxed) {
-            Err(Error::Timeout { ms: run.timeout_ms })
-        } else {
-            Ok(())
-        }
-    };
     g.write_input(&a)?;
     g.execute()?;
     g.read_output(&mut c)?;
@@ -560,7 +553,7 @@ fn measure_into(
     let mut host = Vec::with_capacity(run.repetitions as usize);
     let mut device_timer = false;
     for _ in 0..run.repetitions {
-        cancelled()?;
+        check_cancel(cancel, run)?;
         if run.cold_cache {
             g.evict_caches()?;
         }

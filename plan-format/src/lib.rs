@@ -17,6 +17,11 @@
 //! pick RON or JSON from the file extension.
 #![warn(missing_docs)]
 
+/// `skip_serializing_if` for fields whose zero is the default.
+fn is_zero<T: Default + PartialEq>(v: &T) -> bool {
+    *v == T::default()
+}
+
 mod compiled;
 mod duration;
 mod error;

@@ -1,7 +1,7 @@
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::{DType, Fingerprint, OperandOrder, Phase, SchemaVersion, Validate};
+use crate::{DType, Fingerprint, OperandOrder, Phase, SchemaVersion, Validate, is_zero};
 
 fn is_one(v: &u32) -> bool {
     *v == 1
@@ -9,10 +9,6 @@ fn is_one(v: &u32) -> bool {
 
 fn one() -> u32 {
     1
-}
-
-fn is_zero(v: &f64) -> bool {
-    *v == 0.0
 }
 
 /// A prepared graph that computes only a share of an operator's output rows

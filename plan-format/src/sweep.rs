@@ -1,7 +1,7 @@
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::{DType, GemmShape, OperandOrder, SchemaVersion, Timing, Validate, WeightMode};
+use crate::{DType, GemmShape, OperandOrder, SchemaVersion, Timing, Validate, WeightMode, is_zero};
 
 /// How each case is timed.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -38,13 +38,8 @@ pub struct RunParams {
 
 /// The default [`RunParams::warmup_ms`]: long enough for a GPU to leave
 /// its idle clock (nvidia-smi showed an idle H100 at 345 MHz; its boost
-/// clock is 1980 MHz),
-/// short beside a case's preparation and check.
+/// clock is 1980 MHz), short beside a case's preparation and check.
 pub const DEFAULT_WARMUP_MS: u64 = 25;
-
-fn is_zero(v: &u64) -> bool {
-    *v == 0
-}
 
 impl Default for RunParams {
     fn default() -> Self {

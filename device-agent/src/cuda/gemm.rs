@@ -177,8 +177,10 @@ pub(super) struct CudaGemm {
     start: CudaEvent,
     end: CudaEvent,
     flag: MappedFlag,
-    /// Holds the stream until a launch is queued ([`Gemm::execute_kernel_only`]).
-    gate: MappedFlag,
+    /// Holds the stream until a launch is queued
+    /// ([`Gemm::execute_kernel_only`]); allocated on its first use, since
+    /// only studies time that way.
+    gate: Option<MappedFlag>,
     seq: u32,
     submitted: Option<Instant>,
     /// `Wᵀ[N,K]` in page-locked host memory, copied into `w` at the start
@@ -234,7 +236,6 @@ impl CudaGemm {
         let start = ctx.new_event(timing).at(id, "cuEventCreate")?;
         let end = ctx.new_event(timing).at(id, "cuEventCreate")?;
         let flag = MappedFlag::new(ctx, id)?;
-        let gate = MappedFlag::new(ctx, id)?;
         Ok(CudaGemm {
             spec: *spec,
             elem,
@@ -247,7 +248,7 @@ impl CudaGemm {
             start,
             end,
             flag,
-            gate,
+            gate: None,
             seq: 0,
             submitted: None,
             w_host: None,
@@ -419,13 +420,17 @@ impl Gemm for CudaGemm {
             let id = self.dev.id.clone();
             let target = self.seq.wrapping_add(1).max(1);
             self.dev.ctx.bind_to_thread().at(&id, "cuCtxSetCurrent")?;
+            let gate = match self.gate.take() {
+                Some(g) => g,
+                None => MappedFlag::new(&self.dev.ctx, &id)?,
+            };
             // SAFETY: the gate is device-mapped host memory of this context,
             // stream memory operations work here (the flag writer uses them),
             // and the gate is opened below whatever `launch` returns.
             unsafe {
                 sys::cuStreamWaitValue32_v2(
                     self.dev.stream.cu_stream(),
-                    self.gate.device_ptr(),
+                    gate.device_ptr(),
                     target,
                     sys::CUstreamWaitValue_flags::CU_STREAM_WAIT_VALUE_EQ as u32,
                 )
@@ -433,7 +438,8 @@ impl Gemm for CudaGemm {
                 .at(&id, "cuStreamWaitValue32")?;
             }
             let launched = self.launch();
-            self.gate.store(target);
+            gate.store(target);
+            self.gate = Some(gate);
             launched?;
             debug_assert_eq!(self.seq, target);
             self.finish(SyncMode::Block)
