@@ -8,8 +8,10 @@
 #   scripts/gpu-host-retest.sh OUT_DIR        # there: the profiles, one archive
 #
 # RETEST_RUNS (default "7:100s 7:100s 21:100s 21:100s") lists the profiles,
-# each REPS:BUDGET (`hetero profile --reps REPS --budget BUDGET`), run one
-# after another for datasets/models/qwen2.5-1.5b.json; CUDA_COLD set adds
+# each REPS:BUDGET[:FLAGS] (`hetero profile --reps REPS --budget BUDGET`,
+# plus FLAGS with commas for spaces, e.g. 7:100s:--queries=300:1 for a
+# held-out set), run one after another for
+# datasets/models/qwen2.5-1.5b.json; CUDA_COLD set adds
 # --cold-cache to every one, RETEST_FLAGS (e.g. --kernel-timer) adds its
 # words to every one. OUT_DIR gets retest.tgz (the dataset folders
 # run1, run2, ..., and their logs) and log.txt.
@@ -33,11 +35,15 @@ i=0
 for run in ${RETEST_RUNS:-7:100s 7:100s 21:100s 21:100s}; do
     i=$((i + 1))
     reps=${run%%:*}
-    budget=${run#*:}
-    log "run$i: cuda:0, --reps $reps, --budget $budget${CUDA_COLD:+, --cold-cache} ${RETEST_FLAGS:-}"
+    rest=${run#*:}
+    budget=${rest%%:*}
+    flags=
+    [[ $rest == *:* ]] && flags=${rest#*:} && flags=${flags//,/ }
+    log "run$i: cuda:0, --reps $reps, --budget $budget${CUDA_COLD:+, --cold-cache} ${RETEST_FLAGS:-} $flags"
+    # shellcheck disable=SC2086 # the flags are words
     "$bin/hetero" profile --device local --agent "$bin/hetero-agent" --processors cuda:0 \
         --models "$model" --budget "$budget" --reps "$reps" --out "$work/run$i" \
-        ${CUDA_COLD:+--cold-cache} ${RETEST_FLAGS:-} > "$work/run$i.log" 2>&1 \
+        ${CUDA_COLD:+--cold-cache} ${RETEST_FLAGS:-} $flags > "$work/run$i.log" 2>&1 \
         || log "run$i failed: $(tail -3 "$work/run$i.log")"
     "$bin/hetero" dataset show "$work/run$i" 2>&1 | tail -n 3 | tee -a "$out/log.txt" >&2
 done

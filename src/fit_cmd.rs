@@ -190,7 +190,7 @@ fn test_run(
     dir: &Path,
 ) -> anyhow::Result<TestRun> {
     let test = load_dataset(dir)?;
-    let entries = fit::test_predictor(predictor, &test.rows)
+    let entries = fit::test_predictor(predictor, &test.rows, fitted)
         .map_err(|e| BadInput(format!("{}: {e}", dir.display())))?;
     if entries.is_empty() {
         let fitted: Vec<String> = predictor
@@ -217,19 +217,23 @@ fn test_run(
 pub fn print_test(t: &TestRun, dir: &Path) {
     println!();
     println!(
-        "tested on {} (sha256 {}): the predictor against every usable row; \
+        "tested on {} (sha256 {}): the predictor against every usable row, and \
+         against the rows of shapes it was not fitted on (unseen); \
          the two profiles against each other on the cases both measured",
         dir.display(),
         &t.dataset.sha256[..16.min(t.dataset.sha256.len())]
     );
     println!(
-        "{:<16} {:<6} {:>6} {:>8} {:>8} {:>8}   {:>6} {:>12} {:>14} {:>7}",
+        "{:<16} {:<6} {:>6} {:>8} {:>8} {:>8} {:>7} {:>8} {:>8}   {:>6} {:>12} {:>14} {:>7}",
         "processor",
         "dtype",
         "rows",
         "MAPE %",
         "±10 %",
         "±20 %",
+        "unseen",
+        "MAPE %",
+        "±10 %",
         "pairs",
         "agree ±10 %",
         "median diff %",
@@ -250,8 +254,17 @@ pub fn print_test(t: &TestRun, dir: &Path) {
             ),
             None => format!("{:>6} {:>12} {:>14} {:>7}", 0, "-", "-", "-"),
         };
+        let unseen = match &e.unseen {
+            Some(u) => format!(
+                "{:>7} {:>8.2} {:>7.1}%",
+                u.samples,
+                u.mape,
+                100.0 * u.within_10pct
+            ),
+            None => format!("{:>7} {:>8} {:>8}", 0, "-", "-"),
+        };
         println!(
-            "{:<16} {:<6} {:>6} {:>8.2} {:>7.1}% {:>7.1}%   {agree}",
+            "{:<16} {:<6} {:>6} {:>8.2} {:>7.1}% {:>7.1}% {unseen}   {agree}",
             e.processor,
             e.dtype.as_str(),
             e.score.samples,

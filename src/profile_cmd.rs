@@ -102,6 +102,13 @@ pub struct ProfileArgs {
     /// Stop after the initial design: no adaptive refinement.
     #[arg(long)]
     no_refine: bool,
+    /// Measure only COUNT random queries of the --models, drawn from SEED
+    /// (default 1) as the solver asks for them: an operator at any length,
+    /// often a row share. No other design, microbenchmarks or refinement:
+    /// a held-out set for `hetero fit DATASET --test THIS` (the ordinary
+    /// design draws its own with seed 0).
+    #[arg(long, value_name = "COUNT[:SEED]")]
+    queries: Option<String>,
     /// Tries for a transport command that fails for a reason of the link.
     #[arg(long, default_value_t = 4)]
     retries: u32,
@@ -203,7 +210,33 @@ fn options(a: ProfileArgs) -> anyhow::Result<(ProfileOptions, bool)> {
         return Err(bad("--max-cases: must be at least 1"));
     }
     opts.max_cases = a.max_cases;
+    if let Some(q) = &a.queries {
+        let (count, seed) = parse_queries(q).map_err(|e| bad(format!("--queries {q}: {e}")))?;
+        if opts.models.is_empty() {
+            return Err(bad(
+                "--queries draws from the --models operators: give --models",
+            ));
+        }
+        opts.queries = Some((count, seed));
+        opts.microbench = false;
+        opts.refine = false;
+    }
     Ok((opts, a.json))
+}
+
+/// `COUNT[:SEED]` of `--queries`.
+fn parse_queries(s: &str) -> Result<(usize, u64), String> {
+    let (count, seed) = s.split_once(':').unwrap_or((s, "1"));
+    let count: usize = count
+        .parse()
+        .map_err(|_| format!("`{count}` is not a count"))?;
+    if count == 0 {
+        return Err("the count must be at least 1".into());
+    }
+    let seed = seed
+        .parse()
+        .map_err(|_| format!("`{seed}` is not a seed (an integer)"))?;
+    Ok((count, seed))
 }
 
 pub fn run(args: ProfileArgs) -> anyhow::Result<()> {

@@ -11,6 +11,10 @@
 //!   quarter and a half, at a few M, because the solver asks for the time of
 //!   the share of the output features each processor computes;
 //! - **a coarse grid** in log space;
+//! - **random queries**: shapes drawn as the solver asks for them (a model
+//!   operator at any length, N often cut to a multiple of the row
+//!   alignment), so that lengths that are not powers of two, with their
+//!   alignment classes, are measured too ([`query_shapes`]);
 //! - **microbenchmarks** (copies, submit, sync, bandwidth, graph prepare).
 //!
 //! Every GEMM is measured in both operand orders. Within a stratum the
@@ -56,6 +60,8 @@ pub enum Stratum {
     Split,
     /// The coarse grid.
     Grid,
+    /// Random solver-style queries.
+    Query,
     /// Added by refinement.
     Refine,
 }
@@ -194,6 +200,67 @@ pub fn split_shapes(models: &[ModelSpec]) -> Vec<GemmShape> {
                     out.push(s);
                 }
             }
+        }
+    }
+    out
+}
+
+/// Random queries in the initial design, per processor (each in both
+/// operand orders).
+pub const DESIGN_QUERIES: usize = 96;
+/// The seed of the design's random queries; `hetero profile --queries`
+/// defaults to another, so that a held-out set is drawn apart from them.
+pub const DESIGN_QUERY_SEED: u64 = 0;
+/// Row shares of the queries are multiples of this: the solver's default
+/// row alignment (`solver::Settings::row_align`).
+pub const QUERY_ROW_ALIGN: u32 = 256;
+/// Longest prefill of the queries, as of [`PREFILL_LENGTHS`].
+pub const QUERY_MAX_TOKENS: u32 = 4096;
+
+/// `count` distinct GEMM shapes drawn as the solver asks a predictor for
+/// them, from `seed` (the same seed gives the same shapes on every
+/// machine): a model operator, uniformly; a token count log-uniform in
+/// 1..=[`QUERY_MAX_TOKENS`] (decode at 8 tokens or fewer, so an lm_head
+/// stays at its decode rows); and for two in five, when N spans more than
+/// two [`QUERY_ROW_ALIGN`] steps, N cut to a multiple of that step or to
+/// what such a cut leaves. Fewer than `count` if the models have fewer
+/// distinct shapes to draw.
+pub fn query_shapes(models: &[ModelSpec], count: usize, seed: u64) -> Vec<GemmShape> {
+    use rand::{Rng, SeedableRng};
+    let ops: Vec<_> = models.iter().flat_map(|m| &m.ops).collect();
+    if ops.is_empty() || count == 0 {
+        return Vec::new();
+    }
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    let mut seen = HashSet::new();
+    let mut out = Vec::new();
+    let ln_max = (QUERY_MAX_TOKENS as f64).ln();
+    // Draws until `count` are distinct, with room for repeats (small token
+    // counts repeat often) and a stop for models with few shapes.
+    for _ in 0..count * 50 {
+        if out.len() >= count {
+            break;
+        }
+        let op = ops[rng.gen_range(0..ops.len())];
+        let t = rng.gen_range(0.0..=ln_max).exp().round().max(1.0) as u32;
+        let phase = if t <= 8 {
+            Phase::Decode
+        } else {
+            Phase::Prefill
+        };
+        let Some((shape, _)) = op.gemms(phase, t) else {
+            continue;
+        };
+        let (m, k, mut n) = shape.mkn();
+        let steps = n / QUERY_ROW_ALIGN;
+        if rng.gen_bool(0.4) && steps > 2 {
+            let cut = rng.gen_range(1..steps) * QUERY_ROW_ALIGN;
+            n = if rng.gen_bool(0.5) { cut } else { n - cut };
+        }
+        if let Some(s) = GemmShape::new(m, k, n)
+            && seen.insert(s)
+        {
+            out.push(s);
         }
     }
     out
@@ -363,6 +430,7 @@ pub fn initial(
     let model = model_shapes(models);
     let split = split_shapes(models);
     let grid = grid_shapes();
+    let queries = query_shapes(models, DESIGN_QUERIES, DESIGN_QUERY_SEED);
     let mut per_proc: Vec<Vec<Planned>> = Vec::new();
     for p in processors {
         let stage = stage_shapes(p.capabilities.tile);
@@ -371,6 +439,7 @@ pub fn initial(
             (Stratum::Stage, stage),
             (Stratum::Split, split.clone()),
             (Stratum::Grid, grid.clone()),
+            (Stratum::Query, queries.clone()),
         ];
         strata.retain(|(_, v)| !v.is_empty());
         let mut list = Vec::new();
@@ -382,14 +451,7 @@ pub fn initial(
                 if let Some(&shape) = shapes.get(idx[si]) {
                     idx[si] += 1;
                     any = true;
-                    for d in dtypes_for(p, dtypes) {
-                        for order in [OperandOrder::Aw, OperandOrder::WtAt] {
-                            list.push(Planned {
-                                item: Item::Case(case(&p.id, shape, d, order)),
-                                stratum: *stratum,
-                            });
-                        }
-                    }
+                    list.extend(planned_cases(p, shape, dtypes, *stratum));
                 }
             }
             if !any {
@@ -405,9 +467,55 @@ pub fn initial(
             stratum: Stratum::Microbench,
         }));
     }
-    // Interleave processors so each is covered early.
+    interleave(per_proc, &mut out);
+    out
+}
+
+/// A held-out design: `count` random queries of the models from `seed`
+/// ([`query_shapes`]) on every processor, in both operand orders, and
+/// nothing else.
+pub fn queries(
+    processors: &[Processor],
+    models: &[ModelSpec],
+    dtypes: Option<&[DType]>,
+    count: usize,
+    seed: u64,
+) -> Vec<Planned> {
+    let shapes = query_shapes(models, count, seed);
+    let per_proc = processors
+        .iter()
+        .map(|p| {
+            shapes
+                .iter()
+                .flat_map(|&s| planned_cases(p, s, dtypes, Stratum::Query))
+                .collect()
+        })
+        .collect();
+    let mut out = Vec::new();
+    interleave(per_proc, &mut out);
+    out
+}
+
+/// `shape` on `p` in every dtype to measure and both operand orders.
+fn planned_cases<'a>(
+    p: &'a Processor,
+    shape: GemmShape,
+    dtypes: Option<&[DType]>,
+    stratum: Stratum,
+) -> impl Iterator<Item = Planned> + 'a {
+    dtypes_for(p, dtypes).into_iter().flat_map(move |d| {
+        [OperandOrder::Aw, OperandOrder::WtAt].map(|order| Planned {
+            item: Item::Case(case(&p.id, shape, d, order)),
+            stratum,
+        })
+    })
+}
+
+/// Appends the processors' lists to `out` interleaved, so that each is
+/// covered early, every id once.
+fn interleave(per_proc: Vec<Vec<Planned>>, out: &mut Vec<Planned>) {
     let longest = per_proc.iter().map(Vec::len).max().unwrap_or(0);
-    let mut seen = HashSet::new();
+    let mut seen: HashSet<String> = out.iter().map(|p| p.item.id().to_string()).collect();
     for i in 0..longest {
         for list in &per_proc {
             if let Some(p) = list.get(i)
@@ -417,7 +525,6 @@ pub fn initial(
             }
         }
     }
-    out
 }
 
 /// The key a quick predictor is kept per: processor, dtype, operand order.
@@ -559,6 +666,66 @@ mod tests {
         assert!(split.iter().all(|s| s.n.get() % 64 == 0));
         let d = initial(&[cpu()], models, None, false);
         assert!(d.iter().any(|p| p.stratum == Stratum::Split));
+    }
+
+    #[test]
+    fn queries_are_model_operators_at_any_length_and_row_shares() {
+        let spec = hetero_plan::hf::load_config(Path::new("../datasets/models/qwen2.5-1.5b.json"))
+            .unwrap();
+        let models = std::slice::from_ref(&spec);
+        let q = query_shapes(models, 300, 7);
+        assert_eq!(q, query_shapes(models, 300, 7), "the seed fixes them");
+        assert_ne!(q, query_shapes(models, 300, 8));
+        assert_eq!(q.len(), 300);
+        assert_eq!(q.iter().collect::<HashSet<_>>().len(), 300, "distinct");
+        let ops: Vec<(u32, u32)> = spec.ops.iter().map(|o| (o.k, o.n)).collect();
+        let mut shares = 0;
+        for s in &q {
+            let (m, k, n) = s.mkn();
+            assert!((1..=QUERY_MAX_TOKENS).contains(&m), "{s}");
+            let &(_, whole) = ops
+                .iter()
+                .find(|&&(ok, on)| {
+                    let share =
+                        |n: u32| n % QUERY_ROW_ALIGN == 0 || (on - n) % QUERY_ROW_ALIGN == 0;
+                    ok == k && (on == n || (n < on && share(n)))
+                })
+                .unwrap_or_else(|| panic!("{s} is no operator or row share of one"));
+            if n != whole {
+                shares += 1;
+            }
+            if whole > 100_000 {
+                assert!(m <= 8, "an lm_head only at decode rows: {s}");
+            }
+        }
+        // Two in five draws are shares; whole operators repeat more often
+        // (few lengths below 8), so shares are more among distinct shapes.
+        assert!((75..=225).contains(&shares), "{shares} shares");
+        // Lengths that are not powers of two, in every alignment class.
+        for tz in 0..3 {
+            assert!(
+                q.iter()
+                    .any(|s| s.m.get() > 8 && s.m.get().trailing_zeros() == tz),
+                "no length with {tz} trailing zeros"
+            );
+        }
+        assert!(query_shapes(&[], 10, 0).is_empty());
+        let d = initial(&[cpu()], models, None, false);
+        let n_query = d.iter().filter(|p| p.stratum == Stratum::Query).count();
+        assert!(
+            n_query > 0 && n_query <= 2 * DESIGN_QUERIES * 2,
+            "{n_query}"
+        );
+        // A held-out design: those queries in both orders, in f32 and f16
+        // on this cpu, and nothing else.
+        let held = queries(&[cpu()], models, None, 40, 7);
+        assert_eq!(held.len(), 40 * 2);
+        assert!(held.iter().all(|p| p.stratum == Stratum::Query));
+        let first = query_shapes(models, 40, 7)[0];
+        assert!(
+            held.iter()
+                .any(|p| p.item.id() == case_id("cpu:0", first, DType::F32, OperandOrder::WtAt))
+        );
     }
 
     #[test]

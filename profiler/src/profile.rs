@@ -59,6 +59,10 @@ pub struct ProfileOptions {
     /// GEMM cases per processor at most, rows already in the dataset
     /// included (the design is in priority order, so its tail is dropped).
     pub max_cases: Option<usize>,
+    /// Measure only this many random solver-style queries of the models,
+    /// from this seed ([`design::query_shapes`]), instead of the design: a
+    /// held-out set. Set `microbench` and `refine` off with it.
+    pub queries: Option<(usize, u64)>,
 }
 
 impl ProfileOptions {
@@ -81,6 +85,7 @@ impl ProfileOptions {
             max_agent_failures: 3,
             refine_rounds: 10,
             max_cases: None,
+            queries: None,
         }
     }
 }
@@ -544,12 +549,17 @@ pub fn profile(opts: ProfileOptions, rep: Arc<Reporter>) -> Result<Outcome> {
     let selected_ids: HashSet<&str> = selected.iter().map(|p| p.id.as_str()).collect();
     let mut pending: Vec<Planned> = Vec::new();
     let mut planned_ids: HashSet<String> = HashSet::new();
-    let design = design::initial(
-        &selected,
-        &opts.models,
-        opts.dtypes.as_deref(),
-        opts.microbench,
-    );
+    let design = match opts.queries {
+        Some((count, seed)) => {
+            design::queries(&selected, &opts.models, opts.dtypes.as_deref(), count, seed)
+        }
+        None => design::initial(
+            &selected,
+            &opts.models,
+            opts.dtypes.as_deref(),
+            opts.microbench,
+        ),
+    };
     if let Some(dt) = &opts.dtypes {
         for p in &selected {
             if design::dtypes_for(p, Some(dt)).is_empty() {

@@ -132,15 +132,28 @@ pub struct TestEntry {
     pub score: Score,
     /// The worst predictions, at most five.
     pub worst: Vec<WorstShape>,
+    /// The score on the test rows whose shape and operand order the fitted
+    /// profile did not measure: a held-out score, where `score` also counts cases the
+    /// predictor was fitted on. `None` when every test case was fitted on.
+    #[serde(default)]
+    pub unseen: Option<Score>,
 }
 
 /// Scores `predictor` on every usable row of `rows` whose (processor,
 /// dtype) it has a model for; rows of other processors are not counted.
-/// Errors like [`usable_groups`] on an ok row with a bad timing.
+/// `fitted` are the rows it was fitted on: the test rows of shapes (with
+/// their operand order) not among them are also scored apart ([`TestEntry::unseen`]). Errors like
+/// [`usable_groups`] on an ok row with a bad timing.
 pub fn test_predictor(
     predictor: &Predictor,
     rows: &[MeasurementRow],
+    fitted: &[MeasurementRow],
 ) -> Result<Vec<TestEntry>, FitError> {
+    // By content, not case id: a sweep's ids need not be the profiler's.
+    let seen: std::collections::HashSet<_> = usable(fitted)
+        .values()
+        .filter_map(|(r, _)| Some((r.processor.as_str(), r.dtype, r.shape()?, r.order)))
+        .collect();
     let mut out = Vec::new();
     for ((processor, dtype), samples) in usable_groups(rows)? {
         let Some(model) = predictor.model(&processor, dtype) else {
@@ -156,7 +169,14 @@ pub fn test_predictor(
             })
             .collect();
         let pairs: Vec<(f64, f64)> = samples.iter().zip(&pred).map(|(s, p)| (s.us, *p)).collect();
+        let unseen_pairs: Vec<(f64, f64)> = samples
+            .iter()
+            .zip(&pairs)
+            .filter(|(s, _)| !seen.contains(&(processor.as_str(), dtype, s.shape, s.order)))
+            .map(|(_, p)| *p)
+            .collect();
         out.push(TestEntry {
+            unseen: (!unseen_pairs.is_empty()).then(|| score(&unseen_pairs, 0)),
             processor,
             dtype,
             score: score(&pairs, 0),
@@ -238,15 +258,28 @@ mod tests {
             models: vec![model],
             overheads: vec![],
         };
+        let wider = |id: &str, us: f64| MeasurementRow {
+            case_id: id.into(),
+            ..crate::fit::tests::row(0, "cpu:0", 16, 64, 64, OperandOrder::Aw, us)
+        };
         let rows = vec![
             row("a", "cpu:0", 100.0),
-            row("b", "cpu:0", 125.0),
+            wider("b", 125.0),
             row("g", "gpu:0", 1.0),
         ];
-        let t = test_predictor(&predictor, &rows).unwrap();
+        // Fitted on a's shape (under another id: shapes count, not ids),
+        // so only b is unseen.
+        let mut fitted = vec![row("other-id", "cpu:0", 90.0), wider("b-wt", 1.0)];
+        fitted[1].order = OperandOrder::WtAt;
+        let t = test_predictor(&predictor, &rows, &fitted).unwrap();
         assert_eq!(t.len(), 1);
         assert_eq!(t[0].score.samples, 2);
         assert_eq!(t[0].score.within_10pct, 0.5);
         assert!((t[0].worst[0].error_pct + 20.0).abs() < 1e-9);
+        let unseen = t[0].unseen.as_ref().expect("b is unseen");
+        assert_eq!((unseen.samples, unseen.within_10pct), (1, 0.0));
+        // Fitted on everything tested: nothing is unseen.
+        let t = test_predictor(&predictor, &rows, &rows).unwrap();
+        assert_eq!(t[0].unseen, None);
     }
 }
