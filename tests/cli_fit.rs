@@ -240,6 +240,10 @@ fn a_second_profile_is_compared_and_tests_the_predictor() {
         serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
     let e = &r["test"]["entries"][0];
     assert_eq!(e["score"]["samples"].as_u64().unwrap() as usize, n);
+    assert!(
+        e["unseen"].is_null(),
+        "the same shapes: nothing unseen: {e}"
+    );
     // The predictor follows the first run (MAPE under 2 % there), so on the
     // second it misses the slower third by about 23 % and no more.
     let within = e["score"]["within_10pct"].as_f64().unwrap();

@@ -368,6 +368,89 @@ fn max_cases_bounds_each_processor() {
 }
 
 #[test]
+fn a_queries_profile_holds_only_its_draws_and_fit_scores_them_as_unseen() {
+    let Some(agent) = fake_agent() else { return };
+    let t = TempDir::new("queries");
+    let profile = |out: &Path, extra: &[&str]| {
+        let mut args = vec![
+            "profile",
+            "--device",
+            "local",
+            "--agent",
+            &agent,
+            "--processors",
+            "fake-gpu",
+            "--models",
+            "datasets/models/qwen2.5-1.5b.json",
+            "--budget",
+            "60s",
+            "--out",
+            out.to_str().unwrap(),
+            "--json",
+        ];
+        args.extend_from_slice(extra);
+        let text = expect_ok(&hetero_env(&args, &[]), "profile");
+        serde_json::from_str::<Value>(text.lines().last().unwrap()).unwrap()
+    };
+    let q = t.path().join("q");
+    let done = profile(&q, &["--queries", "6:3"]);
+    assert_eq!(done["stopped"], "complete", "{done}");
+    let ids = assert_unique(&journal_ids(&q));
+    // Six shapes in both orders, and no microbenchmark or refinement.
+    assert_eq!(ids.len(), 12, "{ids:?}");
+    assert!(ids.iter().all(|id| id.starts_with("fake-gpu/")), "{ids:?}");
+    let again = t.path().join("q2");
+    profile(&again, &["--queries", "6:3"]);
+    assert_eq!(
+        dataset_ids(&again),
+        dataset_ids(&q),
+        "the seed fixes the draws"
+    );
+
+    let ds = t.path().join("ds");
+    profile(
+        &ds,
+        &["--no-microbench", "--no-refine", "--max-cases", "60"],
+    );
+    let report = t.path().join("r.json");
+    expect_ok(
+        &hetero_env(
+            &[
+                "fit",
+                ds.to_str().unwrap(),
+                "--out",
+                t.path().join("p.ron").to_str().unwrap(),
+                "--report",
+                report.to_str().unwrap(),
+                "--test",
+                q.to_str().unwrap(),
+            ],
+            &[],
+        ),
+        "fit --test",
+    );
+    let r: Value = serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+    let e = &r["test"]["entries"][0];
+    assert_eq!(e["score"]["samples"], 12, "{e}");
+    let unseen = e["unseen"]["samples"].as_u64().expect("some draws are new");
+    assert!((1..=12).contains(&unseen), "{e}");
+
+    for (value, models, says) in [
+        ("0", true, "at least 1"),
+        ("5:x", true, "not a seed"),
+        ("5", false, "--models"),
+    ] {
+        let mut args = vec!["profile", "--device", "local", "--queries", value];
+        if models {
+            args.extend_from_slice(&["--models", "datasets/models/qwen2.5-1.5b.json"]);
+        }
+        args.extend_from_slice(&["--out", "/tmp/never-written"]);
+        let e = expect_bad(&hetero_env(&args, &[]), value);
+        assert!(e.contains("--queries") && e.contains(says), "{e}");
+    }
+}
+
+#[test]
 fn used_folders_are_refused_unless_resumed_on_the_same_device() {
     let Some(agent) = fake_agent() else { return };
     let t = TempDir::new("refuse");
