@@ -75,17 +75,14 @@ pub fn run(args: PredictArgs) -> anyhow::Result<()> {
         }
     };
     let model = p.model(&args.processor, dtype).expect("checked above");
-    let us = model
-        .model
-        .predict_us(args.shape, dtype, args.order)
-        .ok_or_else(|| {
-            BadInput(format!(
-                "{}: the {} model of `{}` is malformed",
-                args.predictor.display(),
-                model.model.family(),
-                args.processor
-            ))
-        })?;
+    let us = model.predict_us(args.shape, args.order).ok_or_else(|| {
+        BadInput(format!(
+            "{}: the {} model of `{}` is malformed",
+            args.predictor.display(),
+            model.model.family(),
+            args.processor
+        ))
+    })?;
     let timing = p
         .processor(&args.processor)
         .map_or(hetero_plan::Timing::Real, |p| p.timing());
@@ -97,6 +94,7 @@ pub fn run(args: PredictArgs) -> anyhow::Result<()> {
             "order": args.order,
             "predicted_us": us,
             "model": model.model.family(),
+            "launch_us": model.launch_us,
             "timing": timing,
         });
         println!("{v}");
@@ -107,11 +105,15 @@ pub fn run(args: PredictArgs) -> anyhow::Result<()> {
             hetero_plan::Timing::Simulated => " (simulated processor: not a hardware latency)",
         };
         println!(
-            "{} {} {dtype} {}: {us:.1} µs ({} model){label}",
+            "{} {} {dtype} {}: {us:.1} µs ({} model{}){label}",
             args.processor,
             args.shape,
             args.order,
-            model.model.family()
+            model.model.family(),
+            model
+                .launch_us
+                .map(|l| format!(", kernels plus a {l:.1} µs launch"))
+                .unwrap_or_default()
         );
     }
     Ok(())

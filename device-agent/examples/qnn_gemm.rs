@@ -125,6 +125,7 @@ fn main() -> anyhow::Result<()> {
         p90_us: None,
         cv: None,
         host_median_us: None,
+        launch_us: None,
         prepare_us: gemm.prepare_us(),
         verified,
         rel_err: Some(rel_err),

@@ -197,6 +197,7 @@ mod tests {
             p90_us: Some(3.0),
             cv: Some(0.1),
             host_median_us: None,
+            launch_us: None,
             prepare_us: None,
             verified: true,
             rel_err: Some(1e-7),

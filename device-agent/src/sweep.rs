@@ -447,6 +447,7 @@ fn base_row(case: &SweepCase, timing: Timing, run: &RunParams) -> MeasurementRow
         p90_us: None,
         cv: None,
         host_median_us: None,
+        launch_us: None,
         prepare_us: None,
         verified: false,
         rel_err: None,
@@ -552,13 +553,16 @@ fn measure_into(
     let mut best = Vec::with_capacity(run.repetitions as usize);
     let mut host = Vec::with_capacity(run.repetitions as usize);
     let mut device_timer = false;
+    let mut launches = Vec::new();
     for _ in 0..run.repetitions {
         check_cancel(cancel, run)?;
         if run.cold_cache {
             g.evict_caches()?;
         }
         let t = if run.kernel_timer {
-            g.execute_kernel_only()?
+            let (t, launch) = g.execute_kernel_only()?;
+            launches.extend(launch);
+            t
         } else {
             g.execute()?
         };
@@ -581,6 +585,11 @@ fn measure_into(
     row.set_stats(&stats);
     if device_timer && !proc.simulated {
         row.host_median_us = Stats::from_samples(&host).map(|s| s.median_us);
+    }
+    // Only when every timed run left its launch out: a row is kernel-only
+    // or ordinary, never both.
+    if launches.len() == best.len() {
+        row.launch_us = Stats::from_samples(&launches).map(|s| s.median_us);
     }
     row.verified = true;
     row.status = RowStatus::Ok;

@@ -327,6 +327,21 @@ pub struct ProcessorModel {
     /// The other families tried, with their scores.
     #[serde(default)]
     pub candidates: Vec<(String, Score)>,
+    /// The host's launch path, µs, added to every prediction of `model`
+    /// ([`ProcessorModel::predict_us`]): set when the rows were timed
+    /// without it (`hetero profile --kernel-timer`), to the median of
+    /// their `launch_us`. `model` and `score` are about the kernels alone.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub launch_us: Option<f64>,
+}
+
+impl ProcessorModel {
+    /// Predicted latency of one GEMM as the runtime runs it, µs: the
+    /// model's, plus [`launch_us`](ProcessorModel::launch_us) where set.
+    pub fn predict_us(&self, shape: GemmShape, order: OperandOrder) -> Option<f64> {
+        let t = self.model.predict_us(shape, self.dtype, order)?;
+        Some(t + self.launch_us.unwrap_or(0.0))
+    }
 }
 
 /// `alpha_us + beta_us_per_byte · bytes`.
@@ -428,9 +443,7 @@ impl Predictor {
         dtype: DType,
         order: OperandOrder,
     ) -> Option<f64> {
-        self.model(processor, dtype)?
-            .model
-            .predict_us(shape, dtype, order)
+        self.model(processor, dtype)?.predict_us(shape, order)
     }
 
     /// The fingerprint plans record: `name` (the file name) for people, the
@@ -460,6 +473,14 @@ impl Validate for Predictor {
                 return Err((
                     format!("models[{i}].processor"),
                     format!("`{}` is not in `processors`", m.processor),
+                ));
+            }
+            if let Some(l) = m.launch_us
+                && !(l.is_finite() && l >= 0.0)
+            {
+                return Err((
+                    format!("models[{i}].launch_us"),
+                    format!("must be a finite number of µs, at least 0, not {l}"),
                 ));
             }
             if let LatencyModel::Residual { base, .. } = &m.model
@@ -639,6 +660,7 @@ mod tests {
                 model,
                 score: Score::default(),
                 candidates: vec![],
+                launch_us: None,
             }],
             overheads: vec![],
         };
@@ -667,5 +689,17 @@ mod tests {
         let (field, why) = gpu.validate().unwrap_err();
         assert_eq!(field, "models[0].model.base");
         assert!(why.contains("forest"), "{why}");
+
+        // A launch path is added to every prediction, and must be a time.
+        gpu.models[0].model = residual();
+        let s = shape(7, 64, 64);
+        let kernels = gpu.gemm_us("gpu", s, DType::F16, OperandOrder::Aw).unwrap();
+        gpu.models[0].launch_us = Some(8.5);
+        assert_eq!(gpu.validate(), Ok(()));
+        let whole = gpu.gemm_us("gpu", s, DType::F16, OperandOrder::Aw).unwrap();
+        assert!((whole - kernels - 8.5).abs() < 1e-9, "{whole} {kernels}");
+        gpu.models[0].launch_us = Some(-1.0);
+        let (field, _) = gpu.validate().unwrap_err();
+        assert_eq!(field, "models[0].launch_us");
     }
 }

@@ -318,6 +318,13 @@ pub struct MeasurementRow {
     /// is a device timer.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub host_median_us: Option<f64>,
+    /// With `RunParams::kernel_timer`, where the backend could leave the
+    /// host's launch path out of the timer (CUDA): that path's median, µs
+    /// (the host's time to queue the GEMM). The timings above are then the
+    /// kernels alone, and a fitted model adds this back
+    /// (`ProcessorModel::launch_us`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub launch_us: Option<f64>,
     /// Graph prepare time, µs, for static-graph processors.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub prepare_us: Option<f64>,

@@ -193,6 +193,7 @@ fn golden_rows() {
         p90_us: None,
         cv: None,
         host_median_us: None,
+        launch_us: None,
         prepare_us: None,
         verified: true,
         rel_err: Some(3.1e-7),
@@ -464,6 +465,7 @@ fn golden_predictor() {
                     folds: 5,
                 },
                 candidates: vec![("roofline".into(), Score::default())],
+                launch_us: None,
             },
             ProcessorModel {
                 processor: "npu-sim".into(),
@@ -482,6 +484,7 @@ fn golden_predictor() {
                 }),
                 score: Score::default(),
                 candidates: vec![],
+                launch_us: None,
             },
         ],
         overheads: vec![Overheads {

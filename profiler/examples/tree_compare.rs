@@ -46,6 +46,7 @@ fn synthetic() -> BTreeMap<(String, DType), Vec<Sample>> {
                     us,
                     cv: None,
                     reps: 0,
+                    launch_us: None,
                 });
             }
         }

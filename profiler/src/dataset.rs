@@ -721,6 +721,7 @@ fn measurements_frame(rows: &[MeasurementRow], path: &Path) -> Result<DataFrame>
             col("p90_us", of(|r| r.p90_us)),
             col("cv", of(|r| r.cv)),
             col("host_median_us", of(|r| r.host_median_us)),
+            col("launch_us", of(|r| r.launch_us)),
             col("prepare_us", of(|r| r.prepare_us)),
             col(
                 "verified",
@@ -906,12 +907,25 @@ pub fn read_measurements(path: &Path) -> Result<Vec<MeasurementRow>> {
     let timing = r.strs("timing", false)?;
     let warmups = r.u32s("warmups", false)?;
     let reps = r.u32s("repetitions", false)?;
-    let [median, min, p90, cv, host, prep, rel, tol, mhz, temp] = [
+    let [
+        median,
+        min,
+        p90,
+        cv,
+        host,
+        launch,
+        prep,
+        rel,
+        tol,
+        mhz,
+        temp,
+    ] = [
         "median_us",
         "min_us",
         "p90_us",
         "cv",
         "host_median_us",
+        "launch_us",
         "prepare_us",
         "rel_err",
         "tolerance",
@@ -919,8 +933,8 @@ pub fn read_measurements(path: &Path) -> Result<Vec<MeasurementRow>> {
         "temp_c",
     ]
     .map(|c| r.f64s(c));
-    let (median, min, p90, cv, host, prep, rel, tol, mhz, temp) = (
-        median?, min?, p90?, cv?, host?, prep?, rel?, tol?, mhz?, temp?,
+    let (median, min, p90, cv, host, launch, prep, rel, tol, mhz, temp) = (
+        median?, min?, p90?, cv?, host?, launch?, prep?, rel?, tol?, mhz?, temp?,
     );
     let verified = r.bools("verified")?;
     let message = r.strs("message", false)?;
@@ -945,6 +959,7 @@ pub fn read_measurements(path: &Path) -> Result<Vec<MeasurementRow>> {
             p90_us: p90[i],
             cv: cv[i],
             host_median_us: host[i],
+            launch_us: launch[i],
             prepare_us: prep[i],
             verified: verified[i],
             rel_err: rel[i],
@@ -1067,6 +1082,7 @@ pub(crate) mod tests {
             p90_us: median.map(|x| x * 1.1),
             cv: median.map(|_| 0.05),
             host_median_us: None,
+            launch_us: None,
             prepare_us: Some(1234.5),
             verified: median.is_some(),
             rel_err: Some(1e-3),

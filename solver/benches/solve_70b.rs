@@ -99,6 +99,7 @@ fn forest_predictor() -> Predictor {
                 },
                 score: Score::default(),
                 candidates: vec![],
+                launch_us: None,
             }
         })
         .collect();

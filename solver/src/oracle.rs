@@ -21,9 +21,11 @@ pub trait GemmModel: Sync {
     }
 }
 
+/// Through [`ProcessorModel::predict_us`]: a model fitted on kernel-only
+/// times has its launch path added back.
 impl GemmModel for ProcessorModel {
     fn predict_us(&self, shape: GemmShape, order: OperandOrder) -> Option<f64> {
-        self.model.predict_us(shape, self.dtype, order)
+        ProcessorModel::predict_us(self, shape, order)
     }
 
     /// The model's trees flattened ([`CompiledModel`]); same predictions,
@@ -32,6 +34,7 @@ impl GemmModel for ProcessorModel {
         Some(Box::new(Compiled {
             model: self.model.compile(),
             dtype: self.dtype,
+            launch_us: self.launch_us.unwrap_or(0.0),
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
         }))
     }
@@ -48,6 +51,8 @@ static NEXT_ID: AtomicU64 = AtomicU64::new(0);
 struct Compiled {
     model: CompiledModel,
     dtype: DType,
+    /// [`ProcessorModel::launch_us`], 0 when absent.
+    launch_us: f64,
     id: u64,
 }
 
@@ -84,7 +89,10 @@ impl GemmModel for Compiled {
             match memo[slot] {
                 Some((k, t)) if k == key => t,
                 _ => {
-                    let t = self.model.predict_us(shape, self.dtype, order);
+                    let t = self
+                        .model
+                        .predict_us(shape, self.dtype, order)
+                        .map(|t| t + self.launch_us);
                     memo[slot] = Some((key, t));
                     t
                 }

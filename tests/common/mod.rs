@@ -143,6 +143,7 @@ pub fn tiny_cpu_npu(dir: &Path) -> (PathBuf, hetero_plan::ModelSpec, hetero_plan
         },
         score: Score::default(),
         candidates: vec![],
+        launch_us: None,
     };
     let over = |p: &str| Overheads {
         processor: p.into(),

@@ -101,11 +101,11 @@ impl Gemm for NaiveGemm {
             host_us: 1.0 + self.runs as f64,
         })
     }
-    fn execute_kernel_only(&mut self) -> crate::Result<Timed> {
-        // Told apart from `execute` by 1000 µs.
+    fn execute_kernel_only(&mut self) -> crate::Result<(Timed, Option<f64>)> {
+        // Told apart from `execute` by 1000 µs, with a launch of 3 µs.
         let mut t = self.execute()?;
         t.host_us += 1000.0;
-        Ok(t)
+        Ok((t, Some(3.0)))
     }
     fn read_output(&mut self, c: &mut [f32]) -> crate::Result<()> {
         c.copy_from_slice(&self.c);
@@ -200,8 +200,10 @@ fn the_kernel_timer_times_the_timed_runs_only() {
     assert_eq!(row.status, RowStatus::Ok, "{:?}", row.message);
     assert!(row.verified);
     assert_eq!(row.median_us, Some(1006.0));
+    assert_eq!(row.launch_us, Some(3.0), "the launch left out, per row");
     let row = s.run_case(&case("b", "t:0", (5, 9, 4), DType::F32), &run(5, 10_000));
     assert_eq!(row.median_us, Some(6.0));
+    assert_eq!(row.launch_us, None);
 }
 
 #[test]

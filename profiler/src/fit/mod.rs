@@ -58,6 +58,21 @@ pub enum FitError {
         /// Usable rows per (processor, dtype), as `id/dtype: n`.
         have: String,
     },
+    /// Kernel-only rows (with `launch_us`) and ordinary rows in one group:
+    /// their times mean different things.
+    #[error(
+        "{processor}/{dtype}: {kernel_only} rows were timed without the launch path (hetero profile --kernel-timer) and {ordinary} with it; fit one kind: profile again, or merge datasets timed alike"
+    )]
+    MixedTiming {
+        /// Processor id.
+        processor: String,
+        /// Element type.
+        dtype: DType,
+        /// Rows with `launch_us`.
+        kernel_only: usize,
+        /// Rows without.
+        ordinary: usize,
+    },
     /// A tree could not be grown.
     #[error(transparent)]
     Tree(#[from] tree::TreeError),
@@ -234,6 +249,8 @@ pub struct Sample {
     pub cv: Option<f64>,
     /// Timed runs behind the median (0 when unknown).
     pub reps: u32,
+    /// The host's launch path left out of `us` (kernel timer), µs.
+    pub launch_us: Option<f64>,
 }
 
 /// The share of rows that a perfect model (one that knows each shape's true
@@ -294,6 +311,7 @@ pub fn usable_groups(
                 us: value,
                 cv: r.cv,
                 reps: r.repetitions,
+                launch_us: r.launch_us.filter(|v| v.is_finite() && *v >= 0.0),
             });
     }
     Ok(groups)
@@ -445,6 +463,7 @@ pub fn fit_group(
     samples: &[Sample],
     params: &FitParams,
 ) -> Result<GroupFit, FitError> {
+    let launch_us = launch_of(processor, dtype, samples)?;
     let mut scored: Vec<(Family, Score, Vec<f64>)> = Vec::new();
     for &family in &params.families {
         let pred = cross_validate(family, samples, dtype, params.folds, params.seed)?;
@@ -472,12 +491,32 @@ pub fn fit_group(
             model,
             score: best_score,
             candidates,
+            launch_us,
         },
         worst,
         by_cv,
         noise_ceiling_10pct: noise_ceiling_10pct(samples),
         held_out,
     })
+}
+
+/// The launch path a group's models add back: the median of its rows'
+/// `launch_us` when every row has one (kernel timer), `None` when none has;
+/// an error for a mix.
+fn launch_of(processor: &str, dtype: DType, samples: &[Sample]) -> Result<Option<f64>, FitError> {
+    let launches: Vec<f64> = samples.iter().filter_map(|s| s.launch_us).collect();
+    if launches.is_empty() {
+        return Ok(None);
+    }
+    if launches.len() < samples.len() {
+        return Err(FitError::MixedTiming {
+            processor: processor.to_string(),
+            dtype,
+            kernel_only: launches.len(),
+            ordinary: samples.len() - launches.len(),
+        });
+    }
+    Ok(hetero_plan::Stats::from_samples(&launches).map(|s| s.median_us))
 }
 
 /// Fits a predictor and its report from a dataset's rows.

@@ -141,6 +141,8 @@ pub struct TestEntry {
 
 /// Scores `predictor` on every usable row of `rows` whose (processor,
 /// dtype) it has a model for; rows of other processors are not counted.
+/// Rows timed without the launch path (`launch_us`) are scored against the
+/// kernels' model, others against the model plus its `launch_us`.
 /// `fitted` are the rows it was fitted on: the test rows of shapes (with
 /// their operand order) not among them are also scored apart ([`TestEntry::unseen`]). Errors like
 /// [`usable_groups`] on an ok row with a bad timing.
@@ -159,13 +161,18 @@ pub fn test_predictor(
         let Some(model) = predictor.model(&processor, dtype) else {
             continue;
         };
+        // Like with like: a test row timed without the launch path is
+        // scored against the kernels' model alone, an ordinary row against
+        // the model plus its launch path (where the model has one).
         let pred: Vec<f64> = samples
             .iter()
             .map(|s| {
-                model
-                    .model
-                    .predict_us(s.shape, dtype, s.order)
-                    .unwrap_or(f64::INFINITY)
+                let t = if s.launch_us.is_some() {
+                    model.model.predict_us(s.shape, dtype, s.order)
+                } else {
+                    model.predict_us(s.shape, s.order)
+                };
+                t.unwrap_or(f64::INFINITY)
             })
             .collect();
         let pairs: Vec<(f64, f64)> = samples.iter().zip(&pred).map(|(s, p)| (s.us, *p)).collect();
@@ -250,6 +257,7 @@ mod tests {
             },
             score: Score::default(),
             candidates: Vec::new(),
+            launch_us: None,
         };
         let predictor = Predictor {
             schema_version: hetero_plan::SchemaVersion,

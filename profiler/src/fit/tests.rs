@@ -29,6 +29,7 @@ pub(super) fn row(
         p90_us: Some(us),
         cv: Some(0.0),
         host_median_us: None,
+        launch_us: None,
         prepare_us: None,
         verified: true,
         rel_err: Some(0.0),
@@ -166,6 +167,83 @@ fn linear_data_picks_a_parametric_model() {
 }
 
 #[test]
+fn kernel_only_rows_carry_their_launch_into_the_model() {
+    let mut rng = rand::rngs::StdRng::seed_from_u64(3);
+    let rows: Vec<MeasurementRow> = (0..40)
+        .map(|i| {
+            let (m, k, n) = (
+                rng.gen_range(1..2048),
+                rng.gen_range(64..4096),
+                rng.gen_range(64..4096),
+            );
+            let flops = 2.0 * m as f64 * k as f64 * n as f64;
+            MeasurementRow {
+                launch_us: Some(if i % 2 == 0 { 8.0 } else { 10.0 } + (i % 3) as f64),
+                ..row(i, "gpu", m, k, n, OperandOrder::Aw, 2.0 + flops / 2.0e6)
+            }
+        })
+        .collect();
+    let fit_rows = |rows: &[MeasurementRow]| {
+        fit(
+            &profile(&["gpu"]),
+            Fingerprint::of_bytes("t", b"t"),
+            rows,
+            &[],
+            &FitParams::default(),
+        )
+    };
+    let (pred, _) = fit_rows(&rows).unwrap();
+    let m = &pred.models[0];
+    // Launches 8, 9, 10, 11 and 12 µs: the median is 10.
+    let mut l: Vec<f64> = rows.iter().map(|r| r.launch_us.unwrap()).collect();
+    l.sort_by(f64::total_cmp);
+    assert_eq!(m.launch_us, Some(l[l.len() / 2]));
+    let s = GemmShape::new(300, 1536, 1536).unwrap();
+    let kernels = m.model.predict_us(s, DType::F16, OperandOrder::Aw).unwrap();
+    let whole = m.predict_us(s, OperandOrder::Aw).unwrap();
+    assert!((whole - kernels - m.launch_us.unwrap()).abs() < 1e-9);
+    assert_eq!(
+        pred.gemm_us("gpu", s, DType::F16, OperandOrder::Aw),
+        Some(whole)
+    );
+
+    // Scored like with like: the same rows timed ordinarily (launch in
+    // the median) match the model plus its launch as well as the
+    // kernel-only rows match the model alone.
+    let ordinary: Vec<MeasurementRow> = rows
+        .iter()
+        .map(|r| MeasurementRow {
+            median_us: Some(r.median_us.unwrap() + m.launch_us.unwrap()),
+            launch_us: None,
+            ..r.clone()
+        })
+        .collect();
+    let on_kernel = test_predictor(&pred, &rows, &rows).unwrap();
+    let on_ordinary = test_predictor(&pred, &ordinary, &rows).unwrap();
+    assert!(on_kernel[0].score.mape < 1.0, "{:?}", on_kernel[0].score);
+    assert!(
+        on_ordinary[0].score.mape < 1.0,
+        "{:?}",
+        on_ordinary[0].score
+    );
+
+    // One group with both kinds of rows is refused, naming the counts.
+    let mut mixed = rows.clone();
+    mixed[0].launch_us = None;
+    match fit_rows(&mixed) {
+        Err(FitError::MixedTiming {
+            kernel_only: 39,
+            ordinary: 1,
+            ..
+        }) => {}
+        other => panic!("{:?}", other.map(|_| ())),
+    }
+    // Ordinary rows alone: no launch is added.
+    let (plain, _) = fit_rows(&ordinary).unwrap();
+    assert_eq!(plain.models[0].launch_us, None);
+}
+
+#[test]
 fn bad_and_small_datasets_are_refused() {
     let mut rows: Vec<MeasurementRow> = (0..20)
         .map(|i| row(i, "cpu:0", 1 + i as u32, 64, 64, OperandOrder::Aw, 10.0))
@@ -257,6 +335,7 @@ fn residual_extrapolates_where_a_tree_cannot() {
                 us: linearish(m, k, n, order),
                 cv: None,
                 reps: 0,
+                launch_us: None,
             }
         })
         .collect();
@@ -318,6 +397,7 @@ fn cv_bands_split_by_noise() {
         us: 100.0,
         cv,
         reps: 5,
+        launch_us: None,
     };
     let samples = [
         s(None),
@@ -386,6 +466,7 @@ fn noise_ceiling_follows_the_median_standard_error() {
         us: 100.0,
         cv,
         reps,
+        launch_us: None,
     };
     // Quiet rows: a perfect model is always within ±10 %.
     assert_eq!(noise_ceiling_10pct(&[s(Some(0.0), 5)]), Some(1.0));

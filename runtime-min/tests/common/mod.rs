@@ -60,6 +60,7 @@ pub fn predictor() -> Predictor {
         model: m,
         score: Score::default(),
         candidates: vec![],
+        launch_us: None,
     };
     let over = |p: &str| Overheads {
         processor: p.into(),
