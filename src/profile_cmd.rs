@@ -87,9 +87,11 @@ pub struct ProfileArgs {
     #[arg(long)]
     cold_cache: bool,
     /// Time the kernels alone, without the host's launch path (CUDA: the
-    /// stream waits on a host flag until the GEMM is queued). For studies
-    /// of the launch cost and of kernel-time predictors: the solver and the
-    /// runtime expect the ordinary timing, launch included.
+    /// stream waits on a host flag until the GEMM is queued), and that path
+    /// apart: each timed run is followed by an ordinary one, and `hetero
+    /// fit` adds the median difference back to every prediction. Kernel
+    /// times reproduce where launch times scatter; other backends time as
+    /// usual.
     #[arg(long)]
     kernel_timer: bool,
     /// Skip the microbenchmarks (copies, submit, sync, bandwidth, graph prepare).

@@ -106,12 +106,10 @@ pub trait Gemm: Send {
     }
 
     /// One execution timed without the host's launch path, where the
-    /// backend can hold its queue until the work is queued (CUDA), and that
-    /// path's host time, µs; elsewhere the same as
-    /// [`execute`](Gemm::execute), with `None` (nothing left out). For
-    /// `RunParams::kernel_timer`.
-    fn execute_kernel_only(&mut self) -> Result<(Timed, Option<f64>)> {
-        Ok((self.execute()?, None))
+    /// backend can hold its queue until the work is queued (CUDA); `None`,
+    /// running nothing, where it cannot. For `RunParams::kernel_timer`.
+    fn execute_kernel_only(&mut self) -> Result<Option<Timed>> {
+        Ok(None)
     }
 
     /// Starts an execution without waiting (for overlapping processors).

@@ -553,18 +553,29 @@ fn measure_into(
     let mut best = Vec::with_capacity(run.repetitions as usize);
     let mut host = Vec::with_capacity(run.repetitions as usize);
     let mut device_timer = false;
-    let mut launches = Vec::new();
+    // With the kernel timer, each timed run is followed by an ordinary one
+    // (same caches): the difference of their medians is the launch path
+    // the kernel-only times leave out, as the device saw it.
+    let mut ordinary = Vec::new();
     for _ in 0..run.repetitions {
         check_cancel(cancel, run)?;
         if run.cold_cache {
             g.evict_caches()?;
         }
-        let t = if run.kernel_timer {
-            let (t, launch) = g.execute_kernel_only()?;
-            launches.extend(launch);
-            t
+        let kernels = if run.kernel_timer {
+            g.execute_kernel_only()?
         } else {
-            g.execute()?
+            None
+        };
+        let t = match kernels {
+            Some(k) => {
+                if run.cold_cache {
+                    g.evict_caches()?;
+                }
+                ordinary.push(g.execute()?.best_us());
+                k
+            }
+            None => g.execute()?,
         };
         device_timer |= t.device_us.is_some();
         best.push(t.best_us());
@@ -588,8 +599,10 @@ fn measure_into(
     }
     // Only when every timed run left its launch out: a row is kernel-only
     // or ordinary, never both.
-    if launches.len() == best.len() {
-        row.launch_us = Stats::from_samples(&launches).map(|s| s.median_us);
+    if ordinary.len() == best.len()
+        && let Some(o) = Stats::from_samples(&ordinary)
+    {
+        row.launch_us = Some(o.median_us - stats.median_us);
     }
     row.verified = true;
     row.status = RowStatus::Ok;

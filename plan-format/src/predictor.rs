@@ -330,7 +330,8 @@ pub struct ProcessorModel {
     /// The host's launch path, µs, added to every prediction of `model`
     /// ([`ProcessorModel::predict_us`]): set when the rows were timed
     /// without it (`hetero profile --kernel-timer`), to the median of
-    /// their `launch_us`. `model` and `score` are about the kernels alone.
+    /// their `launch_us` (at least 0). `model` and `score` are about the
+    /// kernels alone.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub launch_us: Option<f64>,
 }

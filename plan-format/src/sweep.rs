@@ -30,8 +30,10 @@ pub struct RunParams {
     /// Time the processor's work alone, without the host's launch path in
     /// the device timer, where the backend can hold its queue until the
     /// work is queued (CUDA: a stream wait on a host-written flag); the
-    /// ordinary timing elsewhere. For studies of the launch cost: the
-    /// solver and the runtime expect the ordinary timing.
+    /// ordinary timing elsewhere. Each such timed run is followed by an
+    /// ordinary one, and the row records the difference of their medians
+    /// (`MeasurementRow::launch_us`), which a fitted model adds back, so
+    /// that the solver and the runtime still see the whole launch.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub kernel_timer: bool,
 }
@@ -319,10 +321,11 @@ pub struct MeasurementRow {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub host_median_us: Option<f64>,
     /// With `RunParams::kernel_timer`, where the backend could leave the
-    /// host's launch path out of the timer (CUDA): that path's median, µs
-    /// (the host's time to queue the GEMM). The timings above are then the
-    /// kernels alone, and a fitted model adds this back
-    /// (`ProcessorModel::launch_us`).
+    /// host's launch path out of the timer (CUDA): the timings above are
+    /// the kernels alone, each timed run was followed by an ordinary one,
+    /// and this is the ordinary runs' median less the kernels', µs (it can
+    /// be below 0 by noise). A fitted model adds the median over its rows
+    /// back (`ProcessorModel::launch_us`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub launch_us: Option<f64>,
     /// Graph prepare time, µs, for static-graph processors.

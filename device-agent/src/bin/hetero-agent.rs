@@ -130,8 +130,8 @@ struct SweepArgs {
     #[arg(long)]
     cold_cache: bool,
     /// Shorthand: time the kernels alone, without the host's launch path
-    /// (CUDA: the stream waits on a host flag until the GEMM is queued);
-    /// for studies of the launch cost.
+    /// (CUDA: the stream waits on a host flag until the GEMM is queued),
+    /// each timed run followed by an ordinary one; rows get `launch_us`.
     #[arg(long)]
     kernel_timer: bool,
     /// A previous output (JSON Lines); cases with a row there are skipped.

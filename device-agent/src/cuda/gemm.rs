@@ -414,9 +414,9 @@ impl Gemm for CudaGemm {
     /// The stream first waits on a host-written gate (`cuStreamWaitValue32`),
     /// the GEMM and its two events are queued behind it, then the host
     /// opens the gate: the device timer covers the kernels alone, not the
-    /// host's `cublasGemmEx` call between the events, whose host time
-    /// (events and GEMM queued) comes back beside it.
-    fn execute_kernel_only(&mut self) -> Result<(Timed, Option<f64>)> {
+    /// host's `cublasGemmEx` call between the events. `None` where stream
+    /// memory operations are missing.
+    fn execute_kernel_only(&mut self) -> Result<Option<Timed>> {
         if self.dev.flag_writer_is_memop() {
             let id = self.dev.id.clone();
             let target = self.seq.wrapping_add(1).max(1);
@@ -438,16 +438,14 @@ impl Gemm for CudaGemm {
                 .result()
                 .at(&id, "cuStreamWaitValue32")?;
             }
-            let t0 = Instant::now();
             let launched = self.launch();
-            let launch_us = t0.elapsed().as_secs_f64() * 1e6;
             gate.store(target);
             self.gate = Some(gate);
             launched?;
             debug_assert_eq!(self.seq, target);
-            Ok((self.finish(SyncMode::Block)?, Some(launch_us)))
+            Ok(Some(self.finish(SyncMode::Block)?))
         } else {
-            Ok((self.execute()?, None))
+            Ok(None)
         }
     }
 

@@ -153,26 +153,28 @@ fn kernel_only_timing_leaves_the_launch_out_and_keeps_the_results() {
             v.sort_by(f64::total_cmp);
             v[v.len() / 2]
         };
-        let (mut plain, mut gated, mut launch) = (Vec::new(), Vec::new(), Vec::new());
+        let (mut plain, mut gated) = (Vec::new(), Vec::new());
         for _ in 0..21 {
             plain.push(g.execute().unwrap().device_us.unwrap());
-            let (t, l) = g.execute_kernel_only().unwrap();
-            gated.push(t.device_us.unwrap());
-            launch.push(l.expect("the gate held the stream: the launch was left out"));
+            let t = g.execute_kernel_only().unwrap();
+            gated.push(
+                t.expect("this GPU has stream memory operations")
+                    .device_us
+                    .unwrap(),
+            );
             let mut c = vec![f32::NAN; m * n];
             g.read_output(&mut c).unwrap();
             assert!(rel_err(&a, &w, &c, m, k, n) <= default_tolerance(DType::F16, k as u32));
         }
-        let (p, q, l) = (median(&mut plain), median(&mut gated), median(&mut launch));
+        let (p, q) = (median(&mut plain), median(&mut gated));
         eprintln!(
-            "{}: 1x1536x1536 f16 device time {p:.1} µs, kernels alone {q:.1} µs, launch path {l:.1} µs",
+            "{}: 1x1536x1536 f16 device time {p:.1} µs, kernels alone {q:.1} µs",
             g.backend_id()
         );
         assert!(
             q > 0.0 && q <= p,
             "kernels alone {q} µs, with the launch {p} µs"
         );
-        assert!(l > 0.0 && l < 10_000.0, "launch path {l} µs");
     }
 }
 

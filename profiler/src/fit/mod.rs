@@ -311,7 +311,10 @@ pub fn usable_groups(
                 us: value,
                 cv: r.cv,
                 reps: r.repetitions,
-                launch_us: r.launch_us.filter(|v| v.is_finite() && *v >= 0.0),
+                // A row's launch path is a difference of two medians and
+                // can come out below 0 on a fast kernel; the group's median
+                // is what counts ([`launch_of`]).
+                launch_us: r.launch_us.filter(|v| v.is_finite()),
             });
     }
     Ok(groups)
@@ -501,8 +504,8 @@ pub fn fit_group(
 }
 
 /// The launch path a group's models add back: the median of its rows'
-/// `launch_us` when every row has one (kernel timer), `None` when none has;
-/// an error for a mix.
+/// `launch_us` (at least 0) when every row has one (kernel timer), `None`
+/// when none has; an error for a mix.
 fn launch_of(processor: &str, dtype: DType, samples: &[Sample]) -> Result<Option<f64>, FitError> {
     let launches: Vec<f64> = samples.iter().filter_map(|s| s.launch_us).collect();
     if launches.is_empty() {
@@ -516,7 +519,7 @@ fn launch_of(processor: &str, dtype: DType, samples: &[Sample]) -> Result<Option
             ordinary: samples.len() - launches.len(),
         });
     }
-    Ok(hetero_plan::Stats::from_samples(&launches).map(|s| s.median_us))
+    Ok(hetero_plan::Stats::from_samples(&launches).map(|s| s.median_us.max(0.0)))
 }
 
 /// Fits a predictor and its report from a dataset's rows.
