@@ -91,9 +91,15 @@ pub struct ProfileArgs {
     /// apart: each timed run is followed by an ordinary one, and `hetero
     /// fit` adds the median difference back to every prediction. Kernel
     /// times reproduce where launch times scatter; other backends time as
-    /// usual.
-    #[arg(long)]
+    /// usual. The default; --ordinary-timer turns it off.
+    #[arg(long, conflicts_with = "ordinary_timer")]
     kernel_timer: bool,
+    /// Time each run with the host's launch path inside the device timer,
+    /// as before --kernel-timer became the default (and as a dataset
+    /// resumed from such a run was timed: a fit refuses a processor whose
+    /// rows mix the two).
+    #[arg(long)]
+    ordinary_timer: bool,
     /// Skip the microbenchmarks (copies, submit, sync, bandwidth, graph prepare).
     #[arg(long)]
     no_microbench: bool,
@@ -204,7 +210,7 @@ fn options(a: ProfileArgs) -> anyhow::Result<(ProfileOptions, bool)> {
         repetitions: a.reps,
         timeout_ms: a.timeout_ms,
         cold_cache: a.cold_cache,
-        kernel_timer: a.kernel_timer,
+        kernel_timer: a.kernel_timer || !a.ordinary_timer,
     };
     opts.microbench = !a.no_microbench;
     opts.refine = !a.no_refine;

@@ -79,7 +79,12 @@ impl ProfileOptions {
             agent: AgentSource::Auto,
             agent_args: Vec::new(),
             transport: TransportOptions::default(),
-            run: RunParams::default(),
+            // Kernel times and the launch path apart, as `hetero profile`
+            // does by default (`RunParams::kernel_timer`).
+            run: RunParams {
+                kernel_timer: true,
+                ..RunParams::default()
+            },
             microbench: true,
             refine: true,
             max_agent_failures: 3,
