@@ -132,10 +132,10 @@ fn learns_stages_within_two_percent() {
     );
 }
 
-#[test]
-fn linear_data_picks_a_parametric_model() {
-    let mut rng = rand::rngs::StdRng::seed_from_u64(2);
-    let rows: Vec<MeasurementRow> = (0..60)
+/// `count` random shapes on "gpu" at `alpha_us` + 1 µs per 2 MFLOP.
+fn linear_rows(seed: u64, count: usize, alpha_us: f64) -> Vec<MeasurementRow> {
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    (0..count)
         .map(|i| {
             let (m, k, n) = (
                 rng.gen_range(1..2048),
@@ -143,9 +143,22 @@ fn linear_data_picks_a_parametric_model() {
                 rng.gen_range(64..4096),
             );
             let flops = 2.0 * m as f64 * k as f64 * n as f64;
-            row(i, "gpu", m, k, n, OperandOrder::Aw, 8.0 + flops / 2.0e6)
+            row(
+                i,
+                "gpu",
+                m,
+                k,
+                n,
+                OperandOrder::Aw,
+                alpha_us + flops / 2.0e6,
+            )
         })
-        .collect();
+        .collect()
+}
+
+#[test]
+fn linear_data_picks_a_parametric_model() {
+    let rows = linear_rows(2, 60, 8.0);
     let (pred, report) = fit(
         &profile(&["gpu"]),
         Fingerprint::of_bytes("t", b"t"),
@@ -168,19 +181,12 @@ fn linear_data_picks_a_parametric_model() {
 
 #[test]
 fn kernel_only_rows_carry_their_launch_into_the_model() {
-    let mut rng = rand::rngs::StdRng::seed_from_u64(3);
-    let rows: Vec<MeasurementRow> = (0..40)
-        .map(|i| {
-            let (m, k, n) = (
-                rng.gen_range(1..2048),
-                rng.gen_range(64..4096),
-                rng.gen_range(64..4096),
-            );
-            let flops = 2.0 * m as f64 * k as f64 * n as f64;
-            MeasurementRow {
-                launch_us: Some(if i % 2 == 0 { 8.0 } else { 10.0 } + (i % 3) as f64),
-                ..row(i, "gpu", m, k, n, OperandOrder::Aw, 2.0 + flops / 2.0e6)
-            }
+    let rows: Vec<MeasurementRow> = linear_rows(3, 40, 2.0)
+        .into_iter()
+        .enumerate()
+        .map(|(i, r)| MeasurementRow {
+            launch_us: Some(if i % 2 == 0 { 8.0 } else { 10.0 } + (i % 3) as f64),
+            ..r
         })
         .collect();
     let fit_rows = |rows: &[MeasurementRow]| {
