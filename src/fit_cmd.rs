@@ -99,6 +99,14 @@ pub fn print_report(report: &Report) {
         }
     }
     for e in &report.entries {
+        if let Some(l) = e.launch_us {
+            println!(
+                "  launch {} {}: kernels timed alone (scores above); {l:.1} µs of launch path added to every prediction",
+                e.processor, e.dtype
+            );
+        }
+    }
+    for e in &report.entries {
         let bands: Vec<String> = e
             .by_cv
             .iter()

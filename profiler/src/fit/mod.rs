@@ -155,6 +155,11 @@ pub struct ReportEntry {
     pub worst: Vec<WorstShape>,
     /// Every held-out prediction of the chosen family: (measured, predicted) µs.
     pub held_out: Vec<(f64, f64)>,
+    /// The launch path added to every prediction (rows timed with the
+    /// kernel timer; [`ProcessorModel::launch_us`]); the scores above are
+    /// about the kernels alone.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub launch_us: Option<f64>,
 }
 
 /// Held-out accuracy over the rows whose cv lies in `(above, up_to]`.
@@ -600,6 +605,7 @@ pub fn fit(
             noise_ceiling_10pct,
             worst,
             held_out,
+            launch_us: m.launch_us,
         });
         models.push(m);
     }

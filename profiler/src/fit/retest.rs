@@ -77,19 +77,29 @@ fn median(v: Vec<f64>) -> f64 {
 
 /// Pairs the usable rows of two runs by case id and measures, per
 /// (processor, dtype), how far the second run's medians are from the
-/// first's. Groups with no common case are left out.
+/// first's. Groups with no common case are left out. Where one side of a
+/// pair was timed without the launch path (`launch_us`) and the other with
+/// it, the first side's launch path is added back (its median then is the
+/// ordinary runs' median), so both are ordinary times.
 pub fn agreement(first: &[MeasurementRow], second: &[MeasurementRow]) -> Vec<Agreement> {
     let b = usable(second);
     let mut groups: BTreeMap<(String, DType), Vec<PairDiff>> = BTreeMap::new();
     for (id, (row, a_us)) in usable(first) {
-        let Some((_, b_us)) = b.get(id) else { continue };
+        let Some((b_row, b_us)) = b.get(id) else {
+            continue;
+        };
+        let ordinary = |r: &MeasurementRow, us: f64| us + r.launch_us.unwrap_or(0.0);
+        let (a_us, b_us) = match (row.launch_us, b_row.launch_us) {
+            (Some(_), None) | (None, Some(_)) => (ordinary(row, a_us), ordinary(b_row, *b_us)),
+            _ => (a_us, *b_us),
+        };
         groups
             .entry((row.processor.clone(), row.dtype))
             .or_default()
             .push(PairDiff {
                 case_id: id.to_string(),
                 first_us: a_us,
-                second_us: *b_us,
+                second_us: b_us,
                 diff_pct: 100.0 * (b_us - a_us) / a_us,
             });
     }
@@ -243,6 +253,22 @@ mod tests {
         );
         assert!((cpu.median_abs_diff_pct - 11.5).abs() < 1e-9);
         assert_eq!((groups[1].pairs, groups[1].within_5pct), (1, 1.0));
+
+        // A kernel-only row against an ordinary one: its launch path is
+        // added back, so 6 µs of kernels and 4 µs of launch match 10 µs.
+        let kernels = MeasurementRow {
+            launch_us: Some(4.0),
+            ..row("g", "gpu:0", 6.0)
+        };
+        let g = &agreement(std::slice::from_ref(&kernels), &first[5..])[0];
+        assert_eq!(
+            (g.pairs, g.within_5pct, g.worst[0].first_us),
+            (1, 1.0, 10.0)
+        );
+        // Both kernel-only: compared as they are.
+        let one = std::slice::from_ref(&kernels);
+        let g = &agreement(one, one)[0];
+        assert_eq!(g.worst[0].first_us, 6.0);
     }
 
     #[test]
