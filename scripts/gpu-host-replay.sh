@@ -31,7 +31,7 @@
 # CPU_COLD (set: profile cpu:0 with --cold-cache, the host's caches evicted
 # before every timed run, so that its thread pool also waits idle between
 # runs, as it does between a mixed plan's GPU operators), CUDA_FLAGS (extra
-# words for the cuda:0 profile, e.g. --kernel-timer), SKIP_CUDA_TESTS (set:
+# words for the cuda:0 profile, e.g. --ordinary-timer), SKIP_CUDA_TESTS (set:
 # leave out step 1, for a second replay in the same call).
 set -uo pipefail
 

@@ -12,7 +12,7 @@
 # plus FLAGS with commas for spaces, e.g. 7:100s:--queries=300:1 for a
 # held-out set), run one after another for
 # datasets/models/qwen2.5-1.5b.json; CUDA_COLD set adds
-# --cold-cache to every one, RETEST_FLAGS (e.g. --kernel-timer) adds its
+# --cold-cache to every one, RETEST_FLAGS (e.g. --ordinary-timer) adds its
 # words to every one. OUT_DIR gets retest.tgz (the dataset folders
 # run1, run2, ..., and their logs) and log.txt.
 set -uo pipefail
