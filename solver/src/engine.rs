@@ -72,6 +72,10 @@ pub(crate) type Times = Small<f64, 3>;
 pub(crate) struct Proc<'a> {
     pub id: String,
     pub kind: ProcessorKind,
+    /// Runs on whichever of the host's CPU cores are free, not on a group
+    /// of its own: an OpenCL CPU device such as PoCL (the cpu backend's
+    /// processors each own a core group).
+    pub on_all_host_cores: bool,
     pub static_graphs: bool,
     pub unified: bool,
     /// Work is submitted to a queue (a GPU): in a split, the next kernel of
@@ -185,6 +189,12 @@ impl StaticGraphs {
         }
     }
 }
+
+/// What each of two processors that time-share the same host cores keeps
+/// of its speed alone (both run all-core thread pools: on this project's
+/// 2-core VM a split of cpu:0 and PoCL ran at 1.7-2.3x its prediction
+/// without it; `docs/decisions.md`).
+pub const CORE_SHARE: f64 = 0.5;
 
 /// Device-level state shared by every operator.
 #[derive(Clone)]
@@ -719,6 +729,29 @@ impl<'s, 'a> OpCtx<'s, 'a> {
         st
     }
 
+    /// The share of its speed alone that `p` keeps while it runs a part of
+    /// a split beside the processors in `with`. Two processors on the same
+    /// host cores (a cpu-backend group and an OpenCL CPU device such as
+    /// PoCL, which takes every core) time-share them: at most
+    /// [`CORE_SHARE`] each, in every phase. Otherwise the parts share
+    /// memory bandwidth, which matters in decode: the measured concurrent
+    /// factor there, 1 in prefill.
+    pub fn contention(&self, p: usize, with: &[usize]) -> f64 {
+        let procs = &self.setup.procs;
+        let cpu = |q: usize| procs[q].kind == ProcessorKind::Cpu;
+        let shares_cores = cpu(p)
+            && with.iter().any(|&q| {
+                q != p && cpu(q) && (procs[p].on_all_host_cores || procs[q].on_all_host_cores)
+            });
+        if shares_cores {
+            procs[p].concurrent.min(CORE_SHARE)
+        } else if self.phase == Phase::Decode {
+            procs[p].concurrent
+        } else {
+            1.0
+        }
+    }
+
     /// Time of M = m over `rows` output rows on processor `p`, µs.
     pub fn time(&self, p: usize, m: u32, rows: u32) -> f64 {
         if rows == self.n {
@@ -744,15 +777,16 @@ impl<'s, 'a> OpCtx<'s, 'a> {
         a
     }
 
-    /// Assembles a candidate: `max(parts) + sync + copy`, with the decode
-    /// concurrent-bandwidth factor on every part of a split.
+    /// Assembles a candidate: `max(parts) + sync + copy`, with each part of
+    /// a split slowed by its [`contention`](Self::contention).
     pub fn finish(&self, shape: Shape, raw: &[(usize, f64)], copy: f64) -> Cand {
         let procs = &self.setup.procs;
         let split = raw.len() > 1;
+        let with: Vec<usize> = raw.iter().map(|&(p, _)| p).collect();
         let mut parts = Times::new();
         for &(p, t) in raw {
-            parts.push(if split && self.phase == Phase::Decode {
-                t / procs[p].concurrent
+            parts.push(if split {
+                t / self.contention(p, &with)
             } else {
                 t
             });
@@ -888,13 +922,8 @@ impl<'s, 'a> OpCtx<'s, 'a> {
                 m
             }
         };
-        let f = |p: usize| {
-            if self.phase == Phase::Decode {
-                procs[p].concurrent
-            } else {
-                1.0
-            }
-        };
+        let with: Vec<usize> = fixed.iter().map(|&(p, _)| p).chain([a, b]).collect();
+        let f = |p: usize| self.contention(p, &with);
         let raw_a = |j: u32| self.time(a, gm(a), j * align);
         let raw_b = |j: u32| self.time(b, gm(b), total - j * align);
         // Smallest j with ta(j) >= tb(j); the cost is least at it or just
@@ -965,13 +994,7 @@ impl<'s, 'a> OpCtx<'s, 'a> {
                 m
             }
         };
-        let f = |p: usize| {
-            if self.phase == Phase::Decode {
-                procs[p].concurrent
-            } else {
-                1.0
-            }
-        };
+        let f = |p: usize| self.contention(p, &ps);
         let mut cache: Vec<(usize, u32, f64)> = Vec::with_capacity(48);
         let mut raw = |i: usize, r: u32| -> f64 {
             if let Some(&(_, _, t)) = cache.iter().find(|c| c.0 == i && c.1 == r) {
@@ -1378,17 +1401,9 @@ impl<'s, 'a> OpCtx<'s, 'a> {
     fn seq_cut(&self, st: &StaticCtx, d: usize, m: u32) -> Option<Cand> {
         let s = st.p;
         let procs = &self.setup.procs;
-        let fd = if self.phase == Phase::Decode {
-            procs[d].concurrent
-        } else {
-            1.0
-        };
+        let fd = self.contention(d, &[s, d]);
         let dp = &procs[d];
-        let fs = if self.phase == Phase::Decode {
-            procs[s].concurrent
-        } else {
-            1.0
-        };
+        let fs = self.contention(s, &[s, d]);
         // The same total as `finish` for two parts, without allocating.
         let sp = &procs[s];
         let total = |ts: f64, td: f64, copy: f64| {

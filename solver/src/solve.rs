@@ -5,8 +5,8 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use hetero_plan::{
     CostBreakdown, DType, Decision, Fingerprint, GraphSet, LinearOp, ModelSpec, OffloadPlacement,
-    OpPlan, Phase, Plan, ProcessorDType, ProcessorKind, ProcessorOrder, Resident, RowGraph,
-    RunnerUp, SchemaVersion, SolverInfo, Strategy,
+    OpPlan, Phase, Plan, ProcessorApi, ProcessorDType, ProcessorKind, ProcessorOrder, Resident,
+    RowGraph, RunnerUp, SchemaVersion, SolverInfo, Strategy,
 };
 use rayon::prelude::*;
 
@@ -157,6 +157,7 @@ pub(crate) fn build_procs<'a, O: LatencyOracle + ?Sized>(
         procs.push(Proc {
             id: p.id.clone(),
             kind: p.kind,
+            on_all_host_cores: p.kind == ProcessorKind::Cpu && p.api != ProcessorApi::Cpu,
             static_graphs: caps.static_graphs,
             unified: caps.unified_memory,
             queue,

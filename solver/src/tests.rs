@@ -247,6 +247,46 @@ fn two_identical_processors_split_50_50() {
 }
 
 #[test]
+fn processors_on_the_host_cores_contend_in_prefill_too() {
+    // Two identical processors whose bandwidth beside each other is 0.9
+    // of their own.
+    let mut dev = synthetic::identical_gpus();
+    for id in ["gpu0", "gpu1"] {
+        dev.overheads_mut(id).unwrap().concurrent_factor = Some(0.9);
+    }
+    let s = Settings {
+        phases: vec![Phase::Prefill],
+        prefill_lengths: vec![1024, 2048],
+        graphs: GraphChoice::None,
+        ops: vec!["ffn_up".into()],
+        ..Settings::default()
+    };
+    // GPUs share bandwidth, which prefill does not run short of: it splits.
+    let plan = solve(&dev, fp(), &llama8b(), &s).unwrap();
+    for d in &plan.ops[0].decisions {
+        assert_eq!(d.strategy.kind(), StrategyKind::RowCut, "{d:?}");
+    }
+    // Two cpu-backend core groups (cpu:0, cpu:1) own their cores: prefill
+    // still splits.
+    for id in ["gpu0", "gpu1"] {
+        let p = dev.processor_mut(id).unwrap();
+        p.kind = hetero_plan::ProcessorKind::Cpu;
+        p.api = hetero_plan::ProcessorApi::Cpu;
+    }
+    let plan = solve(&dev, fp(), &llama8b(), &s).unwrap();
+    for d in &plan.ops[0].decisions {
+        assert_eq!(d.strategy.kind(), StrategyKind::RowCut, "{d:?}");
+    }
+    // A cpu backend beside an OpenCL CPU device (PoCL, on every core):
+    // each half runs at half speed at best, so no split pays.
+    dev.processor_mut("gpu1").unwrap().api = hetero_plan::ProcessorApi::Opencl;
+    let plan = solve(&dev, fp(), &llama8b(), &s).unwrap();
+    for d in &plan.ops[0].decisions {
+        assert_eq!(d.strategy.kind(), StrategyKind::Single, "{d:?}");
+    }
+}
+
+#[test]
 fn three_identical_processors_split_in_thirds() {
     let dev = Synthetic::new(vec![
         synthetic::mobile_gpu("g0"),
