@@ -736,11 +736,11 @@ impl<'s, 'a> OpCtx<'s, 'a> {
     /// [`CORE_SHARE`] each, in every phase. Otherwise the parts share
     /// memory bandwidth, which matters in decode: the measured concurrent
     /// factor there, 1 in prefill.
-    pub fn contention(&self, p: usize, with: &[usize]) -> f64 {
+    pub fn contention(&self, p: usize, with: impl IntoIterator<Item = usize>) -> f64 {
         let procs = &self.setup.procs;
         let cpu = |q: usize| procs[q].kind == ProcessorKind::Cpu;
         let shares_cores = cpu(p)
-            && with.iter().any(|&q| {
+            && with.into_iter().any(|q| {
                 q != p && cpu(q) && (procs[p].on_all_host_cores || procs[q].on_all_host_cores)
             });
         if shares_cores {
@@ -782,11 +782,10 @@ impl<'s, 'a> OpCtx<'s, 'a> {
     pub fn finish(&self, shape: Shape, raw: &[(usize, f64)], copy: f64) -> Cand {
         let procs = &self.setup.procs;
         let split = raw.len() > 1;
-        let with: Vec<usize> = raw.iter().map(|&(p, _)| p).collect();
         let mut parts = Times::new();
         for &(p, t) in raw {
             parts.push(if split {
-                t / self.contention(p, &with)
+                t / self.contention(p, raw.iter().map(|&(q, _)| q))
             } else {
                 t
             });
@@ -922,8 +921,7 @@ impl<'s, 'a> OpCtx<'s, 'a> {
                 m
             }
         };
-        let with: Vec<usize> = fixed.iter().map(|&(p, _)| p).chain([a, b]).collect();
-        let f = |p: usize| self.contention(p, &with);
+        let f = |p: usize| self.contention(p, fixed.iter().map(|&(q, _)| q).chain([a, b]));
         let raw_a = |j: u32| self.time(a, gm(a), j * align);
         let raw_b = |j: u32| self.time(b, gm(b), total - j * align);
         // Smallest j with ta(j) >= tb(j); the cost is least at it or just
@@ -994,7 +992,7 @@ impl<'s, 'a> OpCtx<'s, 'a> {
                 m
             }
         };
-        let f = |p: usize| self.contention(p, &ps);
+        let f = |p: usize| self.contention(p, ps);
         let mut cache: Vec<(usize, u32, f64)> = Vec::with_capacity(48);
         let mut raw = |i: usize, r: u32| -> f64 {
             if let Some(&(_, _, t)) = cache.iter().find(|c| c.0 == i && c.1 == r) {
@@ -1401,9 +1399,9 @@ impl<'s, 'a> OpCtx<'s, 'a> {
     fn seq_cut(&self, st: &StaticCtx, d: usize, m: u32) -> Option<Cand> {
         let s = st.p;
         let procs = &self.setup.procs;
-        let fd = self.contention(d, &[s, d]);
+        let fd = self.contention(d, [s, d]);
         let dp = &procs[d];
-        let fs = self.contention(s, &[s, d]);
+        let fs = self.contention(s, [s, d]);
         // The same total as `finish` for two parts, without allocating.
         let sp = &procs[s];
         let total = |ts: f64, td: f64, copy: f64| {
