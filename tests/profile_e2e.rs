@@ -400,12 +400,21 @@ fn a_queries_profile_holds_only_its_draws_and_fit_scores_them_as_unseen() {
     assert_eq!(ids.len(), 12, "{ids:?}");
     assert!(ids.iter().all(|id| id.starts_with("fake-gpu/")), "{ids:?}");
     let again = t.path().join("q2");
-    profile(&again, &["--queries", "6:3"]);
+    profile(&again, &["--queries", "6:3", "--ordinary-timer"]);
     assert_eq!(
         dataset_ids(&again),
         dataset_ids(&q),
         "the seed fixes the draws"
     );
+    // The kernel timer is the default; --ordinary-timer turns it off.
+    let kernel_timer = |dir: &Path| {
+        let d: Value =
+            serde_json::from_str(&std::fs::read_to_string(dir.join("device.json")).unwrap())
+                .unwrap();
+        d["sweep"]["run"]["kernel_timer"].as_bool().unwrap_or(false)
+    };
+    assert!(kernel_timer(&q));
+    assert!(!kernel_timer(&again));
 
     let ds = t.path().join("ds");
     profile(
