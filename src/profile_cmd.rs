@@ -226,8 +226,6 @@ fn options(a: ProfileArgs) -> anyhow::Result<(ProfileOptions, bool)> {
             ));
         }
         opts.queries = Some((count, seed));
-        opts.microbench = false;
-        opts.refine = false;
     }
     Ok((opts, a.json))
 }

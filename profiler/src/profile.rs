@@ -61,7 +61,8 @@ pub struct ProfileOptions {
     pub max_cases: Option<usize>,
     /// Measure only this many random solver-style queries of the models,
     /// from this seed ([`design::query_shapes`]), instead of the design: a
-    /// held-out set. Set `microbench` and `refine` off with it.
+    /// held-out set, so no microbenchmarks and no refinement either,
+    /// whatever `microbench` and `refine` say.
     pub queries: Option<(usize, u64)>,
 }
 
@@ -554,6 +555,8 @@ pub fn profile(opts: ProfileOptions, rep: Arc<Reporter>) -> Result<Outcome> {
     let selected_ids: HashSet<&str> = selected.iter().map(|p| p.id.as_str()).collect();
     let mut pending: Vec<Planned> = Vec::new();
     let mut planned_ids: HashSet<String> = HashSet::new();
+    // A held-out set stays as drawn: refinement would add shapes of its own.
+    let refine = opts.refine && opts.queries.is_none();
     let design = match opts.queries {
         Some((count, seed)) => {
             design::queries(&selected, &opts.models, opts.dtypes.as_deref(), count, seed)
@@ -659,7 +662,7 @@ pub fn profile(opts: ProfileOptions, rep: Arc<Reporter>) -> Result<Outcome> {
         );
         if batch.is_empty() {
             // The design is done (or nothing left fits): refine.
-            if opts.refine && !refined_out && rounds < opts.refine_rounds {
+            if refine && !refined_out && rounds < opts.refine_rounds {
                 rounds += 1;
                 let added = refine_round(&cost, &planned_ids, &rep);
                 if added.is_empty() {

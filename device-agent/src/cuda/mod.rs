@@ -86,14 +86,14 @@ pub(crate) struct Device {
 }
 
 impl Device {
-    /// Enqueues the write of `value` into `flag` after the work already on
-    /// the stream.
     /// Whether the stream writes flags with memory operations, i.e. whether
     /// `cuStreamWaitValue32` and its kin work on this device.
     fn flag_writer_is_memop(&self) -> bool {
         self.flag_writer == Some(FlagWriter::MemOp)
     }
 
+    /// Enqueues the write of `value` into `flag` after the work already on
+    /// the stream.
     fn write_flag(&self, flag: &MappedFlag, value: u32) -> Result<()> {
         let stream = self.stream.cu_stream();
         match self.flag_writer {

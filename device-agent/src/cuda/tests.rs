@@ -111,6 +111,25 @@ fn gemm_matches_the_f64_reference_in_every_dtype_and_order() {
     }
 }
 
+/// An f16 `aw` GEMM of `(m, k, n)` prepared on `dev` with `values` of the
+/// weight and activation seeds, its input written: the GEMM, A and W.
+fn f16_aw_written(
+    dev: &mut Box<dyn Backend>,
+    (m, k, n): (usize, usize, usize),
+    (w_seed, a_seed): (u64, u64),
+) -> (Box<dyn Gemm>, Vec<f32>, Vec<f32>) {
+    let w = values(k * n, w_seed);
+    let a = values(m * k, a_seed);
+    let mut g = dev
+        .prepare(
+            &spec(m as u32, k as u32, n as u32, DType::F16, OperandOrder::Aw),
+            &w,
+        )
+        .unwrap();
+    g.write_input(&a).unwrap();
+    (g, a, w)
+}
+
 #[test]
 fn evicting_l2_between_runs_keeps_the_results() {
     let Some(mut devices) = devices_or_skip("L2 eviction test") else {
@@ -118,12 +137,7 @@ fn evicting_l2_between_runs_keeps_the_results() {
     };
     for dev in &mut devices {
         let (m, k, n) = (16, 1024, 2048);
-        let w = values(k * n, 13);
-        let a = values(m * k, 17);
-        let mut g = dev
-            .prepare(&spec(16, 1024, 2048, DType::F16, OperandOrder::Aw), &w)
-            .unwrap();
-        g.write_input(&a).unwrap();
+        let (mut g, a, w) = f16_aw_written(dev, (m, k, n), (13, 17));
         for _ in 0..3 {
             // The eviction writes its own buffer, never this GEMM's.
             g.evict_caches().unwrap();
@@ -143,12 +157,7 @@ fn kernel_only_timing_leaves_the_launch_out_and_keeps_the_results() {
     };
     for dev in &mut devices {
         let (m, k, n) = (1, 1536, 1536);
-        let w = values(k * n, 23);
-        let a = values(m * k, 29);
-        let mut g = dev
-            .prepare(&spec(1, 1536, 1536, DType::F16, OperandOrder::Aw), &w)
-            .unwrap();
-        g.write_input(&a).unwrap();
+        let (mut g, a, w) = f16_aw_written(dev, (m, k, n), (23, 29));
         let median = |v: &mut Vec<f64>| {
             v.sort_by(f64::total_cmp);
             v[v.len() / 2]

@@ -143,8 +143,9 @@ pub struct TestEntry {
     /// The worst predictions, at most five.
     pub worst: Vec<WorstShape>,
     /// The score on the test rows whose shape and operand order the fitted
-    /// profile did not measure: a held-out score, where `score` also counts cases the
-    /// predictor was fitted on. `None` when every test case was fitted on.
+    /// profile did not measure: a held-out score, where `score` also counts
+    /// cases the predictor was fitted on. `None` when every test case was
+    /// fitted on.
     #[serde(default)]
     pub unseen: Option<Score>,
 }
@@ -154,8 +155,9 @@ pub struct TestEntry {
 /// Rows timed without the launch path (`launch_us`) are scored against the
 /// kernels' model, others against the model plus its `launch_us`.
 /// `fitted` are the rows it was fitted on: the test rows of shapes (with
-/// their operand order) not among them are also scored apart ([`TestEntry::unseen`]). Errors like
-/// [`usable_groups`] on an ok row with a bad timing.
+/// their operand order) not among them are also scored apart
+/// ([`TestEntry::unseen`]). Errors like [`usable_groups`] on an ok row with
+/// a bad timing.
 pub fn test_predictor(
     predictor: &Predictor,
     rows: &[MeasurementRow],
