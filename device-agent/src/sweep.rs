@@ -17,7 +17,8 @@
 //!
 //! **Microbenchmarks**: copies, submit and sync are the backend's own
 //! ([`Backend::microbench`], one or more samples per call, called until
-//! `repetitions` samples are collected). Graph prepare and the two bandwidth
+//! there are `repetitions` samples and, for short ones, up to 64 or 20 ms
+//! of them: see [`MICRO_MAX_SAMPLES`]). Graph prepare and the two bandwidth
 //! benchmarks are written once here on top of [`Gemm`](crate::Gemm), so every backend gets
 //! them: `bandwidth_alone` times a memory-bound GEMV (`1×K×N`, weights of
 //! `bytes`), `bandwidth_concurrent` times the same GEMV while the `peer`
@@ -713,7 +714,30 @@ fn warm_up(
     Ok(())
 }
 
-/// Calls the backend's own microbenchmark until `repetitions` samples are in.
+/// A microbenchmark's samples are enough once there are `repetitions` of
+/// them and either [`MICRO_MAX_SAMPLES`] or [`MICRO_MIN_US`] of timed work
+/// (count only on a simulated processor). A fixed cost of 10-20 µs
+/// scatters by a cv of 5-13 % per sample on a GPU host (an H100's staged
+/// 4 KiB output: 14.6-22.1 µs in 7 samples), and it is charged to every
+/// operator of a plan, so a short benchmark takes up to 64 samples: a
+/// median of 7 would move the fixed cost by several µs, not its 64 samples'
+/// cost of a millisecond or two.
+fn enough_samples(samples: &[f64], run: &RunParams, simulated: bool) -> bool {
+    let want = run.repetitions.max(1) as usize;
+    samples.len() >= want
+        && (simulated
+            || samples.len() >= MICRO_MAX_SAMPLES
+            || samples.iter().sum::<f64>() >= MICRO_MIN_US)
+}
+
+/// The most samples a short microbenchmark takes ([`enough_samples`]).
+pub const MICRO_MAX_SAMPLES: usize = 64;
+/// A microbenchmark takes samples until they add up to this much timed
+/// work, µs, or it has [`MICRO_MAX_SAMPLES`] ([`enough_samples`]).
+pub const MICRO_MIN_US: f64 = 20_000.0;
+
+/// Calls the backend's own microbenchmark until it has enough samples
+/// ([`enough_samples`]); a call that returns several keeps them all.
 fn backend_samples(
     b: &mut dyn Backend,
     req: &MicrobenchRequest,
@@ -722,9 +746,8 @@ fn backend_samples(
 ) -> Result<Vec<f64>, Error> {
     let simulated = b.processor().simulated;
     warm_up(run, simulated, cancel, || b.microbench(req).map(drop))?;
-    let want = run.repetitions.max(1) as usize;
-    let mut samples = Vec::with_capacity(want);
-    while samples.len() < want {
+    let mut samples = Vec::new();
+    while !enough_samples(&samples, run, simulated) {
         check_cancel(cancel, run)?;
         let got = b.microbench(req)?;
         if got.is_empty() {
@@ -735,7 +758,6 @@ fn backend_samples(
         }
         samples.extend(got);
     }
-    samples.truncate(want);
     Ok(samples)
 }
 
@@ -798,7 +820,8 @@ fn graph_prepare(
 /// order (`aw` for `stage_out_aw`, whose output a GPU transposes) and in
 /// the processor's 16-bit type where it has one, like the GPU sweeps. Each
 /// sample comes from one round of the runtime's sequence (`write_input`,
-/// `execute`, `read_output`) with only the staged call timed. The product
+/// `execute`, `read_output`) with only the staged call timed, for as many
+/// rounds as [`enough_samples`] asks. The product
 /// of the last round is checked against the f64 reference, so a wrong data
 /// path is never recorded. Returns the samples and a note saying which
 /// memory was used.
@@ -868,7 +891,7 @@ fn stage(
         g.read_output(&mut dst)
     })?;
     let mut samples = Vec::new();
-    for _ in 0..run.repetitions.max(1) {
+    while !enough_samples(&samples, run, proc.simulated) {
         check_cancel(cancel, run)?;
         let t = Instant::now();
         g.write_input(&src)?;

@@ -401,3 +401,27 @@ fn generic_bandwidth_and_prepare_rules() {
         "naive has no copy benchmark"
     );
 }
+
+#[test]
+fn short_microbenchmarks_take_more_samples_than_the_repetitions() {
+    let r = run(3, 10_000);
+    // Short: more samples, up to the cap; long or simulated: the repetitions.
+    assert!(!enough_samples(&[10.0; 3], &r, false));
+    assert!(enough_samples(&[10.0; MICRO_MAX_SAMPLES], &r, false));
+    assert!(enough_samples(&[10.0; 3], &r, true));
+    assert!(!enough_samples(&[MICRO_MIN_US; 2], &r, false));
+    assert!(enough_samples(&[MICRO_MIN_US / 3.0; 3], &r, false));
+
+    let mut s = Sweeper::new(vec![naive("t:0", Fault::None)]);
+    let req = MicrobenchRequest {
+        id: "in".into(),
+        processor: "t:0".into(),
+        bench: MicrobenchKind::StageIn,
+        bytes: Some(4096),
+        peer: None,
+        shape: None,
+    };
+    let line = s.run_microbench(&req, &r);
+    assert_eq!(line.row.status, RowStatus::Ok, "{:?}", line.row.message);
+    assert_eq!(line.row.stats.unwrap().count as usize, MICRO_MAX_SAMPLES);
+}
