@@ -319,7 +319,14 @@ fn microbench_emits_rows_for_each_benchmark() {
         let r = find("cpu:0", b);
         assert_eq!(r.len(), 1, "{b}");
         assert_eq!(r[0]["status"], "ok", "{b}: {}", r[0]);
-        assert_eq!(r[0]["stats"]["count"], 3, "{b}");
+        // Short benchmarks take more samples than the repetitions (up to 64
+        // or 20 ms of them); the bandwidth GEMV takes the repetitions.
+        let count = r[0]["stats"]["count"].as_u64().unwrap();
+        if b == "bandwidth_alone" {
+            assert_eq!(count, 3, "{b}");
+        } else {
+            assert!(count >= 3, "{b}: {count}");
+        }
     }
     // One CPU group (when this machine has one): concurrent is unsupported with a reason.
     for r in find("cpu:0", "bandwidth_concurrent") {
