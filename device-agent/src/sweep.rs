@@ -714,14 +714,21 @@ fn warm_up(
     Ok(())
 }
 
-/// A microbenchmark's samples are enough once there are `repetitions` of
-/// them and either [`MICRO_MAX_SAMPLES`] or [`MICRO_MIN_US`] of timed work
-/// (count only on a simulated processor). A fixed cost of 10-20 µs
-/// scatters by a cv of 5-13 % per sample on a GPU host (an H100's staged
-/// 4 KiB output: 14.6-22.1 µs in 7 samples), and it is charged to every
-/// operator of a plan, so a short benchmark takes up to 64 samples: a
-/// median of 7 would move the fixed cost by several µs, not its 64 samples'
-/// cost of a millisecond or two.
+/// The most samples a short microbenchmark takes. A microbenchmark's
+/// samples are enough once there are `repetitions` of them and either this
+/// many or [`MICRO_MIN_US`] of timed work (count only on a simulated
+/// processor). A fixed cost of 10-20 µs scatters by a cv of 5-13 % per
+/// sample on a GPU host (an H100's staged 4 KiB output: 14.6-22.1 µs in 7
+/// samples), and the solver charges it to every operator of a plan, so a
+/// short benchmark takes up to 64 samples: a median of 7 would move the
+/// fixed cost by several µs, not its 64 samples' cost of a millisecond or
+/// two.
+pub const MICRO_MAX_SAMPLES: usize = 64;
+/// A short microbenchmark takes samples until they add up to this much
+/// timed work, µs, or it has [`MICRO_MAX_SAMPLES`].
+pub const MICRO_MIN_US: f64 = 20_000.0;
+
+/// The rule of [`MICRO_MAX_SAMPLES`] and [`MICRO_MIN_US`].
 fn enough_samples(samples: &[f64], run: &RunParams, simulated: bool) -> bool {
     let want = run.repetitions.max(1) as usize;
     samples.len() >= want
@@ -729,12 +736,6 @@ fn enough_samples(samples: &[f64], run: &RunParams, simulated: bool) -> bool {
             || samples.len() >= MICRO_MAX_SAMPLES
             || samples.iter().sum::<f64>() >= MICRO_MIN_US)
 }
-
-/// The most samples a short microbenchmark takes ([`enough_samples`]).
-pub const MICRO_MAX_SAMPLES: usize = 64;
-/// A microbenchmark takes samples until they add up to this much timed
-/// work, µs, or it has [`MICRO_MAX_SAMPLES`] ([`enough_samples`]).
-pub const MICRO_MIN_US: f64 = 20_000.0;
 
 /// Calls the backend's own microbenchmark until it has enough samples
 /// ([`enough_samples`]); a call that returns several keeps them all.
