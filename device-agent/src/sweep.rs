@@ -719,10 +719,9 @@ fn warm_up(
 /// many or [`MICRO_MIN_US`] of timed work (count only on a simulated
 /// processor). A fixed cost of 10-20 µs scatters by a cv of 5-13 % per
 /// sample on a GPU host (an H100's staged 4 KiB output: 14.6-22.1 µs in 7
-/// samples), and the solver charges it to every operator of a plan, so a
-/// short benchmark takes up to 64 samples: a median of 7 would move the
-/// fixed cost by several µs, not its 64 samples' cost of a millisecond or
-/// two.
+/// samples), and the solver charges it to every operator of a plan. A
+/// median of 7 can move it by several µs; 64 samples of a 20 µs benchmark
+/// cost about 1.3 ms.
 pub const MICRO_MAX_SAMPLES: usize = 64;
 /// A short microbenchmark takes samples until they add up to this much
 /// timed work, µs, or it has [`MICRO_MAX_SAMPLES`].
