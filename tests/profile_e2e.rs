@@ -45,6 +45,19 @@ fn hetero_env(args: &[&str], env: &[(&str, &str)]) -> Output {
     c.output().expect("run hetero")
 }
 
+/// `hetero fit DATASET --out PREDICTOR EXTRA...`, which must succeed; its
+/// standard output.
+fn fit(dataset: &Path, predictor: &Path, extra: &[&str]) -> String {
+    let mut args = vec![
+        "fit",
+        dataset.to_str().unwrap(),
+        "--out",
+        predictor.to_str().unwrap(),
+    ];
+    args.extend_from_slice(extra);
+    expect_ok(&hetero_env(&args, &[]), &args.join(" "))
+}
+
 fn expect_ok(o: &Output, what: &str) -> String {
     assert!(
         o.status.success(),
@@ -293,18 +306,7 @@ fn local_fake_agent_end_to_end() {
 
     // The fitter reads the Parquet dataset.
     let pred = t.path().join("p.ron");
-    let fit = expect_ok(
-        &hetero_env(
-            &[
-                "fit",
-                out.to_str().unwrap(),
-                "--out",
-                pred.to_str().unwrap(),
-            ],
-            &[],
-        ),
-        "fit",
-    );
+    let fit = fit(&out, &pred, &[]);
     assert!(fit.contains("fake-gpu"), "{fit}");
     let p: hetero_plan::Predictor = hetero_plan::load(&pred).unwrap();
     assert_eq!(p.dataset.sha256, done["fingerprint"].as_str().unwrap());
@@ -422,21 +424,15 @@ fn a_queries_profile_holds_only_its_draws_and_fit_scores_them_as_unseen() {
         &["--no-microbench", "--no-refine", "--max-cases", "60"],
     );
     let report = t.path().join("r.json");
-    expect_ok(
-        &hetero_env(
-            &[
-                "fit",
-                ds.to_str().unwrap(),
-                "--out",
-                t.path().join("p.ron").to_str().unwrap(),
-                "--report",
-                report.to_str().unwrap(),
-                "--test",
-                q.to_str().unwrap(),
-            ],
-            &[],
-        ),
-        "fit --test",
+    fit(
+        &ds,
+        &t.path().join("p.ron"),
+        &[
+            "--report",
+            report.to_str().unwrap(),
+            "--test",
+            q.to_str().unwrap(),
+        ],
     );
     let r: Value = serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
     let e = &r["test"]["entries"][0];
