@@ -74,12 +74,12 @@ pub fn load_dataset(dir: &Path) -> anyhow::Result<Loaded> {
 
 pub fn print_report(report: &Report) {
     println!(
-        "{:<16} {:<6} {:<10} {:<13} {:>8} {:>8} {:>8} {:>8}",
+        "{:<16} {:<6} {:<10} {:<15} {:>8} {:>8} {:>8} {:>8}",
         "processor", "dtype", "timing", "model", "MAPE %", "±10 %", "±20 %", "samples"
     );
     for e in &report.entries {
         println!(
-            "{:<16} {:<6} {:<10} {:<13} {:>8.2} {:>7.1}% {:>7.1}% {:>8}",
+            "{:<16} {:<6} {:<10} {:<15} {:>8.2} {:>7.1}% {:>7.1}% {:>8}",
             e.processor,
             e.dtype.as_str(),
             format!("{:?}", e.timing).to_lowercase(),

@@ -226,14 +226,18 @@ pub enum LatencyModel {
         /// The trees.
         trees: Vec<Tree>,
     },
-    /// Gradient-boosted trees on the log-residual of a parametric base:
-    /// `base(shape) · exp(rate · Σ trees)`. Trees are flat beyond the shapes
-    /// they were fitted on, so outside the measured range the prediction
-    /// scales as the base does instead of staying at the edge value.
+    /// Trees on the log-residual of a parametric base:
+    /// `base(shape) · exp(rate · Σ trees)`. The trees are either boosted
+    /// (fit family `residual`, rate = the learning rate) or an averaged
+    /// forest of extremely randomised trees (fit family `residual_forest`,
+    /// rate = 1 / number of trees). Trees are flat beyond the shapes they
+    /// were fitted on, so outside the measured range the prediction scales
+    /// as the base does instead of staying at the edge value.
     Residual {
         /// The parametric base: a `linear` or `roofline` model.
         base: Box<LatencyModel>,
-        /// Learning rate.
+        /// Weight of each tree: the learning rate, or 1 / trees for an
+        /// averaged forest.
         rate: f64,
         /// The trees, predicting ln(µs / base µs).
         trees: Vec<Tree>,

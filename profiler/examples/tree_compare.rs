@@ -102,7 +102,7 @@ fn main() {
         None => synthetic(),
     };
     println!(
-        "{:<32} {:<6} {:<20} {:>8} {:>8} {:>8} {:>9}",
+        "{:<32} {:<6} {:<22} {:>8} {:>8} {:>8} {:>9}",
         "processor", "dtype", "learner", "rows", "MAPE %", "±10 %", "seconds"
     );
     for ((proc_, dtype), samples) in groups.iter().filter(|(_, s)| s.len() >= 20) {
@@ -110,7 +110,7 @@ fn main() {
             let pairs: Vec<(f64, f64)> = samples.iter().zip(pred).map(|(s, p)| (s.us, p)).collect();
             let sc = score(&pairs, FOLDS);
             println!(
-                "{proc_:<32} {:<6} {name:<20} {:>8} {:>8.2} {:>7.1}% {secs:>9.2}",
+                "{proc_:<32} {:<6} {name:<22} {:>8} {:>8.2} {:>7.1}% {secs:>9.2}",
                 dtype.as_str(),
                 samples.len(),
                 sc.mape,
@@ -122,6 +122,7 @@ fn main() {
             Family::Forest,
             Family::Boosted,
             Family::Residual,
+            Family::ResidualForest,
         ] {
             let t = Instant::now();
             let pred = cross_validate(family, samples, *dtype, FOLDS, SEED).unwrap();

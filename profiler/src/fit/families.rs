@@ -28,11 +28,16 @@ pub enum Family {
     /// parametric base (roofline, α+β·flops or α+β·bytes): the trees learn
     /// the stages and the base carries the trend past the measured shapes.
     Residual,
+    /// Extremely randomised trees (see [`TreeParams::random_thresholds`])
+    /// averaged on the ln-residual of the same parametric base as
+    /// [`Family::Residual`]: many deep trees with random cuts interpolate
+    /// between measured shapes where a few best cuts leave steps.
+    ResidualForest,
 }
 
 impl Family {
     /// Every family.
-    pub const ALL: [Family; 7] = [
+    pub const ALL: [Family; 8] = [
         Family::Tree,
         Family::Forest,
         Family::Boosted,
@@ -40,6 +45,7 @@ impl Family {
         Family::LinearBytes,
         Family::Roofline,
         Family::Residual,
+        Family::ResidualForest,
     ];
 
     /// Rank when held-out scores tie (see [`super::choose`]), lowest first:
@@ -52,9 +58,10 @@ impl Family {
             Family::LinearBytes => 1,
             Family::Roofline => 2,
             Family::Residual => 3,
-            Family::Boosted => 4,
-            Family::Tree => 5,
-            Family::Forest => 6,
+            Family::ResidualForest => 4,
+            Family::Boosted => 5,
+            Family::Tree => 6,
+            Family::Forest => 7,
         }
     }
 
@@ -68,6 +75,7 @@ impl Family {
             Family::LinearBytes => "linear_bytes",
             Family::Roofline => "roofline",
             Family::Residual => "residual",
+            Family::ResidualForest => "residual_forest",
         }
     }
 
@@ -99,6 +107,7 @@ impl Family {
             Family::LinearBytes => linear(samples, dtype, Work::Bytes),
             Family::Roofline => roofline(samples, dtype),
             Family::Residual => residual(samples, dtype, &x, &y, &mut rng)?,
+            Family::ResidualForest => residual_forest(samples, dtype, &x, &y, &mut rng)?,
         })
     }
 }
@@ -109,6 +118,7 @@ fn forest(x: &[Features], y: &[f64], rng: &mut StdRng) -> Result<Vec<Tree>, FitE
         max_depth: 16,
         min_samples_leaf: 1,
         max_features: Some(hetero_plan::predictor::N_FEATURES / 3),
+        random_thresholds: false,
     };
     (0..40)
         .map(|_| {
@@ -130,6 +140,7 @@ fn boost(
         max_depth: 5,
         min_samples_leaf: 2,
         max_features: None,
+        random_thresholds: false,
     };
     let rate = 0.1;
     let mut pred = vec![init; y.len()];
@@ -146,15 +157,10 @@ fn boost(
     Ok((rate, trees))
 }
 
-/// The parametric base whose ln-residuals have the least squared sum, then
-/// boosted trees on those residuals.
-fn residual(
-    samples: &[Sample],
-    dtype: DType,
-    x: &[Features],
-    y: &[f64],
-    rng: &mut StdRng,
-) -> Result<LatencyModel, FitError> {
+/// The parametric base whose ln-residuals have the least squared sum, with
+/// those residuals; `None` when no base predicts every row (cannot happen
+/// with positive timings).
+fn best_base(samples: &[Sample], dtype: DType, y: &[f64]) -> Option<(LatencyModel, Vec<f64>)> {
     let ln_base = |m: &LatencyModel| -> Vec<f64> {
         samples
             .iter()
@@ -180,8 +186,22 @@ fn residual(
     })
     .expect("three bases");
     if ln_b.iter().any(|v| !v.is_finite()) {
-        // No base predicts every row (cannot happen with positive timings):
-        // boost from the mean instead of failing.
+        return None;
+    }
+    let r = y.iter().zip(&ln_b).map(|(y, b)| y - b).collect();
+    Some((base, r))
+}
+
+/// The best parametric base, then boosted trees on its ln-residuals.
+fn residual(
+    samples: &[Sample],
+    dtype: DType,
+    x: &[Features],
+    y: &[f64],
+    rng: &mut StdRng,
+) -> Result<LatencyModel, FitError> {
+    let Some((base, r)) = best_base(samples, dtype, y) else {
+        // Boost from the mean instead of failing.
         let init = y.iter().sum::<f64>() / y.len() as f64;
         let (rate, trees) = boost(x, y, init, rng)?;
         return Ok(LatencyModel::Boosted {
@@ -189,12 +209,48 @@ fn residual(
             rate,
             trees,
         });
-    }
-    let r: Vec<f64> = y.iter().zip(&ln_b).map(|(y, b)| y - b).collect();
+    };
     let (rate, trees) = boost(x, &r, 0.0, rng)?;
     Ok(LatencyModel::Residual {
         base: Box::new(base),
         rate,
+        trees,
+    })
+}
+
+/// Trees of [`Family::ResidualForest`].
+const EXTRA_TREES: usize = 50;
+
+/// The best parametric base, then the mean of [`EXTRA_TREES`] extremely
+/// randomised trees on its ln-residuals: a residual model whose rate is
+/// 1/trees, so that `base · exp(rate · Σ)` is the base times the trees'
+/// geometric mean.
+fn residual_forest(
+    samples: &[Sample],
+    dtype: DType,
+    x: &[Features],
+    y: &[f64],
+    rng: &mut StdRng,
+) -> Result<LatencyModel, FitError> {
+    let p = TreeParams {
+        max_depth: 24,
+        min_samples_leaf: 1,
+        max_features: None,
+        random_thresholds: true,
+    };
+    let all: Vec<usize> = (0..x.len()).collect();
+    let Some((base, r)) = best_base(samples, dtype, y) else {
+        let trees = (0..EXTRA_TREES)
+            .map(|_| p.grow(x, y, &all, rng))
+            .collect::<Result<_, _>>()?;
+        return Ok(LatencyModel::Forest { trees });
+    };
+    let trees = (0..EXTRA_TREES)
+        .map(|_| p.grow(x, &r, &all, rng))
+        .collect::<Result<_, _>>()?;
+    Ok(LatencyModel::Residual {
+        base: Box::new(base),
+        rate: 1.0 / EXTRA_TREES as f64,
         trees,
     })
 }

@@ -347,8 +347,11 @@ fn residual_extrapolates_where_a_tree_cannot() {
         .collect();
     let tree = Family::Tree.fit(&samples, DType::F32, 7).unwrap();
     let resid = Family::Residual.fit(&samples, DType::F32, 7).unwrap();
+    let extra = Family::ResidualForest.fit(&samples, DType::F32, 7).unwrap();
     assert_eq!(resid.family(), "residual");
+    assert_eq!(extra.family(), "residual");
     let mut worst_resid = 0.0f64;
+    let mut worst_extra = 0.0f64;
     let mut worst_tree = 0.0f64;
     for (k, n) in kn {
         for order in [OperandOrder::Aw, OperandOrder::WtAt] {
@@ -358,12 +361,14 @@ fn residual_extrapolates_where_a_tree_cannot() {
                 (m.predict_us(s, DType::F32, order).unwrap() / want - 1.0).abs()
             };
             worst_resid = worst_resid.max(err(&resid));
+            worst_extra = worst_extra.max(err(&extra));
             worst_tree = worst_tree.max(err(&tree));
         }
     }
     // The stated bound: within 5 % at 4x the largest M fitted (measured:
-    // 0.3 % at worst).
+    // 0.3 % at worst), for both residual families.
     assert!(worst_resid < 0.05, "residual off by {worst_resid}");
+    assert!(worst_extra < 0.05, "residual forest off by {worst_extra}");
     // The tree answers the large operators with its M ≈ 512 leaves, 4x too
     // fast (a small operator at M = 2048 has the FLOPs of a fitted one, so
     // the tree gets that one nearly right).

@@ -25,6 +25,12 @@ pub struct TreeParams {
     pub min_samples_leaf: usize,
     /// Features tried per split (random subset); all when `None`.
     pub max_features: Option<usize>,
+    /// Extremely randomised splits (Geurts et al. 2006, "extra trees"):
+    /// one threshold per feature, drawn uniformly between the node's
+    /// smallest and largest value, instead of the best of every cut. The
+    /// best of those random cuts is taken. Averaged over many trees this
+    /// smooths the steps of a single tree.
+    pub random_thresholds: bool,
 }
 
 impl Default for TreeParams {
@@ -33,6 +39,7 @@ impl Default for TreeParams {
             max_depth: 14,
             min_samples_leaf: 2,
             max_features: None,
+            random_thresholds: false,
         }
     }
 }
@@ -160,6 +167,9 @@ impl Grower<'_> {
             return None;
         }
         let min_leaf = self.p.min_samples_leaf;
+        if self.p.random_thresholds {
+            return self.random_split(idx, &feats, sse_parent, rng);
+        }
         let mut best: Option<Split> = None;
         for f in feats {
             self.order.clear();
@@ -190,6 +200,57 @@ impl Grower<'_> {
                         gain,
                     });
                 }
+            }
+        }
+        best
+    }
+
+    /// The best of one uniformly drawn threshold per feature in `feats`
+    /// (see [`TreeParams::random_thresholds`]).
+    fn random_split<R: Rng>(
+        &self,
+        idx: &[usize],
+        feats: &[usize],
+        sse_parent: f64,
+        rng: &mut R,
+    ) -> Option<Split> {
+        let min_leaf = self.p.min_samples_leaf;
+        let mut best: Option<Split> = None;
+        for &f in feats {
+            let (lo, hi) = idx
+                .iter()
+                .fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), &i| {
+                    (lo.min(self.x[i][f]), hi.max(self.x[i][f]))
+                });
+            if lo >= hi {
+                continue;
+            }
+            // In [lo, hi): rows at lo always go left, rows at hi right.
+            let threshold = rng.gen_range(lo..hi);
+            let (mut ln, mut ls, mut lsq, mut rs, mut rsq) = (0usize, 0.0, 0.0, 0.0, 0.0);
+            for &i in idx {
+                let yi = self.y[i];
+                if self.x[i][f] <= threshold {
+                    ln += 1;
+                    ls += yi;
+                    lsq += yi * yi;
+                } else {
+                    rs += yi;
+                    rsq += yi * yi;
+                }
+            }
+            let rn = idx.len() - ln;
+            if ln < min_leaf || rn < min_leaf {
+                continue;
+            }
+            let sse = (lsq - ls * ls / ln as f64) + (rsq - rs * rs / rn as f64);
+            let gain = sse_parent - sse;
+            if gain > best.as_ref().map_or(1e-12, |b| b.gain) {
+                best = Some(Split {
+                    feature: f,
+                    threshold,
+                    gain,
+                });
             }
         }
         best
@@ -277,6 +338,7 @@ mod tests {
             max_depth: 1,
             min_samples_leaf: 5,
             max_features: None,
+            random_thresholds: false,
         };
         let t = p.grow(&x, &y, &idx, &mut rng).unwrap();
         assert_eq!(t.nodes.len(), 3);
@@ -288,6 +350,53 @@ mod tests {
             .check()
             .is_err()
         );
+    }
+
+    #[test]
+    fn random_thresholds_cut_inside_the_node_and_fit_every_row() {
+        use rand::SeedableRng;
+        // Two informative features and distinct rows: a tree grown to
+        // leaves of one row reproduces every target whatever its cuts.
+        let x: Vec<Features> = (0..50)
+            .map(|i| {
+                let mut f = row(i as f64);
+                f[1] = ((i * 7) % 50) as f64;
+                f
+            })
+            .collect();
+        let y: Vec<f64> = (0..50).map(|i| ((i * 13) % 17) as f64).collect();
+        let idx: Vec<usize> = (0..50).collect();
+        let p = TreeParams {
+            max_depth: 64,
+            min_samples_leaf: 1,
+            max_features: None,
+            random_thresholds: true,
+        };
+        let grow = |seed| {
+            let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+            p.grow(&x, &y, &idx, &mut rng).unwrap()
+        };
+        let (a, b) = (grow(1), grow(2));
+        for (row, want) in x.iter().zip(&y) {
+            assert_eq!(a.eval(row), Some(*want));
+            assert_eq!(b.eval(row), Some(*want));
+        }
+        // Random cuts: not the midpoints a best-cut tree picks, and
+        // different trees for different seeds; the same tree for one seed.
+        assert_ne!(a, b);
+        assert_eq!(a, grow(1));
+        for node in &a.nodes {
+            if let TreeNode::Split {
+                feature, threshold, ..
+            } = node
+            {
+                assert!(*feature <= 1, "split on a constant feature {feature}");
+                assert!(
+                    (0.0..49.0).contains(threshold),
+                    "cut {threshold} outside the rows"
+                );
+            }
+        }
     }
 
     #[test]
