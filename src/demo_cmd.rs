@@ -66,6 +66,11 @@ pub struct DemoArgs {
     /// Agent binary (default: found next to this executable).
     #[arg(long)]
     agent: Option<PathBuf>,
+    /// Profile with warm caches, as `hetero profile` does by default. The
+    /// demo otherwise profiles with `--cold-cache`, because its replay runs
+    /// a layer's operators in turn and each finds its weights evicted.
+    #[arg(long)]
+    warm_cache: bool,
 }
 
 /// One processor the probe found.
@@ -364,29 +369,32 @@ pub fn run(a: DemoArgs) -> Result<()> {
     let procs = chosen.join(",");
 
     d.begin(&format!(
-        "profile: GEMMs of the model and stage probes, {} budget",
-        a.budget
+        "profile: GEMMs of the model and stage probes, {} budget, {} caches",
+        a.budget,
+        if a.warm_cache { "warm" } else { "cold" }
     ));
     let dataset = d.path("dataset");
-    let text = d.hetero(
+    let mut args: Vec<String> = [
         "profile",
-        &[
-            "profile",
-            "--device",
-            "local",
-            "--agent",
-            &agent_path.display().to_string(),
-            "--processors",
-            &procs,
-            "--models",
-            &model,
-            "--budget",
-            &a.budget,
-            "--out",
-            &dataset,
-        ]
-        .map(String::from),
-    )?;
+        "--device",
+        "local",
+        "--agent",
+        &agent_path.display().to_string(),
+        "--processors",
+        &procs,
+        "--models",
+        &model,
+        "--budget",
+        &a.budget,
+        "--out",
+        &dataset,
+    ]
+    .map(String::from)
+    .to_vec();
+    if !a.warm_cache {
+        args.push("--cold-cache".into());
+    }
+    let text = d.hetero("profile", &args)?;
     for l in text
         .lines()
         .filter(|l| l.contains("stopped") || l.contains("rows"))

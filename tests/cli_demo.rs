@@ -74,6 +74,12 @@ fn demo_runs_every_step_and_prints_the_table() {
     assert_eq!(r["len"], 24);
     let c = &r["check"];
     assert_eq!(c["passed"], c["outputs"], "{c}");
+    // The replay runs a layer's operators in turn, so the demo profiles
+    // with cold caches (`--warm-cache` turns that off).
+    let device: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("dataset/device.json")).unwrap())
+            .unwrap();
+    assert_eq!(device["sweep"]["run"]["cold_cache"], true, "{device}");
     let summary = std::fs::read_to_string(out.join("DEMO.md")).unwrap();
     assert!(summary.contains("Where everything went"), "{summary}");
 
