@@ -106,8 +106,8 @@ impl Family {
             Family::LinearFlops => linear(samples, dtype, Work::Flops),
             Family::LinearBytes => linear(samples, dtype, Work::Bytes),
             Family::Roofline => roofline(samples, dtype),
-            Family::Residual => residual(samples, dtype, &x, &y, &mut rng)?,
-            Family::ResidualForest => residual_forest(samples, dtype, &x, &y, &mut rng)?,
+            Family::Residual => residual(samples, dtype, &x, &y, &mut rng, false)?,
+            Family::ResidualForest => residual(samples, dtype, &x, &y, &mut rng, true)?,
         })
     }
 }
@@ -192,66 +192,63 @@ fn best_base(samples: &[Sample], dtype: DType, y: &[f64]) -> Option<(LatencyMode
     Some((base, r))
 }
 
-/// The best parametric base, then boosted trees on its ln-residuals.
+/// Trees of [`Family::ResidualForest`].
+const EXTRA_TREES: usize = 50;
+
+/// The best parametric base, then trees on its ln-residuals: boosted
+/// (`forest` false), or the mean of [`EXTRA_TREES`] extremely randomised
+/// trees (`forest` true), stored with rate 1/trees, so that
+/// `base · exp(rate · Σ)` is the base times the trees' geometric mean.
+/// Without a usable base, the same trees fit ln µs directly.
 fn residual(
     samples: &[Sample],
     dtype: DType,
     x: &[Features],
     y: &[f64],
     rng: &mut StdRng,
+    forest: bool,
 ) -> Result<LatencyModel, FitError> {
-    let Some((base, r)) = best_base(samples, dtype, y) else {
-        // Boost from the mean instead of failing.
-        let init = y.iter().sum::<f64>() / y.len() as f64;
-        let (rate, trees) = boost(x, y, init, rng)?;
-        return Ok(LatencyModel::Boosted {
-            base: init,
-            rate,
-            trees,
-        });
-    };
-    let (rate, trees) = boost(x, &r, 0.0, rng)?;
-    Ok(LatencyModel::Residual {
-        base: Box::new(base),
-        rate,
-        trees,
-    })
-}
-
-/// Trees of [`Family::ResidualForest`].
-const EXTRA_TREES: usize = 50;
-
-/// The best parametric base, then the mean of [`EXTRA_TREES`] extremely
-/// randomised trees on its ln-residuals: a residual model whose rate is
-/// 1/trees, so that `base · exp(rate · Σ)` is the base times the trees'
-/// geometric mean.
-fn residual_forest(
-    samples: &[Sample],
-    dtype: DType,
-    x: &[Features],
-    y: &[f64],
-    rng: &mut StdRng,
-) -> Result<LatencyModel, FitError> {
-    let p = TreeParams {
-        max_depth: 24,
-        min_samples_leaf: 1,
-        max_features: None,
-        random_thresholds: true,
-    };
-    let all: Vec<usize> = (0..x.len()).collect();
-    let Some((base, r)) = best_base(samples, dtype, y) else {
+    let base = best_base(samples, dtype, y);
+    if forest {
+        let p = TreeParams {
+            max_depth: 24,
+            min_samples_leaf: 1,
+            max_features: None,
+            random_thresholds: true,
+        };
+        let all: Vec<usize> = (0..x.len()).collect();
+        let target = base.as_ref().map_or(y, |(_, r)| r.as_slice());
         let trees = (0..EXTRA_TREES)
-            .map(|_| p.grow(x, y, &all, rng))
+            .map(|_| p.grow(x, target, &all, rng))
             .collect::<Result<_, _>>()?;
-        return Ok(LatencyModel::Forest { trees });
-    };
-    let trees = (0..EXTRA_TREES)
-        .map(|_| p.grow(x, &r, &all, rng))
-        .collect::<Result<_, _>>()?;
-    Ok(LatencyModel::Residual {
-        base: Box::new(base),
-        rate: 1.0 / EXTRA_TREES as f64,
-        trees,
+        return Ok(match base {
+            Some((base, _)) => LatencyModel::Residual {
+                base: Box::new(base),
+                rate: 1.0 / EXTRA_TREES as f64,
+                trees,
+            },
+            None => LatencyModel::Forest { trees },
+        });
+    }
+    Ok(match base {
+        Some((base, r)) => {
+            let (rate, trees) = boost(x, &r, 0.0, rng)?;
+            LatencyModel::Residual {
+                base: Box::new(base),
+                rate,
+                trees,
+            }
+        }
+        None => {
+            // Boost from the mean instead of failing.
+            let init = y.iter().sum::<f64>() / y.len() as f64;
+            let (rate, trees) = boost(x, y, init, rng)?;
+            LatencyModel::Boosted {
+                base: init,
+                rate,
+                trees,
+            }
+        }
     })
 }
 
