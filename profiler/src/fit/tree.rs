@@ -121,6 +121,51 @@ struct Split {
     gain: f64,
 }
 
+/// Count, sum and sum of squares of a node's targets.
+#[derive(Clone, Copy)]
+struct Sums {
+    n: usize,
+    s: f64,
+    sq: f64,
+}
+
+impl Sums {
+    const EMPTY: Sums = Sums {
+        n: 0,
+        s: 0.0,
+        sq: 0.0,
+    };
+
+    fn add(&mut self, y: f64) {
+        self.n += 1;
+        self.s += y;
+        self.sq += y * y;
+    }
+
+    /// Squared error about the mean.
+    fn sse(&self) -> f64 {
+        self.sq - self.s * self.s / self.n as f64
+    }
+
+    /// The squared error of a cut that sends `left` (a part of `self`) to
+    /// one side and the rest to the other.
+    fn split_sse(&self, left: Sums) -> f64 {
+        let right = Sums {
+            n: self.n - left.n,
+            s: self.s - left.s,
+            sq: self.sq - left.sq,
+        };
+        left.sse() + right.sse()
+    }
+}
+
+/// Keeps `cand` if it gains more than `best` (and more than nothing).
+fn keep_better(best: &mut Option<Split>, cand: Split) {
+    if cand.gain > best.as_ref().map_or(1e-12, |b| b.gain) {
+        *best = Some(cand);
+    }
+}
+
 impl Grower<'_> {
     fn build<R: Rng>(&mut self, idx: &mut [usize], depth: usize, rng: &mut R) -> u32 {
         let id = self.nodes.len();
@@ -160,16 +205,19 @@ impl Grower<'_> {
             feats.truncate(m);
         }
         let n = idx.len();
-        let total: f64 = idx.iter().map(|&i| self.y[i]).sum();
-        let total_sq: f64 = idx.iter().map(|&i| self.y[i] * self.y[i]).sum();
-        let sse_parent = total_sq - total * total / n as f64;
+        let node = Sums {
+            n,
+            s: idx.iter().map(|&i| self.y[i]).sum(),
+            sq: idx.iter().map(|&i| self.y[i] * self.y[i]).sum(),
+        };
+        let sse_parent = node.sse();
         if sse_parent <= 1e-12 {
             return None;
         }
-        let min_leaf = self.p.min_samples_leaf;
         if self.p.random_thresholds {
-            return self.random_split(idx, &feats, sse_parent, rng);
+            return self.random_split(idx, &feats, node, rng);
         }
+        let min_leaf = self.p.min_samples_leaf;
         let mut best: Option<Split> = None;
         for f in feats {
             self.order.clear();
@@ -190,31 +238,32 @@ impl Grower<'_> {
                 if xa == xb {
                     continue;
                 }
-                let (ln, rn) = (left_n as f64, (n - left_n) as f64);
-                let sse = (sq - s * s / ln) + ((total_sq - sq) - (total - s).powi(2) / rn);
-                let gain = sse_parent - sse;
-                if gain > best.as_ref().map_or(1e-12, |b| b.gain) {
-                    best = Some(Split {
+                let left = Sums { n: left_n, s, sq };
+                keep_better(
+                    &mut best,
+                    Split {
                         feature: f,
                         threshold: xa + 0.5 * (xb - xa),
-                        gain,
-                    });
-                }
+                        gain: sse_parent - node.split_sse(left),
+                    },
+                );
             }
         }
         best
     }
 
     /// The best of one uniformly drawn threshold per feature in `feats`
-    /// (see [`TreeParams::random_thresholds`]).
+    /// (see [`TreeParams::random_thresholds`]); `node` holds the sums of
+    /// `idx`'s targets.
     fn random_split<R: Rng>(
         &self,
         idx: &[usize],
         feats: &[usize],
-        sse_parent: f64,
+        node: Sums,
         rng: &mut R,
     ) -> Option<Split> {
         let min_leaf = self.p.min_samples_leaf;
+        let sse_parent = node.sse();
         let mut best: Option<Split> = None;
         for &f in feats {
             let (lo, hi) = idx
@@ -227,31 +276,28 @@ impl Grower<'_> {
             }
             // In [lo, hi): rows at lo always go left, rows at hi right.
             let threshold = rng.gen_range(lo..hi);
-            let (mut ln, mut ls, mut lsq, mut rs, mut rsq) = (0usize, 0.0, 0.0, 0.0, 0.0);
+            // Both sides summed directly (not the right side as the node
+            // less the left, which rounds differently).
+            let (mut left, mut right) = (Sums::EMPTY, Sums::EMPTY);
             for &i in idx {
-                let yi = self.y[i];
-                if self.x[i][f] <= threshold {
-                    ln += 1;
-                    ls += yi;
-                    lsq += yi * yi;
+                let side = if self.x[i][f] <= threshold {
+                    &mut left
                 } else {
-                    rs += yi;
-                    rsq += yi * yi;
-                }
+                    &mut right
+                };
+                side.add(self.y[i]);
             }
-            let rn = idx.len() - ln;
-            if ln < min_leaf || rn < min_leaf {
+            if left.n < min_leaf || right.n < min_leaf {
                 continue;
             }
-            let sse = (lsq - ls * ls / ln as f64) + (rsq - rs * rs / rn as f64);
-            let gain = sse_parent - sse;
-            if gain > best.as_ref().map_or(1e-12, |b| b.gain) {
-                best = Some(Split {
+            keep_better(
+                &mut best,
+                Split {
                     feature: f,
                     threshold,
-                    gain,
-                });
-            }
+                    gain: sse_parent - (left.sse() + right.sse()),
+                },
+            );
         }
         best
     }
