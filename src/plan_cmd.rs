@@ -212,6 +212,12 @@ fn show_table(plan: &Plan) -> String {
                 fmt_us(e)
             );
         }
+        if let Some(p) = info.host_probe_us {
+            let _ = writeln!(
+                s,
+                "host speed probe when profiled: {p:.2} µs (`hetero run` reports its own beside it)"
+            );
+        }
         if let Some(o) = &info.offload {
             let res: Vec<String> = o
                 .resident

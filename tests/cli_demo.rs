@@ -80,6 +80,14 @@ fn demo_runs_every_step_and_prints_the_table() {
         serde_json::from_str(&std::fs::read_to_string(out.join("dataset/device.json")).unwrap())
             .unwrap();
     assert_eq!(device["sweep"]["run"]["cold_cache"], true, "{device}");
+    // The host's speed probe went from the profile's rows through the
+    // predictor and the plan to the run, which measured its own.
+    let h = &r["host"];
+    let (now, then) = (h["probe_us"].as_f64(), h["profiled_probe_us"].as_f64());
+    assert!(now.is_some_and(|t| t > 0.0), "{h}");
+    assert!(then.is_some_and(|t| t > 0.0), "{h}");
+    let speed = h["speed"].as_f64().unwrap();
+    assert!((speed - then.unwrap() / now.unwrap()).abs() < 1e-9, "{h}");
     let summary = std::fs::read_to_string(out.join("DEMO.md")).unwrap();
     assert!(summary.contains("Where everything went"), "{summary}");
 

@@ -63,9 +63,14 @@ fn run_prefill_with_check_prints_json_with_the_promised_fields() {
         "check",
         "ttft_us",
         "dispatch",
+        "host",
     ] {
         assert!(v.get(key).is_some(), "{key} missing: {out}");
     }
+    // This plan's predictor is synthetic: no profile, so no probe of its
+    // own to compare with, but the run measures the host.
+    assert!(v["host"]["probe_us"].as_f64().unwrap() > 0.0, "{out}");
+    assert!(v["host"]["profiled_probe_us"].is_null(), "{out}");
     assert_eq!(v["check"]["passed"], v["check"]["outputs"]);
     assert_eq!(v["check"]["outputs"], 15);
     assert_eq!(v["per_op"].as_array().unwrap().len(), 8);
@@ -85,7 +90,9 @@ fn run_prefill_with_check_prints_json_with_the_promised_fields() {
         "1",
     ]);
     assert!(
-        text.contains("TTFT") && text.contains("dispatch per operator"),
+        text.contains("TTFT")
+            && text.contains("dispatch per operator")
+            && text.contains("host speed probe"),
         "{text}"
     );
 }

@@ -1,13 +1,14 @@
 //! Measurement conditions read from the operating system: the wall clock,
-//! the CPU frequency and the hottest thermal zone.
+//! the CPU frequency and the hottest thermal zone, and the host CPU's speed
+//! measured directly ([`host_probe_us`]).
 //!
 //! Every value is optional except the timestamp: a phone shows all of them,
 //! a virtual machine often neither frequency scaling nor thermal zones.
 
 use std::path::Path;
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
-use hetero_plan::Conditions;
+use hetero_plan::{Conditions, Stats};
 
 /// Unix time in milliseconds.
 pub fn now_ms() -> u64 {
@@ -25,7 +26,52 @@ pub fn read(cpus: Option<&[usize]>) -> Conditions {
         cpu_mhz: cpu_mhz(Path::new("/sys/devices/system/cpu"), cpus)
             .or_else(|| proc_cpuinfo_mhz(Path::new("/proc/cpuinfo"), cpus)),
         temp_c: max_temp_c(Path::new("/sys/class/thermal")),
+        host_probe_us: host_probe_us(),
     }
+}
+
+/// 64-bit words the probe walks: 16 KiB, inside any core's L1 or L2.
+const PROBE_WORDS: usize = 2048;
+/// Steps of one probe run: a few microseconds on a 2 GHz core.
+const PROBE_STEPS: usize = 2048;
+/// Probe runs; the median is kept.
+const PROBE_RUNS: usize = 9;
+
+/// The host CPU's speed now, µs: the median of [`PROBE_RUNS`] timings of a
+/// fixed piece of host work, higher when the CPU runs slower.
+///
+/// The work is what a runtime's host side does between kernels: dependent
+/// loads, multiplies and stores over 16 KiB. On a virtual machine the
+/// frequency reads constant while the same code runs up to 1.9× slower
+/// from one second to the next (the lent H100 host: the runtime's own
+/// per-operator bookkeeping took 0.44 µs in some runs and 0.78 µs in
+/// others, and the driver's submit and copy costs moved with it). Rows and
+/// `hetero run` reports carry the probe so the two can be compared.
+/// `None` only if no run was timed.
+pub fn host_probe_us() -> Option<f64> {
+    let mut words = [0u64; PROBE_WORDS];
+    let mut times = [0.0f64; PROBE_RUNS];
+    for t in &mut times {
+        let start = Instant::now();
+        std::hint::black_box(probe_work(&mut words, PROBE_STEPS));
+        *t = start.elapsed().as_secs_f64() * 1e6;
+    }
+    Stats::from_samples(&times).map(|s| s.median_us)
+}
+
+/// The probe's work: `steps` dependent read-multiply-write steps over
+/// `words` (a power-of-two length), from a fixed start. Returns the last
+/// value, so the work cannot be left out.
+fn probe_work(words: &mut [u64], steps: usize) -> u64 {
+    debug_assert!(words.len().is_power_of_two());
+    let mask = words.len() - 1;
+    let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
+    for _ in 0..steps {
+        let i = (x >> 40) as usize & mask;
+        x = (x ^ words[i]).wrapping_mul(0x2545_F491_4F6C_DD1D) ^ (x >> 29);
+        words[i] = x;
+    }
+    x
 }
 
 /// Mean `cpufreq/scaling_cur_freq` (kHz) of the given cores, in MHz.
@@ -116,6 +162,26 @@ fn mean(v: &[f64]) -> Option<f64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_probe_times_real_work() {
+        let t = host_probe_us().expect("timed runs");
+        assert!(t.is_finite() && t > 0.0, "probe {t} µs");
+        // The work depends on every step: a different length or a
+        // different start gives another result.
+        let mut a = [0u64; PROBE_WORDS];
+        let mut b = [0u64; PROBE_WORDS];
+        assert_eq!(probe_work(&mut a, 100), probe_work(&mut b, 100));
+        let mut c = [0u64; PROBE_WORDS];
+        assert_ne!(
+            probe_work(&mut c, 100),
+            probe_work(&mut [0u64; PROBE_WORDS], 101)
+        );
+        assert_ne!(
+            probe_work(&mut a, 100),
+            probe_work(&mut [0u64; PROBE_WORDS], 100)
+        );
+    }
 
     fn tmp(name: &str) -> std::path::PathBuf {
         let p = std::env::temp_dir().join(format!("hetero-cond-{name}-{}", std::process::id()));

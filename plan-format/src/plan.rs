@@ -419,6 +419,13 @@ pub struct SolverInfo {
     /// ScheInfer placement, in offload mode.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub offload: Option<OffloadPlacement>,
+    /// The host's speed probe while the plan's processors were profiled,
+    /// µs (the median of their predictor entries'
+    /// [`Overheads::host_probe_us`](crate::Overheads)). The plan's
+    /// host-side costs hold at this host speed; `hetero run` measures its
+    /// own probe and reports the two.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host_probe_us: Option<f64>,
 }
 
 /// A plan: how every GEMM of a model runs on a device at every length.

@@ -409,6 +409,12 @@ pub struct Overheads {
     /// Bandwidth while another processor streams too, as a share of alone (≤ 1).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub concurrent_factor: Option<f64>,
+    /// The host's speed probe while this processor was profiled, µs: the
+    /// median of its rows' [`Conditions::host_probe_us`](crate::Conditions).
+    /// The host-side costs above (launch, copies, submit, sync) were
+    /// measured at this host speed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host_probe_us: Option<f64>,
 }
 
 /// A predictor file: everything the solver needs to know about a device.

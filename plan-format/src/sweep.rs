@@ -270,6 +270,12 @@ pub struct Conditions {
     /// Hottest thermal zone, °C (sysfs).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub temp_c: Option<f64>,
+    /// The host CPU's speed probe, µs: the median time of a fixed piece of
+    /// host work (higher is slower). It shows the host's speed where the
+    /// frequency does not (a virtual machine whose cores share a physical
+    /// one), and `hetero run` compares it with its own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host_probe_us: Option<f64>,
 }
 
 /// One measured GEMM: one JSON line of the agent's sweep output.

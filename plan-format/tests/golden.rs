@@ -49,6 +49,7 @@ fn conditions() -> Conditions {
         timestamp_ms: 1_790_000_000_000,
         cpu_mhz: Some(2400.0),
         temp_c: Some(41.5),
+        host_probe_us: Some(4.25),
     }
 }
 
@@ -296,6 +297,7 @@ pub fn sample_plan() -> Plan {
             expected_prefill_us: Some(81_000.0),
             prepare_budget_us: Some(30e6),
             graph_mem_budget: None,
+            host_probe_us: Some(4.25),
             offload: Some(OffloadPlacement {
                 cpu: "cpu:0".into(),
                 gpu: "cuda:0".into(),
@@ -495,6 +497,7 @@ fn golden_predictor() {
             }),
             sync_poll_us: Some(3.0),
             sync_block_us: Some(60.0),
+            host_probe_us: Some(4.25),
             ..Default::default()
         }],
     };

@@ -741,6 +741,7 @@ fn measurements_frame(rows: &[MeasurementRow], path: &Path) -> Result<DataFrame>
             ),
             col("cpu_mhz", of(|r| r.conditions.cpu_mhz)),
             col("temp_c", of(|r| r.conditions.temp_c)),
+            col("host_probe_us", of(|r| r.conditions.host_probe_us)),
         ],
     )
 }
@@ -793,6 +794,7 @@ fn microbench_frame(
             ),
             col("cpu_mhz", of(|r| r.conditions.cpu_mhz)),
             col("temp_c", of(|r| r.conditions.temp_c)),
+            col("host_probe_us", of(|r| r.conditions.host_probe_us)),
         ],
     )
 }
@@ -919,6 +921,7 @@ pub fn read_measurements(path: &Path) -> Result<Vec<MeasurementRow>> {
         tol,
         mhz,
         temp,
+        probe,
     ] = [
         "median_us",
         "min_us",
@@ -931,10 +934,11 @@ pub fn read_measurements(path: &Path) -> Result<Vec<MeasurementRow>> {
         "tolerance",
         "cpu_mhz",
         "temp_c",
+        "host_probe_us",
     ]
     .map(|c| r.f64s(c));
-    let (median, min, p90, cv, host, launch, prep, rel, tol, mhz, temp) = (
-        median?, min?, p90?, cv?, host?, launch?, prep?, rel?, tol?, mhz?, temp?,
+    let (median, min, p90, cv, host, launch, prep, rel, tol, mhz, temp, probe) = (
+        median?, min?, p90?, cv?, host?, launch?, prep?, rel?, tol?, mhz?, temp?, probe?,
     );
     let verified = r.bools("verified")?;
     let message = r.strs("message", false)?;
@@ -969,6 +973,7 @@ pub fn read_measurements(path: &Path) -> Result<Vec<MeasurementRow>> {
                 timestamp_ms: ts[i].unwrap_or(0),
                 cpu_mhz: mhz[i],
                 temp_c: temp[i],
+                host_probe_us: probe[i],
             },
         });
     }
@@ -991,7 +996,7 @@ pub fn read_microbench(path: &Path) -> Result<(Vec<MicrobenchRow>, BTreeMap<Stri
     );
     let status = r.req_strs("status")?;
     let timing = r.strs("timing", false)?;
-    let [median, min, p90, cv, gbps, mhz, temp] = [
+    let [median, min, p90, cv, gbps, mhz, temp, probe] = [
         "median_us",
         "min_us",
         "p90_us",
@@ -999,9 +1004,11 @@ pub fn read_microbench(path: &Path) -> Result<(Vec<MicrobenchRow>, BTreeMap<Stri
         "gbps",
         "cpu_mhz",
         "temp_c",
+        "host_probe_us",
     ]
     .map(|c| r.f64s(c));
-    let (median, min, p90, cv, gbps, mhz, temp) = (median?, min?, p90?, cv?, gbps?, mhz?, temp?);
+    let (median, min, p90, cv, gbps, mhz, temp, probe) =
+        (median?, min?, p90?, cv?, gbps?, mhz?, temp?, probe?);
     let count = r.u32s("count", false)?;
     let message = r.strs("message", false)?;
     let note = r.strs("note", false)?;
@@ -1047,6 +1054,7 @@ pub fn read_microbench(path: &Path) -> Result<(Vec<MicrobenchRow>, BTreeMap<Stri
                 timestamp_ms: ts[i].unwrap_or(0),
                 cpu_mhz: mhz[i],
                 temp_c: temp[i],
+                host_probe_us: probe[i],
             },
         });
     }
@@ -1092,6 +1100,7 @@ pub(crate) mod tests {
                 timestamp_ms: 1_700_000_000_123,
                 cpu_mhz: Some(2400.5),
                 temp_c: None,
+                host_probe_us: Some(4.5),
             },
         }
     }
@@ -1113,6 +1122,7 @@ pub(crate) mod tests {
                 timestamp_ms: 5,
                 cpu_mhz: None,
                 temp_c: Some(41.0),
+                host_probe_us: None,
             },
         }
     }

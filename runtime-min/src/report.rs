@@ -154,6 +154,23 @@ pub struct DispatchReport {
     pub submit_p90_us: f64,
 }
 
+/// The host CPU's speed during the run against the profile's
+/// ([`hetero_agent::conditions::host_probe_us`]).
+#[derive(Debug, Clone, Serialize)]
+pub struct HostReport {
+    /// The probe during the run, µs: the median of one before the timed
+    /// passes and one after each repeat.
+    pub probe_us: f64,
+    /// The probe while the plan's processors were profiled, µs (from the
+    /// plan; absent from plans solved before it was recorded).
+    pub profiled_probe_us: Option<f64>,
+    /// The host's speed during the run as a share of its speed when
+    /// profiled: `profiled_probe_us / probe_us` (below 1: slower now).
+    /// Host-side costs (launch, copies, submit, synchronisation) move
+    /// with it, the device's kernels do not.
+    pub speed: Option<f64>,
+}
+
 /// A whole run.
 #[derive(Debug, Clone, Serialize)]
 pub struct Report {
@@ -194,6 +211,8 @@ pub struct Report {
     pub wall_us: f64,
     /// Dispatch overhead per operator execution.
     pub dispatch: DispatchReport,
+    /// The host CPU's speed, now and when profiled.
+    pub host: HostReport,
     /// Per operator.
     pub per_op: Vec<OpReport>,
     /// The check, when asked for.
@@ -336,6 +355,15 @@ impl Report {
             self.dispatch.samples,
             fmt_us(self.dispatch.submit_median_us),
             fmt_us(self.dispatch.submit_p90_us),
+        );
+        let _ = writeln!(
+            s,
+            "host speed probe: {:.2} µs{}",
+            self.host.probe_us,
+            match (self.host.profiled_probe_us, self.host.speed) {
+                (Some(p), Some(v)) => format!(" ({p:.2} µs when profiled: {v:.2}× that speed)"),
+                _ => " (the plan records none from its profile)".into(),
+            }
         );
         if let Some(c) = &self.check {
             let _ = writeln!(

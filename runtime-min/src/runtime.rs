@@ -18,7 +18,8 @@ use crate::decider::Decider;
 use crate::exec::{self, Fault, FaultyGemm, Part, Sample, Stage, Step, SyncChoice};
 use crate::graphs::{GraphRequest, GraphSource, Prepare};
 use crate::report::{
-    self, CheckReport, DispatchReport, OpReport, PartReport, PoolReport, ProcessorReport, Report,
+    self, CheckReport, DispatchReport, HostReport, OpReport, PartReport, PoolReport,
+    ProcessorReport, Report,
 };
 use crate::weights::{WeightSource, Weights, activation_seed};
 use crate::{Error, Result};
@@ -1055,6 +1056,10 @@ impl Runtime {
         let mut samples: Vec<Vec<Sample>> = vec![Vec::new(); ops.len()];
         let mut totals = Vec::new();
         let mut walls = Vec::new();
+        // The host's speed, around the timed passes (not inside them).
+        let mut probes: Vec<f64> = hetero_agent::conditions::host_probe_us()
+            .into_iter()
+            .collect();
         for _ in 0..spec.repeat {
             for _ in 0..steps {
                 let before: Vec<usize> = samples.iter().map(Vec::len).collect();
@@ -1069,6 +1074,7 @@ impl Runtime {
                         .sum::<f64>(),
                 );
             }
+            probes.extend(hetero_agent::conditions::host_probe_us());
         }
         let grown_while_timed = self.grown - grown_before;
         Ok(self.report(
@@ -1077,6 +1083,7 @@ impl Runtime {
             samples,
             totals,
             walls,
+            probes,
             checks,
             grown_while_timed,
             prepare_wall,
@@ -1242,6 +1249,7 @@ impl Runtime {
         samples: Vec<Vec<Sample>>,
         totals: Vec<f64>,
         walls: Vec<f64>,
+        probes: Vec<f64>,
         checks: Vec<(String, OutputCheck, f64)>,
         grown_while_timed: usize,
         prepare_wall: f64,
@@ -1339,6 +1347,10 @@ impl Runtime {
             "preparing every GEMM for this length took {:.1} ms of host time (not in the totals)",
             prepare_wall / 1e3
         ));
+        let host = self.host_report(&probes);
+        if let Some(note) = host_note(&host) {
+            notes.push(note);
+        }
         let check = spec.check.then(|| {
             let failed: Vec<&(String, OutputCheck, f64)> = checks
                 .iter()
@@ -1417,6 +1429,7 @@ impl Runtime {
                 submit_median_us: report::median(&all_submit),
                 submit_p90_us: report::quantile(&all_submit, 0.9),
             },
+            host,
             per_op,
             check,
             processors,
@@ -1437,6 +1450,17 @@ impl Runtime {
 }
 
 impl Runtime {
+    /// The run's host probe against the one the plan records.
+    fn host_report(&self, probes: &[f64]) -> HostReport {
+        let probe_us = report::median(probes);
+        let profiled = self.plan.solver.as_ref().and_then(|s| s.host_probe_us);
+        HostReport {
+            probe_us,
+            profiled_probe_us: profiled,
+            speed: profiled.filter(|_| probe_us > 0.0).map(|p| p / probe_us),
+        }
+    }
+
     /// `heap`, or the processor whose host memory the pool's buffers are.
     fn pool_memory_name(&self) -> String {
         let all = [&self.output, &self.stage.input, &self.stage.output]
@@ -1584,6 +1608,24 @@ pub fn label(s: &Strategy, m: u32) -> String {
 /// `config.json`, or a model spec written by `hetero model show --json`.
 pub fn load_model(path: &Path) -> Result<ModelSpec> {
     Ok(hetero_plan::hf::load_config(path)?)
+}
+
+/// How far the host's speed may differ from the profile's before the
+/// report says so.
+const HOST_SPEED_TOLERANCE: f64 = 0.1;
+
+/// A note when the host ran at another speed than when it was profiled.
+fn host_note(h: &HostReport) -> Option<String> {
+    let speed = h.speed?;
+    if (speed - 1.0).abs() <= HOST_SPEED_TOLERANCE {
+        return None;
+    }
+    Some(format!(
+        "the host CPU ran at {speed:.2}× the speed it had when profiled (speed probe {:.2} µs, {:.2} µs then): host-side costs (launch, copies, submit, synchronisation) are {} than the plan assumes, the kernels are not",
+        h.probe_us,
+        h.profiled_probe_us.unwrap_or(f64::NAN),
+        if speed < 1.0 { "higher" } else { "lower" }
+    ))
 }
 
 #[cfg(test)]

@@ -281,6 +281,16 @@ fn round2(x: f64) -> f64 {
     (x * 100.0).round() / 100.0
 }
 
+/// The host's speed probe behind the plan: the median over the plan's
+/// processors of their profiles' probes (`None` where no profile had one).
+fn host_probe_us<O: LatencyOracle + ?Sized>(oracle: &O, procs: &[Proc]) -> Option<f64> {
+    let probes: Vec<f64> = procs
+        .iter()
+        .filter_map(|p| oracle.overheads(&p.id).host_probe_us)
+        .collect();
+    hetero_plan::Stats::from_samples(&probes).map(|s| round2(s.median_us))
+}
+
 /// What a solved operator's decisions depend on besides the device and the
 /// settings: two operators with the same key get the same decisions.
 type TwinKey = (
@@ -747,6 +757,7 @@ pub fn solve<O: LatencyOracle + ?Sized>(
             prepare_budget_us: (!setup.graphs.is_empty()).then_some(prepare_budget),
             graph_mem_budget: settings.graph_mem_budget,
             offload: offload_info,
+            host_probe_us: host_probe_us(oracle, &setup.procs),
         }),
         notes,
         graph_sets,

@@ -47,8 +47,9 @@ pub fn fit_linear_cost(points: &[(f64, f64)]) -> Option<LinearCost> {
     })
 }
 
-/// Fits copy α+β·n, submit and sync constants, graph prepare α+β·bytes and
-/// the concurrent-bandwidth factor, per processor.
+/// Fits copy α+β·n, submit and sync constants, graph prepare α+β·bytes,
+/// the concurrent-bandwidth factor and the host's speed probe, per
+/// processor.
 pub fn fit_overheads(
     processors: &[Processor],
     rows: &[MeasurementRow],
@@ -104,6 +105,14 @@ pub fn fit_overheads(
                         ))
                     }),
             );
+            // The host's speed over the whole profile of this processor.
+            let probes: Vec<f64> = rows
+                .iter()
+                .filter(|r| r.processor == p.id && r.status == RowStatus::Ok)
+                .filter_map(|r| r.conditions.host_probe_us)
+                .chain(ok.iter().filter_map(|r| r.conditions.host_probe_us))
+                .filter(|t| t.is_finite() && *t > 0.0)
+                .collect();
             let alone = gbps(MicrobenchKind::BandwidthAlone);
             let together = gbps(MicrobenchKind::BandwidthConcurrent);
             Overheads {
@@ -120,6 +129,7 @@ pub fn fit_overheads(
                 prepare: fit_linear_cost(&prep),
                 bandwidth_gbps: alone,
                 concurrent_factor: alone.zip(together).map(|(a, t)| t / a),
+                host_probe_us: median(probes),
             }
         })
         .collect()

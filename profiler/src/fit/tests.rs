@@ -501,3 +501,39 @@ fn noise_ceiling_follows_the_median_standard_error() {
     assert!((c - (1.0 + 0.863) / 2.0).abs() < 0.002, "{c}");
     assert_eq!(noise_ceiling_10pct(&[s(None, 5)]), None);
 }
+
+#[test]
+fn the_host_probe_is_the_median_of_the_processors_rows() {
+    let mut rows = linear_rows(4, 40, 8.0);
+    for (i, r) in rows.iter_mut().enumerate() {
+        // Rows without a probe (older agents) and nonsense are left out.
+        r.conditions.host_probe_us = match i % 4 {
+            0 => None,
+            1 => Some(f64::NAN),
+            2 => Some(4.0),
+            _ => Some(6.0 + i as f64 / 100.0),
+        };
+    }
+    let (pred, _) = fit(
+        &profile(&["gpu"]),
+        Fingerprint::of_bytes("t", b"t"),
+        &rows,
+        &[],
+        &FitParams::default(),
+    )
+    .unwrap();
+    let probe = pred.overheads("gpu").host_probe_us.unwrap();
+    // 10 rows at 4.0 and 10 at 6.03..6.39: the median lies between.
+    assert!((probe - (4.0 + 6.03) / 2.0).abs() < 1e-9, "{probe}");
+    // No probes at all: none in the predictor.
+    let bare = linear_rows(4, 40, 8.0);
+    let (pred, _) = fit(
+        &profile(&["gpu"]),
+        Fingerprint::of_bytes("t", b"t"),
+        &bare,
+        &[],
+        &FitParams::default(),
+    )
+    .unwrap();
+    assert_eq!(pred.overheads("gpu").host_probe_us, None);
+}

@@ -453,3 +453,21 @@ fn offload_rows_kept_on_the_host_are_copied_every_run_or_the_check_fails() {
         }
     }
 }
+
+#[test]
+fn a_host_slower_or_faster_than_when_profiled_is_noted() {
+    let h = |probe_us: f64, profiled: Option<f64>| HostReport {
+        probe_us,
+        profiled_probe_us: profiled,
+        speed: profiled.map(|p| p / probe_us),
+    };
+    // Within 10 % of the profile's speed: nothing to say.
+    assert_eq!(host_note(&h(1.05, Some(1.0))), None);
+    assert_eq!(host_note(&h(0.95, Some(1.0))), None);
+    // No probe in the plan: nothing to compare.
+    assert_eq!(host_note(&h(3.0, None)), None);
+    let slow = host_note(&h(0.78, Some(0.44))).unwrap();
+    assert!(slow.contains("0.56×") && slow.contains("higher"), "{slow}");
+    let fast = host_note(&h(0.44, Some(0.78))).unwrap();
+    assert!(fast.contains("1.77×") && fast.contains("lower"), "{fast}");
+}
