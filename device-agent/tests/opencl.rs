@@ -430,8 +430,11 @@ fn poll_and_block_both_complete_with_correct_results() {
             }
             let stats = g.poll_stats();
             eprintln!("{id} {order}: poll completions {stats:?}");
-            assert_eq!(stats.by_flag + stats.by_event, 2 * rounds);
-            if be.processor().capabilities.unified_memory {
+            assert_eq!(stats.by_flag + stats.by_event + stats.by_wait, 2 * rounds);
+            if be.processor().kind == hetero_plan::ProcessorKind::Cpu {
+                // PoCL computes on the host's cores: polls wait, never spin.
+                assert_eq!(stats.by_wait, 2 * rounds, "{id}: {stats:?}");
+            } else if be.processor().capabilities.unified_memory {
                 assert_eq!(
                     stats.by_event, 0,
                     "{id}: on unified memory the flag should be seen before the event"

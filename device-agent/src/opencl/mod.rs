@@ -24,7 +24,10 @@
 //! - **Sync.** [`SyncMode::Block`](crate::SyncMode::Block) is `clFinish`; [`SyncMode::Poll`](crate::SyncMode::Poll) sleeps
 //!   for the predicted time less a margin, then spins on a flag in a mapped
 //!   `CL_MEM_ALLOC_HOST_PTR` buffer that a one-item kernel, enqueued after
-//!   the GEMM on the same in-order queue, writes last.
+//!   the GEMM on the same in-order queue, writes last. A CPU device (PoCL)
+//!   computes on the host's own cores, where a spinning host thread takes a
+//!   core from the kernel: there Poll sleeps the same way, then waits in
+//!   `clFinish`.
 
 mod bench;
 mod gemm;
@@ -163,6 +166,10 @@ pub(crate) struct DeviceCtx {
     pub(crate) local_mem: u64,
     pub(crate) max_alloc: u64,
     pub(crate) compute_units: u32,
+    /// The device computes on the host's own cores (a CPU device such as
+    /// PoCL): a host thread spinning on its completion flag takes a core
+    /// from its kernels, so polling naps between reads instead.
+    pub(crate) on_host_cores: bool,
     /// Whether the host has seen the poll flag written by a kernel:
     /// [`FLAG_UNKNOWN`], [`FLAG_SEEN`] or [`FLAG_UNSEEN`].
     pub(crate) flag_state: std::sync::atomic::AtomicU8,
@@ -255,6 +262,7 @@ impl OpenClBackend {
                 .max_mem_alloc_size()
                 .cl(&id, "clGetDeviceInfo(MAX_MEM_ALLOC_SIZE)")?,
             compute_units,
+            on_host_cores: kind == ProcessorKind::Cpu,
             flag_state: std::sync::atomic::AtomicU8::new(FLAG_UNKNOWN),
         };
         let mut dtypes = vec![DType::F32];
