@@ -37,7 +37,7 @@ const PROBE_STEPS: usize = 2048;
 /// Probe runs; the median is kept.
 const PROBE_RUNS: usize = 9;
 
-/// The host CPU's speed now, µs: the median of [`PROBE_RUNS`] timings of a
+/// The host CPU's speed now, µs: the median of nine timings of a
 /// fixed piece of host work, higher when the CPU runs slower.
 ///
 /// The work is what a runtime's host side does between kernels: dependent

@@ -68,6 +68,17 @@ fn profile(ids: &[&str]) -> DeviceProfile {
     }
 }
 
+/// Fits rows of the one processor `gpu`, default parameters.
+fn fit_gpu(rows: &[MeasurementRow]) -> Result<(Predictor, Report), FitError> {
+    fit(
+        &profile(&["gpu"]),
+        Fingerprint::of_bytes("t", b"t"),
+        rows,
+        &[],
+        &FitParams::default(),
+    )
+}
+
 /// A staged latency: cost grows with the number of 32-wide tiles, plus a
 /// penalty in the activation-first order.
 fn staged(m: u32, k: u32, n: u32, order: OperandOrder) -> f64 {
@@ -159,14 +170,7 @@ fn linear_rows(seed: u64, count: usize, alpha_us: f64) -> Vec<MeasurementRow> {
 #[test]
 fn linear_data_picks_a_parametric_model() {
     let rows = linear_rows(2, 60, 8.0);
-    let (pred, report) = fit(
-        &profile(&["gpu"]),
-        Fingerprint::of_bytes("t", b"t"),
-        &rows,
-        &[],
-        &FitParams::default(),
-    )
-    .unwrap();
+    let (pred, report) = fit_gpu(&rows).unwrap();
     let e = &report.entries[0];
     assert!(
         e.model == "linear_flops" || e.model == "roofline",
@@ -189,16 +193,7 @@ fn kernel_only_rows_carry_their_launch_into_the_model() {
             ..r
         })
         .collect();
-    let fit_rows = |rows: &[MeasurementRow]| {
-        fit(
-            &profile(&["gpu"]),
-            Fingerprint::of_bytes("t", b"t"),
-            rows,
-            &[],
-            &FitParams::default(),
-        )
-    };
-    let (pred, _) = fit_rows(&rows).unwrap();
+    let (pred, _) = fit_gpu(&rows).unwrap();
     let m = &pred.models[0];
     // Launches 8, 9, 10, 11 and 12 µs: the median is 10.
     let mut l: Vec<f64> = rows.iter().map(|r| r.launch_us.unwrap()).collect();
@@ -236,7 +231,7 @@ fn kernel_only_rows_carry_their_launch_into_the_model() {
     // One group with both kinds of rows is refused, naming the counts.
     let mut mixed = rows.clone();
     mixed[0].launch_us = None;
-    match fit_rows(&mixed) {
+    match fit_gpu(&mixed) {
         Err(FitError::MixedTiming {
             kernel_only: 39,
             ordinary: 1,
@@ -245,7 +240,7 @@ fn kernel_only_rows_carry_their_launch_into_the_model() {
         other => panic!("{:?}", other.map(|_| ())),
     }
     // Ordinary rows alone: no launch is added.
-    let (plain, _) = fit_rows(&ordinary).unwrap();
+    let (plain, _) = fit_gpu(&ordinary).unwrap();
     assert_eq!(plain.models[0].launch_us, None);
 }
 
@@ -514,26 +509,12 @@ fn the_host_probe_is_the_median_of_the_processors_rows() {
             _ => Some(6.0 + i as f64 / 100.0),
         };
     }
-    let (pred, _) = fit(
-        &profile(&["gpu"]),
-        Fingerprint::of_bytes("t", b"t"),
-        &rows,
-        &[],
-        &FitParams::default(),
-    )
-    .unwrap();
+    let (pred, _) = fit_gpu(&rows).unwrap();
     let probe = pred.overheads("gpu").host_probe_us.unwrap();
     // 10 rows at 4.0 and 10 at 6.03..6.39: the median lies between.
     assert!((probe - (4.0 + 6.03) / 2.0).abs() < 1e-9, "{probe}");
     // No probes at all: none in the predictor.
     let bare = linear_rows(4, 40, 8.0);
-    let (pred, _) = fit(
-        &profile(&["gpu"]),
-        Fingerprint::of_bytes("t", b"t"),
-        &bare,
-        &[],
-        &FitParams::default(),
-    )
-    .unwrap();
+    let (pred, _) = fit_gpu(&bare).unwrap();
     assert_eq!(pred.overheads("gpu").host_probe_us, None);
 }
