@@ -171,10 +171,11 @@ pub trait Backend: Send {
     }
 
     /// The conditions a measurement on this processor is taken under: the
-    /// timestamp, and the frequency and temperature sysfs shows. The default
-    /// reads every CPU core; a CPU backend narrows it to its own cores.
+    /// timestamp, the frequency and temperature sysfs shows, and the host
+    /// speed probe. The default reads every CPU core; a CPU backend narrows
+    /// it to its own cores.
     fn conditions(&self) -> hetero_plan::Conditions {
-        crate::conditions::read(None)
+        crate::conditions::read_probed(None)
     }
 }
 

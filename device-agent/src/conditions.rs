@@ -18,15 +18,25 @@ pub fn now_ms() -> u64 {
         .unwrap_or(0)
 }
 
-/// Reads the conditions now. `cpus` narrows the frequency to those cores
-/// (a CPU group); `None` averages every core shown.
+/// Reads the conditions now, without the host speed probe. `cpus` narrows
+/// the frequency to those cores (a CPU group); `None` averages every core
+/// shown.
 pub fn read(cpus: Option<&[usize]>) -> Conditions {
     Conditions {
         timestamp_ms: now_ms(),
         cpu_mhz: cpu_mhz(Path::new("/sys/devices/system/cpu"), cpus)
             .or_else(|| proc_cpuinfo_mhz(Path::new("/proc/cpuinfo"), cpus)),
         temp_c: max_temp_c(Path::new("/sys/class/thermal")),
+        host_probe_us: None,
+    }
+}
+
+/// [`read`] plus [`host_probe_us`]: the conditions a finished case's row
+/// keeps ([`Backend::conditions`](crate::Backend::conditions)).
+pub fn read_probed(cpus: Option<&[usize]>) -> Conditions {
+    Conditions {
         host_probe_us: host_probe_us(),
+        ..read(cpus)
     }
 }
 

@@ -1616,14 +1616,13 @@ const HOST_SPEED_TOLERANCE: f64 = 0.1;
 
 /// A note when the host ran at another speed than when it was profiled.
 fn host_note(h: &HostReport) -> Option<String> {
-    let speed = h.speed?;
+    let (speed, then) = (h.speed?, h.profiled_probe_us?);
     if (speed - 1.0).abs() <= HOST_SPEED_TOLERANCE {
         return None;
     }
     Some(format!(
-        "the host CPU ran at {speed:.2}× the speed it had when profiled (speed probe {:.2} µs, {:.2} µs then): host-side costs (launch, copies, submit, synchronisation) are {} than the plan assumes, the kernels are not",
+        "the host CPU ran at {speed:.2}× the speed it had when profiled (speed probe {:.2} µs, {then:.2} µs then): host-side costs (launch, copies, submit, synchronisation) are {} than the plan assumes, the kernels are not",
         h.probe_us,
-        h.profiled_probe_us.unwrap_or(f64::NAN),
         if speed < 1.0 { "higher" } else { "lower" }
     ))
 }

@@ -241,7 +241,7 @@ impl Backend for CpuBackend {
     }
 
     fn conditions(&self) -> hetero_plan::Conditions {
-        crate::conditions::read(Some(&self.group.cores))
+        crate::conditions::read_probed(Some(&self.group.cores))
     }
 }
 

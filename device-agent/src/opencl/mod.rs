@@ -168,7 +168,8 @@ pub(crate) struct DeviceCtx {
     pub(crate) compute_units: u32,
     /// The device computes on the host's own cores (a CPU device such as
     /// PoCL): a host thread spinning on its completion flag takes a core
-    /// from its kernels, so polling naps between reads instead.
+    /// from its kernels, so Poll sleeps through the prediction and then
+    /// waits in `clFinish` instead.
     pub(crate) on_host_cores: bool,
     /// Whether the host has seen the poll flag written by a kernel:
     /// [`FLAG_UNKNOWN`], [`FLAG_SEEN`] or [`FLAG_UNSEEN`].
