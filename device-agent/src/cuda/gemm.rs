@@ -9,7 +9,7 @@
 //! | weights | `Wᵀ[N,K]` row-major (transposed once, in `prepare`) | N·K·e |
 //! | input as sent | `A[M,K]` row-major f32 (only when e < 4) | M·K·4 |
 //! | input | `A[M,K]` row-major, converted on the device | M·K·e |
-//! | output | `aw`: `C[M,N]` column-major; `wt_at`: row-major; f32 | M·N·4 |
+//! | output | `aw`: `C[M,N]` column-major, ld M rounded up to 8; `wt_at`: row-major; f32 | `aw`: ⌈M⌉₈·N·4; `wt_at`: M·N·4 |
 //! | output `aw`, transposed | `C[M,N]` row-major f32 | M·N·4 |
 //!
 //! `aw` runs `gemm(T, N, m=M, n=N, k=K, A, Wᵀ)`: the activation is cuBLAS's
@@ -18,6 +18,12 @@
 //! and write f32 (`GemmEx` with a 32F output type), so the output needs no
 //! conversion. `read_output` undoes the column-major output of `aw` with
 //! `cublasSgeam` on the device, outside the timed part.
+//!
+//! The `aw` output's leading dimension is M rounded up to a multiple of 8
+//! ([`aw_ldc`]): cuBLAS runs its fast tensor-core kernels only when every
+//! leading dimension is 16-byte aligned, and with `ldc = M` an odd length
+//! took 2.7 times as long as the `wt_at` call of the same shape (median
+//! over 178 H100 shapes with M ≥ 64, up to 7.8 times; `docs/benchmarks.md`).
 //!
 //! The host side of every copy is the caller's slice: one DMA from memory
 //! of [`Backend::alloc_host`](crate::Backend::alloc_host), the driver's
@@ -43,6 +49,13 @@ const WAIT_TIMEOUT: Duration = Duration::from_secs(60);
 /// A poll sleeps through the predicted time less this margin, then spins.
 /// Linux oversleeps by up to the timer slack (50 µs by default).
 const POLL_MARGIN_US: f64 = 80.0;
+
+/// The leading dimension of the `aw` output C[M,N] (column-major): M
+/// rounded up to a multiple of 8, so that every column starts 32-byte
+/// aligned and cuBLAS keeps its tensor-core kernels for any M.
+fn aw_ldc(m: usize) -> usize {
+    m.next_multiple_of(8)
+}
 
 /// Element types the backend computes in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -215,7 +228,12 @@ impl CudaGemm {
             None => None,
         };
         let a = DeviceBuf::new(ctx, m * k * e, id)?;
-        let c = DeviceBuf::new(ctx, m * n * 4, id)?;
+        // cuBLAS's output: `aw` column-major C[M,N] (ld ⌈M⌉₈, N columns),
+        // `wt_at` column-major Cᵀ[N,M] (ld N, M columns).
+        let c = match spec.order {
+            OperandOrder::Aw => DeviceBuf::new(ctx, aw_ldc(m) * n * 4, id)?,
+            OperandOrder::WtAt => DeviceBuf::new(ctx, m * n * 4, id)?,
+        };
         let ct = match spec.order {
             OperandOrder::Aw => Some(DeviceBuf::new(ctx, m * n * 4, id)?),
             OperandOrder::WtAt => None,
@@ -269,7 +287,7 @@ impl CudaGemm {
         let cu_type = self.elem.cuda();
         let (alpha, beta) = (1.0f32, 0.0f32);
         let (rows, cols, lhs, rhs, ldc) = match self.spec.order {
-            OperandOrder::Aw => (m, n, self.a.ptr(), self.w.ptr(), m),
+            OperandOrder::Aw => (m, n, self.a.ptr(), self.w.ptr(), aw_ldc(m as usize) as i32),
             OperandOrder::WtAt => (n, m, self.w.ptr(), self.a.ptr(), n),
         };
         dev.ctx.bind_to_thread().at(id, "cuCtxSetCurrent")?;
@@ -462,11 +480,11 @@ impl Gemm for CudaGemm {
         self.dev.ctx.bind_to_thread().at(&id, "cuCtxSetCurrent")?;
         let stream = self.dev.stream.cu_stream();
         let out = match &self.ct {
-            // Column-major C[M,N] (ld M) → row-major, i.e. column-major
+            // Column-major C[M,N] (ld ⌈M⌉₈) → row-major, i.e. column-major
             // Cᵀ[N,M] (ld N): Cᵀ = 1·op(C) + 0·Cᵀ with op = transpose.
             Some(ct) => {
                 let (one, zero) = (1.0f32, 0.0f32);
-                // SAFETY: `c` and `ct` hold M·N f32 each and do not overlap;
+                // SAFETY: `c` holds ⌈M⌉₈·N f32 and `ct` M·N; they do not overlap;
                 // B aliases the output with no transpose, which cuBLAS
                 // allows, and is not read with beta = 0.
                 unsafe {
@@ -478,7 +496,7 @@ impl Gemm for CudaGemm {
                         m as i32,
                         &one,
                         self.c.ptr() as *const f32,
-                        m as i32,
+                        aw_ldc(m) as i32,
                         &zero,
                         ct.ptr() as *const f32,
                         n as i32,
@@ -571,5 +589,13 @@ mod tests {
         let mut h = vec![f16::ZERO; rows * cols];
         transpose_convert::<f16>(&src[..], rows, cols, &mut h);
         assert_eq!(h[rows].to_f32(), 1.0);
+    }
+
+    #[test]
+    fn aw_output_columns_start_aligned() {
+        for (m, ld) in [(1, 8), (7, 8), (8, 8), (9, 16), (2045, 2048), (2048, 2048)] {
+            assert_eq!(aw_ldc(m), ld, "M = {m}");
+            assert_eq!(aw_ldc(m) * 4 % 32, 0);
+        }
     }
 }
