@@ -8,8 +8,8 @@
 //! |---|---|---|
 //! | weights | `Wᵀ[N,K]` row-major (transposed once, in `prepare`) | N·K·e |
 //! | input as sent | `A[M,K]` row-major f32 (only when e < 4) | M·K·4 |
-//! | input | `A[M,K]` row-major, converted on the device | M·K·e |
-//! | output | `aw`: `C[M,N]` column-major, ld M rounded up to 8; `wt_at`: row-major; f32 | `aw`: ⌈M⌉₈·N·4; `wt_at`: M·N·4 |
+//! | input | `A[M,K]` row-major, converted on the device; `aw`: ⌈M⌉₈ rows, the rows past M zero | M·K·e, `aw` ⌈M⌉₈·K·e |
+//! | output | `aw`: `C[⌈M⌉₈,N]` column-major; `wt_at`: `C[M,N]` row-major; f32 | `aw` ⌈M⌉₈·N·4, `wt_at` M·N·4 |
 //! | output `aw`, transposed | `C[M,N]` row-major f32 | M·N·4 |
 //!
 //! `aw` runs `gemm(T, N, m=M, n=N, k=K, A, Wᵀ)`: the activation is cuBLAS's
@@ -19,11 +19,12 @@
 //! conversion. `read_output` undoes the column-major output of `aw` with
 //! `cublasSgeam` on the device, outside the timed part.
 //!
-//! The `aw` output's leading dimension is M rounded up to a multiple of 8
-//! ([`aw_ldc`]): cuBLAS runs its fast tensor-core kernels only when every
-//! leading dimension is 16-byte aligned, and with `ldc = M` an odd length
-//! took 2.7 times as long as the `wt_at` call of the same shape (median
-//! over 178 H100 shapes with M ≥ 64, up to 7.8 times; `docs/benchmarks.md`).
+//! `aw` computes ⌈M⌉₈ rows, M rounded up to a multiple of 8 ([`aw_rows`]),
+//! over zero rows past M, and `read_output` keeps the first M. With M
+//! itself, cuBLAS picked slower kernels whenever M was not a multiple of 8:
+//! 2.7 times the `wt_at` call of the same shape (median over 178 H100
+//! shapes with M ≥ 64, up to 7.8 times), and a leading dimension rounded up
+//! alone did not change that (`docs/benchmarks.md`, Predictors).
 //!
 //! The host side of every copy is the caller's slice: one DMA from memory
 //! of [`Backend::alloc_host`](crate::Backend::alloc_host), the driver's
@@ -50,10 +51,10 @@ const WAIT_TIMEOUT: Duration = Duration::from_secs(60);
 /// Linux oversleeps by up to the timer slack (50 µs by default).
 const POLL_MARGIN_US: f64 = 80.0;
 
-/// The leading dimension of the `aw` output C[M,N] (column-major): M
-/// rounded up to a multiple of 8, so that every column starts 32-byte
-/// aligned and cuBLAS keeps its tensor-core kernels for any M.
-fn aw_ldc(m: usize) -> usize {
+/// The rows an `aw` GEMM of M rows computes: M rounded up to a multiple
+/// of 8, the rows past M zero, so that cuBLAS chooses the kernels it takes
+/// for aligned lengths.
+fn aw_rows(m: usize) -> usize {
     m.next_multiple_of(8)
 }
 
@@ -227,13 +228,19 @@ impl CudaGemm {
             Some(_) => Some(DeviceBuf::new(ctx, m * k * 4, id)?),
             None => None,
         };
-        let a = DeviceBuf::new(ctx, m * k * e, id)?;
-        // cuBLAS's output: `aw` column-major C[M,N] (ld ⌈M⌉₈, N columns),
-        // `wt_at` column-major Cᵀ[N,M] (ld N, M columns).
-        let c = match spec.order {
-            OperandOrder::Aw => DeviceBuf::new(ctx, aw_ldc(m) * n * 4, id)?,
-            OperandOrder::WtAt => DeviceBuf::new(ctx, m * n * 4, id)?,
+        let rows = match spec.order {
+            OperandOrder::Aw => aw_rows(m),
+            OperandOrder::WtAt => m,
         };
+        let a = DeviceBuf::new(ctx, rows * k * e, id)?;
+        if rows > m {
+            ctx.bind_to_thread().at(id, "cuCtxSetCurrent")?;
+            // SAFETY: the rows past M lie inside `a`, which holds rows·k
+            // elements; no input is written to them, so they stay zero.
+            unsafe { result::memset_d8_sync(a.ptr() + (m * k * e) as u64, 0, (rows - m) * k * e) }
+                .at(id, "cuMemsetD8(rows past M)")?;
+        }
+        let c = DeviceBuf::new(ctx, rows * n * 4, id)?;
         let ct = match spec.order {
             OperandOrder::Aw => Some(DeviceBuf::new(ctx, m * n * 4, id)?),
             OperandOrder::WtAt => None,
@@ -287,7 +294,10 @@ impl CudaGemm {
         let cu_type = self.elem.cuda();
         let (alpha, beta) = (1.0f32, 0.0f32);
         let (rows, cols, lhs, rhs, ldc) = match self.spec.order {
-            OperandOrder::Aw => (m, n, self.a.ptr(), self.w.ptr(), aw_ldc(m as usize) as i32),
+            OperandOrder::Aw => {
+                let rows = aw_rows(m as usize) as i32;
+                (rows, n, self.a.ptr(), self.w.ptr(), rows)
+            }
             OperandOrder::WtAt => (n, m, self.w.ptr(), self.a.ptr(), n),
         };
         dev.ctx.bind_to_thread().at(id, "cuCtxSetCurrent")?;
@@ -480,8 +490,8 @@ impl Gemm for CudaGemm {
         self.dev.ctx.bind_to_thread().at(&id, "cuCtxSetCurrent")?;
         let stream = self.dev.stream.cu_stream();
         let out = match &self.ct {
-            // Column-major C[M,N] (ld ⌈M⌉₈) → row-major, i.e. column-major
-            // Cᵀ[N,M] (ld N): Cᵀ = 1·op(C) + 0·Cᵀ with op = transpose.
+            // The first M rows of column-major C[⌈M⌉₈,N] → row-major, i.e.
+            // column-major Cᵀ[N,M] (ld N): Cᵀ = 1·op(C) + 0·Cᵀ, op = transpose.
             Some(ct) => {
                 let (one, zero) = (1.0f32, 0.0f32);
                 // SAFETY: `c` holds ⌈M⌉₈·N f32 and `ct` M·N; they do not overlap;
@@ -496,7 +506,7 @@ impl Gemm for CudaGemm {
                         m as i32,
                         &one,
                         self.c.ptr() as *const f32,
-                        aw_ldc(m) as i32,
+                        aw_rows(m) as i32,
                         &zero,
                         ct.ptr() as *const f32,
                         n as i32,
@@ -592,10 +602,9 @@ mod tests {
     }
 
     #[test]
-    fn aw_output_columns_start_aligned() {
-        for (m, ld) in [(1, 8), (7, 8), (8, 8), (9, 16), (2045, 2048), (2048, 2048)] {
-            assert_eq!(aw_ldc(m), ld, "M = {m}");
-            assert_eq!(aw_ldc(m) * 4 % 32, 0);
+    fn aw_rows_round_up_to_eight() {
+        for (m, rows) in [(1, 8), (7, 8), (8, 8), (9, 16), (2045, 2048), (2048, 2048)] {
+            assert_eq!(aw_rows(m), rows, "M = {m}");
         }
     }
 }
