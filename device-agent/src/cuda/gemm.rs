@@ -8,8 +8,8 @@
 //! |---|---|---|
 //! | weights | `Wᵀ[N,K]` row-major (transposed once, in `prepare`) | N·K·e |
 //! | input as sent | `A[M,K]` row-major f32 (only when e < 4) | M·K·4 |
-//! | input | `A[M,K]` row-major, converted on the device; `aw`: ⌈M⌉₈ rows, the rows past M zero | M·K·e, `aw` ⌈M⌉₈·K·e |
-//! | output | `aw`: `C[⌈M⌉₈,N]` column-major; `wt_at`: `C[M,N]` row-major; f32 | `aw` ⌈M⌉₈·N·4, `wt_at` M·N·4 |
+//! | input | `A[⌈M⌉₈,K]` row-major, converted on the device; the rows past M zero | ⌈M⌉₈·K·e |
+//! | output | `aw`: `C[⌈M⌉₈,N]` column-major; `wt_at`: `C[⌈M⌉₈,N]` row-major; f32 | ⌈M⌉₈·N·4 |
 //! | output `aw`, transposed | `C[M,N]` row-major f32 | M·N·4 |
 //!
 //! `aw` runs `gemm(T, N, m=M, n=N, k=K, A, Wᵀ)`: the activation is cuBLAS's
@@ -19,12 +19,13 @@
 //! conversion. `read_output` undoes the column-major output of `aw` with
 //! `cublasSgeam` on the device, outside the timed part.
 //!
-//! `aw` computes ⌈M⌉₈ rows, M rounded up to a multiple of 8 ([`aw_rows`]),
-//! over zero rows past M, and `read_output` keeps the first M. With M
-//! itself, cuBLAS picked slower kernels whenever M was not a multiple of 8:
-//! 2.7 times the `wt_at` call of the same shape (median over 178 H100
-//! shapes with M ≥ 64, up to 7.8 times), and a leading dimension rounded up
-//! alone did not change that (`docs/benchmarks.md`, Predictors).
+//! Both orders compute ⌈M⌉₈ rows, M rounded up to a multiple of 8
+//! ([`padded_rows`]), over zero rows past M, and `read_output` keeps the
+//! first M. With M itself, cuBLAS picked slower kernels whenever M was not
+//! a multiple of 8: in `aw`, 2.7 times the `wt_at` call of the same shape
+//! (median over 178 H100 shapes with M ≥ 64, up to 7.8 times), and a
+//! leading dimension rounded up alone did not change that
+//! (`docs/benchmarks.md`, Predictors).
 //!
 //! The host side of every copy is the caller's slice: one DMA from memory
 //! of [`Backend::alloc_host`](crate::Backend::alloc_host), the driver's
@@ -51,10 +52,10 @@ const WAIT_TIMEOUT: Duration = Duration::from_secs(60);
 /// Linux oversleeps by up to the timer slack (50 µs by default).
 const POLL_MARGIN_US: f64 = 80.0;
 
-/// The rows an `aw` GEMM of M rows computes: M rounded up to a multiple
-/// of 8, the rows past M zero, so that cuBLAS chooses the kernels it takes
-/// for aligned lengths.
-fn aw_rows(m: usize) -> usize {
+/// The rows a GEMM of M rows computes: M rounded up to a multiple of 8,
+/// the rows past M zero, so that cuBLAS chooses the kernels it takes for
+/// aligned lengths.
+fn padded_rows(m: usize) -> usize {
     m.next_multiple_of(8)
 }
 
@@ -228,10 +229,7 @@ impl CudaGemm {
             Some(_) => Some(DeviceBuf::new(ctx, m * k * 4, id)?),
             None => None,
         };
-        let rows = match spec.order {
-            OperandOrder::Aw => aw_rows(m),
-            OperandOrder::WtAt => m,
-        };
+        let rows = padded_rows(m);
         let a = DeviceBuf::new(ctx, rows * k * e, id)?;
         if rows > m {
             ctx.bind_to_thread().at(id, "cuCtxSetCurrent")?;
@@ -289,16 +287,14 @@ impl CudaGemm {
         let dev = &*self.dev;
         let id = dev.id.as_str();
         let (m, k, n) = self.spec.shape.mkn();
-        let (m, k, n) = (m as i32, k as i32, n as i32);
+        let rows = padded_rows(m as usize) as i32;
+        let (k, n) = (k as i32, n as i32);
         let stream = dev.stream.cu_stream();
         let cu_type = self.elem.cuda();
         let (alpha, beta) = (1.0f32, 0.0f32);
         let (rows, cols, lhs, rhs, ldc) = match self.spec.order {
-            OperandOrder::Aw => {
-                let rows = aw_rows(m as usize) as i32;
-                (rows, n, self.a.ptr(), self.w.ptr(), rows)
-            }
-            OperandOrder::WtAt => (n, m, self.w.ptr(), self.a.ptr(), n),
+            OperandOrder::Aw => (rows, n, self.a.ptr(), self.w.ptr(), rows),
+            OperandOrder::WtAt => (n, rows, self.w.ptr(), self.a.ptr(), n),
         };
         dev.ctx.bind_to_thread().at(id, "cuCtxSetCurrent")?;
         self.seq = self.seq.wrapping_add(1).max(1);
@@ -506,7 +502,7 @@ impl Gemm for CudaGemm {
                         m as i32,
                         &one,
                         self.c.ptr() as *const f32,
-                        aw_rows(m) as i32,
+                        padded_rows(m) as i32,
                         &zero,
                         ct.ptr() as *const f32,
                         n as i32,
@@ -520,8 +516,8 @@ impl Gemm for CudaGemm {
             }
             None => &self.c,
         };
-        // SAFETY: `out` holds M·N f32 values; synchronised below before the
-        // caller reads `c`.
+        // SAFETY: `out` holds at least M·N f32 values (`wt_at`: its first M
+        // rows are C); synchronised below before the caller reads `c`.
         unsafe { result::memcpy_dtoh_async(c, out.ptr(), stream) }
             .at(&id, "cuMemcpyDtoHAsync(output)")?;
         self.dev.stream.synchronize().at(&id, "cuStreamSynchronize")
@@ -602,9 +598,9 @@ mod tests {
     }
 
     #[test]
-    fn aw_rows_round_up_to_eight() {
+    fn rows_round_up_to_eight() {
         for (m, rows) in [(1, 8), (7, 8), (8, 8), (9, 16), (2045, 2048), (2048, 2048)] {
-            assert_eq!(aw_rows(m), rows, "M = {m}");
+            assert_eq!(padded_rows(m), rows, "M = {m}");
         }
     }
 }
