@@ -23,6 +23,8 @@
 # (machine.txt, cuda-tests.txt, the profile logs, plans.txt).
 #
 # Environment: REPLAY_BIN (default .carry/replay), REPLAY_REPS (default 9),
+# REPLAY_PROCS (default 1: processes per case and sync, in rounds over the
+# cases; above 1 the summary adds each case's median ratio),
 # REPLAY_CASES (default "prefill:16 prefill:128 prefill:512 prefill:2048 decode:1"),
 # REPLAY_WEIGHTS (default "shared"; "shared distinct" also replays with
 # every layer's weights its own, reports named PLAN+distinct),
@@ -66,6 +68,7 @@ mkdir -p "$out"
 out=$(cd "$out" && pwd)
 bin=${REPLAY_BIN:-$carry}
 reps=${REPLAY_REPS:-9}
+procs=${REPLAY_PROCS:-1}
 cases=${REPLAY_CASES:-"prefill:16 prefill:128 prefill:512 prefill:2048 decode:1"}
 weight_modes=${REPLAY_WEIGHTS:-shared}
 hetero="$bin/hetero"
@@ -130,6 +133,9 @@ for p in cuda mixed; do
     label=$p
     share=(--share-weights)
     [ "$weights" = distinct ] && { label="$p+distinct"; share=(); }
+    # Rounds of processes: every case once per round, so that the host's
+    # speed, which changes between processes, is spread over the cases.
+    for round in $(seq 1 "$procs"); do
     for c in $cases; do
         phase=${c%%:*}
         len=${c#*:}
@@ -137,34 +143,57 @@ for p in cuda mixed; do
             extra=()
             [ "$phase" = decode ] && extra=(--tokens 8)
             r="$work/reports/$label-$phase-$len-$sync"
+            tag=
+            [ "$procs" -gt 1 ] && { r="$r-$round"; tag=" ($round/$procs)"; }
             if timeout 150 "$hetero" run "$plan" --model "$model" --phase "$phase" --len "$len" \
                 "${extra[@]}" "${share[@]}" --sync "$sync" --repeat "$reps" --json \
                 --out "$r.json" > /dev/null 2> "$r.err"; then
-                log "$label $phase $len $sync: done"
+                log "$label $phase $len $sync$tag: done"
             else
                 log "$label $phase $len $sync: failed: $(tail -3 "$r.err")"
             fi
         done
     done
     done
+    done
 done
 # One table: predicted against measured, per plan, phase, length and sync,
 # with the copy time and its prediction summed over the operators.
 python3 - "$work/reports" <<'PY' | tee "$out/summary.md"
-import glob, json, os, sys
+import glob, json, os, statistics, sys
 d = sys.argv[1]
-print("| plan | phase | len | sync | predicted | measured | measured / predicted | copy measured | copy predicted |")
-print("|---|---|---|---|---|---|---|---|---|")
+print("| plan | phase | len | sync | process | predicted | measured | measured / predicted | copy measured | copy predicted |")
+print("|---|---|---|---|---|---|---|---|---|---|")
 rows = []
 for path in glob.glob(f"{d}/*-*-*-*.json"):
-    plan, phase, length, sync = os.path.basename(path)[:-5].split("-")
+    parts = os.path.basename(path)[:-5].split("-")
+    plan, phase, length, sync = parts[:4]
+    proc = int(parts[4]) if len(parts) > 4 else 1
     r = json.load(open(path))
     ops = r.get("per_op") or []
     cm = sum((o.get("copy_us") or 0) * o["layers"] for o in ops)
     cp = sum((o.get("predicted_copy_us") or 0) * o["layers"] for o in ops)
-    rows.append((plan, phase, int(length), sync, r["predicted_us"], r["measured_us"], cm, cp))
-for plan, phase, length, sync, p, m, cm, cp in sorted(rows):
-    print(f"| {plan} | {phase} | {length} | {sync} | {p:.0f} µs | {m:.0f} µs | {m / p:.3f} | {cm:.0f} µs | {cp:.0f} µs |")
+    rows.append((plan, phase, int(length), sync, proc, r["predicted_us"], r["measured_us"], cm, cp))
+rows.sort()
+for plan, phase, length, sync, proc, p, m, cm, cp in rows:
+    print(f"| {plan} | {phase} | {length} | {sync} | {proc} | {p:.0f} µs | {m:.0f} µs | {m / p:.3f} | {cm:.0f} µs | {cp:.0f} µs |")
+# With several processes per case: the median ratio per case (both syncs),
+# and per plan and phase the cases whose median is within ±5 %.
+if any(r[4] > 1 for r in rows):
+    cases = {}
+    for plan, phase, length, sync, proc, p, m, *_ in rows:
+        cases.setdefault((plan, phase, length, sync), []).append(m / p)
+    print("\n| plan | phase | len | sync | processes | median ratio | range |")
+    print("|---|---|---|---|---|---|---|")
+    phases = {}
+    for (plan, phase, length, sync), v in sorted(cases.items()):
+        med = statistics.median(v)
+        phases.setdefault((plan, phase), []).append(med)
+        print(f"| {plan} | {phase} | {length} | {sync} | {len(v)} | {med:.3f} | {min(v):.3f}-{max(v):.3f} |")
+    print()
+    for (plan, phase), meds in sorted(phases.items()):
+        ok = sum(abs(x - 1) <= 0.05 for x in meds)
+        print(f"{plan} {phase}: {ok}/{len(meds)} case medians within ±5 %, median of medians {statistics.median(meds):.3f}")
 for path in sorted(glob.glob(f"{d}/*-check.json")):
     c = json.load(open(path)).get("check") or {}
     print(f"\n{os.path.basename(path)}: {c.get('passed')}/{c.get('outputs')} outputs within bound")
