@@ -8,8 +8,8 @@
 //! |---|---|---|
 //! | weights | `Wᵀ[N,K]` row-major (transposed once, in `prepare`) | N·K·e |
 //! | input as sent | `A[M,K]` row-major f32 (only when e < 4) | M·K·4 |
-//! | input | `A[⌈M⌉₈,K]` row-major, converted on the device; the rows past M zero | ⌈M⌉₈·K·e |
-//! | output | `aw`: `C[⌈M⌉₈,N]` column-major; `wt_at`: `C[⌈M⌉₈,N]` row-major; f32 | ⌈M⌉₈·N·4 |
+//! | input | `A[R,K]` row-major, converted on the device; the rows past M zero | R·K·e |
+//! | output | `aw`: `C[R,N]` column-major; `wt_at`: `C[R,N]` row-major; f32 | R·N·4 |
 //! | output `aw`, transposed | `C[M,N]` row-major f32 | M·N·4 |
 //!
 //! `aw` runs `gemm(T, N, m=M, n=N, k=K, A, Wᵀ)`: the activation is cuBLAS's
@@ -19,13 +19,18 @@
 //! conversion. `read_output` undoes the column-major output of `aw` with
 //! `cublasSgeam` on the device, outside the timed part.
 //!
-//! Both orders compute ⌈M⌉₈ rows, M rounded up to a multiple of 8
-//! ([`padded_rows`]), over zero rows past M, and `read_output` keeps the
-//! first M. With M itself, cuBLAS picked slower kernels whenever M was not
-//! a multiple of 8: in `aw`, 2.7 times the `wt_at` call of the same shape
-//! (median over 178 H100 shapes with M ≥ 64, up to 7.8 times), and a
-//! leading dimension rounded up alone did not change that
-//! (`docs/benchmarks.md`, Predictors).
+//! Both orders compute R ≥ M rows over zero rows past M, and `read_output`
+//! keeps the first M. R is at least ⌈M⌉₈, M rounded up to a multiple of 8:
+//! with M itself, cuBLAS picked slower kernels whenever M was not a
+//! multiple of 8 (in `aw`, 2.7 times the `wt_at` call of the same shape,
+//! median over 178 H100 shapes with M ≥ 64, up to 7.8 times), and a
+//! leading dimension rounded up alone did not change that. Past that,
+//! cuBLAS's choice of kernel still makes the time jump with M (H100, f16,
+//! 445×1536×8960: 40 µs; 512×1536×8960: 27 µs), so `prepare` times every
+//! row count of [`row_candidates`] (M rounded up to 8, 64, 128 and 256,
+//! at most a quarter more rows than M) and keeps the fastest
+//! ([`CudaGemm::choose_rows`]; `HETERO_CUDA_ROWS=8` keeps ⌈M⌉₈, for
+//! comparisons). `docs/benchmarks.md`, Predictors, has the measurements.
 //!
 //! The host side of every copy is the caller's slice: one DMA from memory
 //! of [`Backend::alloc_host`](crate::Backend::alloc_host), the driver's
@@ -52,12 +57,29 @@ const WAIT_TIMEOUT: Duration = Duration::from_secs(60);
 /// Linux oversleeps by up to the timer slack (50 µs by default).
 const POLL_MARGIN_US: f64 = 80.0;
 
-/// The rows a GEMM of M rows computes: M rounded up to a multiple of 8,
-/// the rows past M zero, so that cuBLAS chooses the kernels it takes for
-/// aligned lengths.
-fn padded_rows(m: usize) -> usize {
-    m.next_multiple_of(8)
+/// Row counts a GEMM of M rows may compute, over zero rows past M: M
+/// rounded up to a multiple of 8 (always: cuBLAS takes slower kernels for
+/// other lengths), then of 64, 128 and 256 where that is at most a quarter
+/// more rows than M. Ascending, without repeats.
+pub(super) fn row_candidates(m: usize) -> Vec<usize> {
+    let mut rows = vec![m.next_multiple_of(8)];
+    for tile in [64, 128, 256] {
+        let r = m.next_multiple_of(tile);
+        if r > rows[rows.len() - 1] && 4 * r <= 5 * m {
+            rows.push(r);
+        }
+    }
+    rows
 }
+
+/// A larger row count is kept only when its fastest run beats the smaller
+/// one's by this share: two kernels within timing noise keep the fewer
+/// rows, so that the choice does not flip between runs.
+const ROWS_MARGIN: f64 = 0.03;
+
+/// Rounds of [`CudaGemm::choose_rows`]: the first warms every candidate up
+/// and is not counted; each candidate's fastest counted run decides.
+const ROWS_ROUNDS: usize = 4;
 
 /// Element types the backend computes in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -201,6 +223,8 @@ pub(super) struct CudaGemm {
     /// `Wᵀ[N,K]` in page-locked host memory, copied into `w` at the start
     /// of every launch ([`Gemm::host_weights`]: ScheInfer's CG rows).
     w_host: Option<PinnedBuf>,
+    /// The rows computed: M and zero rows past it ([`CudaGemm::choose_rows`]).
+    rows: usize,
 }
 
 impl CudaGemm {
@@ -229,16 +253,18 @@ impl CudaGemm {
             Some(_) => Some(DeviceBuf::new(ctx, m * k * 4, id)?),
             None => None,
         };
-        let rows = padded_rows(m);
-        let a = DeviceBuf::new(ctx, rows * k * e, id)?;
-        if rows > m {
-            ctx.bind_to_thread().at(id, "cuCtxSetCurrent")?;
-            // SAFETY: the rows past M lie inside `a`, which holds rows·k
-            // elements; no input is written to them, so they stay zero.
-            unsafe { result::memset_d8_sync(a.ptr() + (m * k * e) as u64, 0, (rows - m) * k * e) }
-                .at(id, "cuMemsetD8(rows past M)")?;
-        }
-        let c = DeviceBuf::new(ctx, rows * n * 4, id)?;
+        let candidates = match std::env::var("HETERO_CUDA_ROWS").as_deref() {
+            Ok("8") => vec![m.next_multiple_of(8)],
+            _ => row_candidates(m),
+        };
+        let most = candidates[candidates.len() - 1];
+        let a = DeviceBuf::new(ctx, most * k * e, id)?;
+        ctx.bind_to_thread().at(id, "cuCtxSetCurrent")?;
+        // SAFETY: `a` holds most·k elements of e bytes. All of it is zeroed:
+        // the rows past M are never written (they stay zero), and the row
+        // search below runs before any input is written.
+        unsafe { result::memset_d8_sync(a.ptr(), 0, most * k * e) }.at(id, "cuMemsetD8(input)")?;
+        let c = DeviceBuf::new(ctx, most * n * 4, id)?;
         let ct = match spec.order {
             OperandOrder::Aw => Some(DeviceBuf::new(ctx, m * n * 4, id)?),
             OperandOrder::WtAt => None,
@@ -259,7 +285,7 @@ impl CudaGemm {
         let start = ctx.new_event(timing).at(id, "cuEventCreate")?;
         let end = ctx.new_event(timing).at(id, "cuEventCreate")?;
         let flag = MappedFlag::new(ctx, id)?;
-        Ok(CudaGemm {
+        let mut g = CudaGemm {
             spec: *spec,
             elem,
             dev,
@@ -275,7 +301,58 @@ impl CudaGemm {
             seq: 0,
             submitted: None,
             w_host: None,
-        })
+            rows: candidates[0],
+        };
+        g.choose_rows(&candidates)?;
+        Ok(g)
+    }
+
+    /// The rows this GEMM computes (M and the zero rows past it).
+    #[cfg(test)]
+    pub(super) fn rows(&self) -> usize {
+        self.rows
+    }
+
+    /// Computes `rows` rows from now on; `rows` ≥ M and within the
+    /// allocation (tests try every candidate).
+    #[cfg(test)]
+    pub(super) fn set_rows(&mut self, rows: usize) {
+        let (m, k, _) = self.spec.shape.mkn();
+        let capacity = self.a.bytes() / (k as usize * self.elem.size());
+        assert!(
+            (m as usize..=capacity).contains(&rows),
+            "{rows} rows for M = {m}, {capacity} allocated"
+        );
+        self.rows = rows;
+    }
+
+    /// Times every row count of `candidates` (ascending) over the zeroed
+    /// input, in [`ROWS_ROUNDS`] rounds, and keeps the fastest: the fewest
+    /// rows unless more run faster by [`ROWS_MARGIN`]. The device timer of
+    /// an ordinary run; one candidate is taken as it is.
+    fn choose_rows(&mut self, candidates: &[usize]) -> Result<()> {
+        self.rows = candidates[0];
+        if candidates.len() == 1 {
+            return Ok(());
+        }
+        let mut best = vec![f64::INFINITY; candidates.len()];
+        for round in 0..ROWS_ROUNDS {
+            for (i, &rows) in candidates.iter().enumerate() {
+                self.rows = rows;
+                let t = self.execute()?;
+                if round > 0 {
+                    best[i] = best[i].min(t.device_us.unwrap_or(t.host_us));
+                }
+            }
+        }
+        let mut pick = 0;
+        for i in 1..candidates.len() {
+            if best[i] < (1.0 - ROWS_MARGIN) * best[pick] {
+                pick = i;
+            }
+        }
+        self.rows = candidates[pick];
+        Ok(())
     }
 
     fn id(&self) -> &str {
@@ -287,7 +364,8 @@ impl CudaGemm {
         let dev = &*self.dev;
         let id = dev.id.as_str();
         let (m, k, n) = self.spec.shape.mkn();
-        let rows = padded_rows(m as usize) as i32;
+        debug_assert!(self.rows >= m as usize);
+        let rows = self.rows as i32;
         let (k, n) = (k as i32, n as i32);
         let stream = dev.stream.cu_stream();
         let cu_type = self.elem.cuda();
@@ -486,11 +564,11 @@ impl Gemm for CudaGemm {
         self.dev.ctx.bind_to_thread().at(&id, "cuCtxSetCurrent")?;
         let stream = self.dev.stream.cu_stream();
         let out = match &self.ct {
-            // The first M rows of column-major C[⌈M⌉₈,N] → row-major, i.e.
+            // The first M rows of column-major C[R,N] → row-major, i.e.
             // column-major Cᵀ[N,M] (ld N): Cᵀ = 1·op(C) + 0·Cᵀ, op = transpose.
             Some(ct) => {
                 let (one, zero) = (1.0f32, 0.0f32);
-                // SAFETY: `c` holds ⌈M⌉₈·N f32 and `ct` M·N; they do not overlap;
+                // SAFETY: `c` holds R·N f32 (R ≥ M) and `ct` M·N; they do not overlap;
                 // B aliases the output with no transpose, which cuBLAS
                 // allows, and is not read with beta = 0.
                 unsafe {
@@ -502,7 +580,7 @@ impl Gemm for CudaGemm {
                         m as i32,
                         &one,
                         self.c.ptr() as *const f32,
-                        padded_rows(m) as i32,
+                        self.rows as i32,
                         &zero,
                         ct.ptr() as *const f32,
                         n as i32,
@@ -598,9 +676,28 @@ mod tests {
     }
 
     #[test]
-    fn rows_round_up_to_eight() {
-        for (m, rows) in [(1, 8), (7, 8), (8, 8), (9, 16), (2045, 2048), (2048, 2048)] {
-            assert_eq!(padded_rows(m), rows, "M = {m}");
+    fn row_candidates_round_up_to_eight_then_to_tiles_within_a_quarter() {
+        let cases: [(usize, &[usize]); 9] = [
+            (1, &[8]),
+            (7, &[8]),
+            (9, &[16]),
+            (158, &[160, 192]),
+            (445, &[448, 512]),
+            (670, &[672, 704, 768]),
+            (1000, &[1000, 1024]),
+            (2045, &[2048]),
+            (2048, &[2048]),
+        ];
+        for (m, rows) in cases {
+            assert_eq!(row_candidates(m), rows, "M = {m}");
+        }
+        for m in 1..5000 {
+            let r = row_candidates(m);
+            assert_eq!(r[0], m.next_multiple_of(8));
+            assert!(
+                r.windows(2).all(|w| w[0] < w[1] && 4 * w[1] <= 5 * m),
+                "M = {m}: {r:?}"
+            );
         }
     }
 }

@@ -111,6 +111,44 @@ fn gemm_matches_the_f64_reference_in_every_dtype_and_order() {
     }
 }
 
+#[test]
+fn every_row_count_the_search_may_pick_gives_the_reference_result() {
+    if devices_or_skip("row count test").is_none() {
+        return;
+    }
+    let backend = CudaBackend::open(0).unwrap();
+    for &(m, k, n) in &[(445, 64, 72), (158, 96, 40), (670, 32, 24)] {
+        for dtype in [DType::F32, DType::F16] {
+            for order in [OperandOrder::Aw, OperandOrder::WtAt] {
+                let w = values(k * n, 3 + n as u64);
+                let a = values(m * k, 5 + m as u64);
+                let s = spec(m as u32, k as u32, n as u32, dtype, order);
+                let mut g = gemm::CudaGemm::new(backend.dev.clone(), &s, &w).unwrap();
+                let candidates = gemm::row_candidates(m);
+                assert!(candidates.len() > 1, "M = {m}");
+                assert!(
+                    candidates.contains(&g.rows()),
+                    "{} not in {candidates:?}",
+                    g.rows()
+                );
+                g.write_input(&a).unwrap();
+                for rows in candidates {
+                    g.set_rows(rows);
+                    g.execute().unwrap();
+                    let mut c = vec![f32::NAN; m * n];
+                    g.read_output(&mut c).unwrap();
+                    let err = rel_err(&a, &w, &c, m, k, n);
+                    let tol = backend.tolerance(dtype, k as u32);
+                    assert!(
+                        err <= tol,
+                        "{m}x{k}x{n} {dtype} {order}, {rows} rows: rel err {err} > {tol}"
+                    );
+                }
+            }
+        }
+    }
+}
+
 /// An f16 `aw` GEMM of `(m, k, n)` prepared on `dev` with `values` of the
 /// weight and activation seeds, its input written: the GEMM, A and W.
 fn f16_aw_written(
