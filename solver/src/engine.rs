@@ -1500,7 +1500,11 @@ pub(crate) fn predict(p: &Proc, m: u32, k: u32, n: u32, order: OperandOrder) -> 
 }
 
 /// The operand order a processor runs an operator in: the faster over a
-/// few representative M.
+/// few representative M, counting the copies a discrete processor makes
+/// alone, whose output side depends on the order (a GPU transposes an `aw`
+/// output before reading it back: on an H100, 18 µs of fixed cost against
+/// 7 µs, which the GEMMs of an lm_head, 179 µs in either order, did not
+/// outweigh).
 fn choose_order(p: &Proc, k: u32, n: u32, phase: Phase, max_m: u32) -> OperandOrder {
     let ms: Vec<u32> = match phase {
         Phase::Decode => vec![1, max_m.max(1)],
@@ -1510,7 +1514,14 @@ fn choose_order(p: &Proc, k: u32, n: u32, phase: Phase, max_m: u32) -> OperandOr
             .chain(std::iter::once(max_m.max(1)))
             .collect(),
     };
-    let sum = |o| ms.iter().map(|&m| predict(p, m, k, n, o)).sum::<f64>();
+    let sum = |o| {
+        ms.iter()
+            .map(|&m| {
+                let (mf, kf, nf) = (m as f64, k as f64, n as f64);
+                predict(p, m, k, n, o) + p.alone_copy_us(mf * kf, mf * nf, o)
+            })
+            .sum::<f64>()
+    };
     let (aw, wt) = (sum(OperandOrder::Aw), sum(OperandOrder::WtAt));
     // Ties: a static-graph processor (an NPU) is weight-stationary and takes
     // the permuted order, as HeteroLLM does; others the plain one.

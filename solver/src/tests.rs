@@ -1077,6 +1077,44 @@ fn staged_costs_replace_the_dma_copies_in_the_planned_order() {
 }
 
 #[test]
+fn the_order_with_the_cheaper_read_back_wins_when_the_gemms_tie() {
+    // The synthetic GPU's GEMM takes as long in either order, so only the
+    // staged read-back tells the orders apart.
+    let line = |alpha_us: f64| hetero_plan::LinearCost {
+        alpha_us,
+        beta_us_per_byte: 1.0 / 10e3,
+    };
+    for (aw, wt_at, want) in [
+        (21.0, 16.0, OperandOrder::WtAt),
+        (16.0, 21.0, OperandOrder::Aw),
+    ] {
+        let mut dev = synthetic::discrete_cpu_gpu();
+        {
+            let o = dev.overheads_mut("cuda").unwrap();
+            o.stage_in = Some(line(15.0));
+            o.stage_out = Some(line(wt_at));
+            o.stage_out_aw = Some(line(aw));
+        }
+        for phase in [Phase::Prefill, Phase::Decode] {
+            let mut s = match phase {
+                Phase::Prefill => prefill(1..=256, &[], &["attn_q", "lm_head"]),
+                Phase::Decode => decode(&["attn_q", "lm_head"]),
+            };
+            s.graphs = GraphChoice::None;
+            s.processors = vec!["cuda".into()];
+            let plan = solve(&dev, fp(), &llama8b(), &s).unwrap();
+            for op in ["attn_q", "lm_head"] {
+                let got = plan.op(op, phase).unwrap().order("cuda");
+                assert_eq!(
+                    got, want,
+                    "{op} {phase:?}, read-back aw {aw} µs, wt_at {wt_at} µs"
+                );
+            }
+        }
+    }
+}
+
+#[test]
 fn first_crossing_finds_the_step_of_a_monotone_test_from_any_start() {
     use crate::engine::first_crossing;
     for j_max in 1..40u32 {
