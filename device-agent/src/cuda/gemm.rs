@@ -677,7 +677,7 @@ mod tests {
 
     #[test]
     fn row_candidates_round_up_to_eight_then_to_tiles_within_a_quarter() {
-        let cases: [(usize, &[usize]); 9] = [
+        let cases: [(usize, &[usize]); 10] = [
             (1, &[8]),
             (7, &[8]),
             (9, &[16]),
@@ -685,6 +685,7 @@ mod tests {
             (445, &[448, 512]),
             (670, &[672, 704, 768]),
             (1000, &[1000, 1024]),
+            (1025, &[1032, 1088, 1152, 1280]),
             (2045, &[2048]),
             (2048, &[2048]),
         ];
