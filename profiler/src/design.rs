@@ -366,12 +366,24 @@ pub fn microbench(processors: &[Processor]) -> Vec<MicrobenchRequest> {
         // Three sizes below 1 MiB, where decode and short prefills copy
         // (6 KB to 800 KB for that model), so that the fixed cost does not
         // rest on one point: a single 4 KiB point 3x too slow once doubled
-        // the fitted fixed cost of an H100 profile.
+        // the fitted fixed cost of an H100 profile. Two between 1 and 16
+        // MiB, where prefill copies of 128 to 1000 rows fall: with none, an
+        // H100's 1.8 MB copies ran 5-11 % over the line, against 2-3 % at
+        // 12 MB.
         for &bench in [MicrobenchKind::CopyH2d, MicrobenchKind::CopyD2h]
             .iter()
             .chain(staged)
         {
-            for bytes in [4u64 << 10, 64 << 10, 256 << 10, 1 << 20, 16 << 20, 64 << 20] {
+            for bytes in [
+                4u64 << 10,
+                64 << 10,
+                256 << 10,
+                1 << 20,
+                2 << 20,
+                6 << 20,
+                16 << 20,
+                64 << 20,
+            ] {
                 out.push(MicrobenchRequest {
                     bytes: Some(bytes),
                     ..req(p, bench)
