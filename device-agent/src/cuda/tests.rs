@@ -50,6 +50,14 @@ fn rel_err(a: &[f32], w: &[f32], c: &[f32], m: usize, k: usize, n: usize) -> f64
     err / scale.max(f64::MIN_POSITIVE)
 }
 
+/// Reads `g`'s output into a buffer poisoned with NaN (every element must
+/// be written) and returns its [`rel_err`] against `a`·`w`.
+fn output_err(g: &mut dyn Gemm, a: &[f32], w: &[f32], (m, k, n): (usize, usize, usize)) -> f64 {
+    let mut c = vec![f32::NAN; m * n];
+    g.read_output(&mut c).unwrap();
+    rel_err(a, w, &c, m, k, n)
+}
+
 fn spec(m: u32, k: u32, n: u32, dtype: DType, order: OperandOrder) -> GemmSpec {
     GemmSpec {
         shape: GemmShape::new(m, k, n).unwrap(),
@@ -95,10 +103,7 @@ fn gemm_matches_the_f64_reference_in_every_dtype_and_order() {
                     g.write_input(&a).unwrap();
                     let t = g.execute().unwrap();
                     assert!(t.host_us > 0.0 && t.device_us.unwrap() > 0.0);
-                    // Poison, then read: every element must be written.
-                    let mut c = vec![f32::NAN; m * n];
-                    g.read_output(&mut c).unwrap();
-                    let err = rel_err(&a, &w, &c, m, k, n);
+                    let err = output_err(g.as_mut(), &a, &w, (m, k, n));
                     let tol = dev.tolerance(dtype, k as u32);
                     assert!(
                         err <= tol,
@@ -135,9 +140,7 @@ fn every_row_count_the_search_may_pick_gives_the_reference_result() {
                 for rows in candidates {
                     g.set_rows(rows);
                     g.execute().unwrap();
-                    let mut c = vec![f32::NAN; m * n];
-                    g.read_output(&mut c).unwrap();
-                    let err = rel_err(&a, &w, &c, m, k, n);
+                    let err = output_err(&mut g, &a, &w, (m, k, n));
                     let tol = backend.tolerance(dtype, k as u32);
                     assert!(
                         err <= tol,
@@ -181,9 +184,10 @@ fn evicting_l2_between_runs_keeps_the_results() {
             g.evict_caches().unwrap();
             let t = g.execute().unwrap();
             assert!(t.device_us.unwrap() > 0.0);
-            let mut c = vec![f32::NAN; m * n];
-            g.read_output(&mut c).unwrap();
-            assert!(rel_err(&a, &w, &c, m, k, n) <= default_tolerance(DType::F16, k as u32));
+            assert!(
+                output_err(g.as_mut(), &a, &w, (m, k, n))
+                    <= default_tolerance(DType::F16, k as u32)
+            );
         }
     }
 }
@@ -209,9 +213,10 @@ fn kernel_only_timing_leaves_the_launch_out_and_keeps_the_results() {
                     .device_us
                     .unwrap(),
             );
-            let mut c = vec![f32::NAN; m * n];
-            g.read_output(&mut c).unwrap();
-            assert!(rel_err(&a, &w, &c, m, k, n) <= default_tolerance(DType::F16, k as u32));
+            assert!(
+                output_err(g.as_mut(), &a, &w, (m, k, n))
+                    <= default_tolerance(DType::F16, k as u32)
+            );
         }
         let (p, q) = (median(&mut plain), median(&mut gated));
         eprintln!(
@@ -248,9 +253,10 @@ fn submit_and_wait_block_and_poll() {
             g.submit().unwrap();
             let t = g.wait(mode).unwrap();
             assert!(t.host_us > 0.0, "{mode:?}");
-            let mut c = vec![f32::NAN; m * n];
-            g.read_output(&mut c).unwrap();
-            assert!(rel_err(&a, &w, &c, m, k, n) <= default_tolerance(DType::F16, k as u32));
+            assert!(
+                output_err(g.as_mut(), &a, &w, (m, k, n))
+                    <= default_tolerance(DType::F16, k as u32)
+            );
         }
         assert!(g.wait(SyncMode::Block).is_err(), "wait without submit");
     }
@@ -346,9 +352,7 @@ fn host_weights_are_copied_before_every_run() {
             for run in 0..2 {
                 let t = g.execute().unwrap();
                 assert!(t.host_us > 0.0);
-                let mut c = vec![f32::NAN; m * n];
-                g.read_output(&mut c).unwrap();
-                let err = rel_err(&a, &w, &c, m, k, n);
+                let err = output_err(g.as_mut(), &a, &w, (m, k, n));
                 assert!(
                     err <= tol,
                     "{dtype} {order} run {run}: rel err {err} > {tol}"
