@@ -150,7 +150,7 @@ for p in cuda mixed; do
                 --out "$r.json" > /dev/null 2> "$r.err"; then
                 log "$label $phase $len $sync$tag: done"
             else
-                log "$label $phase $len $sync: failed: $(tail -3 "$r.err")"
+                log "$label $phase $len $sync$tag: failed: $(tail -3 "$r.err")"
             fi
         done
     done
