@@ -6,10 +6,10 @@
 //!
 //! | buffer | device layout | bytes |
 //! |---|---|---|
-//! | weights | `Wᵀ[N,K]` row-major (transposed once, in `prepare`) | N·K·e |
-//! | input as sent | `A[M,K]` row-major f32 (only when e < 4) | M·K·4 |
-//! | input | `A[R,K]` row-major, converted on the device; the rows past M zero | R·K·e |
-//! | output | `aw`: `C[R,N]` column-major; `wt_at`: `C[R,N]` row-major; f32 | R·N·4 |
+//! | weights | `Wᵀ[Nₚ,Kₚ]` row-major (transposed once, in `prepare`), zero past N and K | Nₚ·Kₚ·e |
+//! | input as sent | `A[M,Kₚ]` row-major f32 (only when e < 4) | M·Kₚ·4 |
+//! | input | `A[R,Kₚ]` row-major, converted on the device; zero past M and K | R·Kₚ·e |
+//! | output | `aw`: `C[R,Nₚ]` column-major; `wt_at`: `C[R,Nₚ]` row-major; f32 | R·Nₚ·4 |
 //! | output `aw`, transposed | `C[M,N]` row-major f32 | M·N·4 |
 //!
 //! `aw` runs `gemm(T, N, m=M, n=N, k=K, A, Wᵀ)`: the activation is cuBLAS's
@@ -31,6 +31,10 @@
 //! at most a quarter more rows than M) and keeps the fastest
 //! ([`CudaGemm::choose_rows`]; `HETERO_CUDA_ROWS=8` keeps ⌈M⌉₈, for
 //! comparisons). `docs/benchmarks.md`, Predictors, has the measurements.
+//!
+//! Kₚ and Nₚ are K and N rounded up to a multiple of 8 ([`padded`]): the
+//! zero columns of A and W add nothing to the product, and the output's
+//! columns past N are never read back.
 //!
 //! The host side of every copy is the caller's slice: one DMA from memory
 //! of [`Backend::alloc_host`](crate::Backend::alloc_host), the driver's
@@ -170,24 +174,33 @@ macro_rules! with_elem {
     };
 }
 
-/// `dst[j*rows + i] = src[i*cols + j]`: transposes a row-major `rows×cols`
+/// `dst[j*pitch + i] = src[i*cols + j]`: transposes a row-major `rows×cols`
 /// matrix while converting, in cache-sized blocks, on all cores (weights of
-/// a vocabulary projection are half a billion elements).
-fn transpose_convert<T: Scalar + Send>(src: &[f32], rows: usize, cols: usize, dst: &mut [T]) {
+/// a vocabulary projection are half a billion elements). `pitch` ≥ `rows`;
+/// the elements of `dst` past `rows` in each row, and the rows past `cols`,
+/// are left as they are (the zero padding of [`padded`]).
+fn transpose_convert<T: Scalar + Send>(
+    src: &[f32],
+    rows: usize,
+    cols: usize,
+    pitch: usize,
+    dst: &mut [T],
+) {
     const B: usize = 64;
+    debug_assert!(pitch >= rows && dst.len() >= cols * pitch);
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
     // Each thread owns a band of destination rows (source columns).
     let band = cols.div_ceil(threads).div_ceil(B).max(1) * B;
     std::thread::scope(|scope| {
-        for (t, chunk) in dst.chunks_mut(band * rows).enumerate() {
+        for (t, chunk) in dst.chunks_mut(band * pitch).enumerate() {
             let j_start = t * band;
             scope.spawn(move || {
-                let j_end = j_start + chunk.len() / rows;
+                let j_end = (j_start + chunk.len() / pitch).min(cols);
                 for i0 in (0..rows).step_by(B) {
                     for j0 in (j_start..j_end).step_by(B) {
                         for i in i0..(i0 + B).min(rows) {
                             for j in j0..(j0 + B).min(j_end) {
-                                chunk[(j - j_start) * rows + i] = T::from_f32(src[i * cols + j]);
+                                chunk[(j - j_start) * pitch + i] = T::from_f32(src[i * cols + j]);
                             }
                         }
                     }
@@ -195,6 +208,42 @@ fn transpose_convert<T: Scalar + Send>(src: &[f32], rows: usize, cols: usize, ds
             });
         }
     });
+}
+
+/// A dimension as the GEMM computes it: K and N are rounded up to a
+/// multiple of 8 over zeros, which leave the product as it is. cuBLAS
+/// needs 16-byte aligned rows for its tensor-core kernels: with K = 8148 an
+/// H100 took 308 µs for 256×8148×16384 `aw`, against 115 µs at K = 8104,
+/// and `wt_at` with N = 4148 took 2.2 times `aw`. `HETERO_CUDA_PAD=none`
+/// computes K and N as they are, for comparisons.
+fn padded(d: usize) -> usize {
+    match std::env::var("HETERO_CUDA_PAD").as_deref() {
+        Ok("none") => d,
+        _ => d.next_multiple_of(8),
+    }
+}
+
+/// A 2D copy with every field zero, for `..copy_2d()` after the fields a
+/// copy sets.
+fn copy_2d() -> sys::CUDA_MEMCPY2D {
+    sys::CUDA_MEMCPY2D {
+        srcXInBytes: 0,
+        srcY: 0,
+        srcMemoryType: sys::CUmemorytype::CU_MEMORYTYPE_HOST,
+        srcHost: std::ptr::null(),
+        srcDevice: 0,
+        srcArray: std::ptr::null_mut(),
+        srcPitch: 0,
+        dstXInBytes: 0,
+        dstY: 0,
+        dstMemoryType: sys::CUmemorytype::CU_MEMORYTYPE_HOST,
+        dstHost: std::ptr::null_mut(),
+        dstDevice: 0,
+        dstArray: std::ptr::null_mut(),
+        dstPitch: 0,
+        WidthInBytes: 0,
+        Height: 0,
+    }
 }
 
 /// A GEMM prepared on one CUDA device.
@@ -225,6 +274,10 @@ pub(super) struct CudaGemm {
     w_host: Option<PinnedBuf>,
     /// The rows computed: M and zero rows past it ([`CudaGemm::choose_rows`]).
     rows: usize,
+    /// K and N as computed: each rounded up to a multiple of 8 over zero
+    /// columns and rows ([`padded`]).
+    kp: usize,
+    np: usize,
 }
 
 impl CudaGemm {
@@ -248,9 +301,10 @@ impl CudaGemm {
         }
         let e = elem.size();
         let ctx = &dev.ctx;
-        let w = DeviceBuf::new(ctx, k * n * e, id)?;
+        let (kp, np) = (padded(k), padded(n));
+        let w = DeviceBuf::new(ctx, kp * np * e, id)?;
         let a32 = match elem.half() {
-            Some(_) => Some(DeviceBuf::new(ctx, m * k * 4, id)?),
+            Some(_) => Some(DeviceBuf::new(ctx, m * kp * 4, id)?),
             None => None,
         };
         let candidates = match std::env::var("HETERO_CUDA_ROWS").as_deref() {
@@ -258,13 +312,20 @@ impl CudaGemm {
             _ => row_candidates(m),
         };
         let most = candidates[candidates.len() - 1];
-        let a = DeviceBuf::new(ctx, most * k * e, id)?;
+        let a = DeviceBuf::new(ctx, most * kp * e, id)?;
         ctx.bind_to_thread().at(id, "cuCtxSetCurrent")?;
-        // SAFETY: `a` holds most·k elements of e bytes. All of it is zeroed:
-        // the rows past M are never written (they stay zero), and the row
-        // search below runs before any input is written.
-        unsafe { result::memset_d8_sync(a.ptr(), 0, most * k * e) }.at(id, "cuMemsetD8(input)")?;
-        let c = DeviceBuf::new(ctx, most * n * 4, id)?;
+        // SAFETY: `a` holds most·kp elements of e bytes. All of it is zeroed:
+        // the rows past M and the columns past K are never written (they
+        // stay zero), and the row search below runs before any input is
+        // written.
+        unsafe { result::memset_d8_sync(a.ptr(), 0, most * kp * e) }.at(id, "cuMemsetD8(input)")?;
+        if let Some(a32) = a32.as_ref().filter(|_| kp > k) {
+            // SAFETY: `a32` holds m·kp f32 values; its columns past K are
+            // never written, so they convert to the zeros of `a`.
+            unsafe { result::memset_d8_sync(a32.ptr(), 0, m * kp * 4) }
+                .at(id, "cuMemsetD8(input as sent)")?;
+        }
+        let c = DeviceBuf::new(ctx, most * np * 4, id)?;
         let ct = match spec.order {
             OperandOrder::Aw => Some(DeviceBuf::new(ctx, m * n * 4, id)?),
             OperandOrder::WtAt => None,
@@ -273,12 +334,13 @@ impl CudaGemm {
             // Fail at prepare, not at the first input, without the kernels.
             dev.kernels()?;
         }
-        // Weights: W[K,N] → Wᵀ[N,K] in the element type, then one upload.
+        // Weights: W[K,N] → Wᵀ[Np,Kp] in the element type, zero past N and
+        // K, then one upload.
         with_elem!(elem, T => {
-            let mut wt = vec![T::from_f32(0.0); k * n];
-            transpose_convert::<T>(weights, k, n, &mut wt);
+            let mut wt = vec![T::from_f32(0.0); kp * np];
+            transpose_convert::<T>(weights, k, n, kp, &mut wt);
             ctx.bind_to_thread().at(id, "cuCtxSetCurrent")?;
-            // SAFETY: `w` holds exactly k·n elements of T; the copy is synchronous.
+            // SAFETY: `w` holds exactly kp·np elements of T; the copy is synchronous.
             unsafe { result::memcpy_htod_sync(w.ptr(), &wt) }.at(id, "cuMemcpyHtoD(weights)")?;
         });
         let timing = Some(sys::CUevent_flags::CU_EVENT_DEFAULT);
@@ -302,6 +364,8 @@ impl CudaGemm {
             submitted: None,
             w_host: None,
             rows: candidates[0],
+            kp,
+            np,
         };
         g.choose_rows(&candidates)?;
         Ok(g)
@@ -313,12 +377,18 @@ impl CudaGemm {
         self.rows
     }
 
+    /// K and N as computed (Kₚ, Nₚ).
+    #[cfg(test)]
+    pub(super) fn padded_kn(&self) -> (usize, usize) {
+        (self.kp, self.np)
+    }
+
     /// Computes `rows` rows from now on; `rows` ≥ M and within the
     /// allocation (tests try every candidate).
     #[cfg(test)]
     pub(super) fn set_rows(&mut self, rows: usize) {
-        let (m, k, _) = self.spec.shape.mkn();
-        let capacity = self.a.bytes() / (k as usize * self.elem.size());
+        let m = self.spec.shape.m.get();
+        let capacity = self.a.bytes() / (self.kp * self.elem.size());
         assert!(
             (m as usize..=capacity).contains(&rows),
             "{rows} rows for M = {m}, {capacity} allocated"
@@ -363,10 +433,9 @@ impl CudaGemm {
     fn launch(&mut self) -> Result<()> {
         let dev = &*self.dev;
         let id = dev.id.as_str();
-        let (m, k, n) = self.spec.shape.mkn();
-        debug_assert!(self.rows >= m as usize);
+        debug_assert!(self.rows >= self.spec.shape.m.get() as usize);
         let rows = self.rows as i32;
-        let (k, n) = (k as i32, n as i32);
+        let (k, n) = (self.kp as i32, self.np as i32);
         let stream = dev.stream.cu_stream();
         let cu_type = self.elem.cuda();
         let (alpha, beta) = (1.0f32, 0.0f32);
@@ -490,14 +559,34 @@ impl Gemm for CudaGemm {
         self.dev.ctx.bind_to_thread().at(&id, "cuCtxSetCurrent")?;
         let stream = self.dev.stream.cu_stream();
         let sent = self.a32.as_ref().unwrap_or(&self.a);
-        // SAFETY: `sent` holds `want` f32 values; the stream is synchronised
-        // below, before the caller may touch `a` again.
-        unsafe { result::memcpy_htod_async(sent.ptr(), a, stream) }
-            .at(&id, "cuMemcpyHtoDAsync(input)")?;
+        let (m, k, kp) = (m as usize, k as usize, self.kp);
+        if kp == k {
+            // SAFETY: `sent` holds at least `want` f32 values; the stream is
+            // synchronised below, before the caller may touch `a` again.
+            unsafe { result::memcpy_htod_async(sent.ptr(), a, stream) }
+                .at(&id, "cuMemcpyHtoDAsync(input)")?;
+        } else {
+            // Rows of K values into rows of Kp; the columns past K stay zero.
+            let copy = sys::CUDA_MEMCPY2D {
+                srcMemoryType: sys::CUmemorytype::CU_MEMORYTYPE_HOST,
+                srcHost: a.as_ptr() as *const c_void,
+                srcPitch: k * 4,
+                dstMemoryType: sys::CUmemorytype::CU_MEMORYTYPE_DEVICE,
+                dstDevice: sent.ptr(),
+                dstPitch: kp * 4,
+                WidthInBytes: k * 4,
+                Height: m,
+                ..copy_2d()
+            };
+            // SAFETY: `a` holds M·K f32 values and `sent` at least M·Kp; the
+            // stream is synchronised below, before the caller may touch `a`.
+            unsafe { sys::cuMemcpy2DAsync_v2(&copy, stream).result() }
+                .at(&id, "cuMemcpy2DAsync(input)")?;
+        }
         if let (Some(half), Some(a32)) = (self.elem.half(), &self.a32) {
             self.dev
                 .kernels()?
-                .convert(stream, a32.ptr(), self.a.ptr(), want, half, &id)?;
+                .convert(stream, a32.ptr(), self.a.ptr(), m * kp, half, &id)?;
         }
         self.dev.stream.synchronize().at(&id, "cuStreamSynchronize")
     }
@@ -594,10 +683,30 @@ impl Gemm for CudaGemm {
             }
             None => &self.c,
         };
-        // SAFETY: `out` holds at least M·N f32 values (`wt_at`: its first M
-        // rows are C); synchronised below before the caller reads `c`.
-        unsafe { result::memcpy_dtoh_async(c, out.ptr(), stream) }
-            .at(&id, "cuMemcpyDtoHAsync(output)")?;
+        if self.ct.is_some() || self.np == n {
+            // SAFETY: `out` holds at least M·N f32 values (`wt_at`: its
+            // first M rows are C); synchronised below before the caller
+            // reads `c`.
+            unsafe { result::memcpy_dtoh_async(c, out.ptr(), stream) }
+                .at(&id, "cuMemcpyDtoHAsync(output)")?;
+        } else {
+            // `wt_at` with N padded: the first N of every row of Np.
+            let copy = sys::CUDA_MEMCPY2D {
+                srcMemoryType: sys::CUmemorytype::CU_MEMORYTYPE_DEVICE,
+                srcDevice: out.ptr(),
+                srcPitch: self.np * 4,
+                dstMemoryType: sys::CUmemorytype::CU_MEMORYTYPE_HOST,
+                dstHost: c.as_mut_ptr() as *mut c_void,
+                dstPitch: n * 4,
+                WidthInBytes: n * 4,
+                Height: m,
+                ..copy_2d()
+            };
+            // SAFETY: `out` holds R·Np f32 (R ≥ M) and `c` M·N; synchronised
+            // below before the caller reads `c`.
+            unsafe { sys::cuMemcpy2DAsync_v2(&copy, stream).result() }
+                .at(&id, "cuMemcpy2DAsync(output)")?;
+        }
         self.dev.stream.synchronize().at(&id, "cuStreamSynchronize")
     }
 
@@ -634,8 +743,13 @@ impl Gemm for CudaGemm {
         // Cached page-locked memory: the transposing writes below are
         // strided, which write-combined memory makes very slow.
         let mut h = PinnedBuf::new(&self.dev.ctx, self.w.bytes(), 0, &id)?;
+        let (kp, np) = (self.kp, self.np);
         with_elem!(self.elem, T => {
-            transpose_convert::<T>(w, k, n, &mut h.as_mut_slice::<T>()[..k * n]);
+            let wt = &mut h.as_mut_slice::<T>()[..kp * np];
+            if (kp, np) != (k, n) {
+                wt.fill(T::from_f32(0.0));
+            }
+            transpose_convert::<T>(w, k, n, kp, wt);
         });
         self.w_host = Some(h);
         Ok(())
@@ -664,14 +778,29 @@ mod tests {
         let (rows, cols) = (70, 130); // not multiples of the block
         let src: Vec<f32> = (0..rows * cols).map(|i| i as f32).collect();
         let mut dst = vec![0f32; rows * cols];
-        transpose_convert::<f32>(&src, rows, cols, &mut dst);
+        transpose_convert::<f32>(&src, rows, cols, rows, &mut dst);
+        // Into rows of a longer pitch, with rows to spare: the padding is
+        // left as it was.
+        let pitch = rows + 6;
+        let mut wide = vec![-1f32; (cols + 3) * pitch];
+        transpose_convert::<f32>(&src, rows, cols, pitch, &mut wide);
+        for j in 0..cols + 3 {
+            for i in 0..pitch {
+                let want = if i < rows && j < cols {
+                    src[i * cols + j]
+                } else {
+                    -1.0
+                };
+                assert_eq!(wide[j * pitch + i], want, "({j}, {i})");
+            }
+        }
         for i in 0..rows {
             for j in 0..cols {
                 assert_eq!(dst[j * rows + i], src[i * cols + j]);
             }
         }
         let mut h = vec![f16::ZERO; rows * cols];
-        transpose_convert::<f16>(&src[..], rows, cols, &mut h);
+        transpose_convert::<f16>(&src[..], rows, cols, rows, &mut h);
         assert_eq!(h[rows].to_f32(), 1.0);
     }
 

@@ -152,6 +152,46 @@ fn every_row_count_the_search_may_pick_gives_the_reference_result() {
     }
 }
 
+#[test]
+fn k_and_n_padded_to_eight_give_the_reference_result() {
+    if devices_or_skip("padding test").is_none() {
+        return;
+    }
+    let backend = CudaBackend::open(0).unwrap();
+    for &(m, k, n) in &[(37, 1021, 75), (8, 173, 1003), (130, 8148, 9)] {
+        for dtype in [DType::F32, DType::F16, DType::Bf16] {
+            for order in [OperandOrder::Aw, OperandOrder::WtAt] {
+                let w = values(k * n, 13 + k as u64);
+                let a = values(m * k, 17 + n as u64);
+                let s = spec(m as u32, k as u32, n as u32, dtype, order);
+                let mut g = gemm::CudaGemm::new(backend.dev.clone(), &s, &w).unwrap();
+                if std::env::var("HETERO_CUDA_PAD").as_deref() != Ok("none") {
+                    assert_eq!(
+                        g.padded_kn(),
+                        (k.next_multiple_of(8), n.next_multiple_of(8))
+                    );
+                }
+                let tol = backend.tolerance(dtype, k as u32);
+                g.write_input(&a).unwrap();
+                g.execute().unwrap();
+                let err = output_err(&mut g, &a, &w, (m, k, n));
+                assert!(
+                    err <= tol,
+                    "{m}x{k}x{n} {dtype} {order}: rel err {err} > {tol}"
+                );
+                // The same through host-resident weights (the padded copy).
+                g.host_weights(&w).unwrap();
+                g.execute().unwrap();
+                let err = output_err(&mut g, &a, &w, (m, k, n));
+                assert!(
+                    err <= tol,
+                    "{m}x{k}x{n} {dtype} {order}, host weights: rel err {err} > {tol}"
+                );
+            }
+        }
+    }
+}
+
 /// An f16 `aw` GEMM of `(m, k, n)` prepared on `dev` with `values` of the
 /// weight and activation seeds, its input written: the GEMM, A and W.
 fn f16_aw_written(
