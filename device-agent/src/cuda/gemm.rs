@@ -28,7 +28,8 @@
 //! cuBLAS's choice of kernel still makes the time jump with M (H100, f16,
 //! 445×1536×8960: 40 µs; 512×1536×8960: 27 µs), so `prepare` times every
 //! row count of [`row_candidates`] (M rounded up to 8, 64, 128 and 256,
-//! at most a quarter more rows than M) and keeps the fastest
+//! at most a quarter more rows than M), each with the L2 evicted, and keeps
+//! the fastest
 //! ([`CudaGemm::choose_rows`]; `HETERO_CUDA_ROWS=8` keeps ⌈M⌉₈, for
 //! comparisons). `docs/benchmarks.md`, Predictors, has the measurements.
 //!
@@ -398,18 +399,33 @@ impl CudaGemm {
 
     /// Times every row count of `candidates` (ascending) over the zeroed
     /// input, in [`ROWS_ROUNDS`] rounds, and keeps the fastest: the fewest
-    /// rows unless more run faster by [`ROWS_MARGIN`]. The device timer of
-    /// an ordinary run; one candidate is taken as it is.
+    /// rows unless more run faster by [`ROWS_MARGIN`]. Every run starts
+    /// with the L2 evicted and times the kernels alone where the device
+    /// allows ([`Gemm::execute_kernel_only`]): the weights come from device
+    /// memory, as a layer's operators meet them, and the host's launch path
+    /// adds no noise to the comparison. `HETERO_CUDA_ROWS=warm` times
+    /// ordinary runs over a warm L2 instead (the search of session 22);
+    /// `HETERO_CUDA_ROWS_LOG` set prints each choice on stderr. One
+    /// candidate is taken as it is.
     fn choose_rows(&mut self, candidates: &[usize]) -> Result<()> {
         self.rows = candidates[0];
         if candidates.len() == 1 {
             return Ok(());
         }
+        let cold = std::env::var("HETERO_CUDA_ROWS").as_deref() != Ok("warm");
         let mut best = vec![f64::INFINITY; candidates.len()];
         for round in 0..ROWS_ROUNDS {
             for (i, &rows) in candidates.iter().enumerate() {
                 self.rows = rows;
-                let t = self.execute()?;
+                let t = if cold {
+                    self.dev.evict_l2()?;
+                    match self.execute_kernel_only()? {
+                        Some(t) => t,
+                        None => self.execute()?,
+                    }
+                } else {
+                    self.execute()?
+                };
                 if round > 0 {
                     best[i] = best[i].min(t.device_us.unwrap_or(t.host_us));
                 }
@@ -422,6 +438,21 @@ impl CudaGemm {
             }
         }
         self.rows = candidates[pick];
+        if std::env::var_os("HETERO_CUDA_ROWS_LOG").is_some() {
+            let times: Vec<String> = candidates
+                .iter()
+                .zip(&best)
+                .map(|(r, t)| format!("{r}: {t:.1} µs"))
+                .collect();
+            eprintln!(
+                "{} {} {}: {} rows of [{}]",
+                self.dev.id,
+                self.spec.shape,
+                self.spec.order,
+                self.rows,
+                times.join(", ")
+            );
+        }
         Ok(())
     }
 
