@@ -417,7 +417,10 @@ impl CudaGemm {
         for round in 0..ROWS_ROUNDS {
             for (i, &rows) in candidates.iter().enumerate() {
                 self.rows = rows;
-                let t = if cold {
+                // Round 0 runs ordinarily: cuBLAS's first call of a shape
+                // may wait on the stream, which a kernel-only run holds
+                // shut until the launch returns (a deadlock).
+                let t = if cold && round > 0 {
                     self.dev.evict_l2()?;
                     match self.execute_kernel_only()? {
                         Some(t) => t,
