@@ -399,9 +399,9 @@ impl CudaGemm {
 
     /// Times every row count of `candidates` (ascending) over the zeroed
     /// input, in [`ROWS_ROUNDS`] rounds, and keeps the fastest: the fewest
-    /// rows unless more run faster by [`ROWS_MARGIN`]. Every run starts
-    /// with the L2 evicted and times the kernels alone where the device
-    /// allows ([`Gemm::execute_kernel_only`]): the weights come from device
+    /// rows unless more run faster by [`ROWS_MARGIN`]. Every counted run
+    /// starts with the L2 evicted and times the kernels alone where the
+    /// device allows ([`Gemm::execute_kernel_only`]): the weights come from device
     /// memory, as a layer's operators meet them, and the host's launch path
     /// adds no noise to the comparison. `HETERO_CUDA_ROWS=warm` times
     /// ordinary runs over a warm L2 instead (the search of session 22);
