@@ -48,7 +48,7 @@ use std::time::{Duration, Instant};
 use cudarc::cublas::{result as blas, sys as blas_sys};
 use cudarc::driver::{CudaEvent, result, sys};
 use half::{bf16, f16};
-use hetero_plan::{DType, OperandOrder};
+use hetero_plan::{DType, OperandOrder, Stats};
 
 use super::kernels::Half;
 use super::mem::{DeviceBuf, MappedFlag, PinnedBuf, Pod};
@@ -83,8 +83,12 @@ pub(super) fn row_candidates(m: usize) -> Vec<usize> {
 const ROWS_MARGIN: f64 = 0.03;
 
 /// Rounds of [`CudaGemm::choose_rows`]: the first warms every candidate up
-/// and is not counted; each candidate's fastest counted run decides.
-const ROWS_ROUNDS: usize = 4;
+/// and is not counted; each candidate's median counted run decides. The
+/// median, not the fastest run: some kernels swing between two speeds
+/// from run to run (H100, 424×8960×1536 f16: best of three 24.6 µs in one
+/// search, 27.8 µs in the next), and the one a plan meets is the typical
+/// run, which a sweep's median measures.
+const ROWS_ROUNDS: usize = 8;
 
 /// Element types the backend computes in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -398,8 +402,10 @@ impl CudaGemm {
     }
 
     /// Times every row count of `candidates` (ascending) over the zeroed
-    /// input, in [`ROWS_ROUNDS`] rounds, and keeps the fastest: the fewest
-    /// rows unless more run faster by [`ROWS_MARGIN`]. Every counted run
+    /// input, in [`ROWS_ROUNDS`] rounds, and keeps the fastest by the
+    /// median of its counted runs: the fewest rows unless more run faster
+    /// by [`ROWS_MARGIN`] (`HETERO_CUDA_ROWS_PICK=min` compares the fastest
+    /// runs instead, the rule of session 23, for comparisons). Every counted run
     /// starts with the L2 evicted and times the kernels alone where the
     /// device allows ([`Gemm::execute_kernel_only`]): the weights come from device
     /// memory, as a layer's operators meet them, and the host's launch path
@@ -413,7 +419,7 @@ impl CudaGemm {
             return Ok(());
         }
         let cold = std::env::var("HETERO_CUDA_ROWS").as_deref() != Ok("warm");
-        let mut best = vec![f64::INFINITY; candidates.len()];
+        let mut runs = vec![Vec::with_capacity(ROWS_ROUNDS - 1); candidates.len()];
         for round in 0..ROWS_ROUNDS {
             for (i, &rows) in candidates.iter().enumerate() {
                 self.rows = rows;
@@ -430,10 +436,19 @@ impl CudaGemm {
                     self.execute()?
                 };
                 if round > 0 {
-                    best[i] = best[i].min(t.device_us.unwrap_or(t.host_us));
+                    runs[i].push(t.device_us.unwrap_or(t.host_us));
                 }
             }
         }
+        let by_min = std::env::var("HETERO_CUDA_ROWS_PICK").as_deref() == Ok("min");
+        let best: Vec<f64> = runs
+            .iter()
+            .map(|r| {
+                Stats::from_samples(r).map_or(f64::INFINITY, |s| {
+                    if by_min { s.min_us } else { s.median_us }
+                })
+            })
+            .collect();
         let mut pick = 0;
         for i in 1..candidates.len() {
             if best[i] < (1.0 - ROWS_MARGIN) * best[pick] {
