@@ -224,6 +224,27 @@ fn local_fake_agent_end_to_end() {
             .iter()
             .any(|id| id.starts_with("mb/cpu:0/copy_h2d/"))
     );
+    // The host-path microbenchmarks, measured again in the next batches
+    // (agent processes), one round per batch: round r in batch r.
+    let mut batch = 0;
+    let mut batch_of = std::collections::HashMap::new();
+    for e in &events {
+        match e["event"].as_str() {
+            Some("batch") => batch += 1,
+            Some("row") => {
+                batch_of.insert(e["case_id"].as_str().unwrap().to_string(), batch);
+            }
+            _ => {}
+        }
+    }
+    assert_eq!(batch_of["mb/cpu:0/submit_empty"], 1);
+    for round in 2..=4 {
+        for id in ["mb/cpu:0/submit_empty", "mb/cpu:0/copy_h2d/4096"] {
+            let id = format!("{id}@{round}");
+            assert_eq!(batch_of.get(&id), Some(&round), "{id}");
+        }
+    }
+    assert!(!batch_of.contains_key("mb/cpu:0/copy_h2d/67108864@2"));
 
     let v = show_json(&out);
     assert_eq!(v["fingerprint"]["sha256"], done["fingerprint"]);

@@ -434,6 +434,53 @@ pub fn microbench(processors: &[Processor]) -> Vec<MicrobenchRequest> {
     out
 }
 
+/// Agent processes that measure the host-path microbenchmarks: the first
+/// batch, then one repeat in each of the next `MICRO_PROCESSES - 1`
+/// batches (each batch is its own agent process). The host's CUDA path
+/// runs at one speed per process: on an H100 host, 24 processes of one
+/// decode plan ran at 0.74-0.94 of its prediction, the launch, copy and
+/// submit costs together, whatever core, address layout or huge-page
+/// setting (`datasets/gpu-host-replay-h100/session24`). Measured in one
+/// process, the fixed costs of every plan rest on one such draw; the fit
+/// takes the median over the processes ([`crate::fit`]).
+pub const MICRO_PROCESSES: usize = 4;
+
+/// Largest copy repeated by [`microbench_repeats`]: the sizes where the
+/// fixed cost dominates (decode and short prefills).
+pub const REPEAT_MAX_BYTES: u64 = 256 << 10;
+
+/// The host-path microbenchmarks of [`microbench`] (copies and staged
+/// copies up to [`REPEAT_MAX_BYTES`], submit and sync), once per repeat
+/// round `2..=MICRO_PROCESSES`, each id with `@round` added.
+pub fn microbench_repeats(processors: &[Processor]) -> Vec<Vec<MicrobenchRequest>> {
+    let host_path: Vec<MicrobenchRequest> = microbench(processors)
+        .into_iter()
+        .filter(|r| match r.bench {
+            MicrobenchKind::CopyH2d
+            | MicrobenchKind::CopyD2h
+            | MicrobenchKind::StageIn
+            | MicrobenchKind::StageOut
+            | MicrobenchKind::StageOutAw => r.bytes.is_some_and(|b| b <= REPEAT_MAX_BYTES),
+            MicrobenchKind::SubmitEmpty
+            | MicrobenchKind::SubmitBusy
+            | MicrobenchKind::SyncBlock
+            | MicrobenchKind::SyncPoll => true,
+            _ => false,
+        })
+        .collect();
+    (2..=MICRO_PROCESSES)
+        .map(|round| {
+            host_path
+                .iter()
+                .map(|r| MicrobenchRequest {
+                    id: format!("{}@{round}", r.id),
+                    ..r.clone()
+                })
+                .collect()
+        })
+        .collect()
+}
+
 /// The initial design for the processors, highest priority first.
 pub fn initial(
     processors: &[Processor],
@@ -762,6 +809,33 @@ mod tests {
         assert!(d.iter().any(|p| p.stratum == Stratum::Stage));
         assert!(d.iter().any(|p| p.stratum == Stratum::Microbench));
         assert_eq!(dtypes_for(&cpu(), Some(&[DType::Bf16])), vec![]);
+    }
+
+    #[test]
+    fn host_path_microbenchmarks_repeat_once_per_round() {
+        // A discrete processor (no unified memory) stages its copies too.
+        let procs = [cpu()];
+        assert!(!procs[0].capabilities.unified_memory);
+        let once = microbench(&procs);
+        let rounds = microbench_repeats(&procs);
+        assert_eq!(rounds.len(), MICRO_PROCESSES - 1);
+        let first: HashSet<&str> = once.iter().map(|r| r.id.as_str()).collect();
+        for (i, round) in rounds.iter().enumerate() {
+            let suffix = format!("@{}", i + 2);
+            // 5 copy kinds at 3 sizes up to 256 KiB, submit and sync.
+            assert_eq!(round.len(), 5 * 3 + 4, "{round:?}");
+            for r in round {
+                let base = r.id.strip_suffix(&suffix).expect("the round in the id");
+                assert!(first.contains(base), "{} repeats nothing", r.id);
+                assert!(r.bytes.is_none_or(|b| b <= REPEAT_MAX_BYTES), "{r:?}");
+                assert!(!matches!(
+                    r.bench,
+                    MicrobenchKind::BandwidthAlone
+                        | MicrobenchKind::BandwidthConcurrent
+                        | MicrobenchKind::GraphPrepare
+                ));
+            }
+        }
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! `hetero profile`: connect, hand-shake, probe, sweep in batches within a
 //! time budget, refine, write the dataset.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -611,6 +611,27 @@ pub fn profile(opts: ProfileOptions, rep: Arc<Reporter>) -> Result<Outcome> {
         }
     }
 
+    // The host-path microbenchmarks again, one round in each of the next
+    // batches (agent processes): see `design::MICRO_PROCESSES`.
+    let mut repeats: VecDeque<Vec<Planned>> = if opts.microbench && opts.queries.is_none() {
+        design::microbench_repeats(&selected)
+            .into_iter()
+            .map(|round| {
+                round
+                    .into_iter()
+                    .filter(|b| !rows.has(&b.id) && planned_ids.insert(b.id.clone()))
+                    .map(|b| Planned {
+                        item: Item::Bench(b),
+                        stratum: design::Stratum::Microbench,
+                    })
+                    .collect::<Vec<_>>()
+            })
+            .filter(|round| !round.is_empty())
+            .collect()
+    } else {
+        VecDeque::new()
+    };
+
     // Whether --max-cases left planned cases out.
     let mut capped = opts
         .max_cases
@@ -640,6 +661,17 @@ pub fn profile(opts: ProfileOptions, rep: Arc<Reporter>) -> Result<Outcome> {
         let target = if batch_no == 0 { 5.0f64 } else { 30.0 }.min(remaining);
         let mut batch: Vec<Planned> = Vec::new();
         let mut est_total = cost.startup;
+        if batch_no > 0
+            && let Some(round) = repeats.pop_front()
+        {
+            for p in round {
+                let est = cost.estimate(&p.item);
+                if est_total + est <= remaining {
+                    est_total += est;
+                    batch.push(p);
+                }
+            }
+        }
         let mut keep = Vec::new();
         for p in pending.drain(..) {
             let est = cost.estimate(&p.item);

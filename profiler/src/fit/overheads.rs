@@ -1,5 +1,7 @@
 //! Overhead constants from the microbenchmark rows.
 
+use std::collections::BTreeMap;
+
 use hetero_plan::{
     LinearCost, MeasurementRow, MicrobenchKind, MicrobenchRow, Overheads, Processor, RowStatus,
     Stats,
@@ -69,11 +71,21 @@ pub fn fit_overheads(
                     .filter(|t| t.is_finite() && *t > 0.0)
                     .collect()
             };
+            // One point per size: the median over the agent processes that
+            // measured it (`design::MICRO_PROCESSES`).
             let points = |kind: MicrobenchKind| -> Vec<(f64, f64)> {
-                ok.iter()
-                    .filter(|r| r.bench == kind)
-                    .filter_map(|r| Some((r.bytes? as f64, r.stats?.median_us)))
-                    .filter(|(_, t)| t.is_finite() && *t > 0.0)
+                let mut by_size: BTreeMap<u64, Vec<f64>> = BTreeMap::new();
+                for r in ok.iter().filter(|r| r.bench == kind) {
+                    if let (Some(b), Some(s)) = (r.bytes, r.stats)
+                        && s.median_us.is_finite()
+                        && s.median_us > 0.0
+                    {
+                        by_size.entry(b).or_default().push(s.median_us);
+                    }
+                }
+                by_size
+                    .into_iter()
+                    .filter_map(|(b, t)| Some((b as f64, median(t)?)))
                     .collect()
             };
             let gbps = |kind: MicrobenchKind| {
@@ -151,6 +163,50 @@ mod tests {
         assert!(fit_linear_cost(&pts[..1]).is_none());
         assert_eq!(median(vec![3.0, 1.0, 2.0, 10.0]), Some(2.5));
         assert_eq!(median(vec![]), None);
+    }
+
+    #[test]
+    fn each_size_takes_the_median_over_its_processes() {
+        // Three agent processes measured 4 and 64 KiB: one ran the host
+        // path 60 % slower. Two large sizes were measured once.
+        let row = |id: &str, bytes: u64, us: f64| MicrobenchRow {
+            case_id: id.into(),
+            processor: "cuda:0".into(),
+            bench: MicrobenchKind::StageIn,
+            bytes: Some(bytes),
+            peer: None,
+            shape: None,
+            status: RowStatus::Ok,
+            timing: hetero_plan::Timing::Real,
+            stats: Stats::from_samples(&[us]),
+            gbps: None,
+            message: None,
+            conditions: Default::default(),
+        };
+        let line = |b: f64| 10.0 + b / 20_000.0;
+        let mut micro = Vec::new();
+        for (round, slow) in [("", 1.0), ("@2", 1.6), ("@3", 1.0)] {
+            for b in [4096u64, 65536] {
+                micro.push(row(&format!("s/{b}{round}"), b, slow * line(b as f64)));
+            }
+        }
+        for b in [1u64 << 20, 16 << 20] {
+            micro.push(row(&format!("s/{b}"), b, line(b as f64)));
+        }
+        let p = Processor {
+            id: "cuda:0".into(),
+            kind: hetero_plan::ProcessorKind::Gpu,
+            api: hetero_plan::ProcessorApi::Cuda,
+            name: "a GPU".into(),
+            driver: String::new(),
+            capabilities: Default::default(),
+            simulated: false,
+            emulated: false,
+        };
+        let o = fit_overheads(&[p], &[], &micro);
+        let c = o[0].stage_in.expect("a line");
+        assert!((c.alpha_us - 10.0).abs() < 1e-6, "{c:?}");
+        assert!((c.beta_us_per_byte * 20_000.0 - 1.0).abs() < 1e-6);
     }
 
     #[test]
