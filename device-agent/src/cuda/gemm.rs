@@ -29,7 +29,7 @@
 //! 445×1536×8960: 40 µs; 512×1536×8960: 27 µs), so `prepare` times every
 //! row count of [`row_candidates`] (M rounded up to 8, 64, 128 and 256,
 //! at most a quarter more rows than M), each with the L2 evicted, and keeps
-//! the fastest
+//! the fastest by its median run
 //! ([`CudaGemm::choose_rows`]; `HETERO_CUDA_ROWS=8` keeps ⌈M⌉₈, for
 //! comparisons). `docs/benchmarks.md`, Predictors, has the measurements.
 //!
