@@ -369,7 +369,8 @@ pub fn run(a: DemoArgs) -> Result<()> {
     let procs = chosen.join(",");
 
     d.begin(&format!(
-        "profile: GEMMs of the model and stage probes, {} budget, {} caches",
+        "profile: GEMMs of the model (up to {} rows) and stage probes, {} budget, {} caches",
+        a.max_len,
         a.budget,
         if a.warm_cache { "warm" } else { "cold" }
     ));
@@ -386,6 +387,8 @@ pub fn run(a: DemoArgs) -> Result<()> {
         &model,
         "--budget",
         &a.budget,
+        "--max-len",
+        &a.max_len.to_string(),
         "--out",
         &dataset,
     ]

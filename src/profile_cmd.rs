@@ -117,6 +117,12 @@ pub struct ProfileArgs {
     /// design draws its own with seed 0).
     #[arg(long, value_name = "COUNT[:SEED]")]
     queries: Option<String>,
+    /// Measure only GEMMs of at most this many rows: the longest prompt
+    /// (tokens) the plans will be solved for. The design otherwise goes to
+    /// 4096, whose GEMMs take seconds a run on a CPU. Refinement stays
+    /// below it too.
+    #[arg(long, value_name = "TOKENS")]
+    max_len: Option<u32>,
     /// Tries for a transport command that fails for a reason of the link.
     #[arg(long, default_value_t = 4)]
     retries: u32,
@@ -218,6 +224,10 @@ fn options(a: ProfileArgs) -> anyhow::Result<(ProfileOptions, bool)> {
         return Err(bad("--max-cases: must be at least 1"));
     }
     opts.max_cases = a.max_cases;
+    if a.max_len == Some(0) {
+        return Err(bad("--max-len: must be at least 1"));
+    }
+    opts.max_len = a.max_len;
     if let Some(q) = &a.queries {
         let (count, seed) = parse_queries(q).map_err(|e| bad(format!("--queries {q}: {e}")))?;
         if opts.models.is_empty() {

@@ -219,15 +219,31 @@ pub const QUERY_ROW_ALIGN: u32 = 256;
 /// Longest prefill of the queries, as of [`PREFILL_LENGTHS`].
 pub const QUERY_MAX_TOKENS: u32 = 4096;
 
+/// Keeps the shapes of at most `max_len` rows (M): `hetero profile
+/// --max-len`, for a device whose plans will never see longer prompts, and
+/// whose long GEMMs would take the budget (a CPU running a 4096-token
+/// prefill GEMM for seconds per run). `None` keeps every shape.
+fn up_to(mut shapes: Vec<GemmShape>, max_len: Option<u32>) -> Vec<GemmShape> {
+    if let Some(max) = max_len {
+        shapes.retain(|s| s.m.get() <= max);
+    }
+    shapes
+}
+
 /// `count` distinct GEMM shapes drawn as the solver asks a predictor for
 /// them, from `seed` (the same seed gives the same shapes on every
 /// machine): a model operator, uniformly; a token count log-uniform in
-/// 1..=[`QUERY_MAX_TOKENS`] (decode at 8 tokens or fewer, so an lm_head
-/// stays at its decode rows); and for two in five, when N spans more than
+/// 1..=`max_tokens` (at most [`QUERY_MAX_TOKENS`]; decode at 8 tokens or
+/// fewer, so an lm_head stays at its decode rows); and for two in five, when N spans more than
 /// two [`QUERY_ROW_ALIGN`] steps, N cut to a multiple of that step or to
 /// what such a cut leaves. Fewer than `count` if the models have fewer
 /// distinct shapes to draw.
-pub fn query_shapes(models: &[ModelSpec], count: usize, seed: u64) -> Vec<GemmShape> {
+pub fn query_shapes(
+    models: &[ModelSpec],
+    count: usize,
+    seed: u64,
+    max_tokens: u32,
+) -> Vec<GemmShape> {
     use rand::{Rng, SeedableRng};
     let ops: Vec<_> = models.iter().flat_map(|m| &m.ops).collect();
     if ops.is_empty() || count == 0 {
@@ -236,7 +252,7 @@ pub fn query_shapes(models: &[ModelSpec], count: usize, seed: u64) -> Vec<GemmSh
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
     let mut seen = HashSet::new();
     let mut out = Vec::new();
-    let ln_max = (QUERY_MAX_TOKENS as f64).ln();
+    let ln_max = (max_tokens.clamp(1, QUERY_MAX_TOKENS) as f64).ln();
     // Draws until `count` are distinct, with room for repeats (small token
     // counts repeat often) and a stop for models with few shapes.
     for _ in 0..count * 50 {
@@ -481,20 +497,27 @@ pub fn microbench_repeats(processors: &[Processor]) -> Vec<Vec<MicrobenchRequest
         .collect()
 }
 
-/// The initial design for the processors, highest priority first.
+/// The initial design for the processors, highest priority first; with
+/// `max_len`, only GEMMs of at most that many rows.
 pub fn initial(
     processors: &[Processor],
     models: &[ModelSpec],
     dtypes: Option<&[DType]>,
     with_microbench: bool,
+    max_len: Option<u32>,
 ) -> Vec<Planned> {
-    let model = model_shapes(models);
-    let split = split_shapes(models);
-    let grid = grid_shapes();
-    let queries = query_shapes(models, DESIGN_QUERIES, DESIGN_QUERY_SEED);
+    let model = up_to(model_shapes(models), max_len);
+    let split = up_to(split_shapes(models), max_len);
+    let grid = up_to(grid_shapes(), max_len);
+    let queries = query_shapes(
+        models,
+        DESIGN_QUERIES,
+        DESIGN_QUERY_SEED,
+        max_len.unwrap_or(QUERY_MAX_TOKENS),
+    );
     let mut per_proc: Vec<Vec<Planned>> = Vec::new();
     for p in processors {
-        let stage = stage_shapes(p.capabilities.tile);
+        let stage = up_to(stage_shapes(p.capabilities.tile), max_len);
         let mut strata: Vec<(Stratum, Vec<GemmShape>)> = vec![
             (Stratum::Model, model.clone()),
             (Stratum::Stage, stage),
@@ -533,16 +556,17 @@ pub fn initial(
 }
 
 /// A held-out design: `count` random queries of the models from `seed`
-/// ([`query_shapes`]) on every processor, in both operand orders, and
-/// nothing else.
+/// ([`query_shapes`], of at most `max_len` rows) on every processor, in
+/// both operand orders, and nothing else.
 pub fn queries(
     processors: &[Processor],
     models: &[ModelSpec],
     dtypes: Option<&[DType]>,
     count: usize,
     seed: u64,
+    max_len: Option<u32>,
 ) -> Vec<Planned> {
-    let shapes = query_shapes(models, count, seed);
+    let shapes = query_shapes(models, count, seed, max_len.unwrap_or(QUERY_MAX_TOKENS));
     let per_proc = processors
         .iter()
         .map(|p| {
@@ -725,7 +749,7 @@ mod tests {
         // Decode first: the ends of the M list lead.
         assert_eq!(split[0].m.get(), 1);
         assert!(split.iter().all(|s| s.n.get() % 64 == 0));
-        let d = initial(&[cpu()], models, None, false);
+        let d = initial(&[cpu()], models, None, false, None);
         assert!(d.iter().any(|p| p.stratum == Stratum::Split));
     }
 
@@ -734,9 +758,13 @@ mod tests {
         let spec = hetero_plan::hf::load_config(Path::new("../datasets/models/qwen2.5-1.5b.json"))
             .unwrap();
         let models = std::slice::from_ref(&spec);
-        let q = query_shapes(models, 300, 7);
-        assert_eq!(q, query_shapes(models, 300, 7), "the seed fixes them");
-        assert_ne!(q, query_shapes(models, 300, 8));
+        let q = query_shapes(models, 300, 7, QUERY_MAX_TOKENS);
+        assert_eq!(
+            q,
+            query_shapes(models, 300, 7, QUERY_MAX_TOKENS),
+            "the seed fixes them"
+        );
+        assert_ne!(q, query_shapes(models, 300, 8, QUERY_MAX_TOKENS));
         assert_eq!(q.len(), 300);
         assert_eq!(q.iter().collect::<HashSet<_>>().len(), 300, "distinct");
         let ops: Vec<(u32, u32)> = spec.ops.iter().map(|o| (o.k, o.n)).collect();
@@ -770,8 +798,8 @@ mod tests {
                 "no length with {tz} trailing zeros"
             );
         }
-        assert!(query_shapes(&[], 10, 0).is_empty());
-        let d = initial(&[cpu()], models, None, false);
+        assert!(query_shapes(&[], 10, 0, QUERY_MAX_TOKENS).is_empty());
+        let d = initial(&[cpu()], models, None, false, None);
         let n_query = d.iter().filter(|p| p.stratum == Stratum::Query).count();
         assert!(
             n_query > 0 && n_query <= 2 * DESIGN_QUERIES * 2,
@@ -779,10 +807,10 @@ mod tests {
         );
         // A held-out design: those queries in both orders, in f32 and f16
         // on this cpu, and nothing else.
-        let held = queries(&[cpu()], models, None, 40, 7);
+        let held = queries(&[cpu()], models, None, 40, 7, None);
         assert_eq!(held.len(), 40 * 2);
         assert!(held.iter().all(|p| p.stratum == Stratum::Query));
-        let first = query_shapes(models, 40, 7)[0];
+        let first = query_shapes(models, 40, 7, QUERY_MAX_TOKENS)[0];
         assert!(
             held.iter()
                 .any(|p| p.item.id() == case_id("cpu:0", first, DType::F32, OperandOrder::WtAt))
@@ -801,7 +829,7 @@ mod tests {
 
     #[test]
     fn initial_design_has_both_orders_and_unique_ids() {
-        let d = initial(&[cpu()], &[], None, true);
+        let d = initial(&[cpu()], &[], None, true, None);
         let ids: HashSet<&str> = d.iter().map(|p| p.item.id()).collect();
         assert_eq!(ids.len(), d.len());
         assert!(ids.contains("cpu:0/1x256x256/f32/aw"));
@@ -809,6 +837,52 @@ mod tests {
         assert!(d.iter().any(|p| p.stratum == Stratum::Stage));
         assert!(d.iter().any(|p| p.stratum == Stratum::Microbench));
         assert_eq!(dtypes_for(&cpu(), Some(&[DType::Bf16])), vec![]);
+    }
+
+    #[test]
+    fn max_len_keeps_only_gemms_of_that_many_rows() {
+        let spec = hetero_plan::hf::load_config(Path::new("../datasets/models/qwen2.5-1.5b.json"))
+            .unwrap();
+        let models = std::slice::from_ref(&spec);
+        let rows = |d: &[Planned]| -> Vec<u32> {
+            d.iter()
+                .filter_map(|p| match &p.item {
+                    Item::Case(c) => Some(c.shape.m.get()),
+                    Item::Bench(_) => None,
+                })
+                .collect()
+        };
+        let all = initial(&[cpu()], models, None, true, None);
+        let short = initial(&[cpu()], models, None, true, Some(128));
+        assert!(
+            rows(&all).iter().any(|&m| m > 128),
+            "the default goes to 4096"
+        );
+        let m = rows(&short);
+        assert!(m.iter().all(|&m| m <= 128), "{:?}", m.iter().max());
+        // Every stratum below the cap stays, and the lengths up to it too.
+        for t in [1, 8, 64, 128] {
+            assert!(m.contains(&t), "M = {t}");
+        }
+        for s in [
+            Stratum::Model,
+            Stratum::Split,
+            Stratum::Grid,
+            Stratum::Query,
+        ] {
+            assert!(short.iter().any(|p| p.stratum == s), "{s:?}");
+        }
+        // The microbenchmarks do not depend on the lengths.
+        let benches = |d: &[Planned]| {
+            d.iter()
+                .filter(|p| p.stratum == Stratum::Microbench)
+                .count()
+        };
+        assert_eq!(benches(&all), benches(&short));
+        // Queries are drawn up to the cap, not drawn and then dropped.
+        let q = queries(&[cpu()], models, None, 40, 3, Some(64));
+        assert_eq!(q.len(), 80, "40 shapes in both orders");
+        assert!(rows(&q).iter().all(|&m| m <= 64));
     }
 
     #[test]

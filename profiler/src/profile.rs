@@ -64,6 +64,10 @@ pub struct ProfileOptions {
     /// held-out set, so no microbenchmarks and no refinement either,
     /// whatever `microbench` and `refine` say.
     pub queries: Option<(usize, u64)>,
+    /// Measure only GEMMs of at most this many rows (M): the longest
+    /// prompt the plans will be solved for. `None`: the design's lengths up
+    /// to 4096.
+    pub max_len: Option<u32>,
 }
 
 impl ProfileOptions {
@@ -92,6 +96,7 @@ impl ProfileOptions {
             refine_rounds: 10,
             max_cases: None,
             queries: None,
+            max_len: None,
         }
     }
 }
@@ -558,14 +563,20 @@ pub fn profile(opts: ProfileOptions, rep: Arc<Reporter>) -> Result<Outcome> {
     // A held-out set stays as drawn: refinement would add shapes of its own.
     let refine = opts.refine && opts.queries.is_none();
     let design = match opts.queries {
-        Some((count, seed)) => {
-            design::queries(&selected, &opts.models, opts.dtypes.as_deref(), count, seed)
-        }
+        Some((count, seed)) => design::queries(
+            &selected,
+            &opts.models,
+            opts.dtypes.as_deref(),
+            count,
+            seed,
+            opts.max_len,
+        ),
         None => design::initial(
             &selected,
             &opts.models,
             opts.dtypes.as_deref(),
             opts.microbench,
+            opts.max_len,
         ),
     };
     if let Some(dt) = &opts.dtypes {
