@@ -390,6 +390,65 @@ fn max_cases_bounds_each_processor() {
     assert!(e.contains("--max-cases"), "{e}");
 }
 
+/// `--max-len` keeps every measured GEMM at or below that many rows, and
+/// refuses 0.
+#[test]
+fn max_len_keeps_every_gemm_at_or_below_it() {
+    let Some(agent) = fake_agent() else { return };
+    let t = TempDir::new("max-len");
+    let out = t.path().join("ds");
+    let o = hetero_env(
+        &[
+            "profile",
+            "--device",
+            "local",
+            "--agent",
+            &agent,
+            "--models",
+            "datasets/models/qwen2.5-1.5b.json",
+            "--no-microbench",
+            "--max-len",
+            "16",
+            "--max-cases",
+            "60",
+            "--budget",
+            "60s",
+            "--out",
+            out.to_str().unwrap(),
+            "--json",
+        ],
+        &[],
+    );
+    expect_ok(&o, "profile --max-len 16");
+    let ids = journal_ids(&out);
+    assert!(ids.len() >= 60, "{} rows", ids.len());
+    let rows = |id: &String| -> u32 {
+        let shape = id.split('/').nth(1).expect("processor/MxKxN/dtype/order");
+        shape.split('x').next().unwrap().parse().unwrap()
+    };
+    assert!(ids.iter().all(|id| rows(id) <= 16), "{ids:?}");
+    assert!(
+        ids.iter().any(|id| rows(id) == 16),
+        "the cap itself is measured"
+    );
+    let e = expect_bad(
+        &hetero_env(
+            &[
+                "profile",
+                "--device",
+                "local",
+                "--max-len",
+                "0",
+                "--out",
+                "/tmp/x",
+            ],
+            &[],
+        ),
+        "max-len 0",
+    );
+    assert!(e.contains("--max-len"), "{e}");
+}
+
 #[test]
 fn a_queries_profile_holds_only_its_draws_and_fit_scores_them_as_unseen() {
     let Some(agent) = fake_agent() else { return };

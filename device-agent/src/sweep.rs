@@ -635,6 +635,12 @@ fn microbench(
                 s
             })
         }
+        MicrobenchKind::OpAlone => {
+            op_alone(&mut *backends[0], req, run, cancel).map(|(s, note)| {
+                line.note = Some(note);
+                s
+            })
+        }
         MicrobenchKind::BandwidthAlone | MicrobenchKind::BandwidthConcurrent => {
             stream(backends, req, run, cancel).map(|(s, note)| {
                 line.note = note;
@@ -914,6 +920,107 @@ fn stage(
         ));
     }
     Ok((samples, note))
+}
+
+/// `op_alone`: one operator as runtime-min runs it alone on a processor
+/// with its own memory: `write_input` from the pool's kind of host memory,
+/// `submit`, a blocking `wait`, `read_output` into the same kind of
+/// memory, timed by the host clock as one piece. The GEMM is `R×1024×1024`
+/// in `wt_at` order (the processor's 16-bit type where it has one), with
+/// `R = bytes/8192` rows (at least one), so that input and output together
+/// are `bytes` of f32 values. Each sample is one such round less the
+/// GEMM's kernel time: the median of [`Gemm::execute_kernel_only`] runs
+/// interleaved with the rounds where the backend has it, else of the
+/// rounds' own device times. A processor without a device timer has no
+/// host path apart from its kernel and refuses the benchmark. The product
+/// of the last round is checked against the f64 reference.
+fn op_alone(
+    b: &mut dyn Backend,
+    req: &MicrobenchRequest,
+    run: &RunParams,
+    cancel: &AtomicBool,
+) -> Result<(Vec<f64>, String), Error> {
+    let proc = b.processor().clone();
+    let bytes = req.bytes.ok_or_else(|| Error::BadRequest {
+        field: "bytes".into(),
+        message: "op_alone needs `bytes`".into(),
+    })?;
+    const SIDE: u32 = 1024;
+    let rows = (bytes / (8 * SIDE as u64)).clamp(1, u32::MAX as u64) as u32;
+    let shape = GemmShape::new(rows, SIDE, SIDE).expect("non-zero");
+    let spec = GemmSpec {
+        shape,
+        dtype: preferred_dtype(&proc, &[DType::F16, DType::F32])?,
+        order: OperandOrder::WtAt,
+        weights: WeightMode::Static,
+    };
+    let (a, w) = verify::inputs(&shape, 0);
+    let mut g = b.prepare(&spec, &w)?;
+    let mut src = crate::HostBuf::for_backend(b, a.len());
+    let mut dst = crate::HostBuf::for_backend(b, rows as usize * SIDE as usize);
+    src.copy_from_slice(&a);
+    let mut round = |g: &mut Box<dyn crate::Gemm>| -> Result<(f64, Option<f64>), Error> {
+        let t = Instant::now();
+        g.write_input(&src)?;
+        g.submit()?;
+        let timed = g.wait(crate::SyncMode::Block)?;
+        g.read_output(&mut dst)?;
+        Ok((t.elapsed().as_secs_f64() * 1e6, timed.device_us))
+    };
+    warm_up(run, proc.simulated, cancel, || round(&mut g).map(|_| ()))?;
+    let (mut totals, mut kernels) = (Vec::new(), Vec::new());
+    let mut kernel_only = true;
+    while !enough_samples(&totals, run, proc.simulated) {
+        check_cancel(cancel, run)?;
+        let (total, device) = round(&mut g)?;
+        let device = device.ok_or_else(|| {
+            Error::unsupported(&proc.id, "op_alone (the processor has no device timer)")
+        })?;
+        totals.push(total);
+        match kernel_only
+            .then(|| g.execute_kernel_only())
+            .transpose()?
+            .flatten()
+        {
+            Some(k) => kernels.push(k.best_us()),
+            None => {
+                kernel_only = false;
+                kernels.push(device);
+            }
+        }
+    }
+    let kernel = Stats::from_samples(&kernels)
+        .map(|s| s.median_us)
+        .unwrap_or(0.0);
+    let check = verify::check(&shape, &a, &w, &dst);
+    let tol = b.tolerance(spec.dtype, shape.k.get());
+    if !check.passes(tol) {
+        return Err(Error::backend(
+            &proc.id,
+            format!(
+                "the op_alone GEMM's product is wrong: relative error {:.2e} at {:?} (bound {tol:.1e})",
+                check.rel_err, check.worst
+            ),
+        ));
+    }
+    let memory = if src.is_backend_memory() {
+        format!("{}: host memory of the processor (alloc_host)", proc.id)
+    } else {
+        "heap memory".to_string()
+    };
+    let note = format!(
+        "write_input, submit, blocking wait, read_output of a {} {} {} GEMM ({} f32 bytes in and out), {memory}; kernel {kernel:.2} µs ({}) taken off each round",
+        spec.shape,
+        spec.dtype,
+        spec.order,
+        (a.len() + dst.len()) * 4,
+        if kernel_only {
+            "kernel-only runs"
+        } else {
+            "the rounds' device timer"
+        }
+    );
+    Ok((totals.iter().map(|t| t - kernel).collect(), note))
 }
 
 /// The memory-bound GEMV of the bandwidth benchmarks: `1×K×N` with weights

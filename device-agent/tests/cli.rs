@@ -401,3 +401,30 @@ fn two_cpu_groups_stream_concurrently() {
             .contains("peer `cpu:1` streamed")
     );
 }
+
+/// A processor whose times are host-clock times has no host path apart
+/// from its kernel: `op_alone` is refused with the reason.
+#[test]
+fn op_alone_is_unsupported_without_a_device_timer() {
+    let out = ok(&[
+        "--processors",
+        "cpu:0",
+        "microbench",
+        "--bench",
+        "op_alone",
+        "--reps",
+        "3",
+        "--warmups",
+        "1",
+    ]);
+    let l = lines(&out);
+    let rows = of_type(&l, "microbench");
+    assert_eq!(rows.len(), hetero_plan::OP_ALONE_BYTES.len(), "{rows:?}");
+    for r in rows {
+        assert_eq!(r["status"], "unsupported", "{r}");
+        assert!(
+            r["message"].as_str().unwrap().contains("device timer"),
+            "{r}"
+        );
+    }
+}

@@ -503,3 +503,51 @@ fn microbench_rows_are_sane() {
         .unwrap_err();
     assert!(matches!(err, Error::Unsupported { .. }), "{err}");
 }
+
+/// `op_alone` times the runtime's whole sequence for one operator
+/// (`write_input`, `submit`, blocking `wait`, `read_output`) and takes the
+/// GEMM's device-timed kernel off each round.
+#[test]
+fn op_alone_times_the_whole_operator_less_its_kernel() {
+    let Some(mut devs) = devices("op-alone") else {
+        return;
+    };
+    let be = devs.remove(0);
+    let id = be.processor().id.clone();
+    let mut s = hetero_agent::sweep::Sweeper::new(vec![Box::new(be)]);
+    let run = hetero_plan::RunParams {
+        warmups: 1,
+        repetitions: 5,
+        ..Default::default()
+    };
+    for bytes in [
+        hetero_plan::OP_ALONE_BYTES[0],
+        hetero_plan::OP_ALONE_BYTES[2],
+    ] {
+        let req = MicrobenchRequest {
+            id: format!("op_alone/{bytes}"),
+            processor: id.clone(),
+            bench: MicrobenchKind::OpAlone,
+            bytes: Some(bytes),
+            peer: None,
+            shape: None,
+        };
+        let line = s.run_microbench(&req, &run);
+        assert_eq!(
+            line.row.status,
+            hetero_plan::RowStatus::Ok,
+            "{bytes}: {:?}",
+            line.row.message
+        );
+        let note = line.note.unwrap_or_default();
+        assert!(note.contains("taken off each round"), "{note}");
+        let rows = bytes / 8192;
+        assert!(note.contains(&format!("{rows}x1024x1024")), "{note}");
+        let stats = line.row.stats.unwrap();
+        assert!(stats.count >= 5, "{stats:?}");
+        eprintln!(
+            "{id} op_alone {bytes} B: median {:.1} µs ({note})",
+            stats.median_us
+        );
+    }
+}

@@ -388,6 +388,14 @@ pub struct Overheads {
     /// The same in `aw` order (a GPU may transpose the output first).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stage_out_aw: Option<LinearCost>,
+    /// What one operator run alone costs the host beyond its kernel
+    /// ([`MicrobenchKind::OpAlone`](crate::MicrobenchKind)): input staged,
+    /// launch, blocking wait, output read back, against the f32 bytes of
+    /// input and output together. Where measured, the solver charges a
+    /// device-timed processor alone this instead of the sum of its staged
+    /// copies, launch path and round trip, which overlap.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub op_alone: Option<LinearCost>,
     /// Launch to completion of a tiny kernel on an empty queue, µs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub submit_empty_us: Option<f64>,

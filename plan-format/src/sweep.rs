@@ -109,7 +109,20 @@ pub enum MicrobenchKind {
     StageOut,
     /// The same in `aw` order, whose output a GPU may have to transpose.
     StageOutAw,
+    /// One operator run alone as the runtime runs it (`write_input`,
+    /// `submit`, a blocking `wait`, `read_output`) on a small GEMM whose
+    /// input and output together are `bytes` of f32 values; the samples are
+    /// the host clock over the whole sequence less the GEMM's kernel time:
+    /// the host path one operator pays beyond its kernel, measured as one
+    /// piece rather than summed from the parts above.
+    OpAlone,
 }
+
+/// The sizes `op_alone` is measured at: the f32 bytes of input and output
+/// together of a `R×1024×1024` GEMM with R = 1, 8, 32 and 128 rows (decode
+/// of a 1.5B model moves about 12 KiB per operator, prefills of 16 to 128
+/// tokens 0.1 to 5 MiB).
+pub const OP_ALONE_BYTES: [u64; 4] = [8 << 10, 64 << 10, 256 << 10, 1 << 20];
 
 impl MicrobenchKind {
     /// A transfer of `bytes` (a copy, or the staged data path): the request

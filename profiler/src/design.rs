@@ -406,6 +406,16 @@ pub fn microbench(processors: &[Processor]) -> Vec<MicrobenchRequest> {
                 });
             }
         }
+        // The operator alone as one piece, where its staged copies,
+        // launch path and round trip would otherwise be summed.
+        if !staged.is_empty() {
+            for bytes in hetero_plan::OP_ALONE_BYTES {
+                out.push(MicrobenchRequest {
+                    bytes: Some(bytes),
+                    ..req(p, MicrobenchKind::OpAlone)
+                });
+            }
+        }
         for bench in [
             MicrobenchKind::SubmitEmpty,
             MicrobenchKind::SubmitBusy,
@@ -465,8 +475,8 @@ pub const MICRO_PROCESSES: usize = 4;
 /// fixed cost dominates (decode and short prefills).
 pub const REPEAT_MAX_BYTES: u64 = 256 << 10;
 
-/// The host-path microbenchmarks of [`microbench`] (copies and staged
-/// copies up to [`REPEAT_MAX_BYTES`], submit and sync), once per repeat
+/// The host-path microbenchmarks of [`microbench`] (copies, staged copies
+/// and operators alone up to [`REPEAT_MAX_BYTES`], submit and sync), once per repeat
 /// round `2..=MICRO_PROCESSES`, each id with `@round` added.
 pub fn microbench_repeats(processors: &[Processor]) -> Vec<Vec<MicrobenchRequest>> {
     let host_path: Vec<MicrobenchRequest> = microbench(processors)
@@ -476,7 +486,8 @@ pub fn microbench_repeats(processors: &[Processor]) -> Vec<Vec<MicrobenchRequest
             | MicrobenchKind::CopyD2h
             | MicrobenchKind::StageIn
             | MicrobenchKind::StageOut
-            | MicrobenchKind::StageOutAw => r.bytes.is_some_and(|b| b <= REPEAT_MAX_BYTES),
+            | MicrobenchKind::StageOutAw
+            | MicrobenchKind::OpAlone => r.bytes.is_some_and(|b| b <= REPEAT_MAX_BYTES),
             MicrobenchKind::SubmitEmpty
             | MicrobenchKind::SubmitBusy
             | MicrobenchKind::SyncBlock
@@ -896,8 +907,9 @@ mod tests {
         let first: HashSet<&str> = once.iter().map(|r| r.id.as_str()).collect();
         for (i, round) in rounds.iter().enumerate() {
             let suffix = format!("@{}", i + 2);
-            // 5 copy kinds at 3 sizes up to 256 KiB, submit and sync.
-            assert_eq!(round.len(), 5 * 3 + 4, "{round:?}");
+            // 5 copy kinds at 3 sizes up to 256 KiB, the operator alone at
+            // 3 (8, 64 and 256 KiB), submit and sync.
+            assert_eq!(round.len(), 5 * 3 + 3 + 4, "{round:?}");
             for r in round {
                 let base = r.id.strip_suffix(&suffix).expect("the round in the id");
                 assert!(first.contains(base), "{} repeats nothing", r.id);

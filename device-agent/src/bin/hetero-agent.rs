@@ -511,6 +511,7 @@ fn microbench(o: &OpenArgs, a: MicrobenchArgs) -> Result<()> {
         MicrobenchKind::StageIn,
         MicrobenchKind::StageOut,
         MicrobenchKind::StageOutAw,
+        MicrobenchKind::OpAlone,
     ];
     let kinds: Vec<MicrobenchKind> = match &a.bench {
         None => all.to_vec(),
@@ -519,7 +520,7 @@ fn microbench(o: &OpenArgs, a: MicrobenchArgs) -> Result<()> {
             .map(|n| {
                 serde_json::from_value(serde_json::Value::String(n.clone())).map_err(|_| {
                     bad(format!(
-                        "--bench: unknown benchmark `{n}`; expected copy_h2d, copy_d2h, submit_empty, submit_busy, sync_block, sync_poll, bandwidth_alone, bandwidth_concurrent, graph_prepare"
+                        "--bench: unknown benchmark `{n}`; expected copy_h2d, copy_d2h, submit_empty, submit_busy, sync_block, sync_poll, bandwidth_alone, bandwidth_concurrent, graph_prepare, stage_in, stage_out, stage_out_aw, op_alone"
                     ))
                 })
             })
@@ -583,6 +584,17 @@ fn microbench(o: &OpenArgs, a: MicrobenchArgs) -> Result<()> {
                     while b <= max {
                         push(&p.id, k, Some(b), None, None);
                         b *= 4;
+                    }
+                }
+                MicrobenchKind::OpAlone => {
+                    // A separate-memory processor's operator alone, at the
+                    // sizes `hetero profile` asks for (input and output
+                    // together: one row of 1024, then 8, 32 and 128 rows).
+                    if p.capabilities.unified_memory && a.bench.is_none() {
+                        continue;
+                    }
+                    for b in hetero_plan::OP_ALONE_BYTES {
+                        push(&p.id, k, Some(b), None, None);
                     }
                 }
                 MicrobenchKind::BandwidthAlone => push(&p.id, k, Some(a.stream_bytes), None, None),

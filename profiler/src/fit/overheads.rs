@@ -134,6 +134,7 @@ pub fn fit_overheads(
                 stage_in: fit_linear_cost(&points(MicrobenchKind::StageIn)),
                 stage_out: fit_linear_cost(&points(MicrobenchKind::StageOut)),
                 stage_out_aw: fit_linear_cost(&points(MicrobenchKind::StageOutAw)),
+                op_alone: fit_linear_cost(&points(MicrobenchKind::OpAlone)),
                 submit_empty_us: median(medians(MicrobenchKind::SubmitEmpty)),
                 submit_busy_us: median(medians(MicrobenchKind::SubmitBusy)),
                 sync_block_us: median(medians(MicrobenchKind::SyncBlock)),
@@ -168,45 +169,53 @@ mod tests {
     #[test]
     fn each_size_takes_the_median_over_its_processes() {
         // Three agent processes measured 4 and 64 KiB: one ran the host
-        // path 60 % slower. Two large sizes were measured once.
-        let row = |id: &str, bytes: u64, us: f64| MicrobenchRow {
-            case_id: id.into(),
-            processor: "cuda:0".into(),
-            bench: MicrobenchKind::StageIn,
-            bytes: Some(bytes),
-            peer: None,
-            shape: None,
-            status: RowStatus::Ok,
-            timing: hetero_plan::Timing::Real,
-            stats: Stats::from_samples(&[us]),
-            gbps: None,
-            message: None,
-            conditions: Default::default(),
-        };
-        let line = |b: f64| 10.0 + b / 20_000.0;
-        let mut micro = Vec::new();
-        for (round, slow) in [("", 1.0), ("@2", 1.6), ("@3", 1.0)] {
-            for b in [4096u64, 65536] {
-                micro.push(row(&format!("s/{b}{round}"), b, slow * line(b as f64)));
+        // path 60 % slower. Two large sizes were measured once. The same
+        // for the staged input and for the operator alone.
+        for bench in [MicrobenchKind::StageIn, MicrobenchKind::OpAlone] {
+            let row = |id: &str, bytes: u64, us: f64| MicrobenchRow {
+                case_id: id.into(),
+                processor: "cuda:0".into(),
+                bench,
+                bytes: Some(bytes),
+                peer: None,
+                shape: None,
+                status: RowStatus::Ok,
+                timing: hetero_plan::Timing::Real,
+                stats: Stats::from_samples(&[us]),
+                gbps: None,
+                message: None,
+                conditions: Default::default(),
+            };
+            let line = |b: f64| 10.0 + b / 20_000.0;
+            let mut micro = Vec::new();
+            for (round, slow) in [("", 1.0), ("@2", 1.6), ("@3", 1.0)] {
+                for b in [4096u64, 65536] {
+                    micro.push(row(&format!("s/{b}{round}"), b, slow * line(b as f64)));
+                }
             }
+            for b in [1u64 << 20, 16 << 20] {
+                micro.push(row(&format!("s/{b}"), b, line(b as f64)));
+            }
+            let p = Processor {
+                id: "cuda:0".into(),
+                kind: hetero_plan::ProcessorKind::Gpu,
+                api: hetero_plan::ProcessorApi::Cuda,
+                name: "a GPU".into(),
+                driver: String::new(),
+                capabilities: Default::default(),
+                simulated: false,
+                emulated: false,
+            };
+            let o = &fit_overheads(&[p], &[], &micro)[0];
+            let (c, other) = match bench {
+                MicrobenchKind::StageIn => (o.stage_in, o.op_alone),
+                _ => (o.op_alone, o.stage_in),
+            };
+            let c = c.expect("a line");
+            assert!((c.alpha_us - 10.0).abs() < 1e-6, "{bench:?}: {c:?}");
+            assert!((c.beta_us_per_byte * 20_000.0 - 1.0).abs() < 1e-6);
+            assert_eq!(other, None, "{bench:?} fits its own line only");
         }
-        for b in [1u64 << 20, 16 << 20] {
-            micro.push(row(&format!("s/{b}"), b, line(b as f64)));
-        }
-        let p = Processor {
-            id: "cuda:0".into(),
-            kind: hetero_plan::ProcessorKind::Gpu,
-            api: hetero_plan::ProcessorApi::Cuda,
-            name: "a GPU".into(),
-            driver: String::new(),
-            capabilities: Default::default(),
-            simulated: false,
-            emulated: false,
-        };
-        let o = fit_overheads(&[p], &[], &micro);
-        let c = o[0].stage_in.expect("a line");
-        assert!((c.alpha_us - 10.0).abs() < 1e-6, "{c:?}");
-        assert!((c.beta_us_per_byte * 20_000.0 - 1.0).abs() < 1e-6);
     }
 
     #[test]
