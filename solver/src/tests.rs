@@ -1066,7 +1066,7 @@ fn a_measured_op_alone_replaces_the_summed_host_costs() {
         p.capabilities.device_timer = device_timer;
         p.simulated = false;
         dev.overheads_mut("cuda").unwrap().submit_empty_us = Some(12.0);
-        let cost = |dev: &synthetic::Synthetic| {
+        let cost = |dev: &Synthetic| {
             let plan = solve(dev, fp(), &m, &s).unwrap();
             at(&plan, "ffn_up", Phase::Prefill, 16).cost.clone()
         };
