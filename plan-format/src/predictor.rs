@@ -391,9 +391,10 @@ pub struct Overheads {
     /// What one operator run alone costs the host beyond its kernel
     /// ([`MicrobenchKind::OpAlone`](crate::MicrobenchKind)): input staged,
     /// launch, blocking wait, output read back, against the f32 bytes of
-    /// input and output together. Where measured, the solver charges a
-    /// device-timed processor alone this instead of the sum of its staged
-    /// copies, launch path and round trip, which overlap.
+    /// input and output together. Recorded for comparison; the solver
+    /// still sums the staged copies, the launch path and one round trip
+    /// (an H100 replay was closer to that sum: `docs/benchmarks.md`,
+    /// "Session 25").
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub op_alone: Option<LinearCost>,
     /// Launch to completion of a tiny kernel on an empty queue, µs.

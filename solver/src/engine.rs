@@ -98,11 +98,6 @@ pub(crate) struct Proc<'a> {
     pub stage_in: Option<LinearCost>,
     pub stage_out: Option<LinearCost>,
     pub stage_out_aw: Option<LinearCost>,
-    /// One operator alone, its host path beyond the kernel as one piece,
-    /// against the f32 bytes of input and output together (`op_alone`).
-    pub op_alone: Option<LinearCost>,
-    /// The launch path [`model`](Proc::model) adds to every prediction, µs.
-    pub launch_us: f64,
     pub prepare: Option<LinearCost>,
     /// Can take part in a split (unified memory, or copy costs known).
     pub can_split: bool,
@@ -139,21 +134,6 @@ impl Proc<'_> {
     /// between operators, so a discrete processor copies its input in and
     /// its output back even when it runs alone. Zero on unified memory, and
     /// where no copy cost was measured (the solver notes that).
-    /// What the host adds to one run of this processor alone beyond its
-    /// kernel, as one measured piece: `op_alone` at the f32 bytes of input
-    /// and output, for a device-timed processor with its own memory where
-    /// the profile measured it. It stands for the staged copies, the
-    /// launch path and the round trip together, which overlap (an H200's
-    /// decode ran at 0.88-0.92 of predictions that summed them). `None`:
-    /// the sum is used.
-    pub fn alone_host_us(&self, elems_in: f64, elems_out: f64) -> Option<f64> {
-        if !self.device_timed || self.unified {
-            return None;
-        }
-        self.op_alone
-            .map(|c| c.at((elems_in + elems_out) * HOST_BYTES).max(0.0))
-    }
-
     pub fn alone_copy_us(&self, elems_in: f64, elems_out: f64, order: OperandOrder) -> f64 {
         if self.unified || (self.copy_h2d.is_none() && self.stage_in.is_none()) {
             0.0
@@ -848,27 +828,11 @@ impl<'s, 'a> OpCtx<'s, 'a> {
     /// [`Proc::alone_copy_us`]).
     fn single(&self, p: usize, m: u32) -> Cand {
         let pr = &self.setup.procs[p];
-        let (elems_in, elems_out) = (m as f64 * self.k as f64, m as f64 * self.n as f64);
-        let copy = pr.alone_copy_us(elems_in, elems_out, self.order(p));
-        if let Some(host) = pr.alone_host_us(elems_in, elems_out) {
-            // The kernel alone, then the host path as measured in one piece;
-            // the staged copies are reported as its copy share.
-            let kernel = (self.time(p, m, self.n) - pr.launch_us).max(0.0);
-            let copy = copy.min(host);
-            let mut c = self.finish(
-                Shape::Single {
-                    p,
-                    padded_to: None,
-                    online: false,
-                },
-                &[(p, kernel)],
-                copy,
-            );
-            c.sync = host - copy;
-            c.total = kernel + host;
-            c.sync_rule = "alone on a device-timed processor: the operator's host path, measured whole (op_alone)";
-            return c;
-        }
+        let copy = pr.alone_copy_us(
+            m as f64 * self.k as f64,
+            m as f64 * self.n as f64,
+            self.order(p),
+        );
         let mut c = self.finish(
             Shape::Single {
                 p,

@@ -19,13 +19,6 @@ pub trait GemmModel: Sync {
     fn compiled(&self) -> Option<Box<dyn GemmModel + Send + '_>> {
         None
     }
-
-    /// The launch path included in every [`predict_us`](GemmModel::predict_us)
-    /// (a model fitted on kernel-only times adds it back), µs; 0 where the
-    /// predictions are whole times.
-    fn launch_us(&self) -> f64 {
-        0.0
-    }
 }
 
 /// Through [`ProcessorModel::predict_us`]: a model fitted on kernel-only
@@ -33,10 +26,6 @@ pub trait GemmModel: Sync {
 impl GemmModel for ProcessorModel {
     fn predict_us(&self, shape: GemmShape, order: OperandOrder) -> Option<f64> {
         ProcessorModel::predict_us(self, shape, order)
-    }
-
-    fn launch_us(&self) -> f64 {
-        self.launch_us.unwrap_or(0.0)
     }
 
     /// The model's trees flattened ([`CompiledModel`]); same predictions,
@@ -92,10 +81,6 @@ fn memo_slot(key: &MemoKey) -> usize {
 }
 
 impl GemmModel for Compiled {
-    fn launch_us(&self) -> f64 {
-        self.launch_us
-    }
-
     fn predict_us(&self, shape: GemmShape, order: OperandOrder) -> Option<f64> {
         let key: MemoKey = (self.id, shape.m.get(), shape.k.get(), shape.n.get(), order);
         let slot = memo_slot(&key);

@@ -154,7 +154,6 @@ pub(crate) fn build_procs<'a, O: LatencyOracle + ?Sized>(
                 p.id
             ));
         }
-        let launch_us = model.launch_us();
         procs.push(Proc {
             id: p.id.clone(),
             kind: p.kind,
@@ -173,8 +172,6 @@ pub(crate) fn build_procs<'a, O: LatencyOracle + ?Sized>(
             stage_in: ov.stage_in,
             stage_out: ov.stage_out,
             stage_out_aw: ov.stage_out_aw,
-            op_alone: ov.op_alone,
-            launch_us,
             prepare: ov.prepare,
             can_split,
             device_timed: caps.device_timer && !p.simulated && !p.emulated,

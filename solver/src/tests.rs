@@ -1047,49 +1047,6 @@ fn a_discrete_processor_alone_pays_its_staging_and_host_overheads() {
 }
 
 #[test]
-fn a_measured_op_alone_replaces_the_summed_host_costs() {
-    // Where the profile timed an operator alone as one piece (`op_alone`),
-    // a device-timed processor alone pays its kernel plus that, not the sum
-    // of staged copies and a round trip, which overlap.
-    let m = llama8b();
-    let mut s = prefill(16..=16, &[], &["ffn_up"]);
-    s.graphs = GraphChoice::None;
-    s.processors = vec!["cuda".into()];
-    let bytes = 16.0 * (4096.0 + 14336.0) * 4.0;
-    let host = hetero_plan::LinearCost {
-        alpha_us: 30.0,
-        beta_us_per_byte: 1.0 / 20e3,
-    };
-    for device_timer in [true, false] {
-        let mut dev = synthetic::discrete_cpu_gpu();
-        let p = dev.processor_mut("cuda").unwrap();
-        p.capabilities.device_timer = device_timer;
-        p.simulated = false;
-        dev.overheads_mut("cuda").unwrap().submit_empty_us = Some(12.0);
-        let cost = |dev: &Synthetic| {
-            let plan = solve(dev, fp(), &m, &s).unwrap();
-            at(&plan, "ffn_up", Phase::Prefill, 16).cost.clone()
-        };
-        let before = cost(&dev);
-        dev.overheads_mut("cuda").unwrap().op_alone = Some(host);
-        let after = cost(&dev);
-        if !device_timer {
-            // Host-clock times include the host path already.
-            assert_eq!(after, before);
-            continue;
-        }
-        let kernel = before.parts_us[0];
-        assert!((after.parts_us[0] - kernel).abs() < 0.01, "{after:?}");
-        let want = kernel + host.at(bytes);
-        assert!((after.total_us - want).abs() < 0.02, "{after:?} vs {want}");
-        // The staged copies stay its copy share; the rest is the handoff.
-        assert!((after.copy_us - before.copy_us).abs() < 0.01, "{after:?}");
-        let rest = host.at(bytes) - before.copy_us;
-        assert!((after.sync_us - rest).abs() < 0.02, "{after:?}");
-    }
-}
-
-#[test]
 fn staged_costs_replace_the_dma_copies_in_the_planned_order() {
     let mut dev = synthetic::discrete_cpu_gpu();
     let line = |alpha_us: f64| hetero_plan::LinearCost {
