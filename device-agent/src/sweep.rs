@@ -941,6 +941,10 @@ fn op_alone(
     cancel: &AtomicBool,
 ) -> Result<(Vec<f64>, String), Error> {
     let proc = b.processor().clone();
+    let no_timer = || Error::unsupported(&proc.id, "op_alone (the processor has no device timer)");
+    if !proc.capabilities.device_timer {
+        return Err(no_timer());
+    }
     let bytes = req.bytes.ok_or_else(|| Error::BadRequest {
         field: "bytes".into(),
         message: "op_alone needs `bytes`".into(),
@@ -973,9 +977,7 @@ fn op_alone(
     while !enough_samples(&totals, run, proc.simulated) {
         check_cancel(cancel, run)?;
         let (total, device) = round(&mut g)?;
-        let device = device.ok_or_else(|| {
-            Error::unsupported(&proc.id, "op_alone (the processor has no device timer)")
-        })?;
+        let device = device.ok_or_else(no_timer)?;
         totals.push(total);
         match kernel_only
             .then(|| g.execute_kernel_only())

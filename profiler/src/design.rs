@@ -408,7 +408,8 @@ pub fn microbench(processors: &[Processor]) -> Vec<MicrobenchRequest> {
         }
         // The operator alone as one piece, where its staged copies,
         // launch path and round trip would otherwise be summed.
-        if !staged.is_empty() {
+        // Only where a device timer separates the kernel from the rest.
+        if !staged.is_empty() && p.capabilities.device_timer && !p.simulated && !p.emulated {
             for bytes in hetero_plan::OP_ALONE_BYTES {
                 out.push(MicrobenchRequest {
                     bytes: Some(bytes),
@@ -898,9 +899,13 @@ mod tests {
 
     #[test]
     fn host_path_microbenchmarks_repeat_once_per_round() {
-        // A discrete processor (no unified memory) stages its copies too.
-        let procs = [cpu()];
+        // A discrete processor (no unified memory) stages its copies too,
+        // and with a device timer times an operator alone.
+        let mut procs = [cpu()];
         assert!(!procs[0].capabilities.unified_memory);
+        let timerless = microbench_repeats(&procs)[0].len();
+        procs[0].capabilities.device_timer = true;
+        assert_eq!(microbench_repeats(&procs)[0].len(), timerless + 3);
         let once = microbench(&procs);
         let rounds = microbench_repeats(&procs);
         assert_eq!(rounds.len(), MICRO_PROCESSES - 1);
