@@ -838,10 +838,7 @@ fn stage(
     cancel: &AtomicBool,
 ) -> Result<(Vec<f64>, String), Error> {
     let proc = b.processor().clone();
-    let bytes = req.bytes.ok_or_else(|| Error::BadRequest {
-        field: "bytes".into(),
-        message: format!("{} needs `bytes`", bench_name(req.bench)),
-    })?;
+    let bytes = needs_bytes(req)?;
     const ROW: u32 = 1024;
     const OTHER: u32 = 64;
     let rows = ((bytes / 4 / ROW as u64).max(1)).min(u32::MAX as u64) as u32;
@@ -869,11 +866,7 @@ fn stage(
     let out_len = rows as usize * shape.n.get() as usize;
     let staged_len = if input { a.len() } else { out_len };
     let staged = crate::HostBuf::for_backend(b, staged_len);
-    let memory = if staged.is_backend_memory() {
-        format!("{}: host memory of the processor (alloc_host)", proc.id)
-    } else {
-        "heap memory".to_string()
-    };
+    let memory = memory_note(&proc, &staged);
     let note = format!(
         "{} of {staged_len} f32 values ({} bytes) through a {} {} {} GEMM, {memory}",
         if input { "write_input" } else { "read_output" },
@@ -908,18 +901,50 @@ fn stage(
         let t_out = t.elapsed();
         samples.push(if input { t_in } else { t_out }.as_secs_f64() * 1e6);
     }
-    let check = verify::check(&shape, &a, &w, &dst);
-    let tol = b.tolerance(spec.dtype, shape.k.get());
-    if !check.passes(tol) {
-        return Err(Error::backend(
-            &proc.id,
-            format!(
-                "the staged GEMM's product is wrong: relative error {:.2e} at {:?} (bound {tol:.1e})",
-                check.rel_err, check.worst
-            ),
-        ));
-    }
+    check_product(b, &spec, &a, &w, &dst, "staged")?;
     Ok((samples, note))
+}
+
+/// `bytes` of a microbenchmark that needs it.
+fn needs_bytes(req: &MicrobenchRequest) -> Result<u64, Error> {
+    req.bytes.ok_or_else(|| Error::BadRequest {
+        field: "bytes".into(),
+        message: format!("{} needs `bytes`", bench_name(req.bench)),
+    })
+}
+
+/// Which host memory a microbenchmark's buffer is, for its note.
+fn memory_note(proc: &Processor, buf: &crate::HostBuf) -> String {
+    if buf.is_backend_memory() {
+        format!("{}: host memory of the processor (alloc_host)", proc.id)
+    } else {
+        "heap memory".to_string()
+    }
+}
+
+/// Checks a microbenchmark GEMM's product `c` against the f64 reference of
+/// `a`·`w`, so that a wrong data path is never recorded; `what` names the
+/// GEMM in the error.
+fn check_product(
+    b: &dyn Backend,
+    spec: &GemmSpec,
+    a: &[f32],
+    w: &[f32],
+    c: &[f32],
+    what: &str,
+) -> Result<(), Error> {
+    let check = verify::check(&spec.shape, a, w, c);
+    let tol = b.tolerance(spec.dtype, spec.shape.k.get());
+    if check.passes(tol) {
+        return Ok(());
+    }
+    Err(Error::backend(
+        &b.processor().id,
+        format!(
+            "the {what} GEMM's product is wrong: relative error {:.2e} at {:?} (bound {tol:.1e})",
+            check.rel_err, check.worst
+        ),
+    ))
 }
 
 /// `op_alone`: one operator as runtime-min runs it alone on a processor
@@ -945,10 +970,7 @@ fn op_alone(
     if !proc.capabilities.device_timer {
         return Err(no_timer());
     }
-    let bytes = req.bytes.ok_or_else(|| Error::BadRequest {
-        field: "bytes".into(),
-        message: "op_alone needs `bytes`".into(),
-    })?;
+    let bytes = needs_bytes(req)?;
     const SIDE: u32 = 1024;
     let rows = (bytes / (8 * SIDE as u64)).clamp(1, u32::MAX as u64) as u32;
     let shape = GemmShape::new(rows, SIDE, SIDE).expect("non-zero");
@@ -994,22 +1016,8 @@ fn op_alone(
     let kernel = Stats::from_samples(&kernels)
         .map(|s| s.median_us)
         .unwrap_or(0.0);
-    let check = verify::check(&shape, &a, &w, &dst);
-    let tol = b.tolerance(spec.dtype, shape.k.get());
-    if !check.passes(tol) {
-        return Err(Error::backend(
-            &proc.id,
-            format!(
-                "the op_alone GEMM's product is wrong: relative error {:.2e} at {:?} (bound {tol:.1e})",
-                check.rel_err, check.worst
-            ),
-        ));
-    }
-    let memory = if src.is_backend_memory() {
-        format!("{}: host memory of the processor (alloc_host)", proc.id)
-    } else {
-        "heap memory".to_string()
-    };
+    check_product(b, &spec, &a, &w, &dst, "op_alone")?;
+    let memory = memory_note(&proc, &src);
     let note = format!(
         "write_input, submit, blocking wait, read_output of a {} {} {} GEMM ({} f32 bytes in and out), {memory}; kernel {kernel:.2} µs ({}) taken off each round",
         spec.shape,
