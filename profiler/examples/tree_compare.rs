@@ -61,7 +61,8 @@ fn smartcore_cv(samples: &[Sample], dtype: DType, forest: bool) -> Vec<f64> {
         .collect();
     let y: Vec<f64> = samples.iter().map(|s| s.us.ln()).collect();
     let mut pred = vec![f64::NAN; samples.len()];
-    for test in fold_sets(samples.len(), FOLDS, SEED) {
+    let shapes: Vec<_> = samples.iter().map(|s| s.shape).collect();
+    for test in fold_sets(&shapes, FOLDS, SEED) {
         let train: Vec<usize> = (0..samples.len())
             .filter(|i| test.binary_search(i).is_err())
             .collect();

@@ -302,6 +302,55 @@ fn scores_count_bands() {
     assert!((s.mape - 12.5).abs() < 1e-9);
 }
 
+#[test]
+fn folds_hold_out_a_shapes_rows_together() {
+    let shapes: Vec<GemmShape> = (1..=40u32)
+        .flat_map(|m| {
+            let s = GemmShape::new(m, 64, 32).unwrap();
+            [s, s]
+        })
+        .collect();
+    let sets = fold_sets(&shapes, 5, 7);
+    assert_eq!(sets.len(), 5);
+    let mut seen: Vec<usize> = sets.concat();
+    seen.sort_unstable();
+    assert_eq!(
+        seen,
+        (0..shapes.len()).collect::<Vec<_>>(),
+        "every row once"
+    );
+    for set in &sets {
+        assert_eq!(set.len(), 16, "8 shapes of two rows in each fold");
+        for &i in set {
+            let twin = i ^ 1;
+            assert!(set.contains(&twin), "row {i} held out without its twin");
+        }
+    }
+}
+
+/// Twins (both orders of one shape, one time) over a latency that no
+/// feature predicts: held out apart, each twin would be predicted from the
+/// other and the score would look perfect.
+#[test]
+fn a_twin_trained_on_does_not_score_its_held_out_row() {
+    let mut rng = rand::rngs::StdRng::seed_from_u64(11);
+    let mut rows = Vec::new();
+    for i in 0..120u32 {
+        let (m, k, n) = (1 + i % 40, 256 * (1 + i / 40), 512);
+        let us = 10.0 * (1.0 + 4.0 * rng.r#gen::<f64>());
+        rows.push(row(rows.len(), "gpu", m, k, n, OperandOrder::Aw, us));
+        rows.push(row(rows.len(), "gpu", m, k, n, OperandOrder::WtAt, us));
+    }
+    let (_, report) = fit_gpu(&rows).unwrap();
+    let e = &report.entries[0];
+    assert!(
+        e.within_10pct < 0.5,
+        "{:.1} % within ±10 % of noise: the twins leaked ({})",
+        100.0 * e.within_10pct,
+        e.model
+    );
+}
+
 /// A processor whose time grows with the work (α + β·flops over M padded
 /// to 16 rows, slower in `aw` order): what a CPU or GPU looks like between
 /// its stages.
