@@ -1,23 +1,32 @@
 //! A GEMM prepared on a CUDA device: weights resident, cuBLAS `GemmEx`,
 //! CUDA events for the kernel time, a host-mapped flag for polling.
 //!
-//! Device layouts (cuBLAS is column-major; both orders are one `TN` call
-//! over the same buffers, with the operands swapped):
+//! Device layouts (cuBLAS is column-major; both [`Form`]s are one `TN`
+//! call over the same buffers, with the operands swapped):
 //!
 //! | buffer | device layout | bytes |
 //! |---|---|---|
 //! | weights | `Wᵀ[Nₚ,Kₚ]` row-major (transposed once, in `prepare`), zero past N and K | Nₚ·Kₚ·e |
 //! | input as sent | `A[M,Kₚ]` row-major f32 (only when e < 4) | M·Kₚ·4 |
 //! | input | `A[R,Kₚ]` row-major, converted on the device; zero past M and K | R·Kₚ·e |
-//! | output | `aw`: `C[R,Nₚ]` column-major; `wt_at`: `C[R,Nₚ]` row-major; f32 | R·Nₚ·4 |
-//! | output `aw`, transposed | `C[M,N]` row-major f32 | M·N·4 |
+//! | output | activation left: `C[R,Nₚ]` column-major; weight left: `C[R,Nₚ]` row-major; f32 | R·Nₚ·4 |
+//! | output, activation left, transposed | `C[M,N]` row-major f32 | M·N·4 |
 //!
-//! `aw` runs `gemm(T, N, m=M, n=N, k=K, A, Wᵀ)`: the activation is cuBLAS's
-//! left operand. `wt_at` runs `gemm(T, N, m=N, n=M, k=K, Wᵀ, A)`, which is
-//! `Cᵀ = Wᵀ·Aᵀ`: the weight is the left operand. Both accumulate in f32
-//! and write f32 (`GemmEx` with a 32F output type), so the output needs no
-//! conversion. `read_output` undoes the column-major output of `aw` with
+//! [`Form::ActLeft`] runs `gemm(T, N, m=M, n=N, k=K, A, Wᵀ)`: the
+//! activation is cuBLAS's left operand. [`Form::WeightLeft`] runs
+//! `gemm(T, N, m=N, n=M, k=K, Wᵀ, A)`, which is `Cᵀ = Wᵀ·Aᵀ`: the weight
+//! is the left operand. Both accumulate in f32 and write f32 (`GemmEx` with
+//! a 32F output type), so the output needs no conversion. `read_output`
+//! undoes the column-major output of the activation-left form with
 //! `cublasSgeam` on the device, outside the timed part.
+//!
+//! The operand order of the spec names the form a GEMM starts from (`aw`
+//! the activation left, `wt_at` the weight left), as an NPU's order names
+//! which operand stays resident. The output is the same either way, and
+//! cuBLAS picks different kernels for the two (H100, f16,
+//! 1024×8960×1536: 59.8 µs activation left, 42.0 µs weight left; which
+//! form is faster changes from shape to shape), so the search below times
+//! both forms and keeps the other one where it is faster.
 //!
 //! Both orders compute R ≥ M rows over zero rows past M, and `read_output`
 //! keeps the first M. R is at least ⌈M⌉₈, M rounded up to a multiple of 8:
@@ -28,10 +37,11 @@
 //! cuBLAS's choice of kernel still makes the time jump with M (H100, f16,
 //! 445×1536×8960: 40 µs; 512×1536×8960: 27 µs), so `prepare` times every
 //! row count of [`row_candidates`] (M rounded up to 8, 64, 128 and 256,
-//! at most a quarter more rows than M), each with the L2 evicted, and keeps
-//! the fastest by its median run
-//! ([`CudaGemm::choose_rows`]; `HETERO_CUDA_ROWS=8` keeps ⌈M⌉₈, for
-//! comparisons). `docs/benchmarks.md`, Predictors, has the measurements.
+//! at most a quarter more rows than M) in both forms, each with the L2
+//! evicted, and keeps the fastest by its median run
+//! ([`CudaGemm::choose`]; `HETERO_CUDA_ROWS=8` keeps ⌈M⌉₈ and
+//! `HETERO_CUDA_FORM=order` the order's own form, for comparisons).
+//! `docs/benchmarks.md`, Predictors, has the measurements.
 //!
 //! Kₚ and Nₚ are K and N rounded up to a multiple of 8 ([`padded`]): the
 //! zero columns of A and W add nothing to the product, and the output's
@@ -77,18 +87,67 @@ pub(super) fn row_candidates(m: usize) -> Vec<usize> {
     rows
 }
 
-/// A larger row count is kept only when its fastest run beats the smaller
-/// one's by this share: two kernels within timing noise keep the fewer
-/// rows, so that the choice does not flip between runs.
+/// A later candidate of [`CudaGemm::choose`] (more rows, or the other
+/// form) is kept only when its median run beats the earlier one's by this
+/// share: two kernels within timing noise keep the fewer rows and the
+/// order's own form, so that the choice does not flip between runs.
 const ROWS_MARGIN: f64 = 0.03;
 
-/// Rounds of [`CudaGemm::choose_rows`]: the first warms every candidate up
+/// Rounds of [`CudaGemm::choose`]: the first warms every candidate up
 /// and is not counted; each candidate's median counted run decides. The
 /// median, not the fastest run: some kernels swing between two speeds
 /// from run to run (H100, 424×8960×1536 f16: best of three 24.6 µs in one
 /// search, 27.8 µs in the next), and the one a plan meets is the typical
 /// run, which a sweep's median measures.
 const ROWS_ROUNDS: usize = 8;
+
+/// Which operand is cuBLAS's left one (module docs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Form {
+    /// The activation: `C[R,Nₚ]` comes out column-major.
+    ActLeft,
+    /// The weight: `C[R,Nₚ]` comes out row-major.
+    WeightLeft,
+}
+
+impl Form {
+    /// The form an operand order starts from.
+    pub(super) fn of(order: OperandOrder) -> Form {
+        match order {
+            OperandOrder::Aw => Form::ActLeft,
+            OperandOrder::WtAt => Form::WeightLeft,
+        }
+    }
+
+    fn other(self) -> Form {
+        match self {
+            Form::ActLeft => Form::WeightLeft,
+            Form::WeightLeft => Form::ActLeft,
+        }
+    }
+}
+
+/// The (rows, form) pairs [`CudaGemm::choose`] times, in the order it
+/// prefers them on a tie: each row count of [`row_candidates`] (or ⌈M⌉₈
+/// alone with `HETERO_CUDA_ROWS=8`), first in the order's own form, then
+/// in the other (left out with `HETERO_CUDA_FORM=order`).
+pub(super) fn candidates(m: usize, order: OperandOrder) -> Vec<(usize, Form)> {
+    let rows = match std::env::var("HETERO_CUDA_ROWS").as_deref() {
+        Ok("8") => vec![m.next_multiple_of(8)],
+        _ => row_candidates(m),
+    };
+    let own = Form::of(order);
+    let both = std::env::var("HETERO_CUDA_FORM").as_deref() != Ok("order");
+    rows.into_iter()
+        .flat_map(|r| {
+            let mut c = vec![(r, own)];
+            if both {
+                c.push((r, own.other()));
+            }
+            c
+        })
+        .collect()
+}
 
 /// Element types the backend computes in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -263,7 +322,8 @@ pub(super) struct CudaGemm {
     a: DeviceBuf,
     /// The f32 output as cuBLAS writes it.
     c: DeviceBuf,
-    /// The `aw` output transposed to row-major.
+    /// The activation-left output transposed to row-major (allocated when
+    /// that form is chosen).
     ct: Option<DeviceBuf>,
     start: CudaEvent,
     end: CudaEvent,
@@ -277,8 +337,10 @@ pub(super) struct CudaGemm {
     /// `Wᵀ[N,K]` in page-locked host memory, copied into `w` at the start
     /// of every launch ([`Gemm::host_weights`]: ScheInfer's CG rows).
     w_host: Option<PinnedBuf>,
-    /// The rows computed: M and zero rows past it ([`CudaGemm::choose_rows`]).
+    /// The rows computed: M and zero rows past it ([`CudaGemm::choose`]).
     rows: usize,
+    /// cuBLAS's left operand ([`CudaGemm::choose`]).
+    form: Form,
     /// K and N as computed: each rounded up to a multiple of 8 over zero
     /// columns and rows ([`padded`]).
     kp: usize,
@@ -312,11 +374,8 @@ impl CudaGemm {
             Some(_) => Some(DeviceBuf::new(ctx, m * kp * 4, id)?),
             None => None,
         };
-        let candidates = match std::env::var("HETERO_CUDA_ROWS").as_deref() {
-            Ok("8") => vec![m.next_multiple_of(8)],
-            _ => row_candidates(m),
-        };
-        let most = candidates[candidates.len() - 1];
+        let candidates = candidates(m, spec.order);
+        let most = candidates.iter().map(|&(r, _)| r).max().unwrap_or(m);
         let a = DeviceBuf::new(ctx, most * kp * e, id)?;
         ctx.bind_to_thread().at(id, "cuCtxSetCurrent")?;
         // SAFETY: `a` holds most·kp elements of e bytes. All of it is zeroed:
@@ -331,10 +390,6 @@ impl CudaGemm {
                 .at(id, "cuMemsetD8(input as sent)")?;
         }
         let c = DeviceBuf::new(ctx, most * np * 4, id)?;
-        let ct = match spec.order {
-            OperandOrder::Aw => Some(DeviceBuf::new(ctx, m * n * 4, id)?),
-            OperandOrder::WtAt => None,
-        };
         if elem.half().is_some() {
             // Fail at prepare, not at the first input, without the kernels.
             dev.kernels()?;
@@ -360,7 +415,7 @@ impl CudaGemm {
             a32,
             a,
             c,
-            ct,
+            ct: None,
             start,
             end,
             flag,
@@ -368,11 +423,12 @@ impl CudaGemm {
             seq: 0,
             submitted: None,
             w_host: None,
-            rows: candidates[0],
+            rows: candidates[0].0,
+            form: candidates[0].1,
             kp,
             np,
         };
-        g.choose_rows(&candidates)?;
+        g.choose(&candidates)?;
         Ok(g)
     }
 
@@ -388,10 +444,16 @@ impl CudaGemm {
         (self.kp, self.np)
     }
 
-    /// Computes `rows` rows from now on; `rows` ≥ M and within the
-    /// allocation (tests try every candidate).
+    /// The form chosen.
     #[cfg(test)]
-    pub(super) fn set_rows(&mut self, rows: usize) {
+    pub(super) fn form(&self) -> Form {
+        self.form
+    }
+
+    /// Computes `rows` rows in `form` from now on; `rows` ≥ M and within
+    /// the allocation (tests try every candidate).
+    #[cfg(test)]
+    pub(super) fn set_candidate(&mut self, rows: usize, form: Form) -> Result<()> {
         let m = self.spec.shape.m.get();
         let capacity = self.a.bytes() / (self.kp * self.elem.size());
         assert!(
@@ -399,30 +461,72 @@ impl CudaGemm {
             "{rows} rows for M = {m}, {capacity} allocated"
         );
         self.rows = rows;
+        self.form = form;
+        self.transpose_buffer()
     }
 
-    /// Times every row count of `candidates` (ascending) over the zeroed
-    /// input, in [`ROWS_ROUNDS`] rounds, and keeps the fastest by the
-    /// median of its counted runs: the fewest rows unless more run faster
-    /// by [`ROWS_MARGIN`] (`HETERO_CUDA_ROWS_PICK=min` compares the fastest
-    /// runs instead, the rule of session 23, for comparisons). Every counted run
-    /// starts with the L2 evicted and times the kernels alone where the
-    /// device allows ([`Gemm::execute_kernel_only`]): the weights come from device
+    /// Allocates the buffer of the transposed output if the form needs it.
+    fn transpose_buffer(&mut self) -> Result<()> {
+        if self.form == Form::ActLeft && self.ct.is_none() {
+            let (m, _, n) = self.spec.shape.mkn();
+            let bytes = m as usize * n as usize * 4;
+            self.ct = Some(DeviceBuf::new(&self.dev.ctx, bytes, &self.dev.id)?);
+        }
+        Ok(())
+    }
+
+    /// Times every (rows, form) of `candidates` ([`candidates`]) over the
+    /// zeroed input, in [`ROWS_ROUNDS`] rounds, and keeps the fastest by
+    /// the median of its counted runs: a later candidate replaces an
+    /// earlier one only when faster by [`ROWS_MARGIN`]
+    /// (`HETERO_CUDA_ROWS_PICK=min` compares the fastest runs instead, the
+    /// rule of session 23, for comparisons). Every counted run starts with
+    /// the L2 evicted and times the kernels alone where the device allows
+    /// ([`Gemm::execute_kernel_only`]): the weights come from device
     /// memory, as a layer's operators meet them, and the host's launch path
     /// adds no noise to the comparison. `HETERO_CUDA_ROWS=warm` times
     /// ordinary runs over a warm L2 instead (the search of session 22);
     /// `HETERO_CUDA_ROWS_LOG` set prints each choice on stderr. One
     /// candidate is taken as it is.
-    fn choose_rows(&mut self, candidates: &[usize]) -> Result<()> {
-        self.rows = candidates[0];
-        if candidates.len() == 1 {
-            return Ok(());
+    fn choose(&mut self, candidates: &[(usize, Form)]) -> Result<()> {
+        (self.rows, self.form) = candidates[0];
+        if candidates.len() > 1 {
+            let best = self.time_candidates(candidates)?;
+            let mut pick = 0;
+            for i in 1..candidates.len() {
+                if best[i] < (1.0 - ROWS_MARGIN) * best[pick] {
+                    pick = i;
+                }
+            }
+            (self.rows, self.form) = candidates[pick];
+            if std::env::var_os("HETERO_CUDA_ROWS_LOG").is_some() {
+                let times: Vec<String> = candidates
+                    .iter()
+                    .zip(&best)
+                    .map(|((r, f), t)| format!("{r} {f:?}: {t:.1} µs"))
+                    .collect();
+                eprintln!(
+                    "{} {} {}: {} rows {:?} of [{}]",
+                    self.dev.id,
+                    self.spec.shape,
+                    self.spec.order,
+                    self.rows,
+                    self.form,
+                    times.join(", ")
+                );
+            }
         }
+        self.transpose_buffer()
+    }
+
+    /// Each candidate's median (or fastest, `HETERO_CUDA_ROWS_PICK=min`)
+    /// counted run, µs ([`CudaGemm::choose`]).
+    fn time_candidates(&mut self, candidates: &[(usize, Form)]) -> Result<Vec<f64>> {
         let cold = std::env::var("HETERO_CUDA_ROWS").as_deref() != Ok("warm");
         let mut runs = vec![Vec::with_capacity(ROWS_ROUNDS - 1); candidates.len()];
         for round in 0..ROWS_ROUNDS {
-            for (i, &rows) in candidates.iter().enumerate() {
-                self.rows = rows;
+            for (i, &(rows, form)) in candidates.iter().enumerate() {
+                (self.rows, self.form) = (rows, form);
                 // Round 0 runs ordinarily: cuBLAS's first call of a shape
                 // may wait on the stream, which a kernel-only run holds
                 // shut until the launch returns (a deadlock).
@@ -441,37 +545,14 @@ impl CudaGemm {
             }
         }
         let by_min = std::env::var("HETERO_CUDA_ROWS_PICK").as_deref() == Ok("min");
-        let best: Vec<f64> = runs
+        Ok(runs
             .iter()
             .map(|r| {
                 Stats::from_samples(r).map_or(f64::INFINITY, |s| {
                     if by_min { s.min_us } else { s.median_us }
                 })
             })
-            .collect();
-        let mut pick = 0;
-        for i in 1..candidates.len() {
-            if best[i] < (1.0 - ROWS_MARGIN) * best[pick] {
-                pick = i;
-            }
-        }
-        self.rows = candidates[pick];
-        if std::env::var_os("HETERO_CUDA_ROWS_LOG").is_some() {
-            let times: Vec<String> = candidates
-                .iter()
-                .zip(&best)
-                .map(|(r, t)| format!("{r}: {t:.1} µs"))
-                .collect();
-            eprintln!(
-                "{} {} {}: {} rows of [{}]",
-                self.dev.id,
-                self.spec.shape,
-                self.spec.order,
-                self.rows,
-                times.join(", ")
-            );
-        }
-        Ok(())
+            .collect())
     }
 
     fn id(&self) -> &str {
@@ -488,9 +569,9 @@ impl CudaGemm {
         let stream = dev.stream.cu_stream();
         let cu_type = self.elem.cuda();
         let (alpha, beta) = (1.0f32, 0.0f32);
-        let (rows, cols, lhs, rhs, ldc) = match self.spec.order {
-            OperandOrder::Aw => (rows, n, self.a.ptr(), self.w.ptr(), rows),
-            OperandOrder::WtAt => (n, rows, self.w.ptr(), self.a.ptr(), n),
+        let (rows, cols, lhs, rhs, ldc) = match self.form {
+            Form::ActLeft => (rows, n, self.a.ptr(), self.w.ptr(), rows),
+            Form::WeightLeft => (n, rows, self.w.ptr(), self.a.ptr(), n),
         };
         dev.ctx.bind_to_thread().at(id, "cuCtxSetCurrent")?;
         self.seq = self.seq.wrapping_add(1).max(1);
@@ -701,10 +782,10 @@ impl Gemm for CudaGemm {
         let id = self.dev.id.clone();
         self.dev.ctx.bind_to_thread().at(&id, "cuCtxSetCurrent")?;
         let stream = self.dev.stream.cu_stream();
-        let out = match &self.ct {
+        let out = match (self.form, &self.ct) {
             // The first M rows of column-major C[R,N] → row-major, i.e.
             // column-major Cᵀ[N,M] (ld N): Cᵀ = 1·op(C) + 0·Cᵀ, op = transpose.
-            Some(ct) => {
+            (Form::ActLeft, Some(ct)) => {
                 let (one, zero) = (1.0f32, 0.0f32);
                 // SAFETY: `c` holds R·N f32 (R ≥ M) and `ct` M·N; they do not overlap;
                 // B aliases the output with no transpose, which cuBLAS
@@ -730,16 +811,19 @@ impl Gemm for CudaGemm {
                 }
                 ct
             }
-            None => &self.c,
+            (Form::ActLeft, None) => {
+                return Err(Error::backend(&id, "no buffer for the transposed output"));
+            }
+            (Form::WeightLeft, _) => &self.c,
         };
-        if self.ct.is_some() || self.np == n {
-            // SAFETY: `out` holds at least M·N f32 values (`wt_at`: its
+        if self.form == Form::ActLeft || self.np == n {
+            // SAFETY: `out` holds at least M·N f32 values (weight left: its
             // first M rows are C); synchronised below before the caller
             // reads `c`.
             unsafe { result::memcpy_dtoh_async(c, out.ptr(), stream) }
                 .at(&id, "cuMemcpyDtoHAsync(output)")?;
         } else {
-            // `wt_at` with N padded: the first N of every row of Np.
+            // Weight left with N padded: the first N of every row of Np.
             let copy = sys::CUDA_MEMCPY2D {
                 srcMemoryType: sys::CUmemorytype::CU_MEMORYTYPE_DEVICE,
                 srcDevice: out.ptr(),

@@ -117,7 +117,7 @@ fn gemm_matches_the_f64_reference_in_every_dtype_and_order() {
 }
 
 #[test]
-fn every_row_count_the_search_may_pick_gives_the_reference_result() {
+fn every_row_count_and_form_the_search_may_pick_gives_the_reference_result() {
     if devices_or_skip("row count test").is_none() {
         return;
     }
@@ -129,22 +129,26 @@ fn every_row_count_the_search_may_pick_gives_the_reference_result() {
                 let a = values(m * k, 5 + m as u64);
                 let s = spec(m as u32, k as u32, n as u32, dtype, order);
                 let mut g = gemm::CudaGemm::new(backend.dev.clone(), &s, &w).unwrap();
-                let candidates = gemm::row_candidates(m);
-                assert!(candidates.len() > 1, "M = {m}");
+                let candidates = gemm::candidates(m, order);
+                assert!(gemm::row_candidates(m).len() > 1, "M = {m}");
                 assert!(
-                    candidates.contains(&g.rows()),
-                    "{} not in {candidates:?}",
-                    g.rows()
+                    candidates.contains(&(g.rows(), g.form())),
+                    "{} rows {:?} not in {candidates:?}",
+                    g.rows(),
+                    g.form()
                 );
                 g.write_input(&a).unwrap();
-                for rows in candidates {
-                    g.set_rows(rows);
+                for (rows, form) in gemm::row_candidates(m)
+                    .into_iter()
+                    .flat_map(|r| [(r, gemm::Form::ActLeft), (r, gemm::Form::WeightLeft)])
+                {
+                    g.set_candidate(rows, form).unwrap();
                     g.execute().unwrap();
                     let err = output_err(&mut g, &a, &w, (m, k, n));
                     let tol = backend.tolerance(dtype, k as u32);
                     assert!(
                         err <= tol,
-                        "{m}x{k}x{n} {dtype} {order}, {rows} rows: rel err {err} > {tol}"
+                        "{m}x{k}x{n} {dtype} {order}, {rows} rows {form:?}: rel err {err} > {tol}"
                     );
                 }
             }
@@ -173,12 +177,15 @@ fn k_and_n_padded_to_eight_give_the_reference_result() {
                 }
                 let tol = backend.tolerance(dtype, k as u32);
                 g.write_input(&a).unwrap();
-                g.execute().unwrap();
-                let err = output_err(&mut g, &a, &w, (m, k, n));
-                assert!(
-                    err <= tol,
-                    "{m}x{k}x{n} {dtype} {order}: rel err {err} > {tol}"
-                );
+                for form in [gemm::Form::ActLeft, gemm::Form::WeightLeft] {
+                    g.set_candidate(m.next_multiple_of(8), form).unwrap();
+                    g.execute().unwrap();
+                    let err = output_err(&mut g, &a, &w, (m, k, n));
+                    assert!(
+                        err <= tol,
+                        "{m}x{k}x{n} {dtype} {order} {form:?}: rel err {err} > {tol}"
+                    );
+                }
                 // The same through host-resident weights (the padded copy).
                 g.host_weights(&w).unwrap();
                 g.execute().unwrap();
