@@ -74,7 +74,7 @@ const WAIT_TIMEOUT: Duration = Duration::from_secs(60);
 const POLL_MARGIN_US: f64 = 80.0;
 
 /// The most rows [`row_candidates`] computes, as a multiple of M.
-/// Sessions 22 to 26 allowed 1.25; at 1.5 a GEMM of M rows takes the time
+/// Sessions 22 to 25 allowed 1.25; at 1.5 a GEMM of M rows takes the time
 /// of a faster row count up to half again as large (H100, f16,
 /// 300×1536×8960: 27.3 µs over 304 or 320 rows; the design measured 384
 /// rows at 21.7 µs), so its time comes closer to the lower envelope of the
