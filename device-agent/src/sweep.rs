@@ -776,6 +776,17 @@ fn preferred_dtype(proc: &Processor, order: &[DType]) -> Result<DType, Error> {
         .ok_or_else(|| Error::unsupported(&proc.id, "any dtype"))
 }
 
+/// The GEMM a microbenchmark runs on `proc`: static weights, f16 where
+/// the processor has it, else f32 (else its first dtype).
+fn bench_spec(proc: &Processor, shape: GemmShape, order: OperandOrder) -> Result<GemmSpec, Error> {
+    Ok(GemmSpec {
+        shape,
+        dtype: preferred_dtype(proc, &[DType::F16, DType::F32])?,
+        order,
+        weights: WeightMode::Static,
+    })
+}
+
 fn graph_prepare(
     b: &mut dyn Backend,
     req: &MicrobenchRequest,
@@ -793,12 +804,7 @@ fn graph_prepare(
         field: "shape".into(),
         message: "graph_prepare needs `shape`".into(),
     })?;
-    let spec = GemmSpec {
-        shape,
-        dtype: preferred_dtype(&proc, &[DType::F16, DType::F32])?,
-        order: OperandOrder::WtAt,
-        weights: WeightMode::Static,
-    };
+    let spec = bench_spec(&proc, shape, OperandOrder::WtAt)?;
     let (_, w) = verify::inputs(&shape, 0);
     let mut samples = Vec::new();
     for i in 0..run.warmups + run.repetitions.max(1) {
@@ -849,16 +855,12 @@ fn stage(
         GemmShape::new(rows, OTHER, ROW)
     }
     .expect("non-zero");
-    let spec = GemmSpec {
-        shape,
-        dtype: preferred_dtype(&proc, &[DType::F16, DType::F32])?,
-        order: if req.bench == MicrobenchKind::StageOutAw {
-            OperandOrder::Aw
-        } else {
-            OperandOrder::WtAt
-        },
-        weights: WeightMode::Static,
+    let order = if req.bench == MicrobenchKind::StageOutAw {
+        OperandOrder::Aw
+    } else {
+        OperandOrder::WtAt
     };
+    let spec = bench_spec(&proc, shape, order)?;
     let (a, w) = verify::inputs(&shape, 0);
     let mut g = b.prepare(&spec, &w)?;
     // The staged side lives in the memory the runtime's pool would use; the
@@ -974,12 +976,7 @@ fn op_alone(
     const SIDE: u32 = 1024;
     let rows = (bytes / (8 * SIDE as u64)).clamp(1, u32::MAX as u64) as u32;
     let shape = GemmShape::new(rows, SIDE, SIDE).expect("non-zero");
-    let spec = GemmSpec {
-        shape,
-        dtype: preferred_dtype(&proc, &[DType::F16, DType::F32])?,
-        order: OperandOrder::WtAt,
-        weights: WeightMode::Static,
-    };
+    let spec = bench_spec(&proc, shape, OperandOrder::WtAt)?;
     let (a, w) = verify::inputs(&shape, 0);
     let mut g = b.prepare(&spec, &w)?;
     let mut src = crate::HostBuf::for_backend(b, a.len());
