@@ -95,6 +95,7 @@ pub fn run(args: PredictArgs) -> anyhow::Result<()> {
             "predicted_us": us,
             "model": model.model.family(),
             "launch_us": model.launch_us,
+            "order_free": model.order_free,
             "timing": timing,
         });
         println!("{v}");
@@ -114,6 +115,11 @@ pub fn run(args: PredictArgs) -> anyhow::Result<()> {
                 .launch_us
                 .map(|l| format!(", kernels plus a {l:.1} µs launch"))
                 .unwrap_or_default()
+                + if model.order_free {
+                    ", both orders alike"
+                } else {
+                    ""
+                }
         );
     }
     Ok(())

@@ -338,13 +338,31 @@ pub struct ProcessorModel {
     /// kernels alone.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub launch_us: Option<f64>,
+    /// The processor runs both operand orders as one kernel
+    /// ([`Capabilities::order_free`](crate::Capabilities)): `model` was
+    /// fitted with every row taken as `aw`, and every order is predicted as
+    /// `aw`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub order_free: bool,
 }
 
 impl ProcessorModel {
+    /// The order `model` is asked about for `order`: `aw` for an
+    /// [`order_free`](ProcessorModel::order_free) processor, else `order`.
+    pub fn model_order(&self, order: OperandOrder) -> OperandOrder {
+        if self.order_free {
+            OperandOrder::Aw
+        } else {
+            order
+        }
+    }
+
     /// Predicted latency of one GEMM as the runtime runs it, µs: the
     /// model's, plus [`launch_us`](ProcessorModel::launch_us) where set.
     pub fn predict_us(&self, shape: GemmShape, order: OperandOrder) -> Option<f64> {
-        let t = self.model.predict_us(shape, self.dtype, order)?;
+        let t = self
+            .model
+            .predict_us(shape, self.dtype, self.model_order(order))?;
         Some(t + self.launch_us.unwrap_or(0.0))
     }
 }
@@ -681,6 +699,7 @@ mod tests {
                 score: Score::default(),
                 candidates: vec![],
                 launch_us: None,
+                order_free: false,
             }],
             overheads: vec![],
         };

@@ -64,6 +64,13 @@ pub struct Capabilities {
     /// can poll (fast synchronisation).
     #[serde(default)]
     pub host_flag: bool,
+    /// Both operand orders of a GEMM (`aw` and `wt_at`) run as one kernel
+    /// and take one time: the backend computes either order in whichever
+    /// form is faster (cuBLAS with the row and form search). The profiler
+    /// then measures one order of each shape and spends the rows saved on
+    /// more shapes; the predictor answers both orders from it.
+    #[serde(default)]
+    pub order_free: bool,
     /// The native tile edge, where known (the stage size of an NPU).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tile: Option<u32>,

@@ -449,7 +449,13 @@ fn golden_predictor() {
     let p = Predictor {
         schema_version: SchemaVersion,
         dataset: Fingerprint::of_bytes("datasets/devbox", b"dataset"),
-        processors: processors(),
+        // The cpu as a processor that runs both orders as one kernel, so
+        // that the file shows both fields.
+        processors: {
+            let mut p = processors();
+            p[0].capabilities.order_free = true;
+            p
+        },
         models: vec![
             ProcessorModel {
                 processor: "cpu:0".into(),
@@ -468,6 +474,7 @@ fn golden_predictor() {
                 },
                 candidates: vec![("roofline".into(), Score::default())],
                 launch_us: None,
+                order_free: true,
             },
             ProcessorModel {
                 processor: "npu-sim".into(),
@@ -487,6 +494,7 @@ fn golden_predictor() {
                 score: Score::default(),
                 candidates: vec![],
                 launch_us: None,
+                order_free: false,
             },
         ],
         overheads: vec![Overheads {

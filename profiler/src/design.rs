@@ -17,9 +17,11 @@
 //!   alignment classes, are measured too ([`query_shapes`]);
 //! - **microbenchmarks** (copies, submit, sync, bandwidth, graph prepare).
 //!
-//! Every GEMM is measured in both operand orders. Within a stratum the
-//! order is coarse to fine (the ends of each range first, then midpoints),
-//! so an early stop still spans the range. Refinement then adds shapes
+//! Every GEMM is measured in both operand orders, except on a processor
+//! that runs both as one kernel ([`design_orders`]): there each shape is
+//! measured once, and the rows saved go to as many more random queries.
+//! Within a stratum the order is coarse to fine (the ends of each range
+//! first, then midpoints), so an early stop still spans the range. Refinement then adds shapes
 //! where the quick predictor's leave-one-out error is above the threshold
 //! (nn-Meter's adaptive sampling): the geometric midpoints between a badly
 //! predicted point and its nearest measured neighbours.
@@ -530,16 +532,30 @@ pub fn initial(
     let mut per_proc: Vec<Vec<Planned>> = Vec::new();
     for p in processors {
         let stage = up_to(stage_shapes(p.capabilities.tile), max_len);
+        let orders = design_orders(p);
+        let queries = if orders.len() == 1 {
+            // One row a shape: the rows a second order would have taken go
+            // to as many more queries, drawn on from the same seed.
+            let shapes = model.len() + stage.len() + split.len() + grid.len() + queries.len();
+            query_shapes(
+                models,
+                queries.len() + shapes,
+                DESIGN_QUERY_SEED,
+                max_len.unwrap_or(QUERY_MAX_TOKENS),
+            )
+        } else {
+            queries.clone()
+        };
         let mut strata: Vec<(Stratum, Vec<GemmShape>)> = vec![
             (Stratum::Model, model.clone()),
             (Stratum::Stage, stage),
             (Stratum::Split, split.clone()),
             (Stratum::Grid, grid.clone()),
-            (Stratum::Query, queries.clone()),
+            (Stratum::Query, queries),
         ];
         strata.retain(|(_, v)| !v.is_empty());
         let mut list = Vec::new();
-        // Round-robin over the strata, one shape (in both orders, every dtype) at a time.
+        // Round-robin over the strata, one shape (in its orders, every dtype) at a time.
         let mut idx = vec![0usize; strata.len()];
         loop {
             let mut any = false;
@@ -547,7 +563,7 @@ pub fn initial(
                 if let Some(&shape) = shapes.get(idx[si]) {
                     idx[si] += 1;
                     any = true;
-                    list.extend(planned_cases(p, shape, dtypes, *stratum));
+                    list.extend(planned_cases(p, shape, dtypes, orders, *stratum));
                 }
             }
             if !any {
@@ -569,7 +585,9 @@ pub fn initial(
 
 /// A held-out design: `count` random queries of the models from `seed`
 /// ([`query_shapes`], of at most `max_len` rows) on every processor, in
-/// both operand orders, and nothing else.
+/// both operand orders (on an order-free processor too: the solver asks
+/// for both, and the held-out rows check that they take one time), and
+/// nothing else.
 pub fn queries(
     processors: &[Processor],
     models: &[ModelSpec],
@@ -584,7 +602,7 @@ pub fn queries(
         .map(|p| {
             shapes
                 .iter()
-                .flat_map(|&s| planned_cases(p, s, dtypes, Stratum::Query))
+                .flat_map(|&s| planned_cases(p, s, dtypes, &BOTH_ORDERS, Stratum::Query))
                 .collect()
         })
         .collect();
@@ -593,15 +611,30 @@ pub fn queries(
     out
 }
 
-/// `shape` on `p` in every dtype to measure and both operand orders.
+/// Both operand orders.
+const BOTH_ORDERS: [OperandOrder; 2] = [OperandOrder::Aw, OperandOrder::WtAt];
+
+/// The operand orders the initial design measures on `p`: `aw` alone on
+/// an [`order_free`](hetero_plan::Capabilities::order_free) processor,
+/// whose two orders run one kernel, else both.
+pub fn design_orders(p: &Processor) -> &'static [OperandOrder] {
+    if p.capabilities.order_free {
+        &BOTH_ORDERS[..1]
+    } else {
+        &BOTH_ORDERS
+    }
+}
+
+/// `shape` on `p` in every dtype to measure and each of `orders`.
 fn planned_cases<'a>(
     p: &'a Processor,
     shape: GemmShape,
     dtypes: Option<&[DType]>,
+    orders: &'static [OperandOrder],
     stratum: Stratum,
 ) -> impl Iterator<Item = Planned> + 'a {
     dtypes_for(p, dtypes).into_iter().flat_map(move |d| {
-        [OperandOrder::Aw, OperandOrder::WtAt].map(|order| Planned {
+        orders.iter().map(move |&order| Planned {
             item: Item::Case(case(&p.id, shape, d, order)),
             stratum,
         })
@@ -849,6 +882,60 @@ mod tests {
         assert!(d.iter().any(|p| p.stratum == Stratum::Stage));
         assert!(d.iter().any(|p| p.stratum == Stratum::Microbench));
         assert_eq!(dtypes_for(&cpu(), Some(&[DType::Bf16])), vec![]);
+    }
+
+    #[test]
+    fn an_order_free_processor_gets_one_order_and_as_many_rows_in_more_shapes() {
+        let spec = hetero_plan::hf::load_config(Path::new("../datasets/models/qwen2.5-1.5b.json"))
+            .unwrap();
+        let models = std::slice::from_ref(&spec);
+        let cases = |d: &[Planned]| -> Vec<SweepCase> {
+            d.iter()
+                .filter_map(|p| match &p.item {
+                    Item::Case(c) => Some(c.clone()),
+                    Item::Bench(_) => None,
+                })
+                .collect()
+        };
+        let mut free = cpu();
+        free.id = "gpu:0".into();
+        free.capabilities.dtypes = vec![DType::F16];
+        free.capabilities.order_free = true;
+        let mut plain = free.clone();
+        plain.capabilities.order_free = false;
+        let both = cases(&initial(&[plain.clone()], models, None, false, None));
+        let one = cases(&initial(&[free.clone()], models, None, false, None));
+        assert!(both.iter().any(|c| c.order == OperandOrder::WtAt));
+        assert!(one.iter().all(|c| c.order == OperandOrder::Aw), "aw only");
+        let shapes = |c: &[SweepCase]| c.iter().map(|c| c.shape).collect::<HashSet<_>>();
+        let (s_both, s_one) = (shapes(&both), shapes(&one));
+        assert_eq!(one.len(), s_one.len(), "one row a shape");
+        assert!(
+            s_one.is_superset(&s_both),
+            "every shape of the two-order design"
+        );
+        // As many rows, give or take the queries that fall on a shape
+        // another stratum has.
+        let ratio = one.len() as f64 / both.len() as f64;
+        assert!(
+            (0.95..=1.05).contains(&ratio),
+            "{} against {}",
+            one.len(),
+            both.len()
+        );
+        // The extra shapes are queries, drawn on from the design's seed.
+        let extra: Vec<_> = one.iter().filter(|c| !s_both.contains(&c.shape)).collect();
+        let drawn: HashSet<_> =
+            query_shapes(models, 4 * one.len(), DESIGN_QUERY_SEED, QUERY_MAX_TOKENS)
+                .into_iter()
+                .collect();
+        assert!(extra.len() > both.len() / 3, "{} new shapes", extra.len());
+        assert!(extra.iter().all(|c| drawn.contains(&c.shape)));
+        // A held-out set stays in both orders: it checks that they agree.
+        let held = queries(&[free], models, None, 10, 1, None);
+        assert_eq!(held.len(), 20);
+        assert!(held.iter().any(|p| p.item.id().ends_with("/wt_at")));
+        assert_eq!(design_orders(&plain).len(), 2);
     }
 
     #[test]

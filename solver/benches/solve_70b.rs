@@ -100,6 +100,7 @@ fn forest_predictor() -> Predictor {
                 score: Score::default(),
                 candidates: vec![],
                 launch_us: None,
+                order_free: false,
             }
         })
         .collect();

@@ -35,6 +35,7 @@ impl GemmModel for ProcessorModel {
             model: self.model.compile(),
             dtype: self.dtype,
             launch_us: self.launch_us.unwrap_or(0.0),
+            order_free: self.order_free,
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
         }))
     }
@@ -53,6 +54,8 @@ struct Compiled {
     dtype: DType,
     /// [`ProcessorModel::launch_us`], 0 when absent.
     launch_us: f64,
+    /// [`ProcessorModel::order_free`]: every order asked as `aw`.
+    order_free: bool,
     id: u64,
 }
 
@@ -82,6 +85,11 @@ fn memo_slot(key: &MemoKey) -> usize {
 
 impl GemmModel for Compiled {
     fn predict_us(&self, shape: GemmShape, order: OperandOrder) -> Option<f64> {
+        let order = if self.order_free {
+            OperandOrder::Aw
+        } else {
+            order
+        };
         let key: MemoKey = (self.id, shape.m.get(), shape.k.get(), shape.n.get(), order);
         let slot = memo_slot(&key);
         MEMO.with(|memo| {
@@ -139,5 +147,60 @@ impl LatencyOracle for Predictor {
 
     fn overheads(&self, processor: &str) -> Overheads {
         Predictor::overheads(self, processor)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use hetero_plan::predictor::FEATURE_NAMES;
+    use hetero_plan::{LatencyModel, Score, Tree, TreeNode};
+
+    use super::*;
+
+    /// A tree that answers ln 10 in `aw` and ln 20 in `wt_at`.
+    fn by_order(order_free: bool) -> ProcessorModel {
+        let feature = FEATURE_NAMES
+            .iter()
+            .position(|n| *n == "order_wt_at")
+            .unwrap() as u16;
+        ProcessorModel {
+            processor: "cuda:0".into(),
+            dtype: DType::F16,
+            model: LatencyModel::Tree(Tree {
+                nodes: vec![
+                    TreeNode::Split {
+                        feature,
+                        threshold: 0.5,
+                        left: 1,
+                        right: 2,
+                    },
+                    TreeNode::Leaf { value: 10f64.ln() },
+                    TreeNode::Leaf { value: 20f64.ln() },
+                ],
+            }),
+            score: Score::default(),
+            candidates: vec![],
+            launch_us: Some(1.0),
+            order_free,
+        }
+    }
+
+    #[test]
+    fn an_order_free_model_answers_every_order_as_aw_compiled_or_not() {
+        let s = GemmShape::new(300, 1536, 8960).unwrap();
+        let near = |a: Option<f64>, b: f64| (a.unwrap() - b).abs() < 1e-9;
+        let plain = by_order(false);
+        assert!(near(plain.predict_us(s, OperandOrder::Aw), 11.0));
+        assert!(near(plain.predict_us(s, OperandOrder::WtAt), 21.0));
+        let free = by_order(true);
+        let compiled = GemmModel::compiled(&free).unwrap();
+        for order in [OperandOrder::Aw, OperandOrder::WtAt] {
+            assert!(near(ProcessorModel::predict_us(&free, s, order), 11.0));
+            // Twice: the second answer comes from the memo.
+            assert!(near(compiled.predict_us(s, order), 11.0), "{order}");
+            assert!(near(compiled.predict_us(s, order), 11.0), "{order}");
+        }
+        let compiled = GemmModel::compiled(&plain).unwrap();
+        assert!(near(compiled.predict_us(s, OperandOrder::WtAt), 21.0));
     }
 }

@@ -806,7 +806,9 @@ struct PlainModel(hetero_plan::ProcessorModel);
 
 impl crate::GemmModel for PlainModel {
     fn predict_us(&self, shape: hetero_plan::GemmShape, order: OperandOrder) -> Option<f64> {
-        self.0.model.predict_us(shape, self.0.dtype, order)
+        self.0
+            .model
+            .predict_us(shape, self.0.dtype, self.0.model_order(order))
     }
 }
 

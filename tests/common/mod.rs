@@ -144,6 +144,7 @@ pub fn tiny_cpu_npu(dir: &Path) -> (PathBuf, hetero_plan::ModelSpec, hetero_plan
         score: Score::default(),
         candidates: vec![],
         launch_us: None,
+        order_free: false,
     };
     let over = |p: &str| Overheads {
         processor: p.into(),

@@ -102,6 +102,7 @@ impl CpuBackend {
                 unified_memory: true,
                 device_timer: false,
                 host_flag: true,
+                order_free: false,
                 tile: None,
                 compute_units: Some(group.cores.len() as u32),
                 memory_bytes: None,

@@ -146,6 +146,14 @@ impl Form {
     }
 }
 
+/// Whether the row search times both forms: unless `HETERO_CUDA_FORM=order`
+/// keeps each order to its own. With both, the two orders of a shape end on
+/// one kernel (H100, 32 pairs: `aw` over `wt_at` 0.99–1.03), so the
+/// processor is [`order_free`](hetero_plan::Capabilities::order_free).
+pub(super) fn both_forms() -> bool {
+    std::env::var("HETERO_CUDA_FORM").as_deref() != Ok("order")
+}
+
 /// The (rows, form) pairs [`CudaGemm::choose`] times, in the order it
 /// prefers them on a tie: each row count of [`row_candidates`] (or ⌈M⌉₈
 /// alone with `HETERO_CUDA_ROWS=8`), first in the order's own form, then
@@ -156,7 +164,7 @@ pub(super) fn candidates(m: usize, order: OperandOrder) -> Vec<(usize, Form)> {
         _ => row_candidates(m, rows_most()),
     };
     let own = Form::of(order);
-    let both = std::env::var("HETERO_CUDA_FORM").as_deref() != Ok("order");
+    let both = both_forms();
     rows.into_iter()
         .flat_map(|r| {
             let mut c = vec![(r, own)];

@@ -328,6 +328,7 @@ fn describe(dev: &Device) -> Result<Processor> {
             unified_memory: false,
             device_timer: true,
             host_flag: dev.flag_writer.is_some(),
+            order_free: gemm::both_forms(),
             tile: None,
             compute_units: Some(sms as u32),
             memory_bytes: Some(memory as u64),

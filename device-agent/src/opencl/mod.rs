@@ -285,6 +285,7 @@ impl OpenClBackend {
                 // by the host only where memory is shared (seen on PoCL; not
                 // on NVIDIA, where Poll falls back to the event status).
                 host_flag: unified,
+                order_free: false,
                 tile: None,
                 compute_units: Some(compute_units),
                 memory_bytes: Some(memory),

@@ -231,6 +231,7 @@ fn describe(rt: &runtime::Runtime) -> Processor {
             unified_memory: false,
             device_timer: false,
             host_flag: false,
+            order_free: false,
             // QAIRT's HTP network-design guidelines: activation channels
             // are rounded up to the next multiple of 32.
             tile: Some(32),

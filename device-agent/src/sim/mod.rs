@@ -308,6 +308,7 @@ impl SimBackend {
                 unified_memory: true,
                 device_timer: false,
                 host_flag: false,
+                order_free: false,
                 tile: Some(params.rows.min(params.cols).min(params.stream_tile)),
                 compute_units: Some(params.arrays),
                 memory_bytes: None,

@@ -477,12 +477,30 @@ pub fn worst_shapes(samples: &[Sample], pred: &[f64]) -> Vec<WorstShape> {
 }
 
 /// Fits one (processor, dtype) group: scores every family, refits the best.
+/// For an `order_free` processor ([`hetero_plan::Capabilities::order_free`])
+/// every row is taken as `aw`, and the model says so
+/// ([`ProcessorModel::order_free`]): both orders are then predicted alike,
+/// from one set of features.
 pub fn fit_group(
     processor: &str,
     dtype: DType,
     samples: &[Sample],
+    order_free: bool,
     params: &FitParams,
 ) -> Result<GroupFit, FitError> {
+    let as_aw: Vec<Sample>;
+    let samples = if order_free {
+        as_aw = samples
+            .iter()
+            .map(|s| Sample {
+                order: OperandOrder::Aw,
+                ..*s
+            })
+            .collect();
+        &as_aw
+    } else {
+        samples
+    };
     let launch_us = launch_of(processor, dtype, samples)?;
     let mut scored: Vec<(Family, Score, Vec<f64>)> = Vec::new();
     for &family in &params.families {
@@ -512,6 +530,7 @@ pub fn fit_group(
             score: best_score,
             candidates,
             launch_us,
+            order_free,
         },
         worst,
         by_cv,
@@ -577,9 +596,15 @@ pub fn fit(
             },
         });
     }
+    let order_free = |id: &str| {
+        profile
+            .processors
+            .iter()
+            .any(|p| p.id == id && p.capabilities.order_free)
+    };
     let fitted: Vec<_> = fit_these
         .par_iter()
-        .map(|((p, d), s)| fit_group(p, *d, s, params))
+        .map(|((p, d), s)| fit_group(p, *d, s, order_free(p), params))
         .collect::<Result<_, _>>()?;
     let timing = |id: &str| {
         profile

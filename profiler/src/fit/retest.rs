@@ -17,7 +17,7 @@
 
 use std::collections::BTreeMap;
 
-use hetero_plan::{DType, MeasurementRow, Predictor, RowStatus, Score, Stats};
+use hetero_plan::{DType, MeasurementRow, OperandOrder, Predictor, RowStatus, Score, Stats};
 use serde::{Deserialize, Serialize};
 
 use super::{FitError, WorstShape, score, usable_groups, worst_shapes};
@@ -164,9 +164,23 @@ pub fn test_predictor(
     fitted: &[MeasurementRow],
 ) -> Result<Vec<TestEntry>, FitError> {
     // By content, not case id: a sweep's ids need not be the profiler's.
+    // For a model that takes every order as `aw` (order-free), a shape
+    // measured in either order is seen in both.
+    let key_order = |processor: &str, dtype: DType, order: OperandOrder| {
+        predictor
+            .model(processor, dtype)
+            .map_or(order, |m| m.model_order(order))
+    };
     let seen: std::collections::HashSet<_> = usable(fitted)
         .values()
-        .filter_map(|(r, _)| Some((r.processor.as_str(), r.dtype, r.shape()?, r.order)))
+        .filter_map(|(r, _)| {
+            Some((
+                r.processor.as_str(),
+                r.dtype,
+                r.shape()?,
+                key_order(&r.processor, r.dtype, r.order),
+            ))
+        })
         .collect();
     let mut out = Vec::new();
     for ((processor, dtype), samples) in usable_groups(rows)? {
@@ -180,7 +194,9 @@ pub fn test_predictor(
             .iter()
             .map(|s| {
                 let t = if s.launch_us.is_some() {
-                    model.model.predict_us(s.shape, dtype, s.order)
+                    model
+                        .model
+                        .predict_us(s.shape, dtype, model.model_order(s.order))
                 } else {
                     model.predict_us(s.shape, s.order)
                 };
@@ -191,7 +207,14 @@ pub fn test_predictor(
         let unseen_pairs: Vec<(f64, f64)> = samples
             .iter()
             .zip(&pairs)
-            .filter(|(s, _)| !seen.contains(&(processor.as_str(), dtype, s.shape, s.order)))
+            .filter(|(s, _)| {
+                !seen.contains(&(
+                    processor.as_str(),
+                    dtype,
+                    s.shape,
+                    model.model_order(s.order),
+                ))
+            })
             .map(|(_, p)| *p)
             .collect();
         out.push(TestEntry {
@@ -286,6 +309,7 @@ mod tests {
             score: Score::default(),
             candidates: Vec::new(),
             launch_us: None,
+            order_free: false,
         };
         let predictor = Predictor {
             schema_version: hetero_plan::SchemaVersion,
@@ -317,5 +341,10 @@ mod tests {
         // Fitted on everything tested: nothing is unseen.
         let t = test_predictor(&predictor, &rows, &rows).unwrap();
         assert_eq!(t[0].unseen, None);
+        // An order-free model has seen b in the other order too.
+        let mut free = predictor.clone();
+        free.models[0].order_free = true;
+        let t = test_predictor(&free, &rows, &fitted).unwrap();
+        assert_eq!(t[0].unseen, None, "b-wt stands for b");
     }
 }

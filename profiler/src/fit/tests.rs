@@ -351,6 +351,59 @@ fn a_twin_trained_on_does_not_score_its_held_out_row() {
     );
 }
 
+/// An order-free processor (one kernel for both orders): its rows are
+/// fitted as `aw`, whatever order they were measured in, and both orders
+/// get one prediction. A processor that is not order-free keeps them apart.
+#[test]
+fn an_order_free_processor_is_fitted_and_predicted_as_one_order() {
+    let mut rows = Vec::new();
+    for i in 0..60u32 {
+        let (m, k, n) = (8 * (1 + i % 20), 256 * (1 + i / 20), 1024);
+        let us = 5.0 + (m * k) as f64 / 2e3;
+        // Measured in one order or the other, as a resumed dataset may be;
+        // the wt_at rows 2x slower, which an order-free fit must not learn.
+        let (order, t) = if i % 3 == 0 {
+            (OperandOrder::WtAt, 2.0 * us)
+        } else {
+            (OperandOrder::Aw, us)
+        };
+        rows.push(row(rows.len(), "gpu", m, k, n, order, t));
+    }
+    let fit_with = |order_free: bool| {
+        let mut prof = profile(&["gpu"]);
+        prof.processors[0].capabilities.order_free = order_free;
+        fit(
+            &prof,
+            Fingerprint::of_bytes("t", b"t"),
+            &rows,
+            &[],
+            &FitParams::default(),
+        )
+        .unwrap()
+    };
+    let s = GemmShape::new(80, 512, 1024).unwrap();
+    let (free, report) = fit_with(true);
+    let m = free.model("gpu", DType::F16).unwrap();
+    assert!(m.order_free);
+    assert_eq!(
+        m.predict_us(s, OperandOrder::Aw),
+        m.predict_us(s, OperandOrder::WtAt)
+    );
+    assert!(
+        report.entries[0]
+            .worst
+            .iter()
+            .all(|w| w.order == OperandOrder::Aw)
+    );
+    assert_eq!(report.entries[0].samples, 60);
+    let (apart, _) = fit_with(false);
+    let m = apart.model("gpu", DType::F16).unwrap();
+    assert!(!m.order_free);
+    let ratio =
+        m.predict_us(s, OperandOrder::WtAt).unwrap() / m.predict_us(s, OperandOrder::Aw).unwrap();
+    assert!(ratio > 1.5, "the orders apart: wt_at / aw = {ratio}");
+}
+
 /// A processor whose time grows with the work (α + β·flops over M padded
 /// to 16 rows, slower in `aw` order): what a CPU or GPU looks like between
 /// its stages.

@@ -61,6 +61,7 @@ pub fn predictor() -> Predictor {
         score: Score::default(),
         candidates: vec![],
         launch_us: None,
+        order_free: false,
     };
     let over = |p: &str| Overheads {
         processor: p.into(),
