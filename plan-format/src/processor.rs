@@ -68,8 +68,10 @@ pub struct Capabilities {
     /// and take one time: the backend computes either order in whichever
     /// form is faster (cuBLAS with the row and form search). The profiler
     /// then measures one order of each shape and spends the rows saved on
-    /// more shapes; the predictor answers both orders from it.
-    #[serde(default)]
+    /// more shapes; the predictor answers both orders from it. Left out of
+    /// the file when false, so that files written before it existed keep
+    /// their fingerprints.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub order_free: bool,
     /// The native tile edge, where known (the stage size of an NPU).
     #[serde(default, skip_serializing_if = "Option::is_none")]
