@@ -736,6 +736,16 @@ mod tests {
         }
     }
 
+    /// The GEMM cases of a design, in its order.
+    fn cases(d: &[Planned]) -> Vec<SweepCase> {
+        d.iter()
+            .filter_map(|p| match &p.item {
+                Item::Case(c) => Some(c.clone()),
+                Item::Bench(_) => None,
+            })
+            .collect()
+    }
+
     #[test]
     fn coarse_to_fine_visits_ends_then_middles() {
         let v: Vec<u32> = (0..9).collect();
@@ -889,14 +899,6 @@ mod tests {
         let spec = hetero_plan::hf::load_config(Path::new("../datasets/models/qwen2.5-1.5b.json"))
             .unwrap();
         let models = std::slice::from_ref(&spec);
-        let cases = |d: &[Planned]| -> Vec<SweepCase> {
-            d.iter()
-                .filter_map(|p| match &p.item {
-                    Item::Case(c) => Some(c.clone()),
-                    Item::Bench(_) => None,
-                })
-                .collect()
-        };
         let mut free = cpu();
         free.id = "gpu:0".into();
         free.capabilities.dtypes = vec![DType::F16];
@@ -943,14 +945,8 @@ mod tests {
         let spec = hetero_plan::hf::load_config(Path::new("../datasets/models/qwen2.5-1.5b.json"))
             .unwrap();
         let models = std::slice::from_ref(&spec);
-        let rows = |d: &[Planned]| -> Vec<u32> {
-            d.iter()
-                .filter_map(|p| match &p.item {
-                    Item::Case(c) => Some(c.shape.m.get()),
-                    Item::Bench(_) => None,
-                })
-                .collect()
-        };
+        let rows =
+            |d: &[Planned]| -> Vec<u32> { cases(d).iter().map(|c| c.shape.m.get()).collect() };
         let all = initial(&[cpu()], models, None, true, None);
         let short = initial(&[cpu()], models, None, true, Some(128));
         assert!(
