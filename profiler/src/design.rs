@@ -21,10 +21,11 @@
 //! that runs both as one kernel ([`design_orders`]): there each shape is
 //! measured once, and the rows saved go to as many more random queries.
 //! Within a stratum the order is coarse to fine (the ends of each range
-//! first, then midpoints), so an early stop still spans the range. Refinement then adds shapes
-//! where the quick predictor's leave-one-out error is above the threshold
-//! (nn-Meter's adaptive sampling): the geometric midpoints between a badly
-//! predicted point and its nearest measured neighbours.
+//! first, then midpoints), so an early stop still spans the range.
+//! Refinement then adds shapes where the quick predictor's leave-one-out
+//! error is above the threshold (nn-Meter's adaptive sampling): the
+//! geometric midpoints between a badly predicted point and its nearest
+//! measured neighbours.
 //!
 //! Case ids name the content (`cpu:0/64x256x256/f32/aw`), so the same GEMM
 //! asked for by two strata is measured once and a resumed run recognises it.
@@ -236,9 +237,9 @@ fn up_to(mut shapes: Vec<GemmShape>, max_len: Option<u32>) -> Vec<GemmShape> {
 /// them, from `seed` (the same seed gives the same shapes on every
 /// machine): a model operator, uniformly; a token count log-uniform in
 /// 1..=`max_tokens` (at most [`QUERY_MAX_TOKENS`]; decode at 8 tokens or
-/// fewer, so an lm_head stays at its decode rows); and for two in five, when N spans more than
-/// two [`QUERY_ROW_ALIGN`] steps, N cut to a multiple of that step or to
-/// what such a cut leaves. Fewer than `count` if the models have fewer
+/// fewer, so an lm_head stays at its decode rows); and for two in five,
+/// when N spans more than two [`QUERY_ROW_ALIGN`] steps, N cut to a
+/// multiple of that step or to what such a cut leaves. Fewer than `count` if the models have fewer
 /// distinct shapes to draw.
 pub fn query_shapes(
     models: &[ModelSpec],
@@ -523,12 +524,8 @@ pub fn initial(
     let model = up_to(model_shapes(models), max_len);
     let split = up_to(split_shapes(models), max_len);
     let grid = up_to(grid_shapes(), max_len);
-    let queries = query_shapes(
-        models,
-        DESIGN_QUERIES,
-        DESIGN_QUERY_SEED,
-        max_len.unwrap_or(QUERY_MAX_TOKENS),
-    );
+    let max_tokens = max_len.unwrap_or(QUERY_MAX_TOKENS);
+    let queries = query_shapes(models, DESIGN_QUERIES, DESIGN_QUERY_SEED, max_tokens);
     let mut per_proc: Vec<Vec<Planned>> = Vec::new();
     for p in processors {
         let stage = up_to(stage_shapes(p.capabilities.tile), max_len);
@@ -541,7 +538,7 @@ pub fn initial(
                 models,
                 queries.len() + shapes,
                 DESIGN_QUERY_SEED,
-                max_len.unwrap_or(QUERY_MAX_TOKENS),
+                max_tokens,
             )
         } else {
             queries.clone()
