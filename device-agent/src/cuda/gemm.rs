@@ -56,12 +56,13 @@ use std::ffi::c_void;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use cudarc::cublas::{result as blas, sys as blas_sys};
+use cudarc::cublas::sys as blas_sys;
 use cudarc::driver::{CudaEvent, result, sys};
 use half::{bf16, f16};
 use hetero_plan::{DType, OperandOrder, Stats};
 
 use super::kernels::Half;
+use super::lt::{LtMatmul, LtType, Problem, algos_wanted};
 use super::mem::{DeviceBuf, MappedFlag, PinnedBuf, Pod};
 use super::{At, Device};
 use crate::{Error, Gemm, GemmSpec, Result, SyncMode, Timed};
@@ -203,11 +204,11 @@ impl Elem {
         }
     }
 
-    fn cuda(self) -> blas_sys::cudaDataType {
+    fn lt(self) -> LtType {
         match self {
-            Elem::F32 => blas_sys::cudaDataType::CUDA_R_32F,
-            Elem::F16 => blas_sys::cudaDataType::CUDA_R_16F,
-            Elem::Bf16 => blas_sys::cudaDataType::CUDA_R_16BF,
+            Elem::F32 => LtType::F32,
+            Elem::F16 => LtType::F16,
+            Elem::Bf16 => LtType::Bf16,
         }
     }
 
@@ -368,6 +369,12 @@ pub(super) struct CudaGemm {
     rows: usize,
     /// cuBLAS's left operand ([`CudaGemm::choose`]).
     form: Form,
+    /// The cuBLASLt problems of the (rows, form) pairs met so far; `current`
+    /// is that of `rows` and `form`.
+    matmuls: Vec<LtMatmul>,
+    current: usize,
+    /// The algorithm of `matmuls[current]` that runs ([`CudaGemm::choose`]).
+    algo: usize,
     /// K and N as computed: each rounded up to a multiple of 8 over zero
     /// columns and rows ([`padded`]).
     kp: usize,
@@ -452,6 +459,9 @@ impl CudaGemm {
             w_host: None,
             rows: candidates[0].0,
             form: candidates[0].1,
+            matmuls: Vec::new(),
+            current: 0,
+            algo: 0,
             kp,
             np,
         };
@@ -477,19 +487,63 @@ impl CudaGemm {
         self.form
     }
 
-    /// Computes `rows` rows in `form` from now on; `rows` ≥ M and within
-    /// the allocation (tests try every candidate).
+    /// The algorithm chosen, and how many cuBLASLt offered for the chosen
+    /// rows and form.
     #[cfg(test)]
-    pub(super) fn set_candidate(&mut self, rows: usize, form: Form) -> Result<()> {
+    pub(super) fn algo(&self) -> (usize, usize) {
+        (self.algo, self.matmuls[self.current].algos())
+    }
+
+    /// Computes `rows` rows in `form` with algorithm `algo` from now on;
+    /// `rows` ≥ M and within the allocation, `algo` below what cuBLASLt
+    /// offers for them (tests try every candidate). Returns how many
+    /// algorithms it offers.
+    #[cfg(test)]
+    pub(super) fn set_candidate(&mut self, rows: usize, form: Form, algo: usize) -> Result<usize> {
         let m = self.spec.shape.m.get();
         let capacity = self.a.bytes() / (self.kp * self.elem.size());
         assert!(
             (m as usize..=capacity).contains(&rows),
             "{rows} rows for M = {m}, {capacity} allocated"
         );
-        self.rows = rows;
-        self.form = form;
-        self.transpose_buffer()
+        self.select(rows, form, algo)?;
+        let offered = self.matmuls[self.current].algos();
+        assert!(algo < offered, "algorithm {algo} of {offered}");
+        self.transpose_buffer()?;
+        Ok(offered)
+    }
+
+    /// The cuBLASLt problem of `rows` rows in `form`.
+    fn problem(&self, rows: usize, form: Form) -> Problem {
+        let (m, n, ldd) = match form {
+            Form::ActLeft => (rows, self.np, rows),
+            Form::WeightLeft => (self.np, rows, self.np),
+        };
+        Problem {
+            input: self.elem.lt(),
+            m,
+            n,
+            k: self.kp,
+            ldd,
+        }
+    }
+
+    /// Makes (rows, form, algo) the one that runs, describing the problem
+    /// and asking cuBLASLt for its algorithms on the first meeting.
+    fn select(&mut self, rows: usize, form: Form, algo: usize) -> Result<()> {
+        let problem = self.problem(rows, form);
+        let found = self.matmuls.iter().position(|mm| mm.problem() == problem);
+        self.current = match found {
+            Some(i) => i,
+            None => {
+                let wanted = algos_wanted();
+                let mm = LtMatmul::new(&self.dev.lt, problem, wanted, &self.dev.id)?;
+                self.matmuls.push(mm);
+                self.matmuls.len() - 1
+            }
+        };
+        (self.rows, self.form, self.algo) = (rows, form, algo);
+        Ok(())
     }
 
     /// Allocates the buffer of the transposed output if the form needs it.
@@ -502,58 +556,73 @@ impl CudaGemm {
         Ok(())
     }
 
-    /// Times every (rows, form) of `candidates` ([`candidates`]) over the
-    /// zeroed input, in [`ROWS_ROUNDS`] rounds, and keeps the fastest by
-    /// the median of its counted runs: a later candidate replaces an
-    /// earlier one only when faster by [`ROWS_MARGIN`]
-    /// (`HETERO_CUDA_ROWS_PICK=min` compares the fastest runs instead, the
-    /// rule of session 23, for comparisons). Every counted run starts with
-    /// the L2 evicted and times the kernels alone where the device allows
-    /// ([`Gemm::execute_kernel_only`]): the weights come from device
-    /// memory, as a layer's operators meet them, and the host's launch path
-    /// adds no noise to the comparison. `HETERO_CUDA_ROWS=warm` times
-    /// ordinary runs over a warm L2 instead (the search of session 22);
-    /// `HETERO_CUDA_ROWS_LOG` set prints each choice on stderr. One
-    /// candidate is taken as it is.
+    /// Chooses what runs, in two searches. First every (rows, form) of
+    /// `candidates` ([`candidates`]) with cuBLASLt's first algorithm, then
+    /// every algorithm it offers for the (rows, form) kept
+    /// ([`algos_wanted`]; `HETERO_CUDA_ALGOS=1` leaves the first). Each
+    /// search times its candidates over the zeroed input in
+    /// [`ROWS_ROUNDS`] rounds and keeps the fastest by the median of its
+    /// counted runs: a later candidate replaces an earlier one only when
+    /// faster by [`ROWS_MARGIN`] (`HETERO_CUDA_ROWS_PICK=min` compares the
+    /// fastest runs instead, the rule of session 23, for comparisons).
+    /// Every counted run starts with the L2 evicted and times the kernels
+    /// alone where the device allows ([`Gemm::execute_kernel_only`]): the
+    /// weights come from device memory, as a layer's operators meet them,
+    /// and the host's launch path adds no noise to the comparison.
+    /// `HETERO_CUDA_ROWS=warm` times ordinary runs over a warm L2 instead
+    /// (the search of session 22); `HETERO_CUDA_ROWS_LOG` set prints each
+    /// choice on stderr. A search of one candidate takes it as it is.
     fn choose(&mut self, candidates: &[(usize, Form)]) -> Result<()> {
-        (self.rows, self.form) = candidates[0];
+        let pairs: Vec<(usize, Form, usize)> = candidates.iter().map(|&(r, f)| (r, f, 0)).collect();
+        let (rows, form, _) = self.pick(&pairs)?;
+        let offered = self.matmuls[self.current].algos();
+        let algos: Vec<(usize, Form, usize)> = (0..offered).map(|a| (rows, form, a)).collect();
+        self.pick(&algos)?;
+        self.transpose_buffer()
+    }
+
+    /// Times `candidates` (rows, form, algorithm) and selects the fastest
+    /// by the rule of [`CudaGemm::choose`]; one candidate is selected as it
+    /// is.
+    fn pick(&mut self, candidates: &[(usize, Form, usize)]) -> Result<(usize, Form, usize)> {
+        let mut pick = 0;
         if candidates.len() > 1 {
             let best = self.time_candidates(candidates)?;
-            let mut pick = 0;
             for i in 1..candidates.len() {
                 if best[i] < (1.0 - ROWS_MARGIN) * best[pick] {
                     pick = i;
                 }
             }
-            (self.rows, self.form) = candidates[pick];
             if std::env::var_os("HETERO_CUDA_ROWS_LOG").is_some() {
-                let times: Vec<String> = candidates
-                    .iter()
-                    .zip(&best)
-                    .map(|((r, f), t)| format!("{r} {f:?}: {t:.1} µs"))
-                    .collect();
+                let mut times = Vec::with_capacity(candidates.len());
+                for (&(r, f, a), t) in candidates.iter().zip(&best) {
+                    self.select(r, f, a)?;
+                    let algo = self.matmuls[self.current].describe(a);
+                    times.push(format!("{r} {f:?} {algo}: {t:.1} µs"));
+                }
+                let (r, f, a) = candidates[pick];
                 eprintln!(
-                    "{} {} {}: {} rows {:?} of [{}]",
+                    "{} {} {}: {r} rows {f:?} algorithm {a} of [{}]",
                     self.dev.id,
                     self.spec.shape,
                     self.spec.order,
-                    self.rows,
-                    self.form,
                     times.join(", ")
                 );
             }
         }
-        self.transpose_buffer()
+        let (r, f, a) = candidates[pick];
+        self.select(r, f, a)?;
+        Ok(candidates[pick])
     }
 
     /// Each candidate's median (or fastest, `HETERO_CUDA_ROWS_PICK=min`)
     /// counted run, µs ([`CudaGemm::choose`]).
-    fn time_candidates(&mut self, candidates: &[(usize, Form)]) -> Result<Vec<f64>> {
+    fn time_candidates(&mut self, candidates: &[(usize, Form, usize)]) -> Result<Vec<f64>> {
         let cold = std::env::var("HETERO_CUDA_ROWS").as_deref() != Ok("warm");
         let mut runs = vec![Vec::with_capacity(ROWS_ROUNDS - 1); candidates.len()];
         for round in 0..ROWS_ROUNDS {
-            for (i, &(rows, form)) in candidates.iter().enumerate() {
-                (self.rows, self.form) = (rows, form);
+            for (i, &(rows, form, algo)) in candidates.iter().enumerate() {
+                self.select(rows, form, algo)?;
                 // Round 0 runs ordinarily: cuBLAS's first call of a shape
                 // may wait on the stream, which a kernel-only run holds
                 // shut until the launch returns (a deadlock).
@@ -591,21 +660,19 @@ impl CudaGemm {
         let dev = &*self.dev;
         let id = dev.id.as_str();
         debug_assert!(self.rows >= self.spec.shape.m.get() as usize);
-        let rows = self.rows as i32;
-        let (k, n) = (self.kp as i32, self.np as i32);
         let stream = dev.stream.cu_stream();
-        let cu_type = self.elem.cuda();
-        let (alpha, beta) = (1.0f32, 0.0f32);
-        let (rows, cols, lhs, rhs, ldc) = match self.form {
-            Form::ActLeft => (rows, n, self.a.ptr(), self.w.ptr(), rows),
-            Form::WeightLeft => (n, rows, self.w.ptr(), self.a.ptr(), n),
+        let (lhs, rhs) = match self.form {
+            Form::ActLeft => (self.a.ptr(), self.w.ptr()),
+            Form::WeightLeft => (self.w.ptr(), self.a.ptr()),
         };
+        let matmul = &self.matmuls[self.current];
+        debug_assert_eq!(matmul.problem(), self.problem(self.rows, self.form));
         dev.ctx.bind_to_thread().at(id, "cuCtxSetCurrent")?;
         self.seq = self.seq.wrapping_add(1).max(1);
         let t0 = Instant::now();
         // SAFETY: every pointer is a live allocation of this context sized
-        // for the shape above; alpha and beta are host f32 values, as the
-        // 32F compute type requires in the default (host) pointer mode.
+        // for the problem of `matmul` (rows, Kₚ and Nₚ of this GEMM); the
+        // device's workspace serves one launch at a time on its one stream.
         unsafe {
             result::event::record(self.start.cu_event(), stream).at(id, "cuEventRecord")?;
             // Host-resident weights cross PCIe first, inside the timed part
@@ -618,28 +685,7 @@ impl CudaGemm {
                 )
                 .at(id, "cuMemcpyHtoDAsync(host weights)")?;
             }
-            blas::gemm_ex(
-                *dev.blas.handle(),
-                blas_sys::cublasOperation_t::CUBLAS_OP_T,
-                blas_sys::cublasOperation_t::CUBLAS_OP_N,
-                rows,
-                cols,
-                k,
-                &alpha as *const f32 as *const c_void,
-                lhs as *const c_void,
-                cu_type,
-                k,
-                rhs as *const c_void,
-                cu_type,
-                k,
-                &beta as *const f32 as *const c_void,
-                self.c.ptr() as *mut c_void,
-                Elem::F32.cuda(),
-                ldc,
-                blas_sys::cublasComputeType_t::CUBLAS_COMPUTE_32F,
-                blas_sys::cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
-            )
-            .at(id, "cublasGemmEx")?;
+            matmul.enqueue(&dev.lt, self.algo, [lhs, rhs, self.c.ptr()], stream, id)?;
             result::event::record(self.end.cu_event(), stream).at(id, "cuEventRecord")?;
         }
         dev.write_flag(&self.flag, self.seq)?;

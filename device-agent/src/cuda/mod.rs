@@ -31,6 +31,7 @@ mod bench;
 mod gemm;
 mod kernels;
 mod libs;
+mod lt;
 mod mem;
 
 use std::sync::Arc;
@@ -77,6 +78,8 @@ pub(crate) struct Device {
     ctx: Arc<CudaContext>,
     stream: Arc<CudaStream>,
     blas: CudaBlas,
+    /// cuBLASLt, which runs the GEMMs ([`lt`]).
+    lt: lt::Lt,
     kernels: std::result::Result<Kernels, Error>,
     flag_writer: Option<FlagWriter>,
     copy_buffers: std::sync::Mutex<Option<bench::CopyBuffers>>,
@@ -222,12 +225,14 @@ impl CudaBackend {
         unsafe { ctx.disable_event_tracking() };
         let stream = ctx.new_stream().at(&id, "cuStreamCreate")?;
         let blas = CudaBlas::new(stream.clone()).at(&id, "cublasCreate")?;
+        let lt = lt::Lt::new(&ctx, &id)?;
         let kernels = Kernels::load(&ctx, &id);
         let mut dev = Device {
             id: id.clone(),
             ctx,
             stream,
             blas,
+            lt,
             kernels,
             flag_writer: None,
             copy_buffers: std::sync::Mutex::new(None),
@@ -315,12 +320,14 @@ fn describe(dev: &Device) -> Result<Processor> {
         api: ProcessorApi::Cuda,
         name,
         driver: format!(
-            "CUDA {}.{} driver, cuBLAS {}.{}.{}",
+            "CUDA {}.{} driver, cuBLAS {}.{}.{}, cuBLASLt {}, {} algorithms searched",
             driver_version / 1000,
             (driver_version % 1000) / 10,
             blas_version / 10000,
             (blas_version % 10000) / 100,
-            blas_version % 100
+            blas_version % 100,
+            lt::Lt::version(),
+            lt::algos_wanted()
         ),
         capabilities: Capabilities {
             dtypes: vec![DType::F32, DType::F16, DType::Bf16],

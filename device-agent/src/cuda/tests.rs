@@ -117,7 +117,7 @@ fn gemm_matches_the_f64_reference_in_every_dtype_and_order() {
 }
 
 #[test]
-fn every_row_count_and_form_the_search_may_pick_gives_the_reference_result() {
+fn every_row_count_form_and_algorithm_the_search_may_pick_gives_the_reference_result() {
     if devices_or_skip("row count test").is_none() {
         return;
     }
@@ -140,19 +140,26 @@ fn every_row_count_and_form_the_search_may_pick_gives_the_reference_result() {
                     g.rows(),
                     g.form()
                 );
+                let (algo, offered) = g.algo();
+                assert!(algo < offered, "algorithm {algo} of {offered}");
                 g.write_input(&a).unwrap();
                 for (rows, form) in gemm::row_candidates(m, gemm::ROWS_MOST)
                     .into_iter()
                     .flat_map(|r| [(r, gemm::Form::ActLeft), (r, gemm::Form::WeightLeft)])
                 {
-                    g.set_candidate(rows, form).unwrap();
-                    g.execute().unwrap();
-                    let err = output_err(&mut g, &a, &w, (m, k, n));
-                    let tol = backend.tolerance(dtype, k as u32);
-                    assert!(
-                        err <= tol,
-                        "{m}x{k}x{n} {dtype} {order}, {rows} rows {form:?}: rel err {err} > {tol}"
-                    );
+                    // Every algorithm cuBLASLt offers for them, too.
+                    let offered = g.set_candidate(rows, form, 0).unwrap();
+                    for algo in 0..offered {
+                        g.set_candidate(rows, form, algo).unwrap();
+                        g.execute().unwrap();
+                        let err = output_err(&mut g, &a, &w, (m, k, n));
+                        let tol = backend.tolerance(dtype, k as u32);
+                        assert!(
+                            err <= tol,
+                            "{m}x{k}x{n} {dtype} {order}, {rows} rows {form:?}, \
+                             algorithm {algo} of {offered}: rel err {err} > {tol}"
+                        );
+                    }
                 }
             }
         }
@@ -181,7 +188,7 @@ fn k_and_n_padded_to_eight_give_the_reference_result() {
                 let tol = backend.tolerance(dtype, k as u32);
                 g.write_input(&a).unwrap();
                 for form in [gemm::Form::ActLeft, gemm::Form::WeightLeft] {
-                    g.set_candidate(m.next_multiple_of(8), form).unwrap();
+                    g.set_candidate(m.next_multiple_of(8), form, 0).unwrap();
                     g.execute().unwrap();
                     let err = output_err(&mut g, &a, &w, (m, k, n));
                     assert!(
