@@ -1,5 +1,6 @@
-//! A GEMM prepared on a CUDA device: weights resident, cuBLAS `GemmEx`,
-//! CUDA events for the kernel time, a host-mapped flag for polling.
+//! A GEMM prepared on a CUDA device: weights resident, one cuBLASLt
+//! matmul ([`super::lt`]), CUDA events for the kernel time, a host-mapped
+//! flag for polling.
 //!
 //! Device layouts (cuBLAS is column-major; both [`Form`]s are one `TN`
 //! call over the same buffers, with the operands swapped):
@@ -15,8 +16,8 @@
 //! [`Form::ActLeft`] runs `gemm(T, N, m=M, n=N, k=K, A, Wᵀ)`: the
 //! activation is cuBLAS's left operand. [`Form::WeightLeft`] runs
 //! `gemm(T, N, m=N, n=M, k=K, Wᵀ, A)`, which is `Cᵀ = Wᵀ·Aᵀ`: the weight
-//! is the left operand. Both accumulate in f32 and write f32 (`GemmEx` with
-//! a 32F output type), so the output needs no conversion. `read_output`
+//! is the left operand. Both accumulate in f32 and write f32 (a 32F
+//! output layout), so the output needs no conversion. `read_output`
 //! undoes the column-major output of the activation-left form with
 //! `cublasSgeam` on the device, outside the timed part.
 //!
@@ -41,8 +42,13 @@
 //! half as many rows again as M) in both forms, each with the L2 evicted,
 //! and keeps the fastest by its median run
 //! ([`CudaGemm::choose`]; `HETERO_CUDA_ROWS=8` keeps ⌈M⌉₈ and
-//! `HETERO_CUDA_FORM=order` the order's own form, for comparisons).
-//! `docs/benchmarks.md`, Predictors, has the measurements.
+//! `HETERO_CUDA_FORM=order` the order's own form, for comparisons). For
+//! the (rows, form) kept, it then times every algorithm cuBLASLt's
+//! heuristic offers (up to 8) and keeps the fastest the same way: the
+//! heuristic's first guess, which is what `cublasGemmEx` runs, was slow
+//! for some shapes (H100, f16, 1024×8960×768: 32.3 µs, against 27.9 µs
+//! for its fifth; `HETERO_CUDA_ALGOS=1` keeps the first, for
+//! comparisons). `docs/benchmarks.md`, Predictors, has the measurements.
 //!
 //! Kₚ and Nₚ are K and N rounded up to a multiple of 8 ([`padded`]): the
 //! zero columns of A and W add nothing to the product, and the output's
@@ -808,7 +814,7 @@ impl Gemm for CudaGemm {
     /// The stream first waits on a host-written gate (`cuStreamWaitValue32`),
     /// the GEMM and its two events are queued behind it, then the host
     /// opens the gate: the device timer covers the kernels alone, not the
-    /// host's `cublasGemmEx` call between the events. `None` where stream
+    /// host's `cublasLtMatmul` call between the events. `None` where stream
     /// memory operations are missing.
     fn execute_kernel_only(&mut self) -> Result<Option<Timed>> {
         if self.dev.flag_writer_is_memop() {

@@ -1,12 +1,13 @@
-//! The CUDA backend: cuBLAS GEMMs on NVIDIA GPUs (feature `cuda`).
+//! The CUDA backend: cuBLASLt GEMMs on NVIDIA GPUs (feature `cuda`).
 //!
 //! Everything is loaded at run time through `cudarc`'s dynamic loading, so
 //! the agent builds and runs where no CUDA is installed; [`open`] then
 //! returns [`Error::Library`] naming the library and the paths tried.
 //!
 //! One processor per device, `cuda:<ordinal>`. Each has one non-blocking
-//! stream and one cuBLAS handle shared by its GEMMs (a processor is one
-//! queue). A GEMM keeps its weights resident. Inputs and outputs cross the
+//! stream, one cuBLAS handle (for the output transposition) and one
+//! cuBLASLt handle and workspace (for the GEMMs), shared by its GEMMs (a
+//! processor is one queue). A GEMM keeps its weights resident. Inputs and outputs cross the
 //! bus as f32, the [`Gemm`] interface's type: the input is
 //! converted to f16/bf16 on the device, cuBLAS writes an f32 output, and an
 //! `aw` output is transposed on the device (`cublasSgeam`), so no host
@@ -23,8 +24,9 @@
 //! synchronisation, here across PCIe). `HETERO_CUDA_FLAG=memop|kernel`
 //! forces one writer.
 //!
-//! Libraries: `libcuda.so.1` from the loader path; `libcublas.so.13` from
-//! the loader path or a CUDA install folder (`HETERO_CUDA_LIB_DIR`,
+//! Libraries: `libcuda.so.1` from the loader path; `libcublas.so.13` (and
+//! `libcublasLt.so.13` beside it) from the loader path or a CUDA install
+//! folder (`HETERO_CUDA_LIB_DIR`,
 //! `CUDA_HOME`, `/usr/local/cuda*`). The bindings are CUDA 13.0's.
 
 mod bench;
