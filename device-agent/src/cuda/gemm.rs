@@ -580,6 +580,18 @@ impl CudaGemm {
     /// choice on stderr. A search of one candidate takes it as it is.
     fn choose(&mut self, candidates: &[(usize, Form)]) -> Result<()> {
         let pairs: Vec<(usize, Form, usize)> = candidates.iter().map(|&(r, f)| (r, f, 0)).collect();
+        if std::env::var("HETERO_CUDA_SEARCH").as_deref() == Ok("joint") {
+            // Every algorithm of every pair in one search, the first
+            // algorithms first (a study; see docs/decisions.md).
+            let mut all = pairs.clone();
+            for &(r, f, _) in &pairs {
+                self.select(r, f, 0)?;
+                let offered = self.matmuls[self.current].algos();
+                all.extend((1..offered).map(|a| (r, f, a)));
+            }
+            self.pick(&all)?;
+            return self.transpose_buffer();
+        }
         let (rows, form, _) = self.pick(&pairs)?;
         let offered = self.matmuls[self.current].algos();
         let algos: Vec<(usize, Form, usize)> = (0..offered).map(|a| (rows, form, a)).collect();
