@@ -42,13 +42,13 @@
 //! half as many rows again as M) in both forms, each with the L2 evicted,
 //! and keeps the fastest by its median run
 //! ([`CudaGemm::choose`]; `HETERO_CUDA_ROWS=8` keeps ⌈M⌉₈ and
-//! `HETERO_CUDA_FORM=order` the order's own form, for comparisons). For
-//! the (rows, form) kept, it then times every algorithm cuBLASLt's
-//! heuristic offers (up to 8) and keeps the fastest the same way: the
-//! heuristic's first guess, which is what `cublasGemmEx` runs, was slow
-//! for some shapes (H100, f16, 1024×8960×768: 32.3 µs, against 27.9 µs
-//! for its fifth; `HETERO_CUDA_ALGOS=1` keeps the first, for
-//! comparisons). `docs/benchmarks.md`, Predictors, has the measurements.
+//! `HETERO_CUDA_FORM=order` the order's own form, for comparisons). Each
+//! of those is timed with every algorithm cuBLASLt's heuristic offers for
+//! it (up to 8): the heuristic's first guess, which is what `cublasGemmEx`
+//! runs, was slow for some shapes (H100, f16, 1024×8960×768: 32.3 µs,
+//! against 27.9 µs for its fifth; `HETERO_CUDA_ALGOS=1` keeps the first,
+//! for comparisons). `docs/benchmarks.md`, Predictors, has the
+//! measurements.
 //!
 //! Kₚ and Nₚ are K and N rounded up to a multiple of 8 ([`padded`]): the
 //! zero columns of A and W add nothing to the product, and the output's
@@ -562,40 +562,41 @@ impl CudaGemm {
         Ok(())
     }
 
-    /// Chooses what runs, in two searches. First every (rows, form) of
-    /// `candidates` ([`candidates`]) with cuBLASLt's first algorithm, then
-    /// every algorithm it offers for the (rows, form) kept
-    /// ([`algos_wanted`]; `HETERO_CUDA_ALGOS=1` leaves the first). Each
-    /// search times its candidates over the zeroed input in
-    /// [`ROWS_ROUNDS`] rounds and keeps the fastest by the median of its
-    /// counted runs: a later candidate replaces an earlier one only when
-    /// faster by [`ROWS_MARGIN`] (`HETERO_CUDA_ROWS_PICK=min` compares the
-    /// fastest runs instead, the rule of session 23, for comparisons).
-    /// Every counted run starts with the L2 evicted and times the kernels
-    /// alone where the device allows ([`Gemm::execute_kernel_only`]): the
-    /// weights come from device memory, as a layer's operators meet them,
-    /// and the host's launch path adds no noise to the comparison.
+    /// Chooses what runs: times every (rows, form) of `candidates`
+    /// ([`candidates`]) with every algorithm cuBLASLt offers for it
+    /// ([`algos_wanted`]; `HETERO_CUDA_ALGOS=1` keeps each pair's first),
+    /// listed each pair's first algorithm first, then the others pair by
+    /// pair. The search times them over the zeroed input in [`ROWS_ROUNDS`]
+    /// rounds and keeps the fastest by the median of its counted runs: a
+    /// later candidate replaces an earlier one only when faster by
+    /// [`ROWS_MARGIN`] (`HETERO_CUDA_ROWS_PICK=min` compares the fastest
+    /// runs instead, the rule of session 23, for comparisons). Every
+    /// counted run starts with the L2 evicted and times the kernels alone
+    /// where the device allows ([`Gemm::execute_kernel_only`]): the weights
+    /// come from device memory, as a layer's operators meet them, and the
+    /// host's launch path adds no noise to the comparison.
     /// `HETERO_CUDA_ROWS=warm` times ordinary runs over a warm L2 instead
-    /// (the search of session 22); `HETERO_CUDA_ROWS_LOG` set prints each
-    /// choice on stderr. A search of one candidate takes it as it is.
+    /// (the search of session 22); `HETERO_CUDA_SEARCH=staged` searches
+    /// the pairs with their first algorithms, then the algorithms of the
+    /// pair kept (fewer runs; session 28's first search);
+    /// `HETERO_CUDA_ROWS_LOG` set prints each choice on stderr. A search of
+    /// one candidate takes it as it is.
     fn choose(&mut self, candidates: &[(usize, Form)]) -> Result<()> {
         let pairs: Vec<(usize, Form, usize)> = candidates.iter().map(|&(r, f)| (r, f, 0)).collect();
-        if std::env::var("HETERO_CUDA_SEARCH").as_deref() == Ok("joint") {
-            // Every algorithm of every pair in one search, the first
-            // algorithms first (a study; see docs/decisions.md).
-            let mut all = pairs.clone();
-            for &(r, f, _) in &pairs {
-                self.select(r, f, 0)?;
-                let offered = self.matmuls[self.current].algos();
-                all.extend((1..offered).map(|a| (r, f, a)));
-            }
-            self.pick(&all)?;
+        if std::env::var("HETERO_CUDA_SEARCH").as_deref() == Ok("staged") {
+            let (rows, form, _) = self.pick(&pairs)?;
+            let offered = self.matmuls[self.current].algos();
+            let algos: Vec<(usize, Form, usize)> = (0..offered).map(|a| (rows, form, a)).collect();
+            self.pick(&algos)?;
             return self.transpose_buffer();
         }
-        let (rows, form, _) = self.pick(&pairs)?;
-        let offered = self.matmuls[self.current].algos();
-        let algos: Vec<(usize, Form, usize)> = (0..offered).map(|a| (rows, form, a)).collect();
-        self.pick(&algos)?;
+        let mut all = pairs.clone();
+        for &(r, f, _) in &pairs {
+            self.select(r, f, 0)?;
+            let offered = self.matmuls[self.current].algos();
+            all.extend((1..offered).map(|a| (r, f, a)));
+        }
+        self.pick(&all)?;
         self.transpose_buffer()
     }
 
