@@ -91,11 +91,7 @@ pub(super) const ROWS_MOST: f64 = 1.5;
 
 /// [`ROWS_MOST`], or `HETERO_CUDA_ROWS_MOST` where that is a number ≥ 1.
 pub(super) fn rows_most() -> f64 {
-    std::env::var("HETERO_CUDA_ROWS_MOST")
-        .ok()
-        .and_then(|v| v.parse::<f64>().ok())
-        .filter(|v| *v >= 1.0)
-        .unwrap_or(ROWS_MOST)
+    super::env_at_least("HETERO_CUDA_ROWS_MOST", 1.0).unwrap_or(ROWS_MOST)
 }
 
 /// Row counts a GEMM of M rows may compute, over zero rows past M: M

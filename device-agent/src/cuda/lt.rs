@@ -44,11 +44,7 @@ pub(super) const ALGOS: usize = 8;
 /// heuristic's first algorithm alone, as `cublasGemmEx` runs it; for
 /// comparisons).
 pub(super) fn algos_wanted() -> usize {
-    std::env::var("HETERO_CUDA_ALGOS")
-        .ok()
-        .and_then(|v| v.parse::<usize>().ok())
-        .filter(|v| *v >= 1)
-        .unwrap_or(ALGOS)
+    super::env_at_least("HETERO_CUDA_ALGOS", 1).unwrap_or(ALGOS)
 }
 
 /// A device's cuBLASLt handle, heuristic preference and workspace.

@@ -65,6 +65,15 @@ impl<T> At<T> for std::result::Result<T, CublasError> {
     }
 }
 
+/// The number in environment variable `name`, where it parses and is at
+/// least `least` (the backend's knobs for comparisons).
+fn env_at_least<T: std::str::FromStr + PartialOrd>(name: &str, least: T) -> Option<T> {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse::<T>().ok())
+        .filter(|v| *v >= least)
+}
+
 /// How the stream writes the completion flag.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum FlagWriter {
