@@ -956,7 +956,8 @@ fn check_product(
 /// in `wt_at` order (the processor's 16-bit type where it has one), with
 /// `R = bytes/8192` rows (at least one), so that input and output together
 /// are `bytes` of f32 values. Each sample is one such round less the
-/// GEMM's kernel time: the median of [`Gemm::execute_kernel_only`](crate::Gemm::execute_kernel_only) runs
+/// GEMM's kernel time: the median of
+/// [`Gemm::execute_kernel_only`](crate::Gemm::execute_kernel_only) runs
 /// interleaved with the rounds where the backend has it, else of the
 /// rounds' own device times. A processor without a device timer has no
 /// host path apart from its kernel and refuses the benchmark. The product

@@ -68,7 +68,7 @@ use half::{bf16, f16};
 use hetero_plan::{DType, OperandOrder, Stats};
 
 use super::kernels::Half;
-use super::lt::{LtMatmul, LtType, Problem, algos_wanted};
+use super::lt::{LtMatmul, Problem, algos_wanted};
 use super::mem::{DeviceBuf, MappedFlag, PinnedBuf, Pod};
 use super::{At, Device};
 use crate::{Error, Gemm, GemmSpec, Result, SyncMode, Timed};
@@ -206,11 +206,13 @@ impl Elem {
         }
     }
 
-    fn lt(self) -> LtType {
+    /// The type as cuBLASLt names it.
+    fn lt(self) -> cudarc::cublaslt::sys::cudaDataType {
+        use cudarc::cublaslt::sys::cudaDataType as T;
         match self {
-            Elem::F32 => LtType::F32,
-            Elem::F16 => LtType::F16,
-            Elem::Bf16 => LtType::Bf16,
+            Elem::F32 => T::CUDA_R_32F,
+            Elem::F16 => T::CUDA_R_16F,
+            Elem::Bf16 => T::CUDA_R_16BF,
         }
     }
 

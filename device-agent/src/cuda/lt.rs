@@ -113,30 +113,13 @@ impl Drop for Lt {
     }
 }
 
-/// An element type as cuBLASLt names it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum LtType {
-    F32,
-    F16,
-    Bf16,
-}
-
-impl LtType {
-    fn cuda(self) -> sys::cudaDataType {
-        match self {
-            LtType::F32 => sys::cudaDataType::CUDA_R_32F,
-            LtType::F16 => sys::cudaDataType::CUDA_R_16F,
-            LtType::Bf16 => sys::cudaDataType::CUDA_R_16BF,
-        }
-    }
-}
-
 /// The problem of one [`LtMatmul`], in cuBLAS's column-major terms:
 /// `D[m,n] = Aᵀ·B` with `A` stored `k×m` (ld k), `B` `k×n` (ld k) and
 /// `D` f32 `m×n` (ld `ldd`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) struct Problem {
-    pub input: LtType,
+    /// The element type of `A` and `B`.
+    pub input: sys::cudaDataType,
     pub m: usize,
     pub n: usize,
     pub k: usize,
@@ -194,13 +177,13 @@ impl LtMatmul {
             )
         }
         .at(id, "cublasLtMatmulDescSetAttribute(TRANSA)")?;
-        let layout = |t: LtType, rows: usize, cols: usize, ld: usize| {
-            lt::create_matrix_layout(t.cuda(), rows as u64, cols as u64, ld as i64)
+        let layout = |t: sys::cudaDataType, rows: usize, cols: usize, ld: usize| {
+            lt::create_matrix_layout(t, rows as u64, cols as u64, ld as i64)
                 .at(id, "cublasLtMatrixLayoutCreate")
         };
         mm.a = layout(input, k, m, k)?;
         mm.b = layout(input, k, n, k)?;
-        mm.d = layout(LtType::F32, m, n, ldd)?;
+        mm.d = layout(sys::cudaDataType::CUDA_R_32F, m, n, ldd)?;
         let wanted = wanted.max(1);
         // SAFETY: a zeroed result is a valid value of this plain C struct.
         let mut results: Vec<sys::cublasLtMatmulHeuristicResult_t> =

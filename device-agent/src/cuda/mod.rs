@@ -7,11 +7,11 @@
 //! One processor per device, `cuda:<ordinal>`. Each has one non-blocking
 //! stream, one cuBLAS handle (for the output transposition) and one
 //! cuBLASLt handle and workspace (for the GEMMs), shared by its GEMMs (a
-//! processor is one queue). A GEMM keeps its weights resident. Inputs and outputs cross the
-//! bus as f32, the [`Gemm`] interface's type: the input is
-//! converted to f16/bf16 on the device, cuBLAS writes an f32 output, and an
-//! `aw` output is transposed on the device (`cublasSgeam`), so no host
-//! thread converts or transposes. From memory of [`Backend::alloc_host`]
+//! processor is one queue). A GEMM keeps its weights resident. Inputs and
+//! outputs cross the bus as f32, the [`Gemm`] interface's type: the input
+//! is converted to f16/bf16 on the device, cuBLASLt writes an f32 output,
+//! and an `aw` output is transposed on the device (`cublasSgeam`), so no
+//! host thread converts or transposes. From memory of [`Backend::alloc_host`]
 //! (page-locked) each copy is one DMA. CUDA events give the kernel time
 //! ([`Timed::device_us`](crate::Timed)) and the host clock the time from
 //! submit to observed completion.
@@ -26,8 +26,8 @@
 //!
 //! Libraries: `libcuda.so.1` from the loader path; `libcublas.so.13` (and
 //! `libcublasLt.so.13` beside it) from the loader path or a CUDA install
-//! folder (`HETERO_CUDA_LIB_DIR`,
-//! `CUDA_HOME`, `/usr/local/cuda*`). The bindings are CUDA 13.0's.
+//! folder (`HETERO_CUDA_LIB_DIR`, `CUDA_HOME`, `/usr/local/cuda*`). The
+//! bindings are CUDA 13.0's.
 
 mod bench;
 mod gemm;
