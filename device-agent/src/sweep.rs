@@ -829,7 +829,8 @@ fn graph_prepare(
 /// ([`Backend::alloc_host`], else the heap), timed by the host clock around
 /// the call alone. The input side is `R×1024×64` and the output side
 /// `R×64×1024`, with `R = bytes/4096` rows (at least one), in `wt_at`
-/// order (`aw` for `stage_out_aw`, whose output a GPU transposes) and in
+/// order (`aw` for `stage_out_aw`, whose output a backend may transpose on
+/// the way out; CUDA's is transposed behind the kernel instead) and in
 /// the processor's 16-bit type where it has one, like the GPU sweeps. Each
 /// sample comes from one round of the runtime's sequence (`write_input`,
 /// `execute`, `read_output`) with only the staged call timed, for as many

@@ -17,9 +17,14 @@
 //! activation is cuBLAS's left operand. [`Form::WeightLeft`] runs
 //! `gemm(T, N, m=N, n=M, k=K, Wᵀ, A)`, which is `Cᵀ = Wᵀ·Aᵀ`: the weight
 //! is the left operand. Both accumulate in f32 and write f32 (a 32F
-//! output layout), so the output needs no conversion. `read_output`
-//! undoes the column-major output of the activation-left form with
-//! `cublasSgeam` on the device, outside the timed part.
+//! output layout), so the output needs no conversion. The
+//! activation-left form's column-major output is turned row-major by
+//! `cublasSgeam` on the device, queued right behind the matmul and inside
+//! the timed part, so that the search weighs each form with what it costs
+//! and `read_output` is one copy in both forms. (Done in `read_output`
+//! before, the transpose added about 13 µs to every readback of that form,
+//! which the copy costs the solver charges did not follow: H200, prefill
+//! 16, copies 7.4 ms measured against 6.25 ms predicted.)
 //!
 //! The operand order of the spec names the form a GEMM starts from (`aw`
 //! the activation left, `wt_at` the weight left), as an NPU's order names
@@ -547,10 +552,11 @@ impl CudaGemm {
             }
         };
         (self.rows, self.form, self.algo) = (rows, form, algo);
-        Ok(())
+        self.transpose_buffer()
     }
 
-    /// Allocates the buffer of the transposed output if the form needs it.
+    /// Allocates the buffer of the transposed output if the form needs it
+    /// (on the first selection of that form, search included).
     fn transpose_buffer(&mut self) -> Result<()> {
         if self.form == Form::ActLeft && self.ct.is_none() {
             let (m, _, n) = self.spec.shape.mkn();
@@ -586,7 +592,7 @@ impl CudaGemm {
             let offered = self.matmuls[self.current].algos();
             let algos: Vec<(usize, Form, usize)> = (0..offered).map(|a| (rows, form, a)).collect();
             self.pick(&algos)?;
-            return self.transpose_buffer();
+            return Ok(());
         }
         let mut all = pairs.clone();
         for &(r, f, _) in &pairs {
@@ -595,7 +601,7 @@ impl CudaGemm {
             all.extend((1..offered).map(|a| (r, f, a)));
         }
         self.pick(&all)?;
-        self.transpose_buffer()
+        Ok(())
     }
 
     /// Times `candidates` (rows, form, algorithm) and selects the fastest
@@ -703,11 +709,51 @@ impl CudaGemm {
                 .at(id, "cuMemcpyHtoDAsync(host weights)")?;
             }
             matmul.enqueue(&dev.lt, self.algo, [lhs, rhs, self.c.ptr()], stream, id)?;
-            result::event::record(self.end.cu_event(), stream).at(id, "cuEventRecord")?;
         }
+        if self.form == Form::ActLeft {
+            self.transpose_output()?;
+        }
+        // SAFETY: the event belongs to this context; recorded on its stream.
+        unsafe { result::event::record(self.end.cu_event(), stream) }.at(id, "cuEventRecord")?;
         dev.write_flag(&self.flag, self.seq)?;
         self.submitted = Some(t0);
         Ok(())
+    }
+
+    /// Queues the activation-left output's transpose on the stream: the
+    /// first M rows of column-major `C[R,Nₚ]` into row-major `C[M,N]`
+    /// (column-major `Cᵀ[N,M]`, ld N): `Cᵀ = 1·op(C) + 0·Cᵀ`, op =
+    /// transpose.
+    fn transpose_output(&self) -> Result<()> {
+        let id = self.dev.id.as_str();
+        let Some(ct) = &self.ct else {
+            return Err(Error::backend(id, "no buffer for the transposed output"));
+        };
+        let (m, _, n) = self.spec.shape.mkn();
+        let (one, zero) = (1.0f32, 0.0f32);
+        // SAFETY: `c` holds R·Nₚ f32 (R ≥ M, Nₚ ≥ N) and `ct` M·N; they do
+        // not overlap; B aliases the output with no transpose, which cuBLAS
+        // allows, and is not read with beta = 0. The handle runs on the
+        // device's one stream, behind the matmul.
+        unsafe {
+            blas_sys::cublasSgeam(
+                *self.dev.blas.handle(),
+                blas_sys::cublasOperation_t::CUBLAS_OP_T,
+                blas_sys::cublasOperation_t::CUBLAS_OP_N,
+                n as i32,
+                m as i32,
+                &one,
+                self.c.ptr() as *const f32,
+                self.rows as i32,
+                &zero,
+                ct.ptr() as *const f32,
+                n as i32,
+                ct.ptr() as *mut f32,
+                n as i32,
+            )
+            .result()
+            .at(id, "cublasSgeam(transpose output)")
+        }
     }
 
     /// Waits for the launched work and reads both clocks.
@@ -873,34 +919,8 @@ impl Gemm for CudaGemm {
         self.dev.ctx.bind_to_thread().at(&id, "cuCtxSetCurrent")?;
         let stream = self.dev.stream.cu_stream();
         let out = match (self.form, &self.ct) {
-            // The first M rows of column-major C[R,N] → row-major, i.e.
-            // column-major Cᵀ[N,M] (ld N): Cᵀ = 1·op(C) + 0·Cᵀ, op = transpose.
-            (Form::ActLeft, Some(ct)) => {
-                let (one, zero) = (1.0f32, 0.0f32);
-                // SAFETY: `c` holds R·N f32 (R ≥ M) and `ct` M·N; they do not overlap;
-                // B aliases the output with no transpose, which cuBLAS
-                // allows, and is not read with beta = 0.
-                unsafe {
-                    blas_sys::cublasSgeam(
-                        *self.dev.blas.handle(),
-                        blas_sys::cublasOperation_t::CUBLAS_OP_T,
-                        blas_sys::cublasOperation_t::CUBLAS_OP_N,
-                        n as i32,
-                        m as i32,
-                        &one,
-                        self.c.ptr() as *const f32,
-                        self.rows as i32,
-                        &zero,
-                        ct.ptr() as *const f32,
-                        n as i32,
-                        ct.ptr() as *mut f32,
-                        n as i32,
-                    )
-                    .result()
-                    .at(&id, "cublasSgeam(transpose output)")?;
-                }
-                ct
-            }
+            // Transposed to row-major C[M,N] in `launch`.
+            (Form::ActLeft, Some(ct)) => ct,
             (Form::ActLeft, None) => {
                 return Err(Error::backend(&id, "no buffer for the transposed output"));
             }

@@ -10,8 +10,9 @@
 //! processor is one queue). A GEMM keeps its weights resident. Inputs and
 //! outputs cross the bus as f32, the [`Gemm`] interface's type: the input
 //! is converted to f16/bf16 on the device, cuBLASLt writes an f32 output,
-//! and an `aw` output is transposed on the device (`cublasSgeam`), so no
-//! host thread converts or transposes. From memory of [`Backend::alloc_host`]
+//! and the activation-left form's output is transposed on the device
+//! (`cublasSgeam`, behind the matmul and timed with it), so no host thread
+//! converts or transposes. From memory of [`Backend::alloc_host`]
 //! (page-locked) each copy is one DMA. CUDA events give the kernel time
 //! ([`Timed::device_us`](crate::Timed)) and the host clock the time from
 //! submit to observed completion.
