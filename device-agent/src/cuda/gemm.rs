@@ -518,7 +518,6 @@ impl CudaGemm {
         self.select(rows, form, algo)?;
         let offered = self.matmuls[self.current].algos();
         assert!(algo < offered, "algorithm {algo} of {offered}");
-        self.transpose_buffer()?;
         Ok(offered)
     }
 
@@ -720,15 +719,20 @@ impl CudaGemm {
         Ok(())
     }
 
+    /// The buffer of the transposed output ([`CudaGemm::transpose_buffer`]).
+    fn transposed(&self) -> Result<&DeviceBuf> {
+        self.ct
+            .as_ref()
+            .ok_or_else(|| Error::backend(&self.dev.id, "no buffer for the transposed output"))
+    }
+
     /// Queues the activation-left output's transpose on the stream: the
     /// first M rows of column-major `C[R,Nₚ]` into row-major `C[M,N]`
     /// (column-major `Cᵀ[N,M]`, ld N): `Cᵀ = 1·op(C) + 0·Cᵀ`, op =
     /// transpose.
     fn transpose_output(&self) -> Result<()> {
         let id = self.dev.id.as_str();
-        let Some(ct) = &self.ct else {
-            return Err(Error::backend(id, "no buffer for the transposed output"));
-        };
+        let ct = self.transposed()?;
         let (m, _, n) = self.spec.shape.mkn();
         let (one, zero) = (1.0f32, 0.0f32);
         // SAFETY: `c` holds R·Nₚ f32 (R ≥ M, Nₚ ≥ N) and `ct` M·N; they do
@@ -918,13 +922,10 @@ impl Gemm for CudaGemm {
         let id = self.dev.id.clone();
         self.dev.ctx.bind_to_thread().at(&id, "cuCtxSetCurrent")?;
         let stream = self.dev.stream.cu_stream();
-        let out = match (self.form, &self.ct) {
+        let out = match self.form {
             // Transposed to row-major C[M,N] in `launch`.
-            (Form::ActLeft, Some(ct)) => ct,
-            (Form::ActLeft, None) => {
-                return Err(Error::backend(&id, "no buffer for the transposed output"));
-            }
-            (Form::WeightLeft, _) => &self.c,
+            Form::ActLeft => self.transposed()?,
+            Form::WeightLeft => &self.c,
         };
         if self.form == Form::ActLeft || self.np == n {
             // SAFETY: `out` holds at least M·N f32 values (weight left: its
