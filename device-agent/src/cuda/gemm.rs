@@ -72,6 +72,7 @@ use cudarc::driver::{CudaEvent, result, sys};
 use half::{bf16, f16};
 use hetero_plan::{DType, OperandOrder, Stats};
 
+use super::graph::Graph;
 use super::kernels::Half;
 use super::lt::{LtMatmul, Problem, algos_wanted};
 use super::mem::{DeviceBuf, MappedFlag, PinnedBuf, Pod};
@@ -388,6 +389,22 @@ pub(super) struct CudaGemm {
     /// columns and rows ([`padded`]).
     kp: usize,
     np: usize,
+    /// Whether launches queue the kernels as one CUDA graph
+    /// ([`graphs_wanted`]); off while [`CudaGemm::choose`] searches.
+    graphs: bool,
+    /// The kernels of the current selection, captured
+    /// ([`CudaGemm::launch`]); dropped when the selection changes.
+    graph: Option<Graph>,
+    /// The current selection has run once with direct launches, so that
+    /// cuBLAS's first call of a problem, which may wait on the stream, is
+    /// never captured.
+    warm: bool,
+}
+
+/// Whether launches go through a CUDA graph: unless `HETERO_CUDA_GRAPH=0`
+/// (direct launches, the path of sessions 17–29, for comparisons).
+pub(super) fn graphs_wanted() -> bool {
+    std::env::var("HETERO_CUDA_GRAPH").as_deref() != Ok("0")
 }
 
 impl CudaGemm {
@@ -473,8 +490,12 @@ impl CudaGemm {
             algo: 0,
             kp,
             np,
+            graphs: false,
+            graph: None,
+            warm: false,
         };
         g.choose(&candidates)?;
+        g.graphs = graphs_wanted();
         Ok(g)
     }
 
@@ -494,6 +515,19 @@ impl CudaGemm {
     #[cfg(test)]
     pub(super) fn form(&self) -> Form {
         self.form
+    }
+
+    /// Whether the kernels currently run as a captured graph.
+    #[cfg(test)]
+    pub(super) fn graphed(&self) -> bool {
+        self.graphs && self.graph.is_some()
+    }
+
+    /// Launches through a graph (`true`, the default unless
+    /// `HETERO_CUDA_GRAPH=0`) or directly from now on.
+    #[cfg(test)]
+    pub(super) fn set_graphs(&mut self, on: bool) {
+        self.graphs = on;
     }
 
     /// The algorithm chosen, and how many cuBLASLt offered for the chosen
@@ -551,6 +585,8 @@ impl CudaGemm {
             }
         };
         (self.rows, self.form, self.algo) = (rows, form, algo);
+        self.graph = None;
+        self.warm = false;
         self.transpose_buffer()
     }
 
@@ -677,45 +713,85 @@ impl CudaGemm {
         &self.dev.id
     }
 
-    /// Enqueues start event, GEMM, end event and flag write.
+    /// Enqueues start event, GEMM, end event and flag write. The GEMM's
+    /// kernels (the matmul, and the transpose of the activation-left form)
+    /// go as one CUDA graph, captured on the second launch of a selection
+    /// and reused after it: one `cuGraphLaunch` costs the host less than
+    /// queueing them one by one (`cublasLtMatmul` does host work on every
+    /// call), and the kernels follow each other on the device without
+    /// waiting for the host between them. The events, the host weights'
+    /// copy and the flag write stay outside the graph: their values and
+    /// sources change from launch to launch.
     fn launch(&mut self) -> Result<()> {
-        let dev = &*self.dev;
+        let dev = self.dev.clone();
         let id = dev.id.as_str();
         debug_assert!(self.rows >= self.spec.shape.m.get() as usize);
         let stream = dev.stream.cu_stream();
-        let (lhs, rhs) = match self.form {
-            Form::ActLeft => (self.a.ptr(), self.w.ptr()),
-            Form::WeightLeft => (self.w.ptr(), self.a.ptr()),
-        };
-        let matmul = &self.matmuls[self.current];
-        debug_assert_eq!(matmul.problem(), self.problem(self.rows, self.form));
+        debug_assert_eq!(
+            self.matmuls[self.current].problem(),
+            self.problem(self.rows, self.form)
+        );
         dev.ctx.bind_to_thread().at(id, "cuCtxSetCurrent")?;
+        let graphed = self.graphs && self.warm;
+        if graphed && self.graph.is_none() {
+            self.graph = Some(Graph::capture(&dev.ctx, stream, id, || {
+                self.enqueue_kernels()
+            })?);
+        }
         self.seq = self.seq.wrapping_add(1).max(1);
         let t0 = Instant::now();
-        // SAFETY: every pointer is a live allocation of this context sized
-        // for the problem of `matmul` (rows, Kₚ and Nₚ of this GEMM); the
-        // device's workspace serves one launch at a time on its one stream.
-        unsafe {
-            result::event::record(self.start.cu_event(), stream).at(id, "cuEventRecord")?;
-            // Host-resident weights cross PCIe first, inside the timed part
-            // (page-locked source: a DMA on the stream, ordered before the GEMM).
-            if let Some(h) = &self.w_host {
+        // SAFETY: the event belongs to this context; recorded on its stream.
+        unsafe { result::event::record(self.start.cu_event(), stream) }.at(id, "cuEventRecord")?;
+        // Host-resident weights cross PCIe first, inside the timed part
+        // (page-locked source: a DMA on the stream, ordered before the GEMM).
+        if let Some(h) = &self.w_host {
+            // SAFETY: `w` holds `w.bytes()` and the page-locked `h` at least
+            // as many; the GEMM reading `w` is queued behind the copy.
+            unsafe {
                 result::memcpy_htod_async(
                     self.w.ptr(),
                     &h.as_slice::<u8>()[..self.w.bytes()],
                     stream,
                 )
-                .at(id, "cuMemcpyHtoDAsync(host weights)")?;
             }
-            matmul.enqueue(&dev.lt, self.algo, [lhs, rhs, self.c.ptr()], stream, id)?;
+            .at(id, "cuMemcpyHtoDAsync(host weights)")?;
         }
-        if self.form == Form::ActLeft {
-            self.transpose_output()?;
+        match self.graph.as_ref().filter(|_| graphed) {
+            Some(graph) => graph.launch(stream, id)?,
+            None => self.enqueue_kernels()?,
         }
         // SAFETY: the event belongs to this context; recorded on its stream.
         unsafe { result::event::record(self.end.cu_event(), stream) }.at(id, "cuEventRecord")?;
         dev.write_flag(&self.flag, self.seq)?;
         self.submitted = Some(t0);
+        self.warm = true;
+        Ok(())
+    }
+
+    /// Queues the GEMM's kernels on the stream (or into a capture of it):
+    /// the matmul, then the activation-left form's transpose.
+    fn enqueue_kernels(&self) -> Result<()> {
+        let dev = &*self.dev;
+        let (lhs, rhs) = match self.form {
+            Form::ActLeft => (self.a.ptr(), self.w.ptr()),
+            Form::WeightLeft => (self.w.ptr(), self.a.ptr()),
+        };
+        // SAFETY: every pointer is a live allocation of this context sized
+        // for the problem of the current matmul (rows, Kₚ and Nₚ of this
+        // GEMM); the device's workspace serves one launch at a time on its
+        // one stream.
+        unsafe {
+            self.matmuls[self.current].enqueue(
+                &dev.lt,
+                self.algo,
+                [lhs, rhs, self.c.ptr()],
+                dev.stream.cu_stream(),
+                &dev.id,
+            )?;
+        }
+        if self.form == Form::ActLeft {
+            self.transpose_output()?;
+        }
         Ok(())
     }
 

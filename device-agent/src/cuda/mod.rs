@@ -32,6 +32,7 @@
 
 mod bench;
 mod gemm;
+mod graph;
 mod kernels;
 mod libs;
 mod lt;

@@ -167,6 +167,59 @@ fn every_row_count_form_and_algorithm_the_search_may_pick_gives_the_reference_re
 }
 
 #[test]
+fn graph_launches_read_each_new_input_in_both_forms() {
+    if devices_or_skip("graph launch test").is_none() {
+        return;
+    }
+    let backend = CudaBackend::open(0).unwrap();
+    let (m, k, n): (usize, usize, usize) = (5, 72, 40);
+    let w = values(k * n, 21);
+    for dtype in [DType::F32, DType::F16] {
+        for form in [gemm::Form::ActLeft, gemm::Form::WeightLeft] {
+            let s = spec(m as u32, k as u32, n as u32, dtype, OperandOrder::Aw);
+            let mut g = gemm::CudaGemm::new(backend.dev.clone(), &s, &w).unwrap();
+            g.set_graphs(true);
+            g.set_candidate(m.next_multiple_of(8), form, 0).unwrap();
+            let tol = backend.tolerance(dtype, k as u32);
+            // Run 0 launches directly, run 1 captures, runs 2 and 3 reuse
+            // the graph (once through submit and a polling wait); every run
+            // has its own input, so a graph that kept a stale operand fails.
+            for run in 0..4u64 {
+                let a = values(m * k, 100 + run);
+                g.write_input(&a).unwrap();
+                let t = if run == 3 {
+                    g.submit().unwrap();
+                    g.wait(SyncMode::Poll { predicted_us: 1.0 }).unwrap()
+                } else {
+                    g.execute().unwrap()
+                };
+                assert!(t.device_us.unwrap() > 0.0);
+                assert_eq!(g.graphed(), run > 0, "{dtype} {form:?} run {run}");
+                let err = output_err(&mut g, &a, &w, (m, k, n));
+                assert!(
+                    err <= tol,
+                    "{dtype} {form:?} run {run}: rel err {err} > {tol}"
+                );
+            }
+            // Another selection drops the graph; with graphs off none is made.
+            g.set_graphs(false);
+            g.set_candidate(m.next_multiple_of(8), form, 0).unwrap();
+            for run in 0..2u64 {
+                let a = values(m * k, 200 + run);
+                g.write_input(&a).unwrap();
+                g.execute().unwrap();
+                assert!(!g.graphed());
+                let err = output_err(&mut g, &a, &w, (m, k, n));
+                assert!(
+                    err <= tol,
+                    "{dtype} {form:?} direct run {run}: rel err {err} > {tol}"
+                );
+            }
+        }
+    }
+}
+
+#[test]
 fn k_and_n_padded_to_eight_give_the_reference_result() {
     if devices_or_skip("padding test").is_none() {
         return;
@@ -406,7 +459,8 @@ fn host_weights_are_copied_before_every_run() {
             g.host_weights(&w).unwrap();
             g.write_input(&a).unwrap();
             let tol = dev.tolerance(dtype, k as u32);
-            for run in 0..2 {
+            // Run 0 launches directly, runs 1 and 2 through the graph.
+            for run in 0..3 {
                 let t = g.execute().unwrap();
                 assert!(t.host_us > 0.0);
                 let err = output_err(g.as_mut(), &a, &w, (m, k, n));
