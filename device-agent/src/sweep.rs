@@ -641,6 +641,12 @@ fn microbench(
                 s
             })
         }
+        MicrobenchKind::OpOverhead => {
+            op_overhead(&mut *backends[0], run, cancel).map(|(s, note)| {
+                line.note = Some(note);
+                s
+            })
+        }
         MicrobenchKind::BandwidthAlone | MicrobenchKind::BandwidthConcurrent => {
             stream(backends, req, run, cancel).map(|(s, note)| {
                 line.note = note;
@@ -1030,6 +1036,73 @@ fn op_alone(
         }
     );
     Ok((totals.iter().map(|t| t - kernel).collect(), note))
+}
+
+/// `op_overhead`: what the host adds around the device-timed part of one
+/// operator, through the backend's own launch path (a CUDA graph, a queued
+/// kernel). A `1×1024×1024` GEMM in `wt_at` order (the processor's 16-bit
+/// type where it has one) is written once, then submitted and waited for
+/// round after round, by a blocking wait and by polling alternately where
+/// the processor has a host flag (the runtime does either). Each sample is
+/// the host clock from `submit` to the wait's return less that run's
+/// device time: the launch before the device timer starts, the notice
+/// after it ends and the calls between. This is what runtime-min pays per
+/// operator beyond the device time and the staged copies, where
+/// `submit_empty` and the sync benchmarks each time a whole round trip of
+/// another (directly launched, empty) kernel. The product of the last
+/// round is checked against the f64 reference.
+fn op_overhead(
+    b: &mut dyn Backend,
+    run: &RunParams,
+    cancel: &AtomicBool,
+) -> Result<(Vec<f64>, String), Error> {
+    let proc = b.processor().clone();
+    let no_timer =
+        || Error::unsupported(&proc.id, "op_overhead (the processor has no device timer)");
+    if !proc.capabilities.device_timer {
+        return Err(no_timer());
+    }
+    let shape = GemmShape::new(1, 1024, 1024).expect("non-zero");
+    let spec = bench_spec(&proc, shape, OperandOrder::WtAt)?;
+    let (a, w) = verify::inputs(&shape, 0);
+    let mut g = b.prepare(&spec, &w)?;
+    g.write_input(&a)?;
+    let poll = proc.capabilities.host_flag;
+    let mut i = 0usize;
+    let mut round = |g: &mut Box<dyn crate::Gemm>| -> Result<f64, Error> {
+        let mode = if poll && i % 2 == 1 {
+            crate::SyncMode::Poll { predicted_us: 0.0 }
+        } else {
+            crate::SyncMode::Block
+        };
+        i += 1;
+        let t = Instant::now();
+        g.submit()?;
+        let timed = g.wait(mode)?;
+        let host = t.elapsed().as_secs_f64() * 1e6;
+        Ok(host - timed.device_us.ok_or_else(no_timer)?)
+    };
+    warm_up(run, proc.simulated, cancel, || round(&mut g).map(|_| ()))?;
+    let mut samples = Vec::new();
+    while !enough_samples(&samples, run, proc.simulated) {
+        check_cancel(cancel, run)?;
+        samples.push(round(&mut g)?);
+    }
+    let mut c = vec![0f32; shape.n.get() as usize];
+    g.read_output(&mut c)?;
+    check_product(b, &spec, &a, &w, &c, "op_overhead")?;
+    let note = format!(
+        "submit and {} wait of a {} {} {} GEMM, less each run's device time",
+        if poll {
+            "blocking or polling (alternately)"
+        } else {
+            "blocking"
+        },
+        spec.shape,
+        spec.dtype,
+        spec.order,
+    );
+    Ok((samples, note))
 }
 
 /// The memory-bound GEMV of the bandwidth benchmarks: `1×K×N` with weights

@@ -403,7 +403,8 @@ fn two_cpu_groups_stream_concurrently() {
 }
 
 /// A processor whose times are host-clock times has no host path apart
-/// from its kernel: `op_alone` is refused with the reason.
+/// from its kernel: `op_alone` and `op_overhead` are refused with the
+/// reason.
 #[test]
 fn op_alone_is_unsupported_without_a_device_timer() {
     let out = ok(&[
@@ -411,7 +412,7 @@ fn op_alone_is_unsupported_without_a_device_timer() {
         "cpu:0",
         "microbench",
         "--bench",
-        "op_alone",
+        "op_alone,op_overhead",
         "--reps",
         "3",
         "--warmups",
@@ -419,7 +420,12 @@ fn op_alone_is_unsupported_without_a_device_timer() {
     ]);
     let l = lines(&out);
     let rows = of_type(&l, "microbench");
-    assert_eq!(rows.len(), hetero_plan::OP_ALONE_BYTES.len(), "{rows:?}");
+    assert_eq!(
+        rows.len(),
+        hetero_plan::OP_ALONE_BYTES.len() + 1,
+        "{rows:?}"
+    );
+    assert!(rows.iter().any(|r| r["bench"] == "op_overhead"), "{rows:?}");
     for r in rows {
         assert_eq!(r["status"], "unsupported", "{r}");
         assert!(

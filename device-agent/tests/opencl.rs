@@ -551,3 +551,46 @@ fn op_alone_times_the_whole_operator_less_its_kernel() {
         );
     }
 }
+
+/// `op_overhead` times submit and wait of one GEMM, blocking and polling
+/// alternately where the device has a host flag, less each run's device
+/// time: positive samples, and a note that says how.
+#[test]
+fn op_overhead_times_the_host_around_the_device_time() {
+    let Some(mut devs) = devices("op-overhead") else {
+        return;
+    };
+    let be = devs.remove(0);
+    let id = be.processor().id.clone();
+    let flag = be.processor().capabilities.host_flag;
+    let mut s = hetero_agent::sweep::Sweeper::new(vec![Box::new(be)]);
+    let run = hetero_plan::RunParams {
+        warmups: 1,
+        repetitions: 6,
+        ..Default::default()
+    };
+    let req = MicrobenchRequest {
+        id: "op_overhead".into(),
+        processor: id.clone(),
+        bench: MicrobenchKind::OpOverhead,
+        bytes: None,
+        peer: None,
+        shape: None,
+    };
+    let line = s.run_microbench(&req, &run);
+    assert_eq!(
+        line.row.status,
+        hetero_plan::RowStatus::Ok,
+        "{:?}",
+        line.row.message
+    );
+    let note = line.note.unwrap_or_default();
+    assert!(note.contains("1x1024x1024"), "{note}");
+    assert_eq!(note.contains("polling"), flag, "{note}");
+    let stats = line.row.stats.unwrap();
+    assert!(stats.count >= 6 && stats.min_us > 0.0, "{stats:?}");
+    eprintln!(
+        "{id} op_overhead: median {:.1} µs ({note})",
+        stats.median_us
+    );
+}

@@ -116,6 +116,14 @@ pub enum MicrobenchKind {
     /// the host path one operator pays beyond its kernel, measured as one
     /// piece rather than summed from the parts above.
     OpAlone,
+    /// What the host adds around the device-timed part of one operator: a
+    /// prepared `1×1024×1024` GEMM is submitted and waited for (blocking
+    /// and polling waits alternately, where the processor has a host flag);
+    /// each sample is the host clock from `submit` to the wait's return
+    /// less that run's device time. Through the backend's own launch path,
+    /// so that it is the cost runtime-min meets, beyond the device time
+    /// and the staged copies, for one operator run alone.
+    OpOverhead,
 }
 
 /// The sizes `op_alone` is measured at: the f32 bytes of input and output

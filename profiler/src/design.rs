@@ -428,6 +428,12 @@ pub fn microbench(processors: &[Processor]) -> Vec<MicrobenchRequest> {
         ] {
             out.push(req(p, bench));
         }
+        // What the host adds around a device-timed operator, through the
+        // backend's own launch path: the solver's cost of one launch and
+        // completion notice where measured.
+        if p.capabilities.device_timer && !p.simulated && !p.emulated {
+            out.push(req(p, MicrobenchKind::OpOverhead));
+        }
         out.push(MicrobenchRequest {
             bytes: Some(64 << 20),
             ..req(p, MicrobenchKind::BandwidthAlone)
@@ -495,7 +501,8 @@ pub fn microbench_repeats(processors: &[Processor]) -> Vec<Vec<MicrobenchRequest
             MicrobenchKind::SubmitEmpty
             | MicrobenchKind::SubmitBusy
             | MicrobenchKind::SyncBlock
-            | MicrobenchKind::SyncPoll => true,
+            | MicrobenchKind::SyncPoll
+            | MicrobenchKind::OpOverhead => true,
             _ => false,
         })
         .collect();
@@ -980,12 +987,18 @@ mod tests {
     #[test]
     fn host_path_microbenchmarks_repeat_once_per_round() {
         // A discrete processor (no unified memory) stages its copies too,
-        // and with a device timer times an operator alone.
+        // and with a device timer times an operator alone (3 sizes) and
+        // the host's overhead around it.
         let mut procs = [cpu()];
         assert!(!procs[0].capabilities.unified_memory);
         let timerless = microbench_repeats(&procs)[0].len();
+        assert!(
+            !microbench(&procs)
+                .iter()
+                .any(|r| r.bench == MicrobenchKind::OpOverhead)
+        );
         procs[0].capabilities.device_timer = true;
-        assert_eq!(microbench_repeats(&procs)[0].len(), timerless + 3);
+        assert_eq!(microbench_repeats(&procs)[0].len(), timerless + 4);
         let once = microbench(&procs);
         let rounds = microbench_repeats(&procs);
         assert_eq!(rounds.len(), MICRO_PROCESSES - 1);
@@ -993,8 +1006,10 @@ mod tests {
         for (i, round) in rounds.iter().enumerate() {
             let suffix = format!("@{}", i + 2);
             // 5 copy kinds at 3 sizes up to 256 KiB, the operator alone at
-            // 3 (8, 64 and 256 KiB), submit and sync.
-            assert_eq!(round.len(), 5 * 3 + 3 + 4, "{round:?}");
+            // 3 (8, 64 and 256 KiB), submit, sync and the operator's
+            // overhead.
+            assert_eq!(round.len(), 5 * 3 + 3 + 4 + 1, "{round:?}");
+            assert!(round.iter().any(|r| r.bench == MicrobenchKind::OpOverhead));
             for r in round {
                 let base = r.id.strip_suffix(&suffix).expect("the round in the id");
                 assert!(first.contains(base), "{} repeats nothing", r.id);

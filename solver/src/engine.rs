@@ -89,6 +89,9 @@ pub(crate) struct Proc<'a> {
     pub sync_us: f64,
     /// Submitting one kernel to an empty queue, µs.
     pub submit_us: f64,
+    /// What the host adds around one device-timed run alone, through the
+    /// backend's launch path, µs (`op_overhead`), where measured.
+    pub op_overhead_us: Option<f64>,
     /// Share of its alone-bandwidth left while another processor streams.
     pub concurrent: f64,
     pub copy_h2d: Option<LinearCost>,
@@ -115,16 +118,21 @@ impl Proc<'_> {
         self.dtype.weight_bits() as f64 / 8.0
     }
     /// What the host adds to one run of this processor alone, µs: for a
-    /// device-timed processor, one round trip of launch and completion
-    /// notice, else nothing. `submit_us` (launch on an empty queue to the
-    /// host seeing it end) and `sync_us` (launch to the host's wait or poll
-    /// returning) each time a whole round trip of an empty kernel, so the
-    /// larger is taken once, not their sum (measured on an H100: about
-    /// 7.5 µs per operator beyond kernel and copies, against 9.8 µs for
-    /// either benchmark).
+    /// device-timed processor, the launch and completion notice around its
+    /// device time, else nothing. Measured as such where the predictor has
+    /// `op_overhead` (submit to the wait's return less the run's device
+    /// time, through the backend's own launch path). Else `submit_us`
+    /// (launch on an empty queue to the host seeing it end) and `sync_us`
+    /// (launch to the host's wait or poll returning), which each time a
+    /// whole round trip of an empty, directly launched kernel: the larger
+    /// is taken once, not their sum. That overstated it (H100, session 29:
+    /// about 7.5 µs per operator beyond device time and copies, against
+    /// 9.8 µs for either benchmark; with the CUDA graph launch of session
+    /// 30, 7.4–7.7 µs against 9.5).
     pub fn alone_overhead_us(&self) -> f64 {
         if self.device_timed {
-            self.submit_us.max(self.sync_us)
+            self.op_overhead_us
+                .unwrap_or_else(|| self.submit_us.max(self.sync_us))
         } else {
             0.0
         }

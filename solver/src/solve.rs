@@ -166,6 +166,7 @@ pub(crate) fn build_procs<'a, O: LatencyOracle + ?Sized>(
             model,
             sync_us: sync.unwrap_or(0.0),
             submit_us: ov.submit_empty_us.unwrap_or(0.0),
+            op_overhead_us: ov.op_overhead_us.filter(|t| t.is_finite() && *t >= 0.0),
             concurrent: ov.concurrent_factor.filter(|f| *f > 0.0).unwrap_or(1.0),
             copy_h2d: ov.copy_h2d,
             copy_d2h: ov.copy_d2h,

@@ -1028,20 +1028,33 @@ fn a_discrete_processor_alone_pays_its_staging_and_host_overheads() {
     s.processors = vec!["cuda".into()];
     let (k, n) = (4096.0, 14336.0);
     let copy = 2.0 * 7.0 + (16.0 * k * 4.0 + 16.0 * n * 4.0) / 25e3;
-    for device_timer in [false, true] {
+    for (device_timer, overhead) in [
+        (false, None),
+        (true, None),
+        (false, Some(7.5)),
+        (true, Some(7.5)),
+    ] {
         let mut dev = synthetic::discrete_cpu_gpu();
         let p = dev.processor_mut("cuda").unwrap();
         p.capabilities.device_timer = device_timer;
         p.simulated = false;
         // Submit and sync each time a whole round trip: the larger is paid
-        // once, not their sum.
-        dev.overheads_mut("cuda").unwrap().submit_empty_us = Some(12.0);
+        // once, not their sum, unless the host's overhead around the device
+        // time was measured as such (`op_overhead`).
+        let ov = dev.overheads_mut("cuda").unwrap();
+        ov.submit_empty_us = Some(12.0);
+        ov.op_overhead_us = overhead;
         let plan = solve(&dev, fp(), &m, &s).unwrap();
         let d = at(&plan, "ffn_up", Phase::Prefill, 16);
         assert_eq!(d.strategy.kind(), StrategyKind::Single);
         assert!((d.cost.copy_us - copy).abs() < 0.01, "{:?}", d.cost);
-        // max(submit 12 µs, blocking sync 9 µs).
-        let host = if device_timer { 12.0 } else { 0.0 };
+        // op_overhead, else max(submit 12 µs, blocking sync 9 µs); nothing
+        // for host-clock times.
+        let host = match (device_timer, overhead) {
+            (false, _) => 0.0,
+            (true, Some(o)) => o,
+            (true, None) => 12.0,
+        };
         assert!((d.cost.sync_us - host).abs() < 0.01, "{:?}", d.cost);
         let sum = d.cost.parts_us[0] + d.cost.sync_us + d.cost.copy_us;
         assert!((d.cost.total_us - sum).abs() < 0.02, "{:?}", d.cost);

@@ -512,6 +512,7 @@ fn microbench(o: &OpenArgs, a: MicrobenchArgs) -> Result<()> {
         MicrobenchKind::StageOut,
         MicrobenchKind::StageOutAw,
         MicrobenchKind::OpAlone,
+        MicrobenchKind::OpOverhead,
     ];
     let kinds: Vec<MicrobenchKind> = match &a.bench {
         None => all.to_vec(),
@@ -520,7 +521,7 @@ fn microbench(o: &OpenArgs, a: MicrobenchArgs) -> Result<()> {
             .map(|n| {
                 serde_json::from_value(serde_json::Value::String(n.clone())).map_err(|_| {
                     bad(format!(
-                        "--bench: unknown benchmark `{n}`; expected copy_h2d, copy_d2h, submit_empty, submit_busy, sync_block, sync_poll, bandwidth_alone, bandwidth_concurrent, graph_prepare, stage_in, stage_out, stage_out_aw, op_alone"
+                        "--bench: unknown benchmark `{n}`; expected copy_h2d, copy_d2h, submit_empty, submit_busy, sync_block, sync_poll, bandwidth_alone, bandwidth_concurrent, graph_prepare, stage_in, stage_out, stage_out_aw, op_alone, op_overhead"
                     ))
                 })
             })

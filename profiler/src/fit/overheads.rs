@@ -135,6 +135,7 @@ pub fn fit_overheads(
                 stage_out: fit_linear_cost(&points(MicrobenchKind::StageOut)),
                 stage_out_aw: fit_linear_cost(&points(MicrobenchKind::StageOutAw)),
                 op_alone: fit_linear_cost(&points(MicrobenchKind::OpAlone)),
+                op_overhead_us: median(medians(MicrobenchKind::OpOverhead)),
                 submit_empty_us: median(medians(MicrobenchKind::SubmitEmpty)),
                 submit_busy_us: median(medians(MicrobenchKind::SubmitBusy)),
                 sync_block_us: median(medians(MicrobenchKind::SyncBlock)),
@@ -216,6 +217,44 @@ mod tests {
             assert!((c.beta_us_per_byte * 20_000.0 - 1.0).abs() < 1e-6);
             assert_eq!(other, None, "{bench:?} fits its own line only");
         }
+    }
+
+    #[test]
+    fn the_operator_overhead_is_the_median_over_its_processes() {
+        let row = |id: &str, us: f64| MicrobenchRow {
+            case_id: id.into(),
+            processor: "cuda:0".into(),
+            bench: MicrobenchKind::OpOverhead,
+            bytes: None,
+            peer: None,
+            shape: None,
+            status: RowStatus::Ok,
+            timing: hetero_plan::Timing::Real,
+            stats: Stats::from_samples(&[us]),
+            gbps: None,
+            message: None,
+            conditions: Default::default(),
+        };
+        let p = Processor {
+            id: "cuda:0".into(),
+            kind: hetero_plan::ProcessorKind::Gpu,
+            api: hetero_plan::ProcessorApi::Cuda,
+            name: "a GPU".into(),
+            driver: String::new(),
+            capabilities: Default::default(),
+            simulated: false,
+            emulated: false,
+        };
+        let micro = [
+            row("o", 7.0),
+            row("o@2", 11.0),
+            row("o@3", 7.4),
+            row("o@4", 7.2),
+        ];
+        let o = &fit_overheads(std::slice::from_ref(&p), &[], &micro)[0];
+        // One slow process (11 µs) does not move it: (7.2 + 7.4) / 2.
+        assert!((o.op_overhead_us.unwrap() - 7.3).abs() < 1e-9, "{o:?}");
+        assert_eq!(fit_overheads(&[p], &[], &[])[0].op_overhead_us, None);
     }
 
     #[test]
