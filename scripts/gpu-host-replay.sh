@@ -162,8 +162,8 @@ done
 python3 - "$work/reports" <<'PY' | tee "$out/summary.md"
 import glob, json, os, statistics, sys
 d = sys.argv[1]
-print("| plan | phase | len | sync | process | predicted | measured | measured / predicted | copy measured | copy predicted |")
-print("|---|---|---|---|---|---|---|---|---|---|")
+print("| plan | phase | len | sync | process | predicted | measured | measured / predicted | copy measured | copy predicted | host speed |")
+print("|---|---|---|---|---|---|---|---|---|---|---|")
 rows = []
 for path in glob.glob(f"{d}/*-*-*-*.json"):
     parts = os.path.basename(path)[:-5].split("-")
@@ -173,23 +173,32 @@ for path in glob.glob(f"{d}/*-*-*-*.json"):
     ops = r.get("per_op") or []
     cm = sum((o.get("copy_us") or 0) * o["layers"] for o in ops)
     cp = sum((o.get("predicted_copy_us") or 0) * o["layers"] for o in ops)
-    rows.append((plan, phase, int(length), sync, proc, r["predicted_us"], r["measured_us"], cm, cp))
-rows.sort()
-for plan, phase, length, sync, proc, p, m, cm, cp in rows:
-    print(f"| {plan} | {phase} | {length} | {sync} | {proc} | {p:.0f} µs | {m:.0f} µs | {m / p:.3f} | {cm:.0f} µs | {cp:.0f} µs |")
+    # The host's speed in this process against the profile's (the probe
+    # of `hetero_agent::conditions`; above 1: faster than when profiled).
+    speed = (r.get("host") or {}).get("speed")
+    rows.append((plan, phase, int(length), sync, proc, r["predicted_us"], r["measured_us"], cm, cp, speed))
+rows.sort(key=lambda r: r[:5])
+for plan, phase, length, sync, proc, p, m, cm, cp, speed in rows:
+    sp = f"{speed:.3f}" if speed else "-"
+    print(f"| {plan} | {phase} | {length} | {sync} | {proc} | {p:.0f} µs | {m:.0f} µs | {m / p:.3f} | {cm:.0f} µs | {cp:.0f} µs | {sp} |")
 # With several processes per case: the median ratio per case (both syncs),
 # and per plan and phase the cases whose median is within ±5 %.
 if any(r[4] > 1 for r in rows):
     cases = {}
-    for plan, phase, length, sync, proc, p, m, *_ in rows:
+    speeds = {}
+    for plan, phase, length, sync, proc, p, m, cm, cp, speed in rows:
         cases.setdefault((plan, phase, length, sync), []).append(m / p)
-    print("\n| plan | phase | len | sync | processes | median ratio | range |")
-    print("|---|---|---|---|---|---|---|")
+        if speed:
+            speeds.setdefault((plan, phase, length, sync), []).append(speed)
+    print("\n| plan | phase | len | sync | processes | median ratio | range | median host speed |")
+    print("|---|---|---|---|---|---|---|---|")
     phases = {}
     for (plan, phase, length, sync), v in sorted(cases.items()):
         med = statistics.median(v)
         phases.setdefault((plan, phase), []).append(med)
-        print(f"| {plan} | {phase} | {length} | {sync} | {len(v)} | {med:.3f} | {min(v):.3f}-{max(v):.3f} |")
+        sp = speeds.get((plan, phase, length, sync))
+        sp = f"{statistics.median(sp):.3f}" if sp else "-"
+        print(f"| {plan} | {phase} | {length} | {sync} | {len(v)} | {med:.3f} | {min(v):.3f}-{max(v):.3f} | {sp} |")
     print()
     for (plan, phase), meds in sorted(phases.items()):
         ok = sum(abs(x - 1) <= 0.05 for x in meds)

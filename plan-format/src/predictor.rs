@@ -410,8 +410,9 @@ pub struct Overheads {
     /// ([`MicrobenchKind::OpAlone`](crate::MicrobenchKind)): input staged,
     /// launch, blocking wait, output read back, against the f32 bytes of
     /// input and output together. Recorded for comparison; the solver
-    /// still sums the staged copies, the launch path and one round trip
-    /// (an H100 replay was closer to that sum: `docs/benchmarks.md`,
+    /// sums the staged copies, the launch path and the host's overhead
+    /// around the device time (`op_overhead_us`, else one round trip): an
+    /// H100 replay was closer to that sum (`docs/benchmarks.md`,
     /// "Session 25").
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub op_alone: Option<LinearCost>,

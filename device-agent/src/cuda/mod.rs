@@ -12,7 +12,9 @@
 //! is converted to f16/bf16 on the device, cuBLASLt writes an f32 output,
 //! and the activation-left form's output is transposed on the device
 //! (`cublasSgeam`, behind the matmul and timed with it), so no host thread
-//! converts or transposes. From memory of [`Backend::alloc_host`]
+//! converts or transposes. After a GEMM's first run its kernels are one
+//! captured CUDA graph (`graph.rs`; `HETERO_CUDA_GRAPH=0` launches them
+//! directly). From memory of [`Backend::alloc_host`]
 //! (page-locked) each copy is one DMA. CUDA events give the kernel time
 //! ([`Timed::device_us`](crate::Timed)) and the host clock the time from
 //! submit to observed completion.
