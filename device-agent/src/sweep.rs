@@ -1092,11 +1092,11 @@ fn op_overhead(
     g.read_output(&mut c)?;
     check_product(b, &spec, &a, &w, &c, "op_overhead")?;
     let note = format!(
-        "submit and {} wait of a {} {} {} GEMM, less each run's device time",
+        "submit, then {} wait, of a {} {} {} GEMM, less each run's device time",
         if poll {
-            "blocking or polling (alternately)"
+            "a blocking or a polling (alternately)"
         } else {
-            "blocking"
+            "a blocking"
         },
         spec.shape,
         spec.dtype,

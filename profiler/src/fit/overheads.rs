@@ -167,26 +167,44 @@ mod tests {
         assert_eq!(median(vec![]), None);
     }
 
+    /// A `cuda:0` row of `bench` with one sample of `us`.
+    fn micro_row(id: &str, bench: MicrobenchKind, bytes: Option<u64>, us: f64) -> MicrobenchRow {
+        MicrobenchRow {
+            case_id: id.into(),
+            processor: "cuda:0".into(),
+            bench,
+            bytes,
+            peer: None,
+            shape: None,
+            status: RowStatus::Ok,
+            timing: hetero_plan::Timing::Real,
+            stats: Stats::from_samples(&[us]),
+            gbps: None,
+            message: None,
+            conditions: Default::default(),
+        }
+    }
+
+    fn gpu() -> Processor {
+        Processor {
+            id: "cuda:0".into(),
+            kind: hetero_plan::ProcessorKind::Gpu,
+            api: hetero_plan::ProcessorApi::Cuda,
+            name: "a GPU".into(),
+            driver: String::new(),
+            capabilities: Default::default(),
+            simulated: false,
+            emulated: false,
+        }
+    }
+
     #[test]
     fn each_size_takes_the_median_over_its_processes() {
         // Three agent processes measured 4 and 64 KiB: one ran the host
         // path 60 % slower. Two large sizes were measured once. The same
         // for the staged input and for the operator alone.
         for bench in [MicrobenchKind::StageIn, MicrobenchKind::OpAlone] {
-            let row = |id: &str, bytes: u64, us: f64| MicrobenchRow {
-                case_id: id.into(),
-                processor: "cuda:0".into(),
-                bench,
-                bytes: Some(bytes),
-                peer: None,
-                shape: None,
-                status: RowStatus::Ok,
-                timing: hetero_plan::Timing::Real,
-                stats: Stats::from_samples(&[us]),
-                gbps: None,
-                message: None,
-                conditions: Default::default(),
-            };
+            let row = |id: &str, bytes: u64, us: f64| micro_row(id, bench, Some(bytes), us);
             let line = |b: f64| 10.0 + b / 20_000.0;
             let mut micro = Vec::new();
             for (round, slow) in [("", 1.0), ("@2", 1.6), ("@3", 1.0)] {
@@ -197,17 +215,7 @@ mod tests {
             for b in [1u64 << 20, 16 << 20] {
                 micro.push(row(&format!("s/{b}"), b, line(b as f64)));
             }
-            let p = Processor {
-                id: "cuda:0".into(),
-                kind: hetero_plan::ProcessorKind::Gpu,
-                api: hetero_plan::ProcessorApi::Cuda,
-                name: "a GPU".into(),
-                driver: String::new(),
-                capabilities: Default::default(),
-                simulated: false,
-                emulated: false,
-            };
-            let o = &fit_overheads(&[p], &[], &micro)[0];
+            let o = &fit_overheads(&[gpu()], &[], &micro)[0];
             let (c, other) = match bench {
                 MicrobenchKind::StageIn => (o.stage_in, o.op_alone),
                 _ => (o.op_alone, o.stage_in),
@@ -221,40 +229,17 @@ mod tests {
 
     #[test]
     fn the_operator_overhead_is_the_median_over_its_processes() {
-        let row = |id: &str, us: f64| MicrobenchRow {
-            case_id: id.into(),
-            processor: "cuda:0".into(),
-            bench: MicrobenchKind::OpOverhead,
-            bytes: None,
-            peer: None,
-            shape: None,
-            status: RowStatus::Ok,
-            timing: hetero_plan::Timing::Real,
-            stats: Stats::from_samples(&[us]),
-            gbps: None,
-            message: None,
-            conditions: Default::default(),
-        };
-        let p = Processor {
-            id: "cuda:0".into(),
-            kind: hetero_plan::ProcessorKind::Gpu,
-            api: hetero_plan::ProcessorApi::Cuda,
-            name: "a GPU".into(),
-            driver: String::new(),
-            capabilities: Default::default(),
-            simulated: false,
-            emulated: false,
-        };
+        let row = |id: &str, us: f64| micro_row(id, MicrobenchKind::OpOverhead, None, us);
         let micro = [
             row("o", 7.0),
             row("o@2", 11.0),
             row("o@3", 7.4),
             row("o@4", 7.2),
         ];
-        let o = &fit_overheads(std::slice::from_ref(&p), &[], &micro)[0];
+        let o = &fit_overheads(&[gpu()], &[], &micro)[0];
         // One slow process (11 µs) does not move it: (7.2 + 7.4) / 2.
         assert!((o.op_overhead_us.unwrap() - 7.3).abs() < 1e-9, "{o:?}");
-        assert_eq!(fit_overheads(&[p], &[], &[])[0].op_overhead_us, None);
+        assert_eq!(fit_overheads(&[gpu()], &[], &[])[0].op_overhead_us, None);
     }
 
     #[test]
