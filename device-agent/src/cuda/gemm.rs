@@ -734,9 +734,19 @@ impl CudaGemm {
         dev.ctx.bind_to_thread().at(id, "cuCtxSetCurrent")?;
         let graphed = self.graphs && self.warm;
         if graphed && self.graph.is_none() {
-            self.graph = Some(Graph::capture(&dev.ctx, stream, id, || {
-                self.enqueue_kernels()
-            })?);
+            let graph = Graph::capture(&dev.ctx, stream, id, || self.enqueue_kernels()).map_err(
+                |e| match e {
+                    Error::Backend { backend, message } => Error::Backend {
+                        backend,
+                        message: format!(
+                            "{message} (capturing the GEMM as a CUDA graph; \
+                             HETERO_CUDA_GRAPH=0 launches its kernels directly)"
+                        ),
+                    },
+                    e => e,
+                },
+            )?;
+            self.graph = Some(graph);
         }
         self.seq = self.seq.wrapping_add(1).max(1);
         let t0 = Instant::now();
