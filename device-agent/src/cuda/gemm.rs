@@ -723,7 +723,7 @@ impl CudaGemm {
     /// copy and the flag write stay outside the graph: their values and
     /// sources change from launch to launch.
     fn launch(&mut self) -> Result<()> {
-        let dev = self.dev.clone();
+        let dev = &*self.dev;
         let id = dev.id.as_str();
         debug_assert!(self.rows >= self.spec.shape.m.get() as usize);
         let stream = dev.stream.cu_stream();
