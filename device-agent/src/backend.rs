@@ -59,13 +59,18 @@ pub trait Gemm: Send {
         None
     }
 
-    /// Copies the activation `A[M,K]` (row-major f32) to where the processor reads it.
+    /// Copies the activation `A[M,K]` (row-major f32) to where the processor
+    /// reads it, or into the backend's own memory that the next run copies
+    /// from (CUDA, small inputs: the copy then runs inside that run's
+    /// launch and device time). Either way the caller may reuse `a` once
+    /// this returns.
     fn write_input(&mut self, a: &[f32]) -> Result<()>;
 
     /// Runs the GEMM once on the current input and waits for it.
     fn execute(&mut self) -> Result<Timed>;
 
-    /// Copies the result `C[M,N]` (row-major f32) back.
+    /// Copies the result `C[M,N]` (row-major f32) of the last run back
+    /// (from the backend's own memory where the run already copied it).
     fn read_output(&mut self, c: &mut [f32]) -> Result<()>;
 
     /// Replaces the resident weights `W[K,N]` (row-major f32) without

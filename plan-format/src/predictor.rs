@@ -383,6 +383,26 @@ impl LinearCost {
     }
 }
 
+/// The staged costs of inputs and outputs of at most `max_bytes` f32 bytes,
+/// which a processor copies inside its launch
+/// ([`Capabilities::launch_copy_max_bytes`](crate::Capabilities)):
+/// `write_input` and `read_output` are host copies there, and the DMA is in
+/// the device time that the GEMM rows measure.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct StageSmall {
+    /// The largest size these lines apply to, f32 bytes.
+    pub max_bytes: u64,
+    /// `write_input`, against f32 bytes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stage_in: Option<LinearCost>,
+    /// `read_output` in `wt_at` order.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stage_out: Option<LinearCost>,
+    /// `read_output` in `aw` order.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stage_out_aw: Option<LinearCost>,
+}
+
 /// Overheads of one processor, fitted from microbenchmarks.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
 pub struct Overheads {
@@ -406,6 +426,12 @@ pub struct Overheads {
     /// The same in `aw` order (a GPU may transpose the output first).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stage_out_aw: Option<LinearCost>,
+    /// The staged costs of inputs and outputs small enough to cross inside
+    /// the launch (`Capabilities::launch_copy_max_bytes`): host copies
+    /// alone, on lines of their own. The three lines above then hold the
+    /// larger sizes only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stage_small: Option<StageSmall>,
     /// What one operator run alone costs the host beyond its kernel
     /// ([`MicrobenchKind::OpAlone`](crate::MicrobenchKind)): input staged,
     /// launch, blocking wait, output read back, against the f32 bytes of

@@ -82,6 +82,16 @@ pub struct Capabilities {
     /// Device memory in bytes, where it has its own.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub memory_bytes: Option<u64>,
+    /// GEMM inputs and outputs of at most this many f32 bytes cross inside
+    /// the launch: `write_input` and `read_output` copy them on the host
+    /// into and out of the processor's own page-locked buffers, and their
+    /// DMA runs between the device timer's events, so that a small
+    /// operator costs one round trip to the device instead of three (the
+    /// CUDA backend). Their staged cost is fitted apart from the larger
+    /// sizes' ([`Overheads::stage_small`](crate::Overheads)). Absent where
+    /// every copy is its own round trip.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub launch_copy_max_bytes: Option<u64>,
     /// Free-form extensions reported by the API (`cl_khr_fp16`, ...).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub extensions: Vec<String>,

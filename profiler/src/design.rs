@@ -382,10 +382,13 @@ pub fn microbench(processors: &[Processor]) -> Vec<MicrobenchRequest> {
         };
         // Up to 64 MiB: prefill activations of a 1.5B model at 2048 tokens
         // are 73 MB, and a line fitted below 16 MiB was seen 15 % off there.
-        // Three sizes below 1 MiB, where decode and short prefills copy
+        // Four sizes below 1 MiB, where decode and short prefills copy
         // (6 KB to 800 KB for that model), so that the fixed cost does not
         // rest on one point: a single 4 KiB point 3x too slow once doubled
-        // the fitted fixed cost of an H100 profile. Two between 1 and 16
+        // the fitted fixed cost of an H100 profile. Three of them at most
+        // 64 KiB, where a CUDA device copies inside its launch
+        // (`launch_copy_max_bytes`) and the staged sizes take a line of
+        // their own. Two between 1 and 16
         // MiB, where prefill copies of 128 to 1000 rows fall: with none, an
         // H100's 1.8 MB copies ran 5-11 % over the line, against 2-3 % at
         // 12 MB.
@@ -395,6 +398,7 @@ pub fn microbench(processors: &[Processor]) -> Vec<MicrobenchRequest> {
         {
             for bytes in [
                 4u64 << 10,
+                16 << 10,
                 64 << 10,
                 256 << 10,
                 1 << 20,
@@ -1005,10 +1009,10 @@ mod tests {
         let first: HashSet<&str> = once.iter().map(|r| r.id.as_str()).collect();
         for (i, round) in rounds.iter().enumerate() {
             let suffix = format!("@{}", i + 2);
-            // 5 copy kinds at 3 sizes up to 256 KiB, the operator alone at
+            // 5 copy kinds at 4 sizes up to 256 KiB, the operator alone at
             // 3 (8, 64 and 256 KiB), submit, sync and the operator's
             // overhead.
-            assert_eq!(round.len(), 5 * 3 + 3 + 4 + 1, "{round:?}");
+            assert_eq!(round.len(), 5 * 4 + 3 + 4 + 1, "{round:?}");
             assert!(round.iter().any(|r| r.bench == MicrobenchKind::OpOverhead));
             for r in round {
                 let base = r.id.strip_suffix(&suffix).expect("the round in the id");

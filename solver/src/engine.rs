@@ -5,7 +5,7 @@ use std::collections::HashMap;
 
 use hetero_plan::{
     DType, GemmShape, LinearCost, LinearOp, OperandOrder, Phase, ProcessorKind, RowPart, SeqPart,
-    Strategy, StrategyKind,
+    StageSmall, Strategy, StrategyKind,
 };
 
 use crate::oracle::GemmModel;
@@ -101,6 +101,10 @@ pub(crate) struct Proc<'a> {
     pub stage_in: Option<LinearCost>,
     pub stage_out: Option<LinearCost>,
     pub stage_out_aw: Option<LinearCost>,
+    /// The staged costs of sizes that cross inside the launch, where the
+    /// processor has them: they replace the three lines above up to their
+    /// `max_bytes`.
+    pub stage_small: Option<StageSmall>,
     pub prepare: Option<LinearCost>,
     /// Can take part in a split (unified memory, or copy costs known).
     pub can_split: bool,
@@ -157,20 +161,28 @@ impl Proc<'_> {
     /// (`stage_in`/`stage_out`, measured through the backend's own calls)
     /// is used where the predictor has it, in the operand order the
     /// processor runs (an `aw` output may be transposed on the device), else
-    /// the DMA copies.
+    /// the DMA copies. Sizes that cross inside the launch take their own
+    /// lines (`stage_small`): host copies, whose DMA the latency model
+    /// carries.
     pub fn copy_us(&self, elems_in: f64, elems_out: f64, order: OperandOrder) -> f64 {
         if self.unified {
             return 0.0;
         }
         let (bytes_in, bytes_out) = (elems_in * HOST_BYTES, elems_out * HOST_BYTES);
-        let h2d = self
-            .stage_in
+        let small = |bytes: f64| self.stage_small.filter(|s| bytes <= s.max_bytes as f64);
+        let h2d = small(bytes_in)
+            .and_then(|s| s.stage_in)
+            .or(self.stage_in)
             .or(self.copy_h2d)
             .map(|c| c.at(bytes_in))
             .unwrap_or(INF);
+        let (stage_out, stage_out_aw) = match small(bytes_out) {
+            Some(s) if s.stage_out.or(s.stage_out_aw).is_some() => (s.stage_out, s.stage_out_aw),
+            _ => (self.stage_out, self.stage_out_aw),
+        };
         let staged_out = match order {
-            OperandOrder::Aw => self.stage_out_aw.or(self.stage_out),
-            OperandOrder::WtAt => self.stage_out.or(self.stage_out_aw),
+            OperandOrder::Aw => stage_out_aw.or(stage_out),
+            OperandOrder::WtAt => stage_out.or(stage_out_aw),
         };
         let d2h = staged_out
             .or(self.copy_d2h)

@@ -173,6 +173,7 @@ pub(crate) fn build_procs<'a, O: LatencyOracle + ?Sized>(
             stage_in: ov.stage_in,
             stage_out: ov.stage_out,
             stage_out_aw: ov.stage_out_aw,
+            stage_small: ov.stage_small,
             prepare: ov.prepare,
             can_split,
             device_timed: caps.device_timer && !p.simulated && !p.emulated,

@@ -307,6 +307,7 @@ pub fn discrete_cpu_gpu() -> Synthetic {
                 Capabilities {
                     unified_memory: false,
                     memory_bytes: Some(16 << 30),
+                    launch_copy_max_bytes: None,
                     ..Default::default()
                 },
             ),

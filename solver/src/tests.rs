@@ -1092,6 +1092,52 @@ fn staged_costs_replace_the_dma_copies_in_the_planned_order() {
 }
 
 #[test]
+fn sizes_that_cross_inside_the_launch_take_their_own_staged_lines() {
+    let mut dev = synthetic::discrete_cpu_gpu();
+    let line = |alpha_us: f64| hetero_plan::LinearCost {
+        alpha_us,
+        beta_us_per_byte: 1.0 / 10e3,
+    };
+    {
+        let o = dev.overheads_mut("cuda").unwrap();
+        o.stage_in = Some(line(15.0));
+        o.stage_out = Some(line(16.0));
+        o.stage_out_aw = Some(line(16.0));
+        o.stage_small = Some(hetero_plan::StageSmall {
+            max_bytes: 64 << 10,
+            stage_in: Some(line(1.0)),
+            stage_out: Some(line(2.0)),
+            stage_out_aw: Some(line(2.0)),
+        });
+    }
+    let k = 4096.0;
+    // Decode: 16 KiB in and out, both inside the launch. Prefill 128:
+    // 2 MiB each way, both on the larger sizes' lines.
+    for (phase, m, want) in [
+        (
+            Phase::Decode,
+            1.0,
+            line(1.0).at(k * 4.0) + line(2.0).at(k * 4.0),
+        ),
+        (
+            Phase::Prefill,
+            128.0,
+            line(15.0).at(128.0 * k * 4.0) + line(16.0).at(128.0 * k * 4.0),
+        ),
+    ] {
+        let mut s = match phase {
+            Phase::Prefill => prefill(128..=128, &[], &["attn_q"]),
+            Phase::Decode => decode(&["attn_q"]),
+        };
+        s.graphs = GraphChoice::None;
+        s.processors = vec!["cuda".into()];
+        let plan = solve(&dev, fp(), &llama8b(), &s).unwrap();
+        let got = at(&plan, "attn_q", phase, m as u32).cost.copy_us;
+        assert!((got - want).abs() < 0.01, "{phase:?}: {got} vs {want}");
+    }
+}
+
+#[test]
 fn the_order_with_the_cheaper_read_back_wins_when_the_gemms_tie() {
     // The synthetic GPU's GEMM takes as long in either order, so only the
     // staged read-back tells the orders apart.

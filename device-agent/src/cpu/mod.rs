@@ -106,6 +106,7 @@ impl CpuBackend {
                 tile: None,
                 compute_units: Some(group.cores.len() as u32),
                 memory_bytes: None,
+                launch_copy_max_bytes: None,
                 extensions: Vec::new(),
             },
             simulated: false,

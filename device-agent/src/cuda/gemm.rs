@@ -59,9 +59,26 @@
 //! zero columns of A and W add nothing to the product, and the output's
 //! columns past N are never read back.
 //!
-//! The host side of every copy is the caller's slice: one DMA from memory
-//! of [`Backend::alloc_host`](crate::Backend::alloc_host), the driver's
-//! bounce buffers from ordinary memory.
+//! Inputs and outputs of at most [`LAUNCH_COPY_MAX`] f32 bytes (a decode
+//! step's, for a 1.5B model) cross inside the launch: `write_input` copies
+//! the input on the host into this GEMM's own page-locked buffer, the
+//! launch queues its DMA (and the conversion to the 16-bit type) before
+//! the matmul and the output's DMA into a second page-locked buffer after
+//! it, all between the timing events and inside the CUDA graph, and
+//! `read_output` copies the result out on the host. An operator then costs
+//! one round trip to the device instead of three: each synchronous copy
+//! was a launch and a wait of its own (H100, session 30: 22 µs of a decode
+//! operator's 38 µs went to its two copies). The DMA is in the device
+//! time that the GEMM rows measure, so the latency model carries it, and
+//! the staged microbenchmarks of those sizes time the host copies alone
+//! ([`Capabilities::launch_copy_max_bytes`](hetero_plan::Capabilities)).
+//! `HETERO_CUDA_LAUNCH_COPY=0` copies every size on its own, for
+//! comparisons. Larger copies go from the caller's slice, each a DMA and a
+//! wait: one DMA from memory of
+//! [`Backend::alloc_host`](crate::Backend::alloc_host), the driver's
+//! bounce buffers from ordinary memory. Copying them on the host as well
+//! would cost more than the wait it saves (a host copy of 1 MiB takes
+//! longer than its DMA and a round trip).
 
 use std::ffi::c_void;
 use std::sync::Arc;
@@ -85,6 +102,19 @@ const WAIT_TIMEOUT: Duration = Duration::from_secs(60);
 /// A poll sleeps through the predicted time less this margin, then spins.
 /// Linux oversleeps by up to the timer slack (50 µs by default).
 const POLL_MARGIN_US: f64 = 80.0;
+
+/// Inputs and outputs of at most this many f32 bytes cross inside the
+/// launch, through the GEMM's own page-locked buffers (the module's
+/// docs). A host copy of 64 KiB takes about as long as the round trip it
+/// saves.
+pub(super) const LAUNCH_COPY_MAX: u64 = 64 << 10;
+
+/// [`LAUNCH_COPY_MAX`], or none with `HETERO_CUDA_LAUNCH_COPY=0` (every
+/// copy its own DMA and wait, the path of sessions 17–30, for
+/// comparisons).
+pub(super) fn launch_copy_max_bytes() -> Option<u64> {
+    (std::env::var("HETERO_CUDA_LAUNCH_COPY").as_deref() != Ok("0")).then_some(LAUNCH_COPY_MAX)
+}
 
 /// The most rows [`row_candidates`] computes, as a multiple of M.
 /// Sessions 22 to 25 allowed 1.25; at 1.5 a GEMM of M rows takes the time
@@ -375,6 +405,13 @@ pub(super) struct CudaGemm {
     /// `Wᵀ[N,K]` in page-locked host memory, copied into `w` at the start
     /// of every launch ([`Gemm::host_weights`]: ScheInfer's CG rows).
     w_host: Option<PinnedBuf>,
+    /// `A[M,Kₚ]` f32, page-locked, where the input crosses inside the
+    /// launch ([`LAUNCH_COPY_MAX`]); its columns past K stay zero.
+    in_host: Option<PinnedBuf>,
+    /// The output's first M rows as the device holds them (`C[M,N]` in the
+    /// activation-left form, `C[M,Nₚ]` weight left), f32, page-locked,
+    /// where the output crosses inside the launch.
+    out_host: Option<PinnedBuf>,
     /// The rows computed: M and zero rows past it ([`CudaGemm::choose`]).
     rows: usize,
     /// cuBLAS's left operand ([`CudaGemm::choose`]).
@@ -450,6 +487,20 @@ impl CudaGemm {
                 .at(id, "cuMemsetD8(input as sent)")?;
         }
         let c = DeviceBuf::new(ctx, most * np * 4, id)?;
+        // Small inputs and outputs cross inside the launch, through
+        // page-locked buffers of their own (zeroed when allocated, so the
+        // input's columns past K are zero).
+        let small = launch_copy_max_bytes();
+        let staged = |values: usize, len: usize| -> Result<Option<PinnedBuf>> {
+            match small {
+                Some(max) if (values * 4) as u64 <= max => {
+                    Ok(Some(PinnedBuf::new(ctx, len * 4, 0, id)?))
+                }
+                _ => Ok(None),
+            }
+        };
+        let in_host = staged(m * k, m * kp)?;
+        let out_host = staged(m * n, m * np)?;
         if elem.half().is_some() {
             // Fail at prepare, not at the first input, without the kernels.
             dev.kernels()?;
@@ -483,6 +534,8 @@ impl CudaGemm {
             seq: 0,
             submitted: None,
             w_host: None,
+            in_host,
+            out_host,
             rows: candidates[0].0,
             form: candidates[0].1,
             matmuls: Vec::new(),
@@ -521,6 +574,12 @@ impl CudaGemm {
     #[cfg(test)]
     pub(super) fn graphed(&self) -> bool {
         self.graphs && self.graph.is_some()
+    }
+
+    /// Whether the input and the output cross inside the launch.
+    #[cfg(test)]
+    pub(super) fn launch_copies(&self) -> (bool, bool) {
+        (self.in_host.is_some(), self.out_host.is_some())
     }
 
     /// Launches through a graph (`true`, the default unless
@@ -714,8 +773,9 @@ impl CudaGemm {
     }
 
     /// Enqueues start event, GEMM, end event and flag write. The GEMM's
-    /// kernels (the matmul, and the transpose of the activation-left form)
-    /// go as one CUDA graph, captured on the second launch of a selection
+    /// work (the small input's DMA and conversion, the matmul, the
+    /// transpose of the activation-left form, the small output's DMA:
+    /// [`CudaGemm::enqueue_work`]) goes as one CUDA graph, captured on the second launch of a selection
     /// and reused after it: one `cuGraphLaunch` costs the host less than
     /// queueing them one by one (`cublasLtMatmul` does host work on every
     /// call), and the kernels follow each other on the device without
@@ -734,7 +794,7 @@ impl CudaGemm {
         dev.ctx.bind_to_thread().at(id, "cuCtxSetCurrent")?;
         let graphed = self.graphs && self.warm;
         if graphed && self.graph.is_none() {
-            let graph = Graph::capture(&dev.ctx, stream, id, || self.enqueue_kernels()).map_err(
+            let graph = Graph::capture(&dev.ctx, stream, id, || self.enqueue_work()).map_err(
                 |e| match e {
                     Error::Backend { backend, message } => Error::Backend {
                         backend,
@@ -768,7 +828,7 @@ impl CudaGemm {
         }
         match self.graph.as_ref().filter(|_| graphed) {
             Some(graph) => graph.launch(stream, id)?,
-            None => self.enqueue_kernels()?,
+            None => self.enqueue_work()?,
         }
         // SAFETY: the event belongs to this context; recorded on its stream.
         unsafe { result::event::record(self.end.cu_event(), stream) }.at(id, "cuEventRecord")?;
@@ -776,6 +836,67 @@ impl CudaGemm {
         self.submitted = Some(t0);
         self.warm = true;
         Ok(())
+    }
+
+    /// Queues what one run does on the device (or into a capture of the
+    /// stream): the small input's copy, the kernels, the small output's
+    /// copy.
+    fn enqueue_work(&self) -> Result<()> {
+        self.enqueue_input()?;
+        self.enqueue_kernels()?;
+        self.enqueue_output()
+    }
+
+    /// Where the input crosses inside the launch: its DMA from the
+    /// page-locked `A[M,Kₚ]` (the whole of it, zero columns included),
+    /// then the conversion to the 16-bit type.
+    fn enqueue_input(&self) -> Result<()> {
+        let Some(h) = &self.in_host else {
+            return Ok(());
+        };
+        let id = self.dev.id.as_str();
+        let stream = self.dev.stream.cu_stream();
+        let len = self.spec.shape.m.get() as usize * self.kp;
+        let sent = self.a32.as_ref().unwrap_or(&self.a);
+        // SAFETY: `h` holds M·Kₚ f32 values and `sent` at least as many; `h`
+        // is page-locked and is written by the host only when no launch is
+        // in flight (`write_input`).
+        unsafe { result::memcpy_htod_async(sent.ptr(), &h.as_slice::<f32>()[..len], stream) }
+            .at(id, "cuMemcpyHtoDAsync(input)")?;
+        if let (Some(half), Some(a32)) = (self.elem.half(), &self.a32) {
+            self.dev
+                .kernels()?
+                .convert(stream, a32.ptr(), self.a.ptr(), len, half, id)?;
+        }
+        Ok(())
+    }
+
+    /// Where the output crosses inside the launch: the DMA of its first M
+    /// rows, as the current form holds them, into the page-locked buffer.
+    fn enqueue_output(&self) -> Result<()> {
+        let Some(h) = &self.out_host else {
+            return Ok(());
+        };
+        let id = self.dev.id.as_str();
+        let m = self.spec.shape.m.get() as usize;
+        let (src, len) = match self.form {
+            Form::ActLeft => (self.transposed()?, m * self.spec.shape.n.get() as usize),
+            Form::WeightLeft => (&self.c, m * self.np),
+        };
+        debug_assert!(len <= h.as_slice::<f32>().len());
+        // SAFETY: `src` holds at least `len` f32 values (the first M rows of
+        // the form's output) and the page-locked `h` as many; the host reads
+        // `h` only after the run's wait (`read_output`).
+        unsafe {
+            sys::cuMemcpyDtoHAsync_v2(
+                h.as_ptr() as *mut c_void,
+                src.ptr(),
+                len * 4,
+                self.dev.stream.cu_stream(),
+            )
+            .result()
+        }
+        .at(id, "cuMemcpyDtoHAsync(output)")
     }
 
     /// Queues the GEMM's kernels on the stream (or into a capture of it):
@@ -913,9 +1034,28 @@ impl Gemm for CudaGemm {
         }
         let id = self.dev.id.clone();
         self.dev.ctx.bind_to_thread().at(&id, "cuCtxSetCurrent")?;
+        let (m, k, kp) = (m as usize, k as usize, self.kp);
+        if self.in_host.is_some() && self.submitted.is_some() {
+            // A run in flight may still be copying the buffer.
+            self.dev
+                .stream
+                .synchronize()
+                .at(&id, "cuStreamSynchronize")?;
+        }
+        if let Some(h) = &mut self.in_host {
+            let dst = &mut h.as_mut_slice::<f32>()[..m * kp];
+            if kp == k {
+                dst.copy_from_slice(a);
+            } else {
+                // The columns past K stay zero.
+                for (row, src) in dst.chunks_exact_mut(kp).zip(a.chunks_exact(k)) {
+                    row[..k].copy_from_slice(src);
+                }
+            }
+            return Ok(());
+        }
         let stream = self.dev.stream.cu_stream();
         let sent = self.a32.as_ref().unwrap_or(&self.a);
-        let (m, k, kp) = (m as usize, k as usize, self.kp);
         if kp == k {
             // SAFETY: `sent` holds at least `want` f32 values; the stream is
             // synchronised below, before the caller may touch `a` again.
@@ -1007,6 +1147,25 @@ impl Gemm for CudaGemm {
         }
         let id = self.dev.id.clone();
         self.dev.ctx.bind_to_thread().at(&id, "cuCtxSetCurrent")?;
+        if let Some(h) = &self.out_host {
+            if self.submitted.is_some() {
+                // Not waited for yet: the copy into `h` may be running.
+                self.dev
+                    .stream
+                    .synchronize()
+                    .at(&id, "cuStreamSynchronize")?;
+            }
+            let src = h.as_slice::<f32>();
+            match self.form {
+                Form::ActLeft => c.copy_from_slice(&src[..m * n]),
+                Form::WeightLeft => {
+                    for (row, from) in c.chunks_exact_mut(n).zip(src.chunks_exact(self.np)) {
+                        row.copy_from_slice(&from[..n]);
+                    }
+                }
+            }
+            return Ok(());
+        }
         let stream = self.dev.stream.cu_stream();
         let out = match self.form {
             // Transposed to row-major C[M,N] in `launch`.

@@ -1,5 +1,5 @@
-//! A GEMM's kernels as one CUDA graph: captured once from the stream,
-//! then queued by a single `cuGraphLaunch`.
+//! A GEMM's work (its small copies and kernels) as one CUDA graph:
+//! captured once from the stream, then queued by a single `cuGraphLaunch`.
 //!
 //! cudarc's safe `CudaGraph` is not `Send` (it holds raw pointers) and
 //! keeps a `CudaStream`, while the backend drives its one stream through

@@ -354,6 +354,7 @@ fn describe(dev: &Device) -> Result<Processor> {
             tile: None,
             compute_units: Some(sms as u32),
             memory_bytes: Some(memory as u64),
+            launch_copy_max_bytes: gemm::launch_copy_max_bytes(),
             extensions,
         },
         simulated: false,

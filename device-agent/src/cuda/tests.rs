@@ -220,6 +220,67 @@ fn graph_launches_read_each_new_input_in_both_forms() {
 }
 
 #[test]
+fn small_copies_cross_inside_the_launch_and_large_ones_on_their_own() {
+    if devices_or_skip("launch copy test").is_none() {
+        return;
+    }
+    let backend = CudaBackend::open(0).unwrap();
+    let max = gemm::launch_copy_max_bytes();
+    assert_eq!(
+        backend.processor().capabilities.launch_copy_max_bytes,
+        max,
+        "the probe reports what the GEMMs do"
+    );
+    let Some(max) = max else {
+        eprintln!("skipped: HETERO_CUDA_LAUNCH_COPY=0 copies every size on its own");
+        return;
+    };
+    let fits = |values: usize| (values * 4) as u64 <= max;
+    // Small both ways (a decode step), a large input with a small output,
+    // a small input with a large output, large both ways; K and N padded.
+    for (m, k, n) in [
+        (1, 1531, 1533),
+        (16, 2045, 67),
+        (2, 93, 9001),
+        (40, 600, 700),
+    ] {
+        let w = values(k * n, 31 + n as u64);
+        for dtype in [DType::F32, DType::F16] {
+            for form in [gemm::Form::ActLeft, gemm::Form::WeightLeft] {
+                let s = spec(m as u32, k as u32, n as u32, dtype, OperandOrder::Aw);
+                let mut g = gemm::CudaGemm::new(backend.dev.clone(), &s, &w).unwrap();
+                assert_eq!(g.launch_copies(), (fits(m * k), fits(m * n)), "{s:?}");
+                g.set_graphs(true);
+                g.set_candidate(m.next_multiple_of(8), form, 0).unwrap();
+                let tol = backend.tolerance(dtype, k as u32);
+                let what = format!("{m}×{k}×{n} {dtype} {form:?}");
+                // Direct, captured, then replayed, each with a new input.
+                for run in 0..3u64 {
+                    let a = values(m * k, 300 + run);
+                    g.write_input(&a).unwrap();
+                    g.execute().unwrap();
+                    let err = output_err(&mut g, &a, &w, (m, k, n));
+                    assert!(err <= tol, "{what} run {run}: rel err {err} > {tol}");
+                }
+                // An input written while a run is in flight waits for that
+                // run's copy: the run computes the input it was given, the
+                // next run the new one.
+                let (a1, a2) = (values(m * k, 400), values(m * k, 401));
+                g.write_input(&a1).unwrap();
+                g.submit().unwrap();
+                g.write_input(&a2).unwrap();
+                g.wait(SyncMode::Block).unwrap();
+                let err = output_err(&mut g, &a1, &w, (m, k, n));
+                assert!(err <= tol, "{what} in flight: rel err {err} > {tol}");
+                g.execute().unwrap();
+                let err = output_err(&mut g, &a2, &w, (m, k, n));
+                assert!(err <= tol, "{what} after: rel err {err} > {tol}");
+            }
+        }
+    }
+}
+
+#[test]
 fn k_and_n_padded_to_eight_give_the_reference_result() {
     if devices_or_skip("padding test").is_none() {
         return;

@@ -289,6 +289,7 @@ impl OpenClBackend {
                 tile: None,
                 compute_units: Some(compute_units),
                 memory_bytes: Some(memory),
+                launch_copy_max_bytes: None,
                 extensions,
             },
             simulated: false,

@@ -237,6 +237,7 @@ fn describe(rt: &runtime::Runtime) -> Processor {
             tile: Some(32),
             compute_units: None,
             memory_bytes: None,
+            launch_copy_max_bytes: None,
             extensions,
         },
         simulated: false,

@@ -312,6 +312,7 @@ impl SimBackend {
                 tile: Some(params.rows.min(params.cols).min(params.stream_tile)),
                 compute_units: Some(params.arrays),
                 memory_bytes: None,
+                launch_copy_max_bytes: None,
                 extensions: Vec::new(),
             },
             simulated: true,

@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 
 use hetero_plan::{
     LinearCost, MeasurementRow, MicrobenchKind, MicrobenchRow, Overheads, Processor, RowStatus,
-    Stats,
+    StageSmall, Stats,
 };
 
 use super::line::relative_line;
@@ -125,15 +125,32 @@ pub fn fit_overheads(
                 .chain(ok.iter().filter_map(|r| r.conditions.host_probe_us))
                 .filter(|t| t.is_finite() && *t > 0.0)
                 .collect();
+            // Sizes that cross inside the launch are host copies: a line
+            // of their own, the others' lines from the larger sizes only.
+            let small = p.capabilities.launch_copy_max_bytes;
+            let staged = |kind: MicrobenchKind, below: bool| -> Option<LinearCost> {
+                let pts: Vec<(f64, f64)> = points(kind)
+                    .into_iter()
+                    .filter(|&(b, _)| small.is_none_or(|max| (b <= max as f64) == below))
+                    .collect();
+                fit_linear_cost(&pts)
+            };
+            let stage_small = small.map(|max_bytes| StageSmall {
+                max_bytes,
+                stage_in: staged(MicrobenchKind::StageIn, true),
+                stage_out: staged(MicrobenchKind::StageOut, true),
+                stage_out_aw: staged(MicrobenchKind::StageOutAw, true),
+            });
             let alone = gbps(MicrobenchKind::BandwidthAlone);
             let together = gbps(MicrobenchKind::BandwidthConcurrent);
             Overheads {
                 processor: p.id.clone(),
                 copy_h2d: fit_linear_cost(&points(MicrobenchKind::CopyH2d)),
                 copy_d2h: fit_linear_cost(&points(MicrobenchKind::CopyD2h)),
-                stage_in: fit_linear_cost(&points(MicrobenchKind::StageIn)),
-                stage_out: fit_linear_cost(&points(MicrobenchKind::StageOut)),
-                stage_out_aw: fit_linear_cost(&points(MicrobenchKind::StageOutAw)),
+                stage_in: staged(MicrobenchKind::StageIn, false),
+                stage_out: staged(MicrobenchKind::StageOut, false),
+                stage_out_aw: staged(MicrobenchKind::StageOutAw, false),
+                stage_small,
                 op_alone: fit_linear_cost(&points(MicrobenchKind::OpAlone)),
                 op_overhead_us: median(medians(MicrobenchKind::OpOverhead)),
                 submit_empty_us: median(medians(MicrobenchKind::SubmitEmpty)),
@@ -225,6 +242,56 @@ mod tests {
             assert!((c.beta_us_per_byte * 20_000.0 - 1.0).abs() < 1e-6);
             assert_eq!(other, None, "{bench:?} fits its own line only");
         }
+    }
+
+    #[test]
+    fn sizes_that_cross_inside_the_launch_get_lines_of_their_own() {
+        // Host copies up to 64 KiB (1 µs + 10 GB/s), a DMA and a wait past
+        // it (8 µs + 50 GB/s).
+        let host = |b: f64| 1.0 + b / 10_000.0;
+        let dma = |b: f64| 8.0 + b / 50_000.0;
+        let sizes = [4u64 << 10, 16 << 10, 64 << 10, 256 << 10, 1 << 20, 16 << 20];
+        let mut micro = Vec::new();
+        for bench in [
+            MicrobenchKind::StageIn,
+            MicrobenchKind::StageOut,
+            MicrobenchKind::StageOutAw,
+        ] {
+            for b in sizes {
+                let t = if b <= 64 << 10 {
+                    host(b as f64)
+                } else {
+                    dma(b as f64)
+                };
+                micro.push(micro_row(&format!("{bench:?}/{b}"), bench, Some(b), t));
+            }
+        }
+        let mut p = gpu();
+        p.capabilities.launch_copy_max_bytes = Some(64 << 10);
+        let o = &fit_overheads(&[p], &[], &micro)[0];
+        let small = o
+            .stage_small
+            .expect("the processor copies inside its launch");
+        assert_eq!(small.max_bytes, 64 << 10);
+        let close = |c: Option<LinearCost>, alpha: f64, gbps: f64| {
+            let c = c.expect("a line");
+            assert!((c.alpha_us - alpha).abs() < 1e-6, "{c:?}");
+            assert!(
+                (c.beta_us_per_byte * gbps * 1e3 - 1.0).abs() < 1e-6,
+                "{c:?}"
+            );
+        };
+        for c in [small.stage_in, small.stage_out, small.stage_out_aw] {
+            close(c, 1.0, 10.0);
+        }
+        for c in [o.stage_in, o.stage_out, o.stage_out_aw] {
+            close(c, 8.0, 50.0);
+        }
+        // Without the capability, one line over every size, as before.
+        let o = &fit_overheads(&[gpu()], &[], &micro)[0];
+        assert_eq!(o.stage_small, None);
+        let one = o.stage_in.expect("a line");
+        assert!(one.alpha_us < 8.0 && one.alpha_us > 1.0, "{one:?}");
     }
 
     #[test]
