@@ -92,7 +92,7 @@ use hetero_plan::{DType, OperandOrder, Stats};
 use super::graph::Graph;
 use super::kernels::Half;
 use super::lt::{LtMatmul, Problem, algos_wanted};
-use super::mem::{DeviceBuf, MappedFlag, PinnedBuf, Pod};
+use super::mem::{DeviceBuf, MappedBuf, MappedFlag, PinnedBuf, Pod};
 use super::{At, Device};
 use crate::{Error, Gemm, GemmSpec, Result, SyncMode, Timed};
 
@@ -405,13 +405,13 @@ pub(super) struct CudaGemm {
     /// `Wᵀ[N,K]` in page-locked host memory, copied into `w` at the start
     /// of every launch ([`Gemm::host_weights`]: ScheInfer's CG rows).
     w_host: Option<PinnedBuf>,
-    /// `A[M,Kₚ]` f32, page-locked, where the input crosses inside the
-    /// launch ([`LAUNCH_COPY_MAX`]); its columns past K stay zero.
-    in_host: Option<PinnedBuf>,
-    /// The output's first M rows as the device holds them (`C[M,N]` in the
-    /// activation-left form, `C[M,Nₚ]` weight left), f32, page-locked,
-    /// where the output crosses inside the launch.
-    out_host: Option<PinnedBuf>,
+    /// `A[M,Kₚ]` f32 in host memory mapped for the device, where the input
+    /// crosses inside the launch ([`LAUNCH_COPY_MAX`]); its columns past K
+    /// stay zero.
+    in_host: Option<MappedBuf>,
+    /// `C[M,N]` f32 in host memory mapped for the device, where the output
+    /// crosses inside the launch.
+    out_host: Option<MappedBuf>,
     /// The rows computed: M and zero rows past it ([`CudaGemm::choose`]).
     rows: usize,
     /// cuBLAS's left operand ([`CudaGemm::choose`]).
@@ -487,20 +487,21 @@ impl CudaGemm {
                 .at(id, "cuMemsetD8(input as sent)")?;
         }
         let c = DeviceBuf::new(ctx, most * np * 4, id)?;
-        // Small inputs and outputs cross inside the launch, through
-        // page-locked buffers of their own (zeroed when allocated, so the
-        // input's columns past K are zero).
+        // Small inputs and outputs cross inside the launch, through mapped
+        // host buffers of their own (zeroed when allocated, so the input's
+        // columns past K are zero). The host only writes the input's:
+        // write-combined.
         let small = launch_copy_max_bytes();
-        let staged = |values: usize, len: usize| -> Result<Option<PinnedBuf>> {
+        let staged = |values: usize, len: usize, wc: bool| -> Result<Option<MappedBuf>> {
             match small {
                 Some(max) if (values * 4) as u64 <= max => {
-                    Ok(Some(PinnedBuf::new(ctx, len * 4, 0, id)?))
+                    Ok(Some(MappedBuf::new(ctx, len * 4, wc, id)?))
                 }
                 _ => Ok(None),
             }
         };
-        let in_host = staged(m * k, m * kp)?;
-        let out_host = staged(m * n, m * np)?;
+        let in_host = staged(m * k, m * kp, true)?;
+        let out_host = staged(m * n, m * n, false)?;
         if elem.half().is_some() {
             // Fail at prepare, not at the first input, without the kernels.
             dev.kernels()?;
@@ -847,56 +848,49 @@ impl CudaGemm {
         self.enqueue_output()
     }
 
-    /// Where the input crosses inside the launch: its DMA from the
-    /// page-locked `A[M,Kₚ]` (the whole of it, zero columns included),
-    /// then the conversion to the 16-bit type.
+    /// Where the input crosses inside the launch: a kernel reads the mapped
+    /// `A[M,Kₚ]` from host memory (zero columns included) into the device
+    /// input, converting it to the 16-bit type (or copying it, f32).
     fn enqueue_input(&self) -> Result<()> {
         let Some(h) = &self.in_host else {
             return Ok(());
         };
-        let id = self.dev.id.as_str();
-        let stream = self.dev.stream.cu_stream();
-        let len = self.spec.shape.m.get() as usize * self.kp;
-        let sent = self.a32.as_ref().unwrap_or(&self.a);
-        // SAFETY: `h` holds M·Kₚ f32 values and `sent` at least as many; `h`
-        // is page-locked and is written by the host only when no launch is
-        // in flight (`write_input`).
-        unsafe { result::memcpy_htod_async(sent.ptr(), &h.as_slice::<f32>()[..len], stream) }
-            .at(id, "cuMemcpyHtoDAsync(input)")?;
-        if let (Some(half), Some(a32)) = (self.elem.half(), &self.a32) {
-            self.dev
-                .kernels()?
-                .convert(stream, a32.ptr(), self.a.ptr(), len, half, id)?;
+        let m = self.spec.shape.m.get() as usize;
+        match self.elem.half() {
+            Some(half) => self.dev.kernels()?.convert(
+                self.dev.stream.cu_stream(),
+                h.device_ptr(),
+                self.a.ptr(),
+                m * self.kp,
+                half,
+                &self.dev.id,
+            ),
+            // Column-major Kₚ×M, ld Kₚ, both sides.
+            None => self.geam(
+                Op::Copy,
+                self.kp,
+                m,
+                h.device_ptr(),
+                self.kp,
+                self.a.ptr(),
+                self.kp,
+            ),
         }
-        Ok(())
     }
 
-    /// Where the output crosses inside the launch: the DMA of its first M
-    /// rows, as the current form holds them, into the page-locked buffer.
+    /// Where the output crosses inside the launch, weight left: the first
+    /// M rows of row-major `C[R,Nₚ]` (column-major Nₚ×R) written by a
+    /// kernel into the mapped row-major `C[M,N]`. Activation left, the
+    /// transpose writes there itself ([`CudaGemm::transpose_output`]).
     fn enqueue_output(&self) -> Result<()> {
-        let Some(h) = &self.out_host else {
-            return Ok(());
-        };
-        let id = self.dev.id.as_str();
-        let m = self.spec.shape.m.get() as usize;
-        let (src, len) = match self.form {
-            Form::ActLeft => (self.transposed()?, m * self.spec.shape.n.get() as usize),
-            Form::WeightLeft => (&self.c, m * self.np),
-        };
-        debug_assert!(len <= h.as_slice::<f32>().len());
-        // SAFETY: `src` holds at least `len` f32 values (the first M rows of
-        // the form's output) and the page-locked `h` as many; the host reads
-        // `h` only after the run's wait (`read_output`).
-        unsafe {
-            sys::cuMemcpyDtoHAsync_v2(
-                h.as_ptr() as *mut c_void,
-                src.ptr(),
-                len * 4,
-                self.dev.stream.cu_stream(),
-            )
-            .result()
+        match (&self.out_host, self.form) {
+            (Some(h), Form::WeightLeft) => {
+                let (m, _, n) = self.spec.shape.mkn();
+                let (m, n) = (m as usize, n as usize);
+                self.geam(Op::Copy, n, m, self.c.ptr(), self.np, h.device_ptr(), n)
+            }
+            _ => Ok(()),
         }
-        .at(id, "cuMemcpyDtoHAsync(output)")
     }
 
     /// Queues the GEMM's kernels on the stream (or into a capture of it):
@@ -935,35 +929,73 @@ impl CudaGemm {
 
     /// Queues the activation-left output's transpose on the stream: the
     /// first M rows of column-major `C[R,Nₚ]` into row-major `C[M,N]`
-    /// (column-major `Cᵀ[N,M]`, ld N): `Cᵀ = 1·op(C) + 0·Cᵀ`, op =
-    /// transpose.
+    /// (column-major `Cᵀ[N,M]`, ld N), on the device or, where the output
+    /// crosses inside the launch, straight into the mapped host buffer.
     fn transpose_output(&self) -> Result<()> {
-        let id = self.dev.id.as_str();
-        let ct = self.transposed()?;
         let (m, _, n) = self.spec.shape.mkn();
+        let dst = match &self.out_host {
+            Some(h) => h.device_ptr(),
+            None => self.transposed()?.ptr(),
+        };
+        self.geam(
+            Op::Transpose,
+            n as usize,
+            m as usize,
+            self.c.ptr(),
+            self.rows,
+            dst,
+            n as usize,
+        )
+    }
+
+    /// Queues `D = 1·op(S) + 0·D` (`cublasSgeam`) on the stream: D is
+    /// column-major `rows×cols` with leading dimension `ldd`; S is
+    /// `rows×cols` (copy) or `cols×rows` (transpose) with `lds`.
+    #[allow(clippy::too_many_arguments)]
+    fn geam(
+        &self,
+        op: Op,
+        rows: usize,
+        cols: usize,
+        src: sys::CUdeviceptr,
+        lds: usize,
+        dst: sys::CUdeviceptr,
+        ldd: usize,
+    ) -> Result<()> {
         let (one, zero) = (1.0f32, 0.0f32);
-        // SAFETY: `c` holds R·Nₚ f32 (R ≥ M, Nₚ ≥ N) and `ct` M·N; they do
-        // not overlap; B aliases the output with no transpose, which cuBLAS
-        // allows, and is not read with beta = 0. The handle runs on the
-        // device's one stream, behind the matmul.
+        let (op_s, what) = match op {
+            Op::Copy => (
+                blas_sys::cublasOperation_t::CUBLAS_OP_N,
+                "cublasSgeam(copy)",
+            ),
+            Op::Transpose => (
+                blas_sys::cublasOperation_t::CUBLAS_OP_T,
+                "cublasSgeam(transpose)",
+            ),
+        };
+        // SAFETY: the callers pass live allocations of this context (device
+        // memory, or host memory mapped for the device) holding the
+        // matrices as described, which do not overlap; B aliases the output
+        // with no transpose, which cuBLAS allows, and is not read with
+        // beta = 0. The handle runs on the device's one stream.
         unsafe {
             blas_sys::cublasSgeam(
                 *self.dev.blas.handle(),
-                blas_sys::cublasOperation_t::CUBLAS_OP_T,
+                op_s,
                 blas_sys::cublasOperation_t::CUBLAS_OP_N,
-                n as i32,
-                m as i32,
+                rows as i32,
+                cols as i32,
                 &one,
-                self.c.ptr() as *const f32,
-                self.rows as i32,
+                src as *const f32,
+                lds as i32,
                 &zero,
-                ct.ptr() as *const f32,
-                n as i32,
-                ct.ptr() as *mut f32,
-                n as i32,
+                dst as *const f32,
+                ldd as i32,
+                dst as *mut f32,
+                ldd as i32,
             )
             .result()
-            .at(id, "cublasSgeam(transpose output)")
+            .at(&self.dev.id, what)
         }
     }
 
@@ -1001,6 +1033,13 @@ impl CudaGemm {
             host_us,
         })
     }
+}
+
+/// The operand of [`CudaGemm::geam`].
+#[derive(Debug, Clone, Copy)]
+enum Op {
+    Copy,
+    Transpose,
 }
 
 /// Spins until `flag` reads `target`, or [`WAIT_TIMEOUT`] after `t0`.
@@ -1155,15 +1194,7 @@ impl Gemm for CudaGemm {
                     .synchronize()
                     .at(&id, "cuStreamSynchronize")?;
             }
-            let src = h.as_slice::<f32>();
-            match self.form {
-                Form::ActLeft => c.copy_from_slice(&src[..m * n]),
-                Form::WeightLeft => {
-                    for (row, from) in c.chunks_exact_mut(n).zip(src.chunks_exact(self.np)) {
-                        row.copy_from_slice(&from[..n]);
-                    }
-                }
-            }
+            c.copy_from_slice(&h.as_slice::<f32>()[..m * n]);
             return Ok(());
         }
         let stream = self.dev.stream.cu_stream();

@@ -160,23 +160,29 @@ unsafe impl Pod for half::f16 {}
 // SAFETY: as above.
 unsafe impl Pod for half::bf16 {}
 
-/// A 32-bit completion flag in page-locked host memory that the device can
-/// write (`CU_MEMHOSTALLOC_DEVICEMAP`): the device writes a sequence number
-/// after a kernel, the host spins on it.
-pub(super) struct MappedFlag {
+/// Page-locked host memory that the device reads and writes in place
+/// (`CU_MEMHOSTALLOC_DEVICEMAP`), at the address [`MappedBuf::device_ptr`]:
+/// a kernel's loads and stores cross PCIe, with no copy engine involved.
+pub(super) struct MappedBuf {
     host: PinnedBuf,
     dptr: sys::CUdeviceptr,
 }
 
-impl MappedFlag {
-    /// Allocates a mapped flag, initially zero.
-    pub(super) fn new(ctx: &Arc<CudaContext>, id: &str) -> Result<MappedFlag> {
-        let host = PinnedBuf::new(
-            ctx,
-            64,
-            sys::CU_MEMHOSTALLOC_DEVICEMAP | sys::CU_MEMHOSTALLOC_PORTABLE,
-            id,
-        )?;
+impl MappedBuf {
+    /// Allocates `bytes` of mapped memory, zeroed; `write_combined` where
+    /// the host only writes it (faster for the device to read, very slow
+    /// for the host to).
+    pub(super) fn new(
+        ctx: &Arc<CudaContext>,
+        bytes: usize,
+        write_combined: bool,
+        id: &str,
+    ) -> Result<MappedBuf> {
+        let mut flags = sys::CU_MEMHOSTALLOC_DEVICEMAP | sys::CU_MEMHOSTALLOC_PORTABLE;
+        if write_combined {
+            flags |= sys::CU_MEMHOSTALLOC_WRITECOMBINED;
+        }
+        let host = PinnedBuf::new(ctx, bytes, flags, id)?;
         let mut dptr: sys::CUdeviceptr = 0;
         // SAFETY: `host` was allocated with DEVICEMAP in the current context.
         unsafe {
@@ -184,12 +190,43 @@ impl MappedFlag {
                 .result()
                 .at(id, "cuMemHostGetDevicePointer")?;
         }
-        Ok(MappedFlag { host, dptr })
+        Ok(MappedBuf { host, dptr })
+    }
+
+    /// The device address of the buffer.
+    pub(super) fn device_ptr(&self) -> sys::CUdeviceptr {
+        self.dptr
+    }
+
+    /// The host side, as elements of `T`.
+    pub(super) fn as_slice<T: Pod>(&self) -> &[T] {
+        self.host.as_slice()
+    }
+
+    /// The host side, mutable.
+    pub(super) fn as_mut_slice<T: Pod>(&mut self) -> &mut [T] {
+        self.host.as_mut_slice()
+    }
+}
+
+/// A 32-bit completion flag in page-locked host memory that the device can
+/// write (`CU_MEMHOSTALLOC_DEVICEMAP`): the device writes a sequence number
+/// after a kernel, the host spins on it.
+pub(super) struct MappedFlag {
+    buf: MappedBuf,
+}
+
+impl MappedFlag {
+    /// Allocates a mapped flag, initially zero.
+    pub(super) fn new(ctx: &Arc<CudaContext>, id: &str) -> Result<MappedFlag> {
+        Ok(MappedFlag {
+            buf: MappedBuf::new(ctx, 64, false, id)?,
+        })
     }
 
     /// The device address of the flag.
     pub(super) fn device_ptr(&self) -> sys::CUdeviceptr {
-        self.dptr
+        self.buf.device_ptr()
     }
 
     /// Writes the flag from the host, for the device to read (a stream
@@ -199,7 +236,7 @@ impl MappedFlag {
         std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
         // SAFETY: the flag is 4 aligned bytes inside a live allocation; the
         // device reads it concurrently, hence the volatile write.
-        unsafe { std::ptr::write_volatile(self.host.as_ptr() as *mut u32, value) }
+        unsafe { std::ptr::write_volatile(self.buf.host.as_ptr() as *mut u32, value) }
         std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
     }
 
@@ -208,6 +245,6 @@ impl MappedFlag {
     pub(super) fn load(&self) -> u32 {
         // SAFETY: the flag is 4 aligned bytes inside a live allocation; the
         // device writes it concurrently, hence the volatile read.
-        unsafe { std::ptr::read_volatile(self.host.as_ptr() as *const u32) }
+        unsafe { std::ptr::read_volatile(self.buf.host.as_ptr() as *const u32) }
     }
 }
