@@ -1,0 +1,57 @@
+#!/bin/bash
+# Session 31, call 1: binaries of bbadeb2 (small inputs and outputs cross
+# inside the launch through mapped host memory). The standard replay (cuda
+# tests first), 3 processes per case and sync, then the launch copies
+# against separate copies side by side: the same cuda plan,
+# HETERO_CUDA_LAUNCH_COPY=1 and =0 in alternating processes, decode 1 and
+# prefill 16, block and poll, rounds until the time is up.
+set -u
+out=${1:?out}
+mkdir -p "$out"
+bin=.carry/replay
+model=datasets/models/qwen2.5-1.5b.json
+CUDA_COLD=1 CPU_COLD=1 CUDA_BUDGET=100s CPU_BUDGET=60s REPLAY_REPS=7 REPLAY_PROCS=3 \
+  REPLAY_CASES="prefill:16 prefill:300 decode:1" timeout 360 bash scripts/gpu-host-replay.sh "$out/r"
+echo "replay done $SECONDS s"
+work=$(ls -dt /tmp/replay.* | head -1)
+grep -n "op_overhead_us\|max_bytes" "$work/predictor.ron" | head
+sbs=$out/sbs
+mkdir -p "$sbs"
+for round in 1 2 3 4 5; do
+  for c in decode:1 prefill:16; do
+    phase=${c%%:*}; len=${c#*:}
+    extra=(); [ "$phase" = decode ] && extra=(--tokens 8)
+    for g in 1 0; do
+      for sync in block poll; do
+        [ $SECONDS -gt 560 ] && break 4
+        HETERO_CUDA_LAUNCH_COPY=$g timeout 60 "$bin/hetero" run "$work/plan-cuda.ron" --model "$model" \
+          --phase "$phase" --len "$len" "${extra[@]}" --share-weights --sync "$sync" --repeat 7 \
+          --json --out "$sbs/g$g-$phase-$len-$sync-$round.json" > /dev/null 2> "$sbs/g$g-$phase-$len-$sync-$round.err" \
+          || echo "failed g$g $c $sync $round: $(tail -2 "$sbs/g$g-$phase-$len-$sync-$round.err")"
+      done
+    done
+  done
+done
+python3 - "$sbs" <<'PY'
+import glob, json, os, statistics, sys
+rows = {}
+for p in glob.glob(sys.argv[1] + "/*.json"):
+    g, phase, length, sync, rnd = os.path.basename(p)[:-5].split("-")
+    r = json.load(open(p))
+    rows.setdefault((phase, length, sync, g), {})[rnd] = (r["measured_us"], r["ratio"], r["dispatch"]["submit_median_us"])
+for k in sorted(rows):
+    v = list(rows[k].values())
+    print(*k, len(v), "measured median %.0f" % statistics.median(x[0] for x in v),
+          "ratio median %.3f range %.3f-%.3f" % (statistics.median(x[1] for x in v), min(x[1] for x in v), max(x[1] for x in v)),
+          "submit median %.1f" % statistics.median(x[2] for x in v))
+for (phase, length, sync, g), v in sorted(rows.items()):
+    if g != "1":
+        continue
+    old = rows.get((phase, length, sync, "0"), {})
+    pairs = [v[r][0] / old[r][0] for r in v if r in old]
+    if pairs:
+        print(phase, length, sync, "launch/separate per round:", " ".join("%.2f" % x for x in pairs),
+              "median %.3f" % statistics.median(pairs))
+PY
+tar -czf "$out/sbs.tgz" -C "$out" sbs && rm -rf "$sbs"
+echo "done $SECONDS s"
