@@ -15,7 +15,7 @@ use crate::{DType, Fingerprint, GemmShape, OperandOrder, Processor, SchemaVersio
 pub const TILES: [u32; 4] = [32, 64, 128, 256];
 
 /// Names of the entries of [`features`], in order.
-pub const FEATURE_NAMES: [&str; 35] = [
+pub const FEATURE_NAMES: [&str; 37] = [
     "m",
     "k",
     "n",
@@ -51,6 +51,8 @@ pub const FEATURE_NAMES: [&str; 35] = [
     "align_n",
     "align_rows_first",
     "align_cols_second",
+    "log2_in_bytes",
+    "log2_out_bytes",
 ];
 
 /// The largest power of two that [`features`]' alignment entries tell
@@ -121,6 +123,12 @@ pub fn features(shape: GemmShape, dtype: DType, order: OperandOrder) -> [f64; N_
     };
     f[33] = align(first);
     f[34] = align(second);
+    // The activations as the host holds them (f32): a processor may move
+    // small ones another way than large ones (CUDA copies up to 64 KiB
+    // inside the launch, `Capabilities::launch_copy_max_bytes`), a step in
+    // time that a tree finds in one split on these.
+    f[35] = (mf * kf * 4.0).log2();
+    f[36] = (mf * nf * 4.0).log2();
     f
 }
 
@@ -386,8 +394,8 @@ impl LinearCost {
 /// The staged costs of inputs and outputs of at most `max_bytes` f32 bytes,
 /// which a processor copies inside its launch
 /// ([`Capabilities::launch_copy_max_bytes`](crate::Capabilities)):
-/// `write_input` and `read_output` are host copies there, and the DMA is in
-/// the device time that the GEMM rows measure.
+/// `write_input` and `read_output` are host copies there, and the transfer
+/// over the bus is in the device time that the GEMM rows measure.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct StageSmall {
     /// The largest size these lines apply to, f32 bytes.
@@ -632,6 +640,9 @@ mod tests {
         assert_eq!(at("align_m"), ALIGN_CAP as f64, "capped");
         assert_eq!(at("align_k"), 8.0);
         assert_eq!(at("align_n"), 3.0);
+        // Host activation bytes (f32) in and out.
+        assert_eq!(get("log2_in_bytes"), (33.0f64 * 64.0 * 4.0).log2());
+        assert_eq!(get("log2_out_bytes"), (33.0f64 * 256.0 * 4.0).log2());
     }
 
     #[test]

@@ -84,8 +84,9 @@ pub struct Capabilities {
     pub memory_bytes: Option<u64>,
     /// GEMM inputs and outputs of at most this many f32 bytes cross inside
     /// the launch: `write_input` and `read_output` copy them on the host
-    /// into and out of the processor's own page-locked buffers, and their
-    /// DMA runs between the device timer's events, so that a small
+    /// into and out of the processor's own host buffers, which the GEMM's
+    /// kernels read and write over the bus between the device timer's
+    /// events, so that a small
     /// operator costs one round trip to the device instead of three (the
     /// CUDA backend). Their staged cost is fitted apart from the larger
     /// sizes' ([`Overheads::stage_small`](crate::Overheads)). Absent where

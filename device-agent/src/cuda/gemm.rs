@@ -60,17 +60,24 @@
 //! columns past N are never read back.
 //!
 //! Inputs and outputs of at most [`LAUNCH_COPY_MAX`] f32 bytes (a decode
-//! step's, for a 1.5B model) cross inside the launch: `write_input` copies
-//! the input on the host into this GEMM's own page-locked buffer, the
-//! launch queues its DMA (and the conversion to the 16-bit type) before
-//! the matmul and the output's DMA into a second page-locked buffer after
-//! it, all between the timing events and inside the CUDA graph, and
-//! `read_output` copies the result out on the host. An operator then costs
-//! one round trip to the device instead of three: each synchronous copy
-//! was a launch and a wait of its own (H100, session 30: 22 µs of a decode
-//! operator's 38 µs went to its two copies). The DMA is in the device
-//! time that the GEMM rows measure, so the latency model carries it, and
-//! the staged microbenchmarks of those sizes time the host copies alone
+//! step's, for a 1.5B model) cross inside the launch, through host memory
+//! mapped for the device: `write_input` copies the input on the host into
+//! this GEMM's own mapped buffer; in the launch, between the timing events
+//! and inside the CUDA graph, the conversion kernel (or a `cublasSgeam`
+//! copy, f32) reads it from there into the device input, and the output's
+//! last kernel (the transpose, or a `cublasSgeam` copy weight left) writes
+//! `C[M,N]` straight into a second mapped buffer, which `read_output`
+//! copies out on the host. An operator then costs one round trip to the
+//! device instead of three: each synchronous copy was a launch and a wait
+//! of its own (H100, session 30: 22 µs of a decode operator's 38 µs went
+//! to its two copies; session 31, side by side: 21 µs against 37 µs per
+//! operator, 0.63–0.65 of the decode step's time). Copy-engine DMAs in
+//! the graph instead added about 20 µs of device time to a 1×1536×1536
+//! GEMM, the kernels' loads and stores over PCIe 4.5 µs. That time is in
+//! the device time that the GEMM rows measure, so the latency model
+//! carries it (the features `log2_in_bytes` and `log2_out_bytes` let a
+//! tree find the step), and the staged microbenchmarks of those sizes time
+//! the host copies alone
 //! ([`Capabilities::launch_copy_max_bytes`](hetero_plan::Capabilities)).
 //! `HETERO_CUDA_LAUNCH_COPY=0` copies every size on its own, for
 //! comparisons. Larger copies go from the caller's slice, each a DMA and a
@@ -104,7 +111,7 @@ const WAIT_TIMEOUT: Duration = Duration::from_secs(60);
 const POLL_MARGIN_US: f64 = 80.0;
 
 /// Inputs and outputs of at most this many f32 bytes cross inside the
-/// launch, through the GEMM's own page-locked buffers (the module's
+/// launch, through the GEMM's own mapped host buffers (the module's
 /// docs). A host copy of 64 KiB takes about as long as the round trip it
 /// saves.
 pub(super) const LAUNCH_COPY_MAX: u64 = 64 << 10;
@@ -774,9 +781,9 @@ impl CudaGemm {
     }
 
     /// Enqueues start event, GEMM, end event and flag write. The GEMM's
-    /// work (the small input's DMA and conversion, the matmul, the
-    /// transpose of the activation-left form, the small output's DMA:
-    /// [`CudaGemm::enqueue_work`]) goes as one CUDA graph, captured on the second launch of a selection
+    /// work (the small input read from mapped memory, the matmul, the
+    /// transpose of the activation-left form, the small output written to
+    /// mapped memory: [`CudaGemm::enqueue_work`]) goes as one CUDA graph, captured on the second launch of a selection
     /// and reused after it: one `cuGraphLaunch` costs the host less than
     /// queueing them one by one (`cublasLtMatmul` does host work on every
     /// call), and the kernels follow each other on the device without
@@ -840,8 +847,8 @@ impl CudaGemm {
     }
 
     /// Queues what one run does on the device (or into a capture of the
-    /// stream): the small input's copy, the kernels, the small output's
-    /// copy.
+    /// stream): the small input read in, the kernels, the small output
+    /// written out.
     fn enqueue_work(&self) -> Result<()> {
         self.enqueue_input()?;
         self.enqueue_kernels()?;
