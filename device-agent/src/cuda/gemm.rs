@@ -8,10 +8,10 @@
 //! | buffer | device layout | bytes |
 //! |---|---|---|
 //! | weights | `Wᵀ[Nₚ,Kₚ]` row-major (transposed once, in `prepare`), zero past N and K | Nₚ·Kₚ·e |
-//! | input as sent | `A[M,Kₚ]` row-major f32 (only when e < 4) | M·Kₚ·4 |
+//! | input as sent | `A[M,Kₚ]` row-major f32 (only when e < 4 and the input is copied on its own) | M·Kₚ·4 |
 //! | input | `A[R,Kₚ]` row-major, converted on the device; zero past M and K | R·Kₚ·e |
 //! | output | activation left: `C[R,Nₚ]` column-major; weight left: `C[R,Nₚ]` row-major; f32 | R·Nₚ·4 |
-//! | output, activation left, transposed | `C[M,N]` row-major f32 | M·N·4 |
+//! | output, activation left, transposed | `C[M,N]` row-major f32 (unless the output is mapped host memory) | M·N·4 |
 //!
 //! [`Form::ActLeft`] runs `gemm(T, N, m=M, n=N, k=K, A, Wᵀ)`: the
 //! activation is cuBLAS's left operand. [`Form::WeightLeft`] runs
@@ -393,7 +393,8 @@ pub(super) struct CudaGemm {
     dev: Arc<Device>,
     w: DeviceBuf,
     /// The input as the host sent it (f32), when the GEMM runs in a
-    /// 16-bit type and converts it on the device.
+    /// 16-bit type, converts it on the device and copies it on its own
+    /// (not through `in_host`).
     a32: Option<DeviceBuf>,
     a: DeviceBuf,
     /// The f32 output as cuBLAS writes it.
@@ -475,9 +476,27 @@ impl CudaGemm {
         let ctx = &dev.ctx;
         let (kp, np) = (padded(k), padded(n));
         let w = DeviceBuf::new(ctx, kp * np * e, id)?;
-        let a32 = match elem.half() {
-            Some(_) => Some(DeviceBuf::new(ctx, m * kp * 4, id)?),
-            None => None,
+        // Small inputs and outputs cross inside the launch, through mapped
+        // host buffers of their own (zeroed when allocated, so the input's
+        // columns past K are zero). The host only writes the input's:
+        // write-combined.
+        let small = launch_copy_max_bytes();
+        let staged = |values: usize, len: usize, wc: bool| -> Result<Option<MappedBuf>> {
+            match small {
+                Some(max) if (values * 4) as u64 <= max => {
+                    Ok(Some(MappedBuf::new(ctx, len * 4, wc, id)?))
+                }
+                _ => Ok(None),
+            }
+        };
+        let in_host = staged(m * k, m * kp, true)?;
+        let out_host = staged(m * n, m * n, false)?;
+        // The f32 input as sent, for a 16-bit GEMM whose input is copied on
+        // its own (the launch converts a mapped input straight from host
+        // memory).
+        let a32 = match (elem.half(), &in_host) {
+            (Some(_), None) => Some(DeviceBuf::new(ctx, m * kp * 4, id)?),
+            _ => None,
         };
         let candidates = candidates(m, spec.order);
         let most = candidates.iter().map(|&(r, _)| r).max().unwrap_or(m);
@@ -495,21 +514,6 @@ impl CudaGemm {
                 .at(id, "cuMemsetD8(input as sent)")?;
         }
         let c = DeviceBuf::new(ctx, most * np * 4, id)?;
-        // Small inputs and outputs cross inside the launch, through mapped
-        // host buffers of their own (zeroed when allocated, so the input's
-        // columns past K are zero). The host only writes the input's:
-        // write-combined.
-        let small = launch_copy_max_bytes();
-        let staged = |values: usize, len: usize, wc: bool| -> Result<Option<MappedBuf>> {
-            match small {
-                Some(max) if (values * 4) as u64 <= max => {
-                    Ok(Some(MappedBuf::new(ctx, len * 4, wc, id)?))
-                }
-                _ => Ok(None),
-            }
-        };
-        let in_host = staged(m * k, m * kp, true)?;
-        let out_host = staged(m * n, m * n, false)?;
         if elem.half().is_some() {
             // Fail at prepare, not at the first input, without the kernels.
             dev.kernels()?;
@@ -659,9 +663,10 @@ impl CudaGemm {
     }
 
     /// Allocates the buffer of the transposed output if the form needs it
-    /// (on the first selection of that form, search included).
+    /// (on the first selection of that form, search included), unless the
+    /// transpose writes into the mapped output.
     fn transpose_buffer(&mut self) -> Result<()> {
-        if self.form == Form::ActLeft && self.ct.is_none() {
+        if self.form == Form::ActLeft && self.ct.is_none() && self.out_host.is_none() {
             let (m, _, n) = self.spec.shape.mkn();
             let bytes = m as usize * n as usize * 4;
             self.ct = Some(DeviceBuf::new(&self.dev.ctx, bytes, &self.dev.id)?);
@@ -784,8 +789,9 @@ impl CudaGemm {
     /// Enqueues start event, GEMM, end event and flag write. The GEMM's
     /// work (the small input read from mapped memory, the matmul, the
     /// transpose of the activation-left form, the small output written to
-    /// mapped memory: [`CudaGemm::enqueue_work`]) goes as one CUDA graph, captured on the second launch of a selection
-    /// and reused after it: one `cuGraphLaunch` costs the host less than
+    /// mapped memory: [`CudaGemm::enqueue_work`]) goes as one CUDA graph,
+    /// captured on the second launch of a selection and reused after it:
+    /// one `cuGraphLaunch` costs the host less than
     /// queueing them one by one (`cublasLtMatmul` does host work on every
     /// call), and the kernels follow each other on the device without
     /// waiting for the host between them. The events, the host weights'
@@ -1007,6 +1013,18 @@ impl CudaGemm {
         }
     }
 
+    /// Waits for a run that was submitted and not yet waited for, so that
+    /// the host may touch the mapped buffers; the wait still reports it.
+    fn settle(&self) -> Result<()> {
+        if self.submitted.is_some() {
+            self.dev
+                .stream
+                .synchronize()
+                .at(&self.dev.id, "cuStreamSynchronize")?;
+        }
+        Ok(())
+    }
+
     /// Waits for the launched work and reads both clocks.
     fn finish(&mut self, mode: SyncMode) -> Result<Timed> {
         let id = self.dev.id.clone();
@@ -1082,12 +1100,9 @@ impl Gemm for CudaGemm {
         let id = self.dev.id.clone();
         self.dev.ctx.bind_to_thread().at(&id, "cuCtxSetCurrent")?;
         let (m, k, kp) = (m as usize, k as usize, self.kp);
-        if self.in_host.is_some() && self.submitted.is_some() {
-            // A run in flight may still be copying the buffer.
-            self.dev
-                .stream
-                .synchronize()
-                .at(&id, "cuStreamSynchronize")?;
+        if self.in_host.is_some() {
+            // A run in flight may still be reading the buffer.
+            self.settle()?;
         }
         if let Some(h) = &mut self.in_host {
             let dst = &mut h.as_mut_slice::<f32>()[..m * kp];
@@ -1195,13 +1210,8 @@ impl Gemm for CudaGemm {
         let id = self.dev.id.clone();
         self.dev.ctx.bind_to_thread().at(&id, "cuCtxSetCurrent")?;
         if let Some(h) = &self.out_host {
-            if self.submitted.is_some() {
-                // Not waited for yet: the copy into `h` may be running.
-                self.dev
-                    .stream
-                    .synchronize()
-                    .at(&id, "cuStreamSynchronize")?;
-            }
+            // Not waited for yet: the run may still be writing `h`.
+            self.settle()?;
             c.copy_from_slice(&h.as_slice::<f32>()[..m * n]);
             return Ok(());
         }
