@@ -464,6 +464,13 @@ fn explain_text(op: &OpPlan, d: &Decision, e: Option<&Explanation>) -> String {
         d.cost.copy_us,
         d.cost.total_us
     );
+    if let Some(b) = d.cost.sync_block_us {
+        let _ = writeln!(
+            s,
+            "  with a blocking wait (run --sync block): sync {b:.1} µs, {:.1} µs",
+            d.cost.total_with(true)
+        );
+    }
     match &d.runner_up {
         Some(r) => {
             let _ = writeln!(

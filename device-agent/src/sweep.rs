@@ -641,12 +641,13 @@ fn microbench(
                 s
             })
         }
-        MicrobenchKind::OpOverhead => {
-            op_overhead(&mut *backends[0], run, cancel).map(|(s, note)| {
+        MicrobenchKind::OpOverhead
+        | MicrobenchKind::OpOverheadBlock
+        | MicrobenchKind::OpOverheadPoll => op_overhead(&mut *backends[0], req.bench, run, cancel)
+            .map(|(s, note)| {
                 line.note = Some(note);
                 s
-            })
-        }
+            }),
         MicrobenchKind::BandwidthAlone | MicrobenchKind::BandwidthConcurrent => {
             stream(backends, req, run, cancel).map(|(s, note)| {
                 line.note = note;
@@ -1042,8 +1043,10 @@ fn op_alone(
 /// operator, through the backend's own launch path (a CUDA graph, a queued
 /// kernel). A `1×1024×1024` GEMM in `wt_at` order (the processor's 16-bit
 /// type where it has one) is written once, then submitted and waited for
-/// round after round, by a blocking wait and by polling alternately where
-/// the processor has a host flag (the runtime does either). Each sample is
+/// round after round: by a blocking wait (`op_overhead_block`), by polling
+/// the host flag (`op_overhead_poll`, processors with one), or by both
+/// alternately (`op_overhead`, what profiles measured before the runtime's
+/// two waits were costed apart). Each sample is
 /// the host clock from `submit` to the wait's return less that run's
 /// device time: the launch before the device timer starts, the notice
 /// after it ends and the calls between. This is what runtime-min pays per
@@ -1053,24 +1056,42 @@ fn op_alone(
 /// round is checked against the f64 reference.
 fn op_overhead(
     b: &mut dyn Backend,
+    kind: MicrobenchKind,
     run: &RunParams,
     cancel: &AtomicBool,
 ) -> Result<(Vec<f64>, String), Error> {
     let proc = b.processor().clone();
-    let no_timer =
-        || Error::unsupported(&proc.id, "op_overhead (the processor has no device timer)");
+    let name = bench_name(kind);
+    let no_timer = || {
+        Error::unsupported(
+            &proc.id,
+            format!("{name} (the processor has no device timer)"),
+        )
+    };
     if !proc.capabilities.device_timer {
         return Err(no_timer());
     }
+    let flag = proc.capabilities.host_flag;
+    // Which rounds poll: every one, none, or every other one.
+    let (poll_every, waits) = match kind {
+        MicrobenchKind::OpOverheadPoll if !flag => {
+            return Err(Error::unsupported(
+                &proc.id,
+                format!("{name} (the processor has no host flag to poll)"),
+            ));
+        }
+        MicrobenchKind::OpOverheadPoll => (Some(1), "a polling"),
+        MicrobenchKind::OpOverhead if flag => (Some(2), "a blocking or a polling (alternately)"),
+        _ => (None, "a blocking"),
+    };
     let shape = GemmShape::new(1, 1024, 1024).expect("non-zero");
     let spec = bench_spec(&proc, shape, OperandOrder::WtAt)?;
     let (a, w) = verify::inputs(&shape, 0);
     let mut g = b.prepare(&spec, &w)?;
     g.write_input(&a)?;
-    let poll = proc.capabilities.host_flag;
     let mut i = 0usize;
     let mut round = |g: &mut Box<dyn crate::Gemm>| -> Result<f64, Error> {
-        let mode = if poll && i % 2 == 1 {
+        let mode = if poll_every.is_some_and(|n| i % n == n - 1) {
             crate::SyncMode::Poll { predicted_us: 0.0 }
         } else {
             crate::SyncMode::Block
@@ -1090,17 +1111,10 @@ fn op_overhead(
     }
     let mut c = vec![0f32; shape.n.get() as usize];
     g.read_output(&mut c)?;
-    check_product(b, &spec, &a, &w, &c, "op_overhead")?;
+    check_product(b, &spec, &a, &w, &c, &name)?;
     let note = format!(
-        "submit, then {} wait, of a {} {} {} GEMM, less each run's device time",
-        if poll {
-            "a blocking or a polling (alternately)"
-        } else {
-            "a blocking"
-        },
-        spec.shape,
-        spec.dtype,
-        spec.order,
+        "submit, then {waits} wait, of a {} {} {} GEMM, less each run's device time",
+        spec.shape, spec.dtype, spec.order,
     );
     Ok((samples, note))
 }

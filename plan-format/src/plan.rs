@@ -243,14 +243,40 @@ pub struct CostBreakdown {
     /// Compute time of each part, in the order of the strategy's processors
     /// ([`Strategy::processors`]; one entry for a single processor).
     pub parts_us: Vec<f64>,
-    /// Synchronisation and submission cost.
+    /// Synchronisation and submission cost, with the wait the solver plans
+    /// for: polling a host flag where the processor can, else blocking.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub sync_us: f64,
+    /// `sync_us` were the runtime to wait by blocking instead
+    /// (`hetero run --sync block`), where that costs something else.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sync_block_us: Option<f64>,
     /// Data movement not hidden behind compute (zero on unified memory).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub copy_us: f64,
     /// The total the solver minimised.
     pub total_us: f64,
+}
+
+impl CostBreakdown {
+    /// The predicted total with the runtime's wait: `total_us` when it
+    /// polls (or the two waits cost the same), else `total_us` with
+    /// `sync_block_us` in place of `sync_us`.
+    pub fn total_with(&self, blocking: bool) -> f64 {
+        match self.sync_block_us {
+            Some(b) if blocking => self.total_us - self.sync_us + b,
+            _ => self.total_us,
+        }
+    }
+
+    /// The synchronisation cost with the runtime's wait (see
+    /// [`total_with`](Self::total_with)).
+    pub fn sync_with(&self, blocking: bool) -> f64 {
+        match self.sync_block_us {
+            Some(b) if blocking => b,
+            _ => self.sync_us,
+        }
+    }
 }
 
 /// The best losing candidate of another family (another kind, or the same
@@ -659,6 +685,7 @@ mod tests {
                     cost: CostBreakdown {
                         parts_us: vec![1.0, 1.0],
                         sync_us: 0.0,
+                        sync_block_us: None,
                         copy_us: 0.0,
                         total_us: 1.0,
                     },

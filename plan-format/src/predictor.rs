@@ -452,11 +452,18 @@ pub struct Overheads {
     pub op_alone: Option<LinearCost>,
     /// What the host adds to one operator run alone beyond its device time
     /// and its staged copies ([`MicrobenchKind::OpOverhead`](crate::MicrobenchKind)),
-    /// µs: the solver's cost of a device-timed processor's launch and
-    /// completion notice where measured (else the larger of
-    /// `submit_empty_us` and the sync cost).
+    /// µs, with the wait the solver plans for: polling where the processor
+    /// was measured polling (`op_overhead_poll`), else blocking. The
+    /// solver's cost of a device-timed processor's launch and completion
+    /// notice where measured (else the larger of `submit_empty_us` and the
+    /// sync cost).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub op_overhead_us: Option<f64>,
+    /// The same with a blocking wait (`op_overhead_block`), where
+    /// `op_overhead_us` is the polling one: what a run with `--sync block`
+    /// pays instead.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub op_overhead_block_us: Option<f64>,
     /// Launch to completion of a tiny kernel on an empty queue, µs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub submit_empty_us: Option<f64>,

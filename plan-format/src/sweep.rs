@@ -122,8 +122,16 @@ pub enum MicrobenchKind {
     /// each sample is the host clock from `submit` to the wait's return
     /// less that run's device time. Through the backend's own launch path,
     /// so that it is the cost runtime-min meets, beyond the device time
-    /// and the staged copies, for one operator run alone.
+    /// and the staged copies, for one operator run alone. Profiles before
+    /// the two kinds below measured both waits in one row; the fit still
+    /// reads such rows where a dataset has nothing newer.
     OpOverhead,
+    /// [`OpOverhead`](Self::OpOverhead) with every wait blocking: what a
+    /// runtime that waits with `--sync block` pays.
+    OpOverheadBlock,
+    /// [`OpOverhead`](Self::OpOverhead) with every wait polling the host
+    /// flag (processors with a host flag only): what `--sync poll` pays.
+    OpOverheadPoll,
 }
 
 /// The sizes `op_alone` is measured at: the f32 bytes of input and output

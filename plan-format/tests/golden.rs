@@ -265,6 +265,7 @@ pub fn sample_plan() -> Plan {
         total_us: parts.iter().cloned().fold(0.0, f64::max) + sync,
         parts_us: parts,
         sync_us: sync,
+        sync_block_us: None,
         copy_us: 0.0,
     };
     let runner_up = |kind, label: &str, total_us: f64, winner: f64| {
@@ -353,7 +354,11 @@ pub fn sample_plan() -> Plan {
                             },
                         ],
                     },
-                    cost: cost(vec![900.0, 880.0], 25.0),
+                    cost: CostBreakdown {
+                        // The blocking wait's cost, where it differs.
+                        sync_block_us: Some(60.0),
+                        ..cost(vec![900.0, 880.0], 25.0)
+                    },
                     runner_up: runner_up(StrategyKind::RowCut, "", 940.0, 925.0),
                 },
                 Decision {

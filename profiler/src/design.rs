@@ -433,10 +433,13 @@ pub fn microbench(processors: &[Processor]) -> Vec<MicrobenchRequest> {
             out.push(req(p, bench));
         }
         // What the host adds around a device-timed operator, through the
-        // backend's own launch path: the solver's cost of one launch and
-        // completion notice where measured.
+        // backend's own launch path, per wait: the solver's cost of one
+        // launch and completion notice where measured.
         if p.capabilities.device_timer && !p.simulated && !p.emulated {
-            out.push(req(p, MicrobenchKind::OpOverhead));
+            out.push(req(p, MicrobenchKind::OpOverheadBlock));
+            if p.capabilities.host_flag {
+                out.push(req(p, MicrobenchKind::OpOverheadPoll));
+            }
         }
         out.push(MicrobenchRequest {
             bytes: Some(64 << 20),
@@ -506,7 +509,9 @@ pub fn microbench_repeats(processors: &[Processor]) -> Vec<Vec<MicrobenchRequest
             | MicrobenchKind::SubmitBusy
             | MicrobenchKind::SyncBlock
             | MicrobenchKind::SyncPoll
-            | MicrobenchKind::OpOverhead => true,
+            | MicrobenchKind::OpOverhead
+            | MicrobenchKind::OpOverheadBlock
+            | MicrobenchKind::OpOverheadPoll => true,
             _ => false,
         })
         .collect();
@@ -992,17 +997,41 @@ mod tests {
     fn host_path_microbenchmarks_repeat_once_per_round() {
         // A discrete processor (no unified memory) stages its copies too,
         // and with a device timer times an operator alone (3 sizes) and
-        // the host's overhead around it.
+        // the host's overhead around it, per wait (blocking; polling too
+        // where it has a host flag).
+        let overheads = |reqs: &[MicrobenchRequest]| -> Vec<MicrobenchKind> {
+            reqs.iter()
+                .map(|r| r.bench)
+                .filter(|b| {
+                    matches!(
+                        b,
+                        MicrobenchKind::OpOverhead
+                            | MicrobenchKind::OpOverheadBlock
+                            | MicrobenchKind::OpOverheadPoll
+                    )
+                })
+                .collect()
+        };
         let mut procs = [cpu()];
         assert!(!procs[0].capabilities.unified_memory);
+        assert!(!procs[0].capabilities.host_flag);
         let timerless = microbench_repeats(&procs)[0].len();
-        assert!(
-            !microbench(&procs)
-                .iter()
-                .any(|r| r.bench == MicrobenchKind::OpOverhead)
-        );
+        assert_eq!(overheads(&microbench(&procs)), []);
         procs[0].capabilities.device_timer = true;
         assert_eq!(microbench_repeats(&procs)[0].len(), timerless + 4);
+        assert_eq!(
+            overheads(&microbench(&procs)),
+            [MicrobenchKind::OpOverheadBlock]
+        );
+        procs[0].capabilities.host_flag = true;
+        assert_eq!(microbench_repeats(&procs)[0].len(), timerless + 5);
+        assert_eq!(
+            overheads(&microbench(&procs)),
+            [
+                MicrobenchKind::OpOverheadBlock,
+                MicrobenchKind::OpOverheadPoll
+            ]
+        );
         let once = microbench(&procs);
         let rounds = microbench_repeats(&procs);
         assert_eq!(rounds.len(), MICRO_PROCESSES - 1);
@@ -1011,9 +1040,9 @@ mod tests {
             let suffix = format!("@{}", i + 2);
             // 5 copy kinds at 4 sizes up to 256 KiB, the operator alone at
             // 3 (8, 64 and 256 KiB), submit, sync and the operator's
-            // overhead.
-            assert_eq!(round.len(), 5 * 4 + 3 + 4 + 1, "{round:?}");
-            assert!(round.iter().any(|r| r.bench == MicrobenchKind::OpOverhead));
+            // overhead per wait.
+            assert_eq!(round.len(), 5 * 4 + 3 + 4 + 2, "{round:?}");
+            assert_eq!(overheads(round).len(), 2);
             for r in round {
                 let base = r.id.strip_suffix(&suffix).expect("the round in the id");
                 assert!(first.contains(base), "{} repeats nothing", r.id);

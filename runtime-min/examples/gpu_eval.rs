@@ -538,6 +538,7 @@ fn regret(a: &Args, b: &mut Bench) -> Res<()> {
                     let cost = CostBreakdown {
                         parts_us: c.parts_us.clone(),
                         sync_us: c.sync_us,
+                        sync_block_us: None,
                         copy_us: c.copy_us,
                         total_us: c.total_us,
                     };
@@ -790,6 +791,7 @@ fn handoff(a: &Args, b: &mut Bench) -> Res<()> {
             let cost = CostBreakdown {
                 parts_us: c.parts_us.clone(),
                 sync_us: c.sync_us,
+                sync_block_us: None,
                 copy_us: c.copy_us,
                 total_us: c.total_us,
             };
@@ -798,6 +800,7 @@ fn handoff(a: &Args, b: &mut Bench) -> Res<()> {
             let zero = CostBreakdown {
                 parts_us: vec![0.0; cost.parts_us.len().max(1)],
                 sync_us: 0.0,
+                sync_block_us: None,
                 copy_us: 0.0,
                 total_us: 0.0,
             };
@@ -919,6 +922,7 @@ fn offload(a: &Args, b: &mut Bench) -> Res<()> {
     let zero = CostBreakdown {
         parts_us: vec![0.0],
         sync_us: 0.0,
+        sync_block_us: None,
         copy_us: 0.0,
         total_us: 0.0,
     };

@@ -200,6 +200,7 @@ mod tests {
         let cost = CostBreakdown {
             parts_us: vec![1.0, 2.0],
             sync_us: 0.5,
+            sync_block_us: None,
             copy_us: 0.0,
             total_us: 2.5,
         };

@@ -979,7 +979,9 @@ impl Runtime {
                 ),
             ));
         }
-        let predicted = plan.ops[oi].decisions[p.decision].cost.total_us;
+        let predicted = plan.ops[oi].decisions[p.decision]
+            .cost
+            .total_with(*sync == SyncChoice::Block);
         let mut t = LinearTiming {
             measured_us: 0.0,
             wall_us: 0.0,
@@ -1263,6 +1265,7 @@ impl Runtime {
                 "measured"
             }
         };
+        let blocking = self.sync == SyncChoice::Block;
         let mut per_op = Vec::new();
         let mut predicted_total = 0.0;
         let mut all_dispatch = Vec::new();
@@ -1283,7 +1286,9 @@ impl Runtime {
             let emu = s.iter().any(|x| x.emulated);
             any_sim |= sim;
             any_emu |= emu;
-            predicted_total += d.cost.total_us * op.layers as f64;
+            // The plan's prediction with this run's wait.
+            let predicted = d.cost.total_with(blocking);
+            predicted_total += predicted * op.layers as f64;
             let parts0 = &p.layers[0][0];
             let parts = parts0
                 .iter()
@@ -1319,9 +1324,9 @@ impl Runtime {
                 n: p.n as u32,
                 strategy: d.strategy.kind().to_string(),
                 label: label(&d.strategy, p.m as u32),
-                predicted_us: d.cost.total_us,
+                predicted_us: predicted,
                 measured_us: measured,
-                ratio: ratio(measured, d.cost.total_us),
+                ratio: ratio(measured, predicted),
                 wall_us: report::median(&col(&|x| x.wall_us)),
                 dispatch_us: report::median(&dispatch_each),
                 submit_us: report::median(&submit_each),

@@ -41,10 +41,12 @@ pub fn linear(name: &str, k: u32, n: u32) -> LinearOp {
     }
 }
 
+/// 100 µs a part, 5 µs to poll for the last (25 µs to block for it).
 fn cost(parts: usize) -> CostBreakdown {
     CostBreakdown {
         parts_us: vec![100.0; parts.max(1)],
         sync_us: 5.0,
+        sync_block_us: Some(25.0),
         copy_us: 0.0,
         total_us: 105.0,
     }

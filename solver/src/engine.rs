@@ -87,11 +87,17 @@ pub(crate) struct Proc<'a> {
     pub model: std::sync::Arc<dyn GemmModel + Send + 'a>,
     /// Host notices completion, µs (poll where it can, else blocking wait).
     pub sync_us: f64,
+    /// The same with a blocking wait, µs: what a runtime that blocks
+    /// (`--sync block`) pays instead of `sync_us`.
+    pub sync_block_us: f64,
     /// Submitting one kernel to an empty queue, µs.
     pub submit_us: f64,
     /// What the host adds around one device-timed run alone, through the
-    /// backend's launch path, µs (`op_overhead`), where measured.
+    /// backend's launch path, µs (`op_overhead`), where measured, with the
+    /// wait of `sync_us`.
     pub op_overhead_us: Option<f64>,
+    /// The same with a blocking wait, where measured apart.
+    pub op_overhead_block_us: Option<f64>,
     /// Share of its alone-bandwidth left while another processor streams.
     pub concurrent: f64,
     pub copy_h2d: Option<LinearCost>,
@@ -137,6 +143,20 @@ impl Proc<'_> {
         if self.device_timed {
             self.op_overhead_us
                 .unwrap_or_else(|| self.submit_us.max(self.sync_us))
+        } else {
+            0.0
+        }
+    }
+
+    /// [`alone_overhead_us`](Self::alone_overhead_us) when the runtime
+    /// waits by blocking: the blocking operator overhead where measured
+    /// apart, else the same figure (older profiles measured both waits in
+    /// one row), else the larger of submit and the blocking sync.
+    pub fn alone_overhead_block_us(&self) -> f64 {
+        if self.device_timed {
+            self.op_overhead_block_us
+                .or(self.op_overhead_us)
+                .unwrap_or_else(|| self.submit_us.max(self.sync_block_us))
         } else {
             0.0
         }
@@ -277,6 +297,8 @@ pub(crate) struct Cand {
     pub shape: Shape,
     pub parts: Times,
     pub sync: f64,
+    /// `sync` were the runtime to wait by blocking (`--sync block`).
+    pub sync_block: f64,
     pub copy: f64,
     pub total: f64,
     /// How the sync was charged, for explanations.
@@ -466,6 +488,7 @@ impl Cand {
                 *p *= by;
             }
             self.sync *= by;
+            self.sync_block *= by;
             self.copy *= by;
             self.total *= by;
         }
@@ -810,7 +833,7 @@ impl<'s, 'a> OpCtx<'s, 'a> {
                 t
             });
         }
-        let (sync, rule) = if split {
+        let ((sync, sync_block), rule) = if split {
             let dom = (0..parts.len())
                 .max_by(|&a, &b| parts[a].total_cmp(&parts[b]))
                 .unwrap();
@@ -828,9 +851,9 @@ impl<'s, 'a> OpCtx<'s, 'a> {
             } else {
                 "sync on the dominant side"
             };
-            (dp.sync_us + submits, rule)
+            ((dp.sync_us + submits, dp.sync_block_us + submits), rule)
         } else {
-            (0.0, "")
+            ((0.0, 0.0), "")
         };
         let max = parts.iter().cloned().fold(0.0, f64::max);
         Cand {
@@ -838,6 +861,7 @@ impl<'s, 'a> OpCtx<'s, 'a> {
             total: max + sync + copy,
             parts,
             sync,
+            sync_block,
             copy,
             sync_rule: rule,
         }
@@ -865,6 +889,7 @@ impl<'s, 'a> OpCtx<'s, 'a> {
         let host = pr.alone_overhead_us();
         if host > 0.0 {
             c.sync = host;
+            c.sync_block = pr.alone_overhead_block_us();
             c.total += host;
             c.sync_rule = "alone on a device-timed processor: one launch-to-completion round trip";
         }

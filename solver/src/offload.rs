@@ -120,7 +120,7 @@ impl OpCtx<'_, '_> {
         let gpu_end = t;
         let gpu_compute = g_gg + g_cg + g_cc;
         let both = cpu_end > 0.0 && gpu_end > 0.0;
-        let (sync, rule) = if both {
+        let ((sync, sync_block), rule) = if both {
             let (dom, other) = if gpu_end >= cpu_end {
                 (gpu, cpu)
             } else {
@@ -133,11 +133,14 @@ impl OpCtx<'_, '_> {
                 0.0
             };
             (
-                procs[dom].sync_us + submit,
+                (
+                    procs[dom].sync_us + submit,
+                    procs[dom].sync_block_us + submit,
+                ),
                 "sync on the side that ends last + resubmission of a queued side",
             )
         } else {
-            (0.0, "")
+            ((0.0, 0.0), "")
         };
         let end = cpu_end.max(gpu_end);
         let total = end + sync;
@@ -152,6 +155,7 @@ impl OpCtx<'_, '_> {
             },
             parts: crate::engine::Times::from_slice(&[cpu_compute, gpu_compute]),
             sync,
+            sync_block,
             copy: (end - cpu_compute.max(gpu_compute)).max(0.0),
             total,
             sync_rule: rule,

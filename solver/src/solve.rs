@@ -165,8 +165,12 @@ pub(crate) fn build_procs<'a, O: LatencyOracle + ?Sized>(
             dtype,
             model,
             sync_us: sync.unwrap_or(0.0),
+            sync_block_us: ov.sync_block_us.or(sync).unwrap_or(0.0),
             submit_us: ov.submit_empty_us.unwrap_or(0.0),
             op_overhead_us: ov.op_overhead_us.filter(|t| t.is_finite() && *t >= 0.0),
+            op_overhead_block_us: ov
+                .op_overhead_block_us
+                .filter(|t| t.is_finite() && *t >= 0.0),
             concurrent: ov.concurrent_factor.filter(|f| *f > 0.0).unwrap_or(1.0),
             copy_h2d: ov.copy_h2d,
             copy_d2h: ov.copy_d2h,
@@ -345,6 +349,7 @@ pub(crate) fn decision(procs: &[Proc], len: u32, cell: &Cell) -> Option<Decision
         cost: CostBreakdown {
             parts_us: w.parts.iter().map(|&x| round2(x)).collect(),
             sync_us: round2(w.sync),
+            sync_block_us: (round2(w.sync_block) != round2(w.sync)).then(|| round2(w.sync_block)),
             copy_us: round2(w.copy),
             total_us: round2(w.total),
         },

@@ -81,6 +81,9 @@ fn check_plan(plan: &Plan) {
                 c.sync_us,
                 c.copy_us
             );
+            if let Some(b) = c.sync_block_us {
+                assert!(b.is_finite() && b >= 0.0 && b != c.sync_us, "{c:?}");
+            }
             if let Some(r) = &d.runner_up {
                 assert!(
                     r.margin_us >= -0.01,
@@ -1217,5 +1220,57 @@ fn first_crossing_returns_a_crossing_of_any_test() {
         if got > 1 {
             assert!(!crossed(got - 1), "{} is crossed too", got - 1);
         }
+    }
+}
+
+#[test]
+fn a_blocking_wait_is_costed_beside_the_polling_one() {
+    // A split: the side that ends last is waited for, by polling where it
+    // has a host flag (the plan's total), by blocking where the runtime
+    // is asked to (`sync_block_us`, the synthetic NPU's and GPU's 100 and
+    // 120 µs against 10 µs polled).
+    let dev = synthetic::paper_like_npu_gpu();
+    let plan = solve(
+        &dev,
+        fp(),
+        &llama8b(),
+        &prefill(300..=300, &[256], &["ffn_up"]),
+    )
+    .unwrap();
+    check_plan(&plan);
+    let d = at(&plan, "ffn_up", Phase::Prefill, 300);
+    assert_ne!(d.strategy.kind(), StrategyKind::Single, "{d:?}");
+    let block = d.cost.sync_block_us.expect("a blocking cost");
+    assert!(block - d.cost.sync_us >= 90.0 - 0.01, "{:?}", d.cost);
+    let c = &d.cost;
+    assert_eq!(c.total_with(false), c.total_us);
+    assert!((c.total_with(true) - (c.total_us - c.sync_us + block)).abs() < 1e-9);
+    assert_eq!((c.sync_with(false), c.sync_with(true)), (c.sync_us, block));
+
+    // Alone on a device-timed GPU: the operator overhead measured per
+    // wait. A profile with the blocking one apart gives both; an older one
+    // (both waits in one row) gives one figure for both.
+    let m = llama8b();
+    let mut s = prefill(16..=16, &[], &["ffn_up"]);
+    s.graphs = GraphChoice::None;
+    s.processors = vec!["cuda".into()];
+    for (block, expect) in [(Some(8.25), Some(8.25)), (None, None)] {
+        let mut dev = synthetic::discrete_cpu_gpu();
+        let p = dev.processor_mut("cuda").unwrap();
+        p.capabilities.device_timer = true;
+        p.capabilities.host_flag = true;
+        p.simulated = false;
+        let ov = dev.overheads_mut("cuda").unwrap();
+        ov.sync_poll_us = Some(7.0);
+        ov.op_overhead_us = Some(6.5);
+        ov.op_overhead_block_us = block;
+        let plan = solve(&dev, fp(), &m, &s).unwrap();
+        check_plan(&plan);
+        let d = at(&plan, "ffn_up", Phase::Prefill, 16);
+        assert_eq!(d.strategy.kind(), StrategyKind::Single);
+        assert!((d.cost.sync_us - 6.5).abs() < 0.01, "{:?}", d.cost);
+        assert_eq!(d.cost.sync_block_us, expect, "{:?}", d.cost);
+        let extra = expect.map_or(0.0, |b| b - 6.5);
+        assert!((d.cost.total_with(true) - d.cost.total_us - extra).abs() < 0.01);
     }
 }

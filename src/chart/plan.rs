@@ -431,6 +431,7 @@ mod tests {
             cost: CostBreakdown {
                 parts_us: vec![1.0],
                 sync_us: 0.0,
+                sync_block_us: None,
                 copy_us: 0.0,
                 total_us: 1.0,
             },

@@ -512,16 +512,25 @@ fn microbench(o: &OpenArgs, a: MicrobenchArgs) -> Result<()> {
         MicrobenchKind::StageOut,
         MicrobenchKind::StageOutAw,
         MicrobenchKind::OpAlone,
-        MicrobenchKind::OpOverhead,
+        MicrobenchKind::OpOverheadBlock,
+        MicrobenchKind::OpOverheadPoll,
     ];
+    // Asked for by name only: both waits in one row, as older profiles had.
+    let named_only = [MicrobenchKind::OpOverhead];
     let kinds: Vec<MicrobenchKind> = match &a.bench {
         None => all.to_vec(),
         Some(names) => names
             .iter()
             .map(|n| {
                 serde_json::from_value(serde_json::Value::String(n.clone())).map_err(|_| {
+                    let known: Vec<String> = all
+                        .iter()
+                        .chain(&named_only)
+                        .map(|&k| hetero_agent::protocol::bench_name(k))
+                        .collect();
                     bad(format!(
-                        "--bench: unknown benchmark `{n}`; expected copy_h2d, copy_d2h, submit_empty, submit_busy, sync_block, sync_poll, bandwidth_alone, bandwidth_concurrent, graph_prepare, stage_in, stage_out, stage_out_aw, op_alone, op_overhead"
+                        "--bench: unknown benchmark `{n}`; expected {}",
+                        known.join(", ")
                     ))
                 })
             })

@@ -487,6 +487,50 @@ fn microbenchmarks_return_positive_samples() {
     }
 }
 
+/// The operator overhead per wait, through the sweep as `hetero profile`
+/// asks for it: every sample positive (the device's interval lies inside
+/// the host's), each row's note naming its wait.
+#[test]
+fn the_operator_overhead_is_measured_per_wait() {
+    let Some(mut devices) = devices_or_skip("operator overhead test") else {
+        return;
+    };
+    let dev = devices.remove(0);
+    let id = dev.processor().id.clone();
+    assert!(dev.processor().capabilities.host_flag);
+    let mut s = crate::sweep::Sweeper::new(vec![dev]);
+    let run = hetero_plan::RunParams {
+        warmups: 2,
+        repetitions: 20,
+        ..Default::default()
+    };
+    for (bench, waits) in [
+        (MicrobenchKind::OpOverheadBlock, "then a blocking wait"),
+        (MicrobenchKind::OpOverheadPoll, "then a polling wait"),
+    ] {
+        let req = MicrobenchRequest {
+            id: format!("{bench:?}"),
+            processor: id.clone(),
+            bench,
+            bytes: None,
+            peer: None,
+            shape: None,
+        };
+        let line = s.run_microbench(&req, &run);
+        assert_eq!(
+            line.row.status,
+            hetero_plan::RowStatus::Ok,
+            "{bench:?}: {:?}",
+            line.row.message
+        );
+        let stats = line.row.stats.expect("statistics");
+        assert!(stats.min_us > 0.0 && stats.count >= 20, "{stats:?}");
+        let note = line.note.unwrap_or_default();
+        assert!(note.contains(waits), "{bench:?}: {note}");
+        eprintln!("{id} {bench:?}: median {:.2} µs ({note})", stats.median_us);
+    }
+}
+
 #[test]
 fn passes_the_shared_conformance_suite() {
     let Some(mut devices) = devices_or_skip("conformance suite") else {

@@ -141,6 +141,15 @@ pub fn fit_overheads(
                 stage_out: staged(MicrobenchKind::StageOut, true),
                 stage_out_aw: staged(MicrobenchKind::StageOutAw, true),
             });
+            // The operator overhead with the wait the solver plans for
+            // (polling where measured), and the blocking one beside it.
+            // Older profiles measured both waits in one row.
+            let poll = median(medians(MicrobenchKind::OpOverheadPoll));
+            let block = median(medians(MicrobenchKind::OpOverheadBlock));
+            let op_overhead_us = poll
+                .or(block)
+                .or_else(|| median(medians(MicrobenchKind::OpOverhead)));
+            let op_overhead_block_us = poll.and(block);
             let alone = gbps(MicrobenchKind::BandwidthAlone);
             let together = gbps(MicrobenchKind::BandwidthConcurrent);
             Overheads {
@@ -152,7 +161,8 @@ pub fn fit_overheads(
                 stage_out_aw: staged(MicrobenchKind::StageOutAw, false),
                 stage_small,
                 op_alone: fit_linear_cost(&points(MicrobenchKind::OpAlone)),
-                op_overhead_us: median(medians(MicrobenchKind::OpOverhead)),
+                op_overhead_us,
+                op_overhead_block_us,
                 submit_empty_us: median(medians(MicrobenchKind::SubmitEmpty)),
                 submit_busy_us: median(medians(MicrobenchKind::SubmitBusy)),
                 sync_block_us: median(medians(MicrobenchKind::SyncBlock)),
@@ -307,6 +317,39 @@ mod tests {
         // One slow process (11 µs) does not move it: (7.2 + 7.4) / 2.
         assert!((o.op_overhead_us.unwrap() - 7.3).abs() < 1e-9, "{o:?}");
         assert_eq!(fit_overheads(&[gpu()], &[], &[])[0].op_overhead_us, None);
+        assert_eq!(o.op_overhead_block_us, None);
+    }
+
+    #[test]
+    fn the_operator_overhead_is_kept_per_wait() {
+        let row = |id: &str, kind, us: f64| micro_row(id, kind, None, us);
+        let (b, p, mixed) = (
+            MicrobenchKind::OpOverheadBlock,
+            MicrobenchKind::OpOverheadPoll,
+            MicrobenchKind::OpOverhead,
+        );
+        let micro = [
+            row("b", b, 7.5),
+            row("b@2", b, 7.7),
+            row("p", p, 5.9),
+            row("p@2", p, 6.1),
+            row("m", mixed, 100.0),
+        ];
+        // Polling is what the solver plans for; blocking rides beside it.
+        // The mixed row of an older profile is not read once either exists.
+        let o = &fit_overheads(&[gpu()], &[], &micro)[0];
+        assert!((o.op_overhead_us.unwrap() - 6.0).abs() < 1e-9, "{o:?}");
+        assert!(
+            (o.op_overhead_block_us.unwrap() - 7.6).abs() < 1e-9,
+            "{o:?}"
+        );
+        // A processor measured blocking only (no host flag): that one, and
+        // no second figure.
+        let o = &fit_overheads(&[gpu()], &[], &[micro[0].clone(), micro[4].clone()])[0];
+        assert_eq!(
+            (o.op_overhead_us, o.op_overhead_block_us),
+            (Some(7.5), None)
+        );
     }
 
     #[test]

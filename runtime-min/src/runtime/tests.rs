@@ -144,6 +144,15 @@ fn every_strategy_runs_and_passes_the_check_with_both_syncs() {
             // npu-sim takes part: everything is labelled simulated.
             assert_eq!(r.timing, "simulated");
             assert!(r.measured_us > 0.0 && r.predicted_us > 0.0);
+            // The plan's prediction with the run's wait: 5 µs polled, 25
+            // blocked (`testutil::cost`).
+            let each = match sync {
+                SyncChoice::Poll => 105.0,
+                SyncChoice::Block => 125.0,
+            };
+            assert!(r.per_op.iter().all(|o| o.predicted_us == each), "{sync:?}");
+            let layers: u32 = r.per_op.iter().map(|o| o.layers).sum();
+            assert!((r.predicted_us - each * layers as f64).abs() < 1e-6);
             let down = r.per_op.iter().find(|o| o.op == "ffn_down").unwrap();
             if phase == Phase::Prefill {
                 assert_eq!(down.timing, "measured", "cpu alone is a measurement");
@@ -321,6 +330,12 @@ fn linear_matches_the_reference_and_checks_its_buffers() {
             .linear(op, Phase::Prefill, 1, len, &input, &mut out)
             .unwrap();
         assert!(t.measured_us > 0.0 && t.predicted_us == 105.0);
+        rt.set_sync(SyncChoice::Block);
+        let t = rt
+            .linear(op, Phase::Prefill, 1, len, &input, &mut out)
+            .unwrap();
+        assert_eq!(t.predicted_us, 125.0, "the blocking wait's prediction");
+        rt.set_sync(SyncChoice::Poll);
         let w = rt.weights.get(lop, 1, 0);
         let shape = GemmShape::new(len, lop.k, lop.n).unwrap();
         let r = hetero_agent::verify::check(&shape, &input, &w, &out);
