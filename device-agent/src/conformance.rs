@@ -29,9 +29,16 @@
 //!
 //! Static-graph processors whose prepare is slow can pass fewer shapes with
 //! [`check_backend_with`].
+//!
+//! [`microbench_ok`] runs one microbenchmark through the sweep and checks
+//! that its row passed, for the backends' tests of their host-path costs.
 
-use hetero_plan::{DType, GemmShape, OperandOrder, ProcessorApi, WeightMode};
+use hetero_plan::{
+    DType, GemmShape, MicrobenchKind, MicrobenchRequest, OperandOrder, ProcessorApi, RowStatus,
+    RunParams, Stats, WeightMode,
+};
 
+use crate::sweep::Sweeper;
 use crate::{Backend, Error, GemmSpec, SyncMode, verify};
 
 /// What to run; [`Options::default`] is the full suite.
@@ -64,6 +71,42 @@ impl Default for Options {
             orders: vec![OperandOrder::Aw, OperandOrder::WtAt],
         }
     }
+}
+
+/// Runs one microbenchmark on `processor` through the sweep, as `hetero
+/// profile` asks for it, and returns its note and statistics; panics
+/// (naming the benchmark and size) unless its row is `ok` with at least
+/// `run.repetitions` samples.
+pub fn microbench_ok(
+    s: &mut Sweeper,
+    processor: &str,
+    bench: MicrobenchKind,
+    bytes: Option<u64>,
+    run: &RunParams,
+) -> (String, Stats) {
+    let req = MicrobenchRequest {
+        id: format!("{bench:?}/{bytes:?}"),
+        processor: processor.into(),
+        bench,
+        bytes,
+        peer: None,
+        shape: None,
+    };
+    let line = s.run_microbench(&req, run);
+    assert_eq!(
+        line.row.status,
+        RowStatus::Ok,
+        "{bench:?} {bytes:?}: {:?}",
+        line.row.message
+    );
+    let stats = line.row.stats.expect("an ok row has statistics");
+    assert!(stats.count >= run.repetitions, "{stats:?}");
+    let note = line.note.unwrap_or_default();
+    eprintln!(
+        "{processor} {bench:?} {bytes:?}: median {:.2} µs ({note})",
+        stats.median_us
+    );
+    (note, stats)
 }
 
 /// Runs the full suite on one processor; panics on the first violation.

@@ -524,29 +524,7 @@ fn op_alone_and_op_overhead_take_the_device_time_off() {
     };
     // Runs one benchmark; its note and statistics, once it passed.
     let mut measure = |bench, bytes: Option<u64>| {
-        let req = MicrobenchRequest {
-            id: format!("{bench:?}/{bytes:?}"),
-            processor: id.clone(),
-            bench,
-            bytes,
-            peer: None,
-            shape: None,
-        };
-        let line = s.run_microbench(&req, &run);
-        assert_eq!(
-            line.row.status,
-            hetero_plan::RowStatus::Ok,
-            "{bench:?} {bytes:?}: {:?}",
-            line.row.message
-        );
-        let stats = line.row.stats.unwrap();
-        assert!(stats.count >= 5, "{stats:?}");
-        let note = line.note.unwrap_or_default();
-        eprintln!(
-            "{id} {bench:?} {bytes:?}: median {:.1} µs ({note})",
-            stats.median_us
-        );
-        (note, stats)
+        hetero_agent::conformance::microbench_ok(&mut s, &id, bench, bytes, &run)
     };
     for bytes in [
         hetero_plan::OP_ALONE_BYTES[0],
