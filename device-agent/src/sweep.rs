@@ -1072,17 +1072,19 @@ fn op_overhead(
         return Err(no_timer());
     }
     let flag = proc.capabilities.host_flag;
-    // Which rounds poll: every one, none, or every other one.
-    let (poll_every, waits) = match kind {
+    // Whether round `i` polls: every one, every other one, or none.
+    let (polls, waits): (fn(usize) -> bool, &str) = match kind {
         MicrobenchKind::OpOverheadPoll if !flag => {
             return Err(Error::unsupported(
                 &proc.id,
                 format!("{name} (the processor has no host flag to poll)"),
             ));
         }
-        MicrobenchKind::OpOverheadPoll => (Some(1), "a polling"),
-        MicrobenchKind::OpOverhead if flag => (Some(2), "a blocking or a polling (alternately)"),
-        _ => (None, "a blocking"),
+        MicrobenchKind::OpOverheadPoll => (|_| true, "a polling"),
+        MicrobenchKind::OpOverhead if flag => {
+            (|i| i % 2 == 1, "a blocking or a polling (alternately)")
+        }
+        _ => (|_| false, "a blocking"),
     };
     let shape = GemmShape::new(1, 1024, 1024).expect("non-zero");
     let spec = bench_spec(&proc, shape, OperandOrder::WtAt)?;
@@ -1091,7 +1093,7 @@ fn op_overhead(
     g.write_input(&a)?;
     let mut i = 0usize;
     let mut round = |g: &mut Box<dyn crate::Gemm>| -> Result<f64, Error> {
-        let mode = if poll_every.is_some_and(|n| i % n == n - 1) {
+        let mode = if polls(i) {
             crate::SyncMode::Poll { predicted_us: 0.0 }
         } else {
             crate::SyncMode::Block
