@@ -8,11 +8,16 @@
 //! cargo build --release -p hetero-agent --example stage_bench
 //! target/release/examples/stage_bench cuda:0 f16 wt_at 1536x8960 1,16,128,512,2048
 //! ```
+//!
+//! With `--pinned` first, A and C live in the processor's host memory
+//! ([`HostBuf::for_backend`], page-locked on CUDA), as in the runtime's
+//! pool and the agent's `stage_in`/`stage_out` microbenchmarks; else on
+//! the heap.
 
 use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
-use hetero_agent::{GemmSpec, OpenOptions, Registry, SyncMode};
+use hetero_agent::{Backend, GemmSpec, HostBuf, OpenOptions, Registry, SyncMode};
 use hetero_plan::{DType, GemmShape, OperandOrder, WeightMode};
 
 const WARMUPS: usize = 3;
@@ -23,14 +28,29 @@ fn median(mut v: Vec<f64>) -> f64 {
     v[v.len() / 2]
 }
 
+/// `values` in the processor's host memory when `pinned`, else on the heap.
+fn buffer(backend: &dyn Backend, pinned: bool, values: &[f32]) -> HostBuf {
+    let mut b = if pinned {
+        HostBuf::for_backend(backend, values.len())
+    } else {
+        HostBuf::heap(values.len())
+    };
+    b.copy_from_slice(values);
+    b
+}
+
 fn main() -> Result<()> {
-    let args: Vec<String> = std::env::args().skip(1).collect();
+    let mut args: Vec<String> = std::env::args().skip(1).collect();
+    let pinned = args.first().map(String::as_str) == Some("--pinned");
+    if pinned {
+        args.remove(0);
+    }
     if args.first().map(String::as_str) == Some("--layers") {
-        return layers(&args[1..]);
+        return layers(&args[1..], pinned);
     }
     let [proc, dtype, order, kn, ms] = args.as_slice() else {
         bail!(
-            "usage: stage_bench PROCESSOR DTYPE ORDER KxN M,M,...\n       stage_bench --layers PROCESSOR DTYPE ORDER M KxN,KxN,... LAYERS"
+            "usage: stage_bench [--pinned] PROCESSOR DTYPE ORDER KxN M,M,...\n       stage_bench [--pinned] --layers PROCESSOR DTYPE ORDER M KxN,KxN,... LAYERS"
         );
     };
     let dtype: DType = dtype.parse().map_err(anyhow::Error::msg)?;
@@ -60,7 +80,8 @@ fn main() -> Result<()> {
         let a: Vec<f32> = (0..m as usize * k as usize)
             .map(|i| ((i * 31) % 97) as f32 * 1e-2)
             .collect();
-        let mut c = vec![0f32; m as usize * n as usize];
+        let a = buffer(&**backend, pinned, &a);
+        let mut c = buffer(&**backend, pinned, &vec![0f32; m as usize * n as usize]);
         let (mut win, mut ex, mut rout) = (vec![], vec![], vec![]);
         for rep in 0..WARMUPS + REPS {
             let t = Instant::now();
@@ -94,7 +115,7 @@ fn main() -> Result<()> {
 /// output buffer), LAYERS times per pass, 5 passes: per operator, the
 /// median `write_input`, run (host clock) and `read_output` in that
 /// sequence against the same calls repeated on one GEMM alone.
-fn layers(args: &[String]) -> Result<()> {
+fn layers(args: &[String], pinned: bool) -> Result<()> {
     let [proc, dtype, order, m, kns, layers, rest @ ..] = args else {
         bail!(
             "usage: stage_bench --layers PROCESSOR DTYPE ORDER M KxN,KxN,... LAYERS [execute|block|poll]"
@@ -128,10 +149,11 @@ fn layers(args: &[String]) -> Result<()> {
         let a: Vec<f32> = (0..m as usize * k as usize)
             .map(|i| ((i * 31) % 97) as f32 * 1e-2)
             .collect();
+        let a = buffer(&**backend, pinned, &a);
         ops.push((k, n, g, a));
     }
     let most = ops.iter().map(|o| o.1 as usize).max().unwrap_or(0) * m as usize;
-    let mut c = vec![0f32; most];
+    let mut c = buffer(&**backend, pinned, &vec![0f32; most]);
     let mut seq: Vec<(Vec<f64>, Vec<f64>, Vec<f64>)> = vec![(vec![], vec![], vec![]); ops.len()];
     for pass in 0..6 {
         for _ in 0..layers {
@@ -167,7 +189,8 @@ fn layers(args: &[String]) -> Result<()> {
         }
     }
     println!(
-        "| {proc} {dtype} {order} M={m}, {how} | write_input in sequence | alone | read_output in sequence | alone | run in sequence | alone |"
+        "| {proc} {dtype} {order} M={m}, {how}{} | write_input in sequence | alone | read_output in sequence | alone | run in sequence | alone |",
+        if pinned { ", pinned" } else { "" }
     );
     println!("|---|---|---|---|---|---|---|");
     for (i, (k, n, g, a)) in ops.iter_mut().enumerate() {
