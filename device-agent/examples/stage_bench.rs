@@ -48,9 +48,12 @@ fn main() -> Result<()> {
     if args.first().map(String::as_str) == Some("--layers") {
         return layers(&args[1..], pinned);
     }
+    if args.first().map(String::as_str) == Some("--alloc") {
+        return alloc(&args[1..], pinned);
+    }
     let [proc, dtype, order, kn, ms] = args.as_slice() else {
         bail!(
-            "usage: stage_bench [--pinned] PROCESSOR DTYPE ORDER KxN M,M,...\n       stage_bench [--pinned] --layers PROCESSOR DTYPE ORDER M KxN,KxN,... LAYERS"
+            "usage: stage_bench [--pinned] PROCESSOR DTYPE ORDER KxN M,M,...\n       stage_bench [--pinned] --layers PROCESSOR DTYPE ORDER M KxN,KxN,... LAYERS\n       stage_bench [--pinned] --alloc PROCESSOR DTYPE ORDER MxKxN COUNT"
         );
     };
     let dtype: DType = dtype.parse().map_err(anyhow::Error::msg)?;
@@ -222,6 +225,81 @@ fn layers(args: &[String], pinned: bool) -> Result<()> {
             median(xs),
             median(x1)
         );
+    }
+    Ok(())
+}
+
+/// `--alloc`: COUNT GEMMs of one shape, each prepared on its own, and
+/// COUNT input buffers, each allocated on its own: the median
+/// `write_input` of every GEMM from every buffer (each round followed by
+/// `execute` and `read_output`, as in the runtime), with each buffer's
+/// address. It tells whether a copy's cost follows the host buffer or the
+/// GEMM (its device buffers).
+fn alloc(args: &[String], pinned: bool) -> Result<()> {
+    let [proc, dtype, order, mkn, count] = args else {
+        bail!("usage: stage_bench [--pinned] --alloc PROCESSOR DTYPE ORDER MxKxN COUNT");
+    };
+    let dtype: DType = dtype.parse().map_err(anyhow::Error::msg)?;
+    let order: OperandOrder = order.parse().map_err(anyhow::Error::msg)?;
+    let dims: Vec<u32> = mkn
+        .split('x')
+        .map(str::parse)
+        .collect::<Result<_, _>>()
+        .context("MxKxN")?;
+    let [m, k, n] = dims[..] else {
+        bail!("MxKxN: three sizes");
+    };
+    let count: usize = count.parse()?;
+    let mut reg = Registry::open(&OpenOptions::default(), Some(std::slice::from_ref(proc)));
+    let backend = reg
+        .get_mut(proc)
+        .with_context(|| format!("{proc} is not on this machine"))?;
+    let weights: Vec<f32> = (0..k as usize * n as usize)
+        .map(|i| ((i * 7919) % 1000) as f32 * 1e-3 - 0.5)
+        .collect();
+    let spec = GemmSpec {
+        shape: GemmShape::new(m, k, n).context("a zero dimension")?,
+        dtype,
+        order,
+        weights: WeightMode::Static,
+    };
+    let a: Vec<f32> = (0..m as usize * k as usize)
+        .map(|i| ((i * 31) % 97) as f32 * 1e-2)
+        .collect();
+    let mut gemms = vec![];
+    let mut inputs = vec![];
+    for _ in 0..count {
+        gemms.push(backend.prepare(&spec, &weights)?);
+        inputs.push(buffer(&**backend, pinned, &a));
+    }
+    let mut c = buffer(&**backend, pinned, &vec![0f32; m as usize * n as usize]);
+    let at = |b: &HostBuf| {
+        let p = b.as_ptr() as usize;
+        format!("{:#x} ({} KiB into 2 MiB)", p, (p % (2 << 20)) >> 10)
+    };
+    print!("| {m}×{k}×{n}{}: GEMM \\ buffer |", if pinned { ", pinned" } else { "" });
+    for (j, b) in inputs.iter().enumerate() {
+        print!(" {j}: {} |", at(b));
+    }
+    println!();
+    println!("|---|{}", "---|".repeat(count));
+    for (i, g) in gemms.iter_mut().enumerate() {
+        print!("| {i} |");
+        for src in &inputs {
+            let mut t = vec![];
+            for rep in 0..WARMUPS + REPS {
+                let t0 = Instant::now();
+                g.write_input(src)?;
+                let w = t0.elapsed().as_secs_f64() * 1e6;
+                g.execute()?;
+                g.read_output(&mut c)?;
+                if rep >= WARMUPS {
+                    t.push(w);
+                }
+            }
+            print!(" {:.1} |", median(t));
+        }
+        println!();
     }
     Ok(())
 }
