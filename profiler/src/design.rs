@@ -392,8 +392,9 @@ pub fn microbench(processors: &[Processor]) -> Vec<MicrobenchRequest> {
         // inputs of 16-token prefills of such models fall (96 to 256
         // KiB): with none between 64 and 256 KiB, an H100 profile's line
         // put a 96 KiB input at 17.6 µs, which the runtime copied in
-        // 12-19 µs (`docs/benchmarks.md`, Runtime, "Session 33"). Two
-        // between 1 and 16 MiB, where prefill copies of 128 to 1000 rows fall: with none, an
+        // 12-15 µs (`docs/benchmarks.md`, Runtime, "Session 33"; the
+        // staged rounds now wait as the runtime does). Two between 1 and
+        // 16 MiB, where prefill copies of 128 to 1000 rows fall: with none, an
         // H100's 1.8 MB copies ran 5-11 % over the line, against 2-3 % at
         // 12 MB.
         for &bench in [MicrobenchKind::CopyH2d, MicrobenchKind::CopyD2h]

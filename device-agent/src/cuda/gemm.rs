@@ -393,8 +393,8 @@ pub(super) struct CudaGemm {
     dev: Arc<Device>,
     w: DeviceBuf,
     /// The input as the host sent it (f32), when the GEMM runs in a
-    /// 16-bit type and copies it on its own (not through `in_host`): the
-    /// launch converts it into `a` ([`CudaGemm::enqueue_input`]).
+    /// 16-bit type, converts it on the device and copies it on its own
+    /// (not through `in_host`).
     a32: Option<DeviceBuf>,
     a: DeviceBuf,
     /// The f32 output as cuBLAS writes it.
@@ -507,11 +507,9 @@ impl CudaGemm {
         // stay zero), and the row search below runs before any input is
         // written.
         unsafe { result::memset_d8_sync(a.ptr(), 0, most * kp * e) }.at(id, "cuMemsetD8(input)")?;
-        if let Some(a32) = &a32 {
-            // SAFETY: `a32` holds m·kp f32 values. Its columns past K are
-            // never written, so they convert to the zeros of `a`; the rest
-            // is zero until the first input, for the launches of the row
-            // search (every launch converts it).
+        if let Some(a32) = a32.as_ref().filter(|_| kp > k) {
+            // SAFETY: `a32` holds m·kp f32 values; its columns past K are
+            // never written, so they convert to the zeros of `a`.
             unsafe { result::memset_d8_sync(a32.ptr(), 0, m * kp * 4) }
                 .at(id, "cuMemsetD8(input as sent)")?;
         }
@@ -864,30 +862,14 @@ impl CudaGemm {
         self.enqueue_output()
     }
 
-    /// The input's last step before the kernels. Where it crosses inside
-    /// the launch, a kernel reads the mapped `A[M,Kₚ]` from host memory
-    /// (zero columns included) into the device input, converting it to
-    /// the 16-bit type (or copying it, f32). Where `write_input` copied it
-    /// as f32 (`a32`), a kernel converts it into the device input here,
-    /// not in `write_input`: waiting there for a conversion queued behind
-    /// the copy took an H100 4-5 µs or 9-10 µs by how the two met, and a
-    /// 96 KiB `write_input` 14 or 19 µs (`docs/benchmarks.md`, Runtime,
-    /// "Session 33"); here it runs inside the device time.
+    /// Where the input crosses inside the launch: a kernel reads the mapped
+    /// `A[M,Kₚ]` from host memory (zero columns included) into the device
+    /// input, converting it to the 16-bit type (or copying it, f32).
     fn enqueue_input(&self) -> Result<()> {
-        let m = self.spec.shape.m.get() as usize;
-        if let (Some(half), Some(a32)) = (self.elem.half(), &self.a32) {
-            return self.dev.kernels()?.convert(
-                self.dev.stream.cu_stream(),
-                a32.ptr(),
-                self.a.ptr(),
-                m * self.kp,
-                half,
-                &self.dev.id,
-            );
-        }
         let Some(h) = &self.in_host else {
             return Ok(());
         };
+        let m = self.spec.shape.m.get() as usize;
         match self.elem.half() {
             Some(half) => self.dev.kernels()?.convert(
                 self.dev.stream.cu_stream(),
@@ -1159,7 +1141,11 @@ impl Gemm for CudaGemm {
             unsafe { sys::cuMemcpy2DAsync_v2(&copy, stream).result() }
                 .at(&id, "cuMemcpy2DAsync(input)")?;
         }
-        // A 16-bit GEMM converts `a32` inside its launch.
+        if let (Some(half), Some(a32)) = (self.elem.half(), &self.a32) {
+            self.dev
+                .kernels()?
+                .convert(stream, a32.ptr(), self.a.ptr(), m * kp, half, &id)?;
+        }
         self.dev.stream.synchronize().at(&id, "cuStreamSynchronize")
     }
 
