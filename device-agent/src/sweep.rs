@@ -840,12 +840,8 @@ fn graph_prepare(
 /// the way out; CUDA's is transposed behind the kernel instead) and in
 /// the processor's 16-bit type where it has one, like the GPU sweeps. Each
 /// sample comes from one round of the runtime's sequence (`write_input`,
-/// `submit`, the wait, `read_output`) with only the staged call timed, for
-/// as many rounds as [`enough_samples`] asks. The wait is the one the
-/// solver plans for: polling the host flag where the processor has one,
-/// else blocking. On an H100, a 96 KiB `write_input` took 13-14 µs after a
-/// polled round and 19-20 µs after a blocking one whose output crossed
-/// inside the launch (`docs/benchmarks.md`, "Session 33"). The product
+/// `execute`, `read_output`) with only the staged call timed, for as many
+/// rounds as [`enough_samples`] asks. The product
 /// of the last round is checked against the f64 reference, so a wrong data
 /// path is never recorded. Returns the samples and a note saying which
 /// memory was used.
@@ -895,26 +891,12 @@ fn stage(
         (crate::HostBuf::heap(a.len()), staged)
     };
     src.copy_from_slice(&a);
-    let polls = proc.capabilities.host_flag;
-    let note = format!(
-        "{note}; rounds with a {} wait",
-        if polls { "polled" } else { "blocking" }
-    );
-    // Each round is the runtime's sequence, write_input → run and wait →
+    // Each round is the runtime's sequence, write_input → execute →
     // read_output; only the staged call is timed. Back-to-back copies
     // alone were seen 2-7 % faster than the same copies between GEMMs.
-    let run_gemm = |g: &mut Box<dyn crate::Gemm>| -> Result<(), Error> {
-        if polls {
-            g.submit()?;
-            g.wait(crate::SyncMode::Poll { predicted_us: 0.0 })?;
-        } else {
-            g.execute()?;
-        }
-        Ok(())
-    };
     warm_up(run, proc.simulated, cancel, || {
         g.write_input(&src)?;
-        run_gemm(&mut g)?;
+        g.execute()?;
         g.read_output(&mut dst)
     })?;
     let mut samples = Vec::new();
@@ -923,7 +905,7 @@ fn stage(
         let t = Instant::now();
         g.write_input(&src)?;
         let t_in = t.elapsed();
-        run_gemm(&mut g)?;
+        g.execute()?;
         let t = Instant::now();
         g.read_output(&mut dst)?;
         let t_out = t.elapsed();

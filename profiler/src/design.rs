@@ -388,13 +388,8 @@ pub fn microbench(processors: &[Processor]) -> Vec<MicrobenchRequest> {
         // the fitted fixed cost of an H100 profile. Three of them at most
         // 64 KiB, where a CUDA device copies inside its launch
         // (`launch_copy_max_bytes`) and the staged sizes take a line of
-        // their own; then 128 KiB, the first above that bound, where the
-        // inputs of 16-token prefills of such models fall (96 to 256
-        // KiB): with none between 64 and 256 KiB, an H100 profile's line
-        // put a 96 KiB input at 17.6 µs, which the runtime copied in
-        // 12-15 µs (`docs/benchmarks.md`, Runtime, "Session 33"; the
-        // staged rounds now wait as the runtime does). Two between 1 and
-        // 16 MiB, where prefill copies of 128 to 1000 rows fall: with none, an
+        // their own. Two between 1 and 16
+        // MiB, where prefill copies of 128 to 1000 rows fall: with none, an
         // H100's 1.8 MB copies ran 5-11 % over the line, against 2-3 % at
         // 12 MB.
         for &bench in [MicrobenchKind::CopyH2d, MicrobenchKind::CopyD2h]
@@ -405,7 +400,6 @@ pub fn microbench(processors: &[Processor]) -> Vec<MicrobenchRequest> {
                 4u64 << 10,
                 16 << 10,
                 64 << 10,
-                128 << 10,
                 256 << 10,
                 1 << 20,
                 2 << 20,
@@ -1044,10 +1038,10 @@ mod tests {
         let first: HashSet<&str> = once.iter().map(|r| r.id.as_str()).collect();
         for (i, round) in rounds.iter().enumerate() {
             let suffix = format!("@{}", i + 2);
-            // 5 copy kinds at 5 sizes up to 256 KiB, the operator alone at
+            // 5 copy kinds at 4 sizes up to 256 KiB, the operator alone at
             // 3 (8, 64 and 256 KiB), submit, sync and the operator's
             // overhead per wait.
-            assert_eq!(round.len(), 5 * 5 + 3 + 4 + 2, "{round:?}");
+            assert_eq!(round.len(), 5 * 4 + 3 + 4 + 2, "{round:?}");
             assert_eq!(overheads(round).len(), 2);
             for r in round {
                 let base = r.id.strip_suffix(&suffix).expect("the round in the id");

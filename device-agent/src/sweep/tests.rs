@@ -5,7 +5,7 @@ use std::time::Duration;
 use hetero_plan::{Capabilities, ProcessorKind, SchemaVersion};
 
 use super::*;
-use crate::{Gemm, SyncMode, Timed};
+use crate::{Gemm, Timed};
 
 #[derive(Clone, Copy, PartialEq)]
 enum Fault {
@@ -22,12 +22,7 @@ enum Fault {
 struct Naive {
     p: Processor,
     fault: Fault,
-    /// How each of its GEMMs' runs was waited for, in order.
-    waits: Waits,
 }
-
-/// `execute`, `block` or `poll`, one entry per run.
-type Waits = Arc<std::sync::Mutex<Vec<&'static str>>>;
 
 struct NaiveGemm {
     spec: GemmSpec,
@@ -36,7 +31,6 @@ struct NaiveGemm {
     c: Vec<f32>,
     fault: Fault,
     runs: u32,
-    waits: Waits,
 }
 
 fn naive(id: &str, fault: Fault) -> Box<dyn Backend> {
@@ -55,7 +49,6 @@ fn naive(id: &str, fault: Fault) -> Box<dyn Backend> {
             emulated: false,
         },
         fault,
-        waits: Waits::default(),
     })
 }
 
@@ -75,7 +68,6 @@ impl Backend for Naive {
             c: vec![0.0; (m * n) as usize],
             fault: self.fault,
             runs: 0,
-            waits: self.waits.clone(),
         }))
     }
 }
@@ -89,37 +81,6 @@ impl Gemm for NaiveGemm {
         Ok(())
     }
     fn execute(&mut self) -> crate::Result<Timed> {
-        self.waits.lock().unwrap().push("execute");
-        self.run()
-    }
-    fn submit(&mut self) -> crate::Result<()> {
-        Ok(())
-    }
-    fn wait(&mut self, mode: SyncMode) -> crate::Result<Timed> {
-        self.waits.lock().unwrap().push(match mode {
-            SyncMode::Block => "block",
-            SyncMode::Poll { .. } => "poll",
-        });
-        self.run()
-    }
-    fn execute_kernel_only(&mut self) -> crate::Result<Option<Timed>> {
-        // Told apart from `execute` (1 µs more per run): always 0.5 µs.
-        let mut t = self.execute()?;
-        t.host_us = 0.5;
-        Ok(Some(t))
-    }
-    fn read_output(&mut self, c: &mut [f32]) -> crate::Result<()> {
-        c.copy_from_slice(&self.c);
-        Ok(())
-    }
-    fn backend_id(&self) -> String {
-        "naive".into()
-    }
-}
-
-impl NaiveGemm {
-    /// One run: the product, then the fault.
-    fn run(&mut self) -> crate::Result<Timed> {
         let (m, k, n) = self.spec.shape.mkn();
         let (m, k, n) = (m as usize, k as usize, n as usize);
         for i in 0..m {
@@ -139,6 +100,19 @@ impl NaiveGemm {
             device_us: None,
             host_us: 1.0 + self.runs as f64,
         })
+    }
+    fn execute_kernel_only(&mut self) -> crate::Result<Option<Timed>> {
+        // Told apart from `execute` (1 µs more per run): always 0.5 µs.
+        let mut t = self.execute()?;
+        t.host_us = 0.5;
+        Ok(Some(t))
+    }
+    fn read_output(&mut self, c: &mut [f32]) -> crate::Result<()> {
+        c.copy_from_slice(&self.c);
+        Ok(())
+    }
+    fn backend_id(&self) -> String {
+        "naive".into()
     }
 }
 
@@ -204,7 +178,6 @@ fn warming_up_lasts_warmup_ms_except_on_a_simulated_processor() {
     let mut sim = Naive {
         p: naive("s:0", Fault::None).processor().clone(),
         fault: Fault::Slow(5),
-        waits: Waits::default(),
     };
     sim.p.simulated = true;
     let mut s = Sweeper::new(vec![Box::new(sim)]);
@@ -451,45 +424,4 @@ fn short_microbenchmarks_take_more_samples_than_the_repetitions() {
     let line = s.run_microbench(&req, &r);
     assert_eq!(line.row.status, RowStatus::Ok, "{:?}", line.row.message);
     assert_eq!(line.row.stats.unwrap().count as usize, MICRO_MAX_SAMPLES);
-}
-
-#[test]
-fn staged_rounds_wait_as_the_solver_plans() {
-    // A processor with a host flag: every round of the staged benchmarks
-    // polls, as the runtime does by default; without one, each blocks
-    // through `execute`. The row's note says which.
-    for (flag, wait, note) in [(true, "poll", "polled"), (false, "execute", "blocking")] {
-        let mut b = Naive {
-            p: naive("t:0", Fault::None).processor().clone(),
-            fault: Fault::None,
-            waits: Waits::default(),
-        };
-        b.p.capabilities.host_flag = flag;
-        let waits = b.waits.clone();
-        let mut s = Sweeper::new(vec![Box::new(b)]);
-        for bench in [MicrobenchKind::StageIn, MicrobenchKind::StageOut] {
-            waits.lock().unwrap().clear();
-            let req = MicrobenchRequest {
-                id: "stage".into(),
-                processor: "t:0".into(),
-                bench,
-                bytes: Some(8192),
-                peer: None,
-                shape: None,
-            };
-            let line = s.run_microbench(&req, &run(3, 10_000));
-            assert_eq!(line.row.status, RowStatus::Ok, "{:?}", line.row.message);
-            let seen = waits.lock().unwrap().clone();
-            assert!(seen.len() >= 3, "{seen:?}");
-            assert!(
-                seen.iter().all(|w| *w == wait),
-                "host flag {flag}: {seen:?}"
-            );
-            let row_note = line.note.as_deref().unwrap_or_default();
-            assert!(
-                row_note.ends_with(&format!("rounds with a {note} wait")),
-                "{row_note}"
-            );
-        }
-    }
 }
