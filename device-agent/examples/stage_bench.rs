@@ -277,7 +277,10 @@ fn alloc(args: &[String], pinned: bool) -> Result<()> {
         let p = b.as_ptr() as usize;
         format!("{:#x} ({} KiB into 2 MiB)", p, (p % (2 << 20)) >> 10)
     };
-    print!("| {m}×{k}×{n}{}: GEMM \\ buffer |", if pinned { ", pinned" } else { "" });
+    print!(
+        "| {m}×{k}×{n}{}: GEMM \\ buffer |",
+        if pinned { ", pinned" } else { "" }
+    );
     for (j, b) in inputs.iter().enumerate() {
         print!(" {j}: {} |", at(b));
     }
