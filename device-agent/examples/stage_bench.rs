@@ -28,6 +28,30 @@ fn median(mut v: Vec<f64>) -> f64 {
     v[v.len() / 2]
 }
 
+/// Seeded weights `W[K,N]`.
+fn weights(k: u32, n: u32) -> Vec<f32> {
+    (0..k as usize * n as usize)
+        .map(|i| ((i * 7919) % 1000) as f32 * 1e-3 - 0.5)
+        .collect()
+}
+
+/// A seeded input `A[M,K]`.
+fn input(m: u32, k: u32) -> Vec<f32> {
+    (0..m as usize * k as usize)
+        .map(|i| ((i * 31) % 97) as f32 * 1e-2)
+        .collect()
+}
+
+/// A static-weight GEMM of `M×K×N`.
+fn spec(m: u32, k: u32, n: u32, dtype: DType, order: OperandOrder) -> Result<GemmSpec> {
+    Ok(GemmSpec {
+        shape: GemmShape::new(m, k, n).context("a zero dimension")?,
+        dtype,
+        order,
+        weights: WeightMode::Static,
+    })
+}
+
 /// `values` in the processor's host memory when `pinned`, else on the heap.
 fn buffer(backend: &dyn Backend, pinned: bool, values: &[f32]) -> HostBuf {
     let mut b = if pinned {
@@ -64,25 +88,16 @@ fn main() -> Result<()> {
     let backend = reg
         .get_mut(proc)
         .with_context(|| format!("{proc} is not on this machine"))?;
-    let weights: Vec<f32> = (0..k as usize * n as usize)
-        .map(|i| ((i * 7919) % 1000) as f32 * 1e-3 - 0.5)
-        .collect();
+    let weights = weights(k, n);
     println!(
         "| processor | dtype | order | M×K×N | write_input µs | execute µs | read_output µs | in+out bytes | staging GB/s |"
     );
     println!("|---|---|---|---|---|---|---|---|---|");
     for m in ms.split(',') {
         let m: u32 = m.trim().parse()?;
-        let spec = GemmSpec {
-            shape: GemmShape::new(m, k, n).context("a zero dimension")?,
-            dtype,
-            order,
-            weights: WeightMode::Static,
-        };
+        let spec = spec(m, k, n, dtype, order)?;
         let mut g = backend.prepare(&spec, &weights)?;
-        let a: Vec<f32> = (0..m as usize * k as usize)
-            .map(|i| ((i * 31) % 97) as f32 * 1e-2)
-            .collect();
+        let a = input(m, k);
         let a = buffer(&**backend, pinned, &a);
         let mut c = buffer(&**backend, pinned, &vec![0f32; m as usize * n as usize]);
         let (mut win, mut ex, mut rout) = (vec![], vec![], vec![]);
@@ -139,19 +154,10 @@ fn layers(args: &[String], pinned: bool) -> Result<()> {
     for kn in kns.split(',') {
         let (k, n) = kn.split_once('x').context("KxN")?;
         let (k, n): (u32, u32) = (k.parse()?, n.parse()?);
-        let weights: Vec<f32> = (0..k as usize * n as usize)
-            .map(|i| ((i * 7919) % 1000) as f32 * 1e-3 - 0.5)
-            .collect();
-        let spec = GemmSpec {
-            shape: GemmShape::new(m, k, n).context("a zero dimension")?,
-            dtype,
-            order,
-            weights: WeightMode::Static,
-        };
+        let weights = weights(k, n);
+        let spec = spec(m, k, n, dtype, order)?;
         let g = backend.prepare(&spec, &weights)?;
-        let a: Vec<f32> = (0..m as usize * k as usize)
-            .map(|i| ((i * 31) % 97) as f32 * 1e-2)
-            .collect();
+        let a = input(m, k);
         let a = buffer(&**backend, pinned, &a);
         ops.push((k, n, g, a));
     }
@@ -254,18 +260,9 @@ fn alloc(args: &[String], pinned: bool) -> Result<()> {
     let backend = reg
         .get_mut(proc)
         .with_context(|| format!("{proc} is not on this machine"))?;
-    let weights: Vec<f32> = (0..k as usize * n as usize)
-        .map(|i| ((i * 7919) % 1000) as f32 * 1e-3 - 0.5)
-        .collect();
-    let spec = GemmSpec {
-        shape: GemmShape::new(m, k, n).context("a zero dimension")?,
-        dtype,
-        order,
-        weights: WeightMode::Static,
-    };
-    let a: Vec<f32> = (0..m as usize * k as usize)
-        .map(|i| ((i * 31) % 97) as f32 * 1e-2)
-        .collect();
+    let weights = weights(k, n);
+    let spec = spec(m, k, n, dtype, order)?;
+    let a = input(m, k);
     let mut gemms = vec![];
     let mut inputs = vec![];
     for _ in 0..count {
