@@ -17,7 +17,7 @@
 use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
-use hetero_agent::{Backend, GemmSpec, HostBuf, OpenOptions, Registry, SyncMode};
+use hetero_agent::{Backend, Gemm, GemmSpec, HostBuf, OpenOptions, Registry, SyncMode};
 use hetero_plan::{DType, GemmShape, OperandOrder, WeightMode};
 
 const WARMUPS: usize = 3;
@@ -63,6 +63,30 @@ fn buffer(backend: &dyn Backend, pinned: bool, values: &[f32]) -> HostBuf {
     b
 }
 
+/// `write_input`, `execute` and `read_output` of one GEMM, round after
+/// round, each call timed alone: their medians over [`REPS`] rounds after
+/// [`WARMUPS`], µs.
+fn alone(g: &mut dyn Gemm, a: &[f32], c: &mut [f32]) -> Result<(f64, f64, f64)> {
+    let (mut win, mut ex, mut rout) = (vec![], vec![], vec![]);
+    for rep in 0..WARMUPS + REPS {
+        let t = Instant::now();
+        g.write_input(a)?;
+        let t1 = t.elapsed().as_secs_f64() * 1e6;
+        let t = Instant::now();
+        g.execute()?;
+        let t2 = t.elapsed().as_secs_f64() * 1e6;
+        let t = Instant::now();
+        g.read_output(c)?;
+        let t3 = t.elapsed().as_secs_f64() * 1e6;
+        if rep >= WARMUPS {
+            win.push(t1);
+            ex.push(t2);
+            rout.push(t3);
+        }
+    }
+    Ok((median(win), median(ex), median(rout)))
+}
+
 fn main() -> Result<()> {
     let mut args: Vec<String> = std::env::args().skip(1).collect();
     let pinned = args.first().map(String::as_str) == Some("--pinned");
@@ -97,27 +121,9 @@ fn main() -> Result<()> {
         let m: u32 = m.trim().parse()?;
         let spec = spec(m, k, n, dtype, order)?;
         let mut g = backend.prepare(&spec, &weights)?;
-        let a = input(m, k);
-        let a = buffer(&**backend, pinned, &a);
+        let a = buffer(&**backend, pinned, &input(m, k));
         let mut c = buffer(&**backend, pinned, &vec![0f32; m as usize * n as usize]);
-        let (mut win, mut ex, mut rout) = (vec![], vec![], vec![]);
-        for rep in 0..WARMUPS + REPS {
-            let t = Instant::now();
-            g.write_input(&a)?;
-            let t1 = t.elapsed().as_secs_f64() * 1e6;
-            let t = Instant::now();
-            g.execute()?;
-            let t2 = t.elapsed().as_secs_f64() * 1e6;
-            let t = Instant::now();
-            g.read_output(&mut c)?;
-            let t3 = t.elapsed().as_secs_f64() * 1e6;
-            if rep >= WARMUPS {
-                win.push(t1);
-                ex.push(t2);
-                rout.push(t3);
-            }
-        }
-        let (w, e, r) = (median(win), median(ex), median(rout));
+        let (w, e, r) = alone(&mut *g, &a, &mut c)?;
         let bytes =
             (m as f64 * k as f64 + m as f64 * n as f64) * dtype.activation_bits() as f64 / 8.0;
         println!(
@@ -157,8 +163,7 @@ fn layers(args: &[String], pinned: bool) -> Result<()> {
         let weights = weights(k, n);
         let spec = spec(m, k, n, dtype, order)?;
         let g = backend.prepare(&spec, &weights)?;
-        let a = input(m, k);
-        let a = buffer(&**backend, pinned, &a);
+        let a = buffer(&**backend, pinned, &input(m, k));
         ops.push((k, n, g, a));
     }
     let most = ops.iter().map(|o| o.1 as usize).max().unwrap_or(0) * m as usize;
@@ -204,32 +209,13 @@ fn layers(args: &[String], pinned: bool) -> Result<()> {
     println!("|---|---|---|---|---|---|---|");
     for (i, (k, n, g, a)) in ops.iter_mut().enumerate() {
         let out = &mut c[..m as usize * *n as usize];
-        let (mut w1, mut r1, mut x1) = (vec![], vec![], vec![]);
-        for rep in 0..WARMUPS + REPS {
-            let t = Instant::now();
-            g.write_input(a)?;
-            let w = t.elapsed().as_secs_f64() * 1e6;
-            let t = Instant::now();
-            g.execute()?;
-            let x = t.elapsed().as_secs_f64() * 1e6;
-            let t = Instant::now();
-            g.read_output(out)?;
-            let r = t.elapsed().as_secs_f64() * 1e6;
-            if rep >= WARMUPS {
-                w1.push(w);
-                r1.push(r);
-                x1.push(x);
-            }
-        }
+        let (w1, x1, r1) = alone(&mut **g, a, out)?;
         let (ws, rs, xs) = std::mem::take(&mut seq[i]);
         println!(
-            "| {m}×{k}×{n} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} |",
+            "| {m}×{k}×{n} | {:.1} | {w1:.1} | {:.1} | {r1:.1} | {:.1} | {x1:.1} |",
             median(ws),
-            median(w1),
             median(rs),
-            median(r1),
             median(xs),
-            median(x1)
         );
     }
     Ok(())
@@ -239,8 +225,8 @@ fn layers(args: &[String], pinned: bool) -> Result<()> {
 /// COUNT input buffers, each allocated on its own: the median
 /// `write_input` of every GEMM from every buffer (each round followed by
 /// `execute` and `read_output`, as in the runtime), with each buffer's
-/// address, twice over. It tells whether a copy's cost follows the host buffer or the
-/// GEMM (its device buffers).
+/// address, twice over. It tells whether a copy's cost follows the host
+/// buffer or the GEMM (its device buffers).
 fn alloc(args: &[String], pinned: bool) -> Result<()> {
     let [proc, dtype, order, mkn, count] = args else {
         bail!("usage: stage_bench [--pinned] --alloc PROCESSOR DTYPE ORDER MxKxN COUNT");
@@ -288,18 +274,8 @@ fn alloc(args: &[String], pinned: bool) -> Result<()> {
         let g = &mut gemms[i];
         print!("| {i} |");
         for src in &inputs {
-            let mut t = vec![];
-            for rep in 0..WARMUPS + REPS {
-                let t0 = Instant::now();
-                g.write_input(src)?;
-                let w = t0.elapsed().as_secs_f64() * 1e6;
-                g.execute()?;
-                g.read_output(&mut c)?;
-                if rep >= WARMUPS {
-                    t.push(w);
-                }
-            }
-            print!(" {:.1} |", median(t));
+            let (w, _, _) = alone(&mut **g, src, &mut c)?;
+            print!(" {w:.1} |");
         }
         println!();
     }
