@@ -385,28 +385,40 @@ pub fn microbench(processors: &[Processor]) -> Vec<MicrobenchRequest> {
         // Four sizes below 1 MiB, where decode and short prefills copy
         // (6 KB to 800 KB for that model), so that the fixed cost does not
         // rest on one point: a single 4 KiB point 3x too slow once doubled
-        // the fitted fixed cost of an H100 profile. Three of them at most
-        // 64 KiB, where a CUDA device copies inside its launch
-        // (`launch_copy_max_bytes`) and the staged sizes take a line of
-        // their own. Two between 1 and 16
-        // MiB, where prefill copies of 128 to 1000 rows fall: with none, an
-        // H100's 1.8 MB copies ran 5-11 % over the line, against 2-3 % at
-        // 12 MB.
+        // the fitted fixed cost of an H100 profile. Where a CUDA device
+        // copies inside its launch (`launch_copy_max_bytes`), the staged
+        // sizes up to that bound take a line of their own, so the bound
+        // itself is measured too: the line then reaches the largest such
+        // copy. Two between 1 and 16 MiB, where prefill copies of 128 to
+        // 1000 rows fall: with none, an H100's 1.8 MB copies ran 5-11 %
+        // over the line, against 2-3 % at 12 MB.
+        const SIZES: [u64; 9] = [
+            4 << 10,
+            16 << 10,
+            64 << 10,
+            256 << 10,
+            1 << 20,
+            2 << 20,
+            6 << 20,
+            16 << 20,
+            64 << 20,
+        ];
+        let mut staged_sizes = SIZES.to_vec();
+        if let Some(max) = p.capabilities.launch_copy_max_bytes {
+            if let Err(at) = staged_sizes.binary_search(&max) {
+                staged_sizes.insert(at, max);
+            }
+        }
         for &bench in [MicrobenchKind::CopyH2d, MicrobenchKind::CopyD2h]
             .iter()
             .chain(staged)
         {
-            for bytes in [
-                4u64 << 10,
-                16 << 10,
-                64 << 10,
-                256 << 10,
-                1 << 20,
-                2 << 20,
-                6 << 20,
-                16 << 20,
-                64 << 20,
-            ] {
+            let sizes = if staged.contains(&bench) {
+                &staged_sizes[..]
+            } else {
+                &SIZES[..]
+            };
+            for &bytes in sizes {
                 out.push(MicrobenchRequest {
                     bytes: Some(bytes),
                     ..req(p, bench)
@@ -893,6 +905,35 @@ mod tests {
             assert!(s.iter().any(|x| x.k.get() == v), "k={v}");
             assert!(s.iter().any(|x| x.n.get() == v), "n={v}");
         }
+    }
+
+    #[test]
+    fn the_launch_copy_bound_is_a_staged_size() {
+        let sizes = |p: &Processor, bench: MicrobenchKind| -> Vec<u64> {
+            microbench(std::slice::from_ref(p))
+                .iter()
+                .filter(|r| r.bench == bench)
+                .filter_map(|r| r.bytes)
+                .collect()
+        };
+        let mut p = cpu();
+        let plain = sizes(&p, MicrobenchKind::StageIn);
+        assert_eq!(plain.len(), 9);
+        assert!(!plain.contains(&(128 << 10)));
+        p.capabilities.launch_copy_max_bytes = Some(128 << 10);
+        for bench in [
+            MicrobenchKind::StageIn,
+            MicrobenchKind::StageOut,
+            MicrobenchKind::StageOutAw,
+        ] {
+            let s = sizes(&p, bench);
+            assert_eq!(s.len(), 10, "{bench:?}");
+            assert!(s.is_sorted() && s.contains(&(128 << 10)), "{s:?}");
+        }
+        // Plain copies keep their sizes; a bound already among them adds none.
+        assert_eq!(sizes(&p, MicrobenchKind::CopyH2d), plain);
+        p.capabilities.launch_copy_max_bytes = Some(64 << 10);
+        assert_eq!(sizes(&p, MicrobenchKind::StageIn), plain);
     }
 
     #[test]

@@ -79,8 +79,8 @@
 //! tree find the step), and the staged microbenchmarks of those sizes time
 //! the host copies alone
 //! ([`Capabilities::launch_copy_max_bytes`](hetero_plan::Capabilities)).
-//! `HETERO_CUDA_LAUNCH_COPY=0` copies every size on its own, for
-//! comparisons. Larger copies go from the caller's slice, each a DMA and a
+//! `HETERO_CUDA_LAUNCH_COPY=0` copies every size on its own, and
+//! `HETERO_CUDA_LAUNCH_COPY_MAX=BYTES` moves the bound, for comparisons. Larger copies go from the caller's slice, each a DMA and a
 //! wait: one DMA from memory of
 //! [`Backend::alloc_host`](crate::Backend::alloc_host), the driver's
 //! bounce buffers from ordinary memory. Copied on the host as well, a
@@ -112,16 +112,33 @@ const POLL_MARGIN_US: f64 = 80.0;
 
 /// Inputs and outputs of at most this many f32 bytes cross inside the
 /// launch, through the GEMM's own mapped host buffers (the module's
-/// docs). Chosen, not tuned: it holds a 1.5B model's decode activations
-/// but `lm_head`'s output, and a host copy of 64 KiB (3.7 µs on the H100
-/// host) costs well under the round trip it saves.
-pub(super) const LAUNCH_COPY_MAX: u64 = 64 << 10;
+/// docs). It holds a 1.5B model's decode activations but `lm_head`'s
+/// output, and its prefill activations up to about 20 tokens: there a
+/// 16-bit GEMM's staged input (a DMA, a conversion kernel and a wait) cost
+/// 13–14 µs or 19–20 µs at 96 KiB by how the conversion met the copy's
+/// end, while a host copy of 64 KiB cost 3.7 µs (H100, sessions 31 and
+/// 33). `docs/benchmarks.md`, Runtime, "Session 34", has the sizes tried.
+pub(super) const LAUNCH_COPY_MAX: u64 = 128 << 10;
 
-/// [`LAUNCH_COPY_MAX`], or none with `HETERO_CUDA_LAUNCH_COPY=0` (every
-/// copy its own DMA and wait, the path of sessions 17–30, for
-/// comparisons).
+/// [`LAUNCH_COPY_MAX`], or `HETERO_CUDA_LAUNCH_COPY_MAX` bytes where set
+/// (for comparisons), or none with `HETERO_CUDA_LAUNCH_COPY=0` (every copy
+/// its own DMA and wait, the path of sessions 17–30).
 pub(super) fn launch_copy_max_bytes() -> Option<u64> {
-    (std::env::var("HETERO_CUDA_LAUNCH_COPY").as_deref() != Ok("0")).then_some(LAUNCH_COPY_MAX)
+    if std::env::var("HETERO_CUDA_LAUNCH_COPY").as_deref() == Ok("0") {
+        return None;
+    }
+    let set = std::env::var("HETERO_CUDA_LAUNCH_COPY_MAX").ok();
+    Some(match set.as_deref().map(str::parse::<u64>) {
+        Some(Ok(bytes)) => bytes,
+        Some(Err(_)) => {
+            eprintln!(
+                "HETERO_CUDA_LAUNCH_COPY_MAX={:?} is not a number of bytes; using {LAUNCH_COPY_MAX}",
+                set.unwrap_or_default()
+            );
+            LAUNCH_COPY_MAX
+        }
+        None => LAUNCH_COPY_MAX,
+    })
 }
 
 /// The most rows [`row_candidates`] computes, as a multiple of M.

@@ -237,13 +237,22 @@ fn small_copies_cross_inside_the_launch_and_large_ones_on_their_own() {
     };
     let fits = |values: usize| (values * 4) as u64 <= max;
     // Small both ways (a decode step), a large input with a small output,
-    // a small input with a large output, large both ways; K and N padded.
-    for (m, k, n) in [
+    // a small input with a large output, large both ways, on either side
+    // of the bound; K and N padded.
+    let over = |rows: usize| (max as usize / 4 / rows + 5) | 1;
+    let cases = [
         (1, 1531, 1533),
-        (16, 2045, 67),
-        (2, 93, 9001),
-        (40, 600, 700),
-    ] {
+        (16, over(16), 67),
+        (2, 93, over(2)),
+        (40, over(40), over(40) + 2),
+    ];
+    let sides: Vec<_> = cases.iter().map(|&(m, k, n)| (fits(m * k), fits(m * n))).collect();
+    assert_eq!(
+        sides,
+        [(true, true), (false, true), (true, false), (false, false)],
+        "{cases:?} against {max} bytes"
+    );
+    for (m, k, n) in cases {
         let w = values(k * n, 31 + n as u64);
         for dtype in [DType::F32, DType::F16] {
             for form in [gemm::Form::ActLeft, gemm::Form::WeightLeft] {
