@@ -113,12 +113,11 @@ const POLL_MARGIN_US: f64 = 80.0;
 /// Inputs and outputs of at most this many f32 bytes cross inside the
 /// launch, through the GEMM's own mapped host buffers (the module's
 /// docs). It holds a 1.5B model's decode activations but `lm_head`'s
-/// output, and its prefill activations up to about 20 tokens: there a
-/// 16-bit GEMM's staged input (a DMA, a conversion kernel and a wait) cost
-/// 13–14 µs or 19–20 µs at 96 KiB by how the conversion met the copy's
-/// end, while a host copy of 64 KiB cost 3.7 µs (H100, sessions 31 and
-/// 33). `docs/benchmarks.md`, Runtime, "Session 34", has the sizes tried.
-pub(super) const LAUNCH_COPY_MAX: u64 = 128 << 10;
+/// output. At 128 KiB (H100, session 34) a prefill of 16 tokens ran no
+/// faster and 14-19 % over its prediction: the host copies of 96 KiB took
+/// 4-12 µs instead of 13-20 µs staged, but the kernels' loads and stores
+/// over PCIe added 11-15 µs of device time to each operator.
+pub(super) const LAUNCH_COPY_MAX: u64 = 64 << 10;
 
 /// [`LAUNCH_COPY_MAX`], or `HETERO_CUDA_LAUNCH_COPY_MAX` bytes where set
 /// (for comparisons), or none with `HETERO_CUDA_LAUNCH_COPY=0` (every copy
@@ -413,6 +412,9 @@ pub(super) struct CudaGemm {
     /// 16-bit type, converts it on the device and copies it on its own
     /// (not through `in_host`).
     a32: Option<DeviceBuf>,
+    /// Recorded after `a32`'s copy: `write_input` waits for the copy
+    /// alone and leaves the conversion queued ahead of the launch.
+    copied: Option<CudaEvent>,
     a: DeviceBuf,
     /// The f32 output as cuBLAS writes it.
     c: DeviceBuf,
@@ -547,6 +549,16 @@ impl CudaGemm {
         let timing = Some(sys::CUevent_flags::CU_EVENT_DEFAULT);
         let start = ctx.new_event(timing).at(id, "cuEventCreate")?;
         let end = ctx.new_event(timing).at(id, "cuEventCreate")?;
+        // `HETERO_CUDA_INPUT_WAIT=all` waits for the conversion too (the
+        // path of sessions 17-33), for comparisons.
+        let copy_only = std::env::var("HETERO_CUDA_INPUT_WAIT").as_deref() != Ok("all");
+        let copied = match &a32 {
+            Some(_) if copy_only => Some(
+                ctx.new_event(Some(sys::CUevent_flags::CU_EVENT_DISABLE_TIMING))
+                    .at(id, "cuEventCreate")?,
+            ),
+            _ => None,
+        };
         let flag = MappedFlag::new(ctx, id)?;
         let mut g = CudaGemm {
             spec: *spec,
@@ -554,6 +566,7 @@ impl CudaGemm {
             dev,
             w,
             a32,
+            copied,
             a,
             c,
             ct: None,
@@ -1158,10 +1171,21 @@ impl Gemm for CudaGemm {
             unsafe { sys::cuMemcpy2DAsync_v2(&copy, stream).result() }
                 .at(&id, "cuMemcpy2DAsync(input)")?;
         }
-        if let (Some(half), Some(a32)) = (self.elem.half(), &self.a32) {
+        if let (Some(half), Some(a32), Some(copied)) = (self.elem.half(), &self.a32, &self.copied) {
+            // Wait for the copy alone: the caller may then reuse `a`, and
+            // the conversion runs while the host goes on to the launch,
+            // ahead of it on the stream (and of the start event, so the
+            // device time is the GEMM's). Waiting for both cost 4-5 µs or
+            // 9-10 µs over the copy alone, by how the conversion's launch
+            // met the copy's end (H100, session 33).
+            // SAFETY: the event belongs to this context; recorded on its stream.
+            unsafe { result::event::record(copied.cu_event(), stream) }.at(&id, "cuEventRecord")?;
             self.dev
                 .kernels()?
                 .convert(stream, a32.ptr(), self.a.ptr(), m * kp, half, &id)?;
+            // SAFETY: the event was recorded on this context's stream above.
+            return unsafe { result::event::synchronize(copied.cu_event()) }
+                .at(&id, "cuEventSynchronize");
         }
         self.dev.stream.synchronize().at(&id, "cuStreamSynchronize")
     }

@@ -246,7 +246,10 @@ fn small_copies_cross_inside_the_launch_and_large_ones_on_their_own() {
         (2, 93, over(2)),
         (40, over(40), over(40) + 2),
     ];
-    let sides: Vec<_> = cases.iter().map(|&(m, k, n)| (fits(m * k), fits(m * n))).collect();
+    let sides: Vec<_> = cases
+        .iter()
+        .map(|&(m, k, n)| (fits(m * k), fits(m * n)))
+        .collect();
     assert_eq!(
         sides,
         [(true, true), (false, true), (true, false), (false, false)],
