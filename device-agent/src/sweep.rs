@@ -904,6 +904,9 @@ fn stage(
         check_cancel(cancel, run)?;
         let t = Instant::now();
         g.write_input(&src)?;
+        if input {
+            g.input_ready()?;
+        }
         let t_in = t.elapsed();
         g.execute()?;
         let t = Instant::now();

@@ -178,6 +178,9 @@ impl Gemm for FaultyGemm {
     fn write_input(&mut self, a: &[f32]) -> Result<(), AgentError> {
         self.inner.write_input(a)
     }
+    fn input_ready(&mut self) -> Result<(), AgentError> {
+        self.inner.input_ready()
+    }
     fn execute(&mut self) -> Result<Timed, AgentError> {
         self.tick()?;
         self.inner.execute()

@@ -412,9 +412,12 @@ pub(super) struct CudaGemm {
     /// 16-bit type, converts it on the device and copies it on its own
     /// (not through `in_host`).
     a32: Option<DeviceBuf>,
-    /// Recorded after `a32`'s copy: `write_input` waits for the copy
-    /// alone and leaves the conversion queued ahead of the launch.
-    copied: Option<CudaEvent>,
+    /// Recorded after `a32`'s copy and after its conversion:
+    /// `write_input` waits for the copy alone and leaves the conversion
+    /// queued ahead of the launch; [`Gemm::input_ready`] waits for it.
+    copied: Option<(CudaEvent, CudaEvent)>,
+    /// A conversion is queued that [`Gemm::input_ready`] has not waited for.
+    converting: bool,
     a: DeviceBuf,
     /// The f32 output as cuBLAS writes it.
     c: DeviceBuf,
@@ -552,11 +555,12 @@ impl CudaGemm {
         // `HETERO_CUDA_INPUT_WAIT=all` waits for the conversion too (the
         // path of sessions 17-33), for comparisons.
         let copy_only = std::env::var("HETERO_CUDA_INPUT_WAIT").as_deref() != Ok("all");
+        let untimed = Some(sys::CUevent_flags::CU_EVENT_DISABLE_TIMING);
         let copied = match &a32 {
-            Some(_) if copy_only => Some(
-                ctx.new_event(Some(sys::CUevent_flags::CU_EVENT_DISABLE_TIMING))
-                    .at(id, "cuEventCreate")?,
-            ),
+            Some(_) if copy_only => Some((
+                ctx.new_event(untimed).at(id, "cuEventCreate")?,
+                ctx.new_event(untimed).at(id, "cuEventCreate")?,
+            )),
             _ => None,
         };
         let flag = MappedFlag::new(ctx, id)?;
@@ -567,6 +571,7 @@ impl CudaGemm {
             w,
             a32,
             copied,
+            converting: false,
             a,
             c,
             ct: None,
@@ -1171,7 +1176,9 @@ impl Gemm for CudaGemm {
             unsafe { sys::cuMemcpy2DAsync_v2(&copy, stream).result() }
                 .at(&id, "cuMemcpy2DAsync(input)")?;
         }
-        if let (Some(half), Some(a32), Some(copied)) = (self.elem.half(), &self.a32, &self.copied) {
+        if let (Some(half), Some(a32), Some((copied, converted))) =
+            (self.elem.half(), &self.a32, &self.copied)
+        {
             // Wait for the copy alone: the caller may then reuse `a`, and
             // the conversion runs while the host goes on to the launch,
             // ahead of it on the stream (and of the start event, so the
@@ -1183,11 +1190,30 @@ impl Gemm for CudaGemm {
             self.dev
                 .kernels()?
                 .convert(stream, a32.ptr(), self.a.ptr(), m * kp, half, &id)?;
+            // SAFETY: as above.
+            unsafe { result::event::record(converted.cu_event(), stream) }
+                .at(&id, "cuEventRecord")?;
+            self.converting = true;
             // SAFETY: the event was recorded on this context's stream above.
             return unsafe { result::event::synchronize(copied.cu_event()) }
                 .at(&id, "cuEventSynchronize");
         }
         self.dev.stream.synchronize().at(&id, "cuStreamSynchronize")
+    }
+
+    fn input_ready(&mut self) -> Result<()> {
+        if let (true, Some((_, converted))) = (self.converting, &self.copied) {
+            self.dev
+                .ctx
+                .bind_to_thread()
+                .at(&self.dev.id, "cuCtxSetCurrent")?;
+            // SAFETY: the event was recorded on this context's stream by
+            // `write_input`.
+            unsafe { result::event::synchronize(converted.cu_event()) }
+                .at(&self.dev.id, "cuEventSynchronize")?;
+        }
+        self.converting = false;
+        Ok(())
     }
 
     /// The host's caches are not what this GEMM reads through: its weights
