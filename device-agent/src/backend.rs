@@ -66,14 +66,14 @@ pub trait Gemm: Send {
     /// this returns.
     fn write_input(&mut self, a: &[f32]) -> Result<()>;
 
-    /// Waits until the input last written is where the kernel reads it,
-    /// for work that [`write_input`](Gemm::write_input) left queued ahead
-    /// of the next launch (CUDA: a 16-bit GEMM's conversion). A run needs
-    /// no call: it is ordered after that work. The staged-copy
-    /// microbenchmark times it with `write_input`, so that the copy term
-    /// carries the input's whole path. The default has nothing to wait for.
-    fn input_ready(&mut self) -> Result<()> {
-        Ok(())
+    /// The device time of the work that [`write_input`](Gemm::write_input)
+    /// left queued ahead of the next run (CUDA: a 16-bit GEMM's conversion
+    /// of a staged input, from the copy's end to the conversion's), after
+    /// waiting for it; `None` where there is none. A run is delayed by it,
+    /// so the staged-copy microbenchmark adds it to `write_input`'s host
+    /// time. A run needs no call: it is ordered after that work.
+    fn input_queued_us(&mut self) -> Result<Option<f64>> {
+        Ok(None)
     }
 
     /// Runs the GEMM once on the current input and waits for it.

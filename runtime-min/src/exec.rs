@@ -178,8 +178,8 @@ impl Gemm for FaultyGemm {
     fn write_input(&mut self, a: &[f32]) -> Result<(), AgentError> {
         self.inner.write_input(a)
     }
-    fn input_ready(&mut self) -> Result<(), AgentError> {
-        self.inner.input_ready()
+    fn input_queued_us(&mut self) -> Result<Option<f64>, AgentError> {
+        self.inner.input_queued_us()
     }
     fn execute(&mut self) -> Result<Timed, AgentError> {
         self.tick()?;

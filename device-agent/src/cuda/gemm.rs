@@ -414,9 +414,9 @@ pub(super) struct CudaGemm {
     a32: Option<DeviceBuf>,
     /// Recorded after `a32`'s copy and after its conversion:
     /// `write_input` waits for the copy alone and leaves the conversion
-    /// queued ahead of the launch; [`Gemm::input_ready`] waits for it.
+    /// queued ahead of the launch; [`Gemm::input_queued_us`] times it.
     copied: Option<(CudaEvent, CudaEvent)>,
-    /// A conversion is queued that [`Gemm::input_ready`] has not waited for.
+    /// A conversion is queued that [`Gemm::input_queued_us`] has not timed.
     converting: bool,
     a: DeviceBuf,
     /// The f32 output as cuBLAS writes it.
@@ -555,11 +555,10 @@ impl CudaGemm {
         // `HETERO_CUDA_INPUT_WAIT=all` waits for the conversion too (the
         // path of sessions 17-33), for comparisons.
         let copy_only = std::env::var("HETERO_CUDA_INPUT_WAIT").as_deref() != Ok("all");
-        let untimed = Some(sys::CUevent_flags::CU_EVENT_DISABLE_TIMING);
         let copied = match &a32 {
             Some(_) if copy_only => Some((
-                ctx.new_event(untimed).at(id, "cuEventCreate")?,
-                ctx.new_event(untimed).at(id, "cuEventCreate")?,
+                ctx.new_event(timing).at(id, "cuEventCreate")?,
+                ctx.new_event(timing).at(id, "cuEventCreate")?,
             )),
             _ => None,
         };
@@ -1201,19 +1200,14 @@ impl Gemm for CudaGemm {
         self.dev.stream.synchronize().at(&id, "cuStreamSynchronize")
     }
 
-    fn input_ready(&mut self) -> Result<()> {
-        if let (true, Some((_, converted))) = (self.converting, &self.copied) {
-            self.dev
-                .ctx
-                .bind_to_thread()
-                .at(&self.dev.id, "cuCtxSetCurrent")?;
-            // SAFETY: the event was recorded on this context's stream by
-            // `write_input`.
-            unsafe { result::event::synchronize(converted.cu_event()) }
-                .at(&self.dev.id, "cuEventSynchronize")?;
-        }
+    fn input_queued_us(&mut self) -> Result<Option<f64>> {
+        let queued = match (self.converting, &self.copied) {
+            // Waits for the conversion; both recorded by `write_input`.
+            (true, Some((copied, converted))) => Some(self.dev.elapsed_us(copied, converted)?),
+            _ => None,
+        };
         self.converting = false;
-        Ok(())
+        Ok(queued)
     }
 
     /// The host's caches are not what this GEMM reads through: its weights

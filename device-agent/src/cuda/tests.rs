@@ -271,9 +271,17 @@ fn small_copies_cross_inside_the_launch_and_large_ones_on_their_own() {
                     let a = values(m * k, 300 + run);
                     g.write_input(&a).unwrap();
                     if run == 1 {
-                        // Waiting for the input's queued work changes nothing.
-                        g.input_ready().unwrap();
-                        g.input_ready().unwrap();
+                        // A 16-bit input copied on its own leaves its
+                        // conversion queued, timed once; waiting for it
+                        // changes nothing.
+                        let queued = g.input_queued_us().unwrap();
+                        let converts = dtype == DType::F16 && !fits(m * k);
+                        assert_eq!(queued.is_some(), converts, "{what}");
+                        assert!(
+                            queued.is_none_or(|us| us > 0.0 && us < 1e5),
+                            "{what}: {queued:?}"
+                        );
+                        assert_eq!(g.input_queued_us().unwrap(), None, "{what}");
                     }
                     g.execute().unwrap();
                     let err = output_err(&mut g, &a, &w, (m, k, n));
