@@ -66,16 +66,6 @@ pub trait Gemm: Send {
     /// this returns.
     fn write_input(&mut self, a: &[f32]) -> Result<()>;
 
-    /// The device time of the work that [`write_input`](Gemm::write_input)
-    /// left queued ahead of the next run (CUDA: a 16-bit GEMM's conversion
-    /// of a staged input, from the copy's end to the conversion's), after
-    /// waiting for it; `None` where there is none. A run is delayed by it,
-    /// so the staged-copy microbenchmark adds it to `write_input`'s host
-    /// time. A run needs no call: it is ordered after that work.
-    fn input_queued_us(&mut self) -> Result<Option<f64>> {
-        Ok(None)
-    }
-
     /// Runs the GEMM once on the current input and waits for it.
     fn execute(&mut self) -> Result<Timed>;
 

@@ -178,9 +178,6 @@ impl Gemm for FaultyGemm {
     fn write_input(&mut self, a: &[f32]) -> Result<(), AgentError> {
         self.inner.write_input(a)
     }
-    fn input_queued_us(&mut self) -> Result<Option<f64>, AgentError> {
-        self.inner.input_queued_us()
-    }
     fn execute(&mut self) -> Result<Timed, AgentError> {
         self.tick()?;
         self.inner.execute()

@@ -412,12 +412,9 @@ pub(super) struct CudaGemm {
     /// 16-bit type, converts it on the device and copies it on its own
     /// (not through `in_host`).
     a32: Option<DeviceBuf>,
-    /// Recorded after `a32`'s copy and after its conversion:
-    /// `write_input` waits for the copy alone and leaves the conversion
-    /// queued ahead of the launch; [`Gemm::input_queued_us`] times it.
-    copied: Option<(CudaEvent, CudaEvent)>,
-    /// A conversion is queued that [`Gemm::input_queued_us`] has not timed.
-    converting: bool,
+    /// Recorded after `a32`'s copy: `write_input` waits for the copy
+    /// alone and leaves the conversion queued ahead of the launch.
+    copied: Option<CudaEvent>,
     a: DeviceBuf,
     /// The f32 output as cuBLAS writes it.
     c: DeviceBuf,
@@ -556,10 +553,10 @@ impl CudaGemm {
         // path of sessions 17-33), for comparisons.
         let copy_only = std::env::var("HETERO_CUDA_INPUT_WAIT").as_deref() != Ok("all");
         let copied = match &a32 {
-            Some(_) if copy_only => Some((
-                ctx.new_event(timing).at(id, "cuEventCreate")?,
-                ctx.new_event(timing).at(id, "cuEventCreate")?,
-            )),
+            Some(_) if copy_only => Some(
+                ctx.new_event(Some(sys::CUevent_flags::CU_EVENT_DISABLE_TIMING))
+                    .at(id, "cuEventCreate")?,
+            ),
             _ => None,
         };
         let flag = MappedFlag::new(ctx, id)?;
@@ -570,7 +567,6 @@ impl CudaGemm {
             w,
             a32,
             copied,
-            converting: false,
             a,
             c,
             ct: None,
@@ -1175,9 +1171,7 @@ impl Gemm for CudaGemm {
             unsafe { sys::cuMemcpy2DAsync_v2(&copy, stream).result() }
                 .at(&id, "cuMemcpy2DAsync(input)")?;
         }
-        if let (Some(half), Some(a32), Some((copied, converted))) =
-            (self.elem.half(), &self.a32, &self.copied)
-        {
+        if let (Some(half), Some(a32), Some(copied)) = (self.elem.half(), &self.a32, &self.copied) {
             // Wait for the copy alone: the caller may then reuse `a`, and
             // the conversion runs while the host goes on to the launch,
             // ahead of it on the stream (and of the start event, so the
@@ -1189,25 +1183,11 @@ impl Gemm for CudaGemm {
             self.dev
                 .kernels()?
                 .convert(stream, a32.ptr(), self.a.ptr(), m * kp, half, &id)?;
-            // SAFETY: as above.
-            unsafe { result::event::record(converted.cu_event(), stream) }
-                .at(&id, "cuEventRecord")?;
-            self.converting = true;
             // SAFETY: the event was recorded on this context's stream above.
             return unsafe { result::event::synchronize(copied.cu_event()) }
                 .at(&id, "cuEventSynchronize");
         }
         self.dev.stream.synchronize().at(&id, "cuStreamSynchronize")
-    }
-
-    fn input_queued_us(&mut self) -> Result<Option<f64>> {
-        let queued = match (self.converting, &self.copied) {
-            // Waits for the conversion; both recorded by `write_input`.
-            (true, Some((copied, converted))) => Some(self.dev.elapsed_us(copied, converted)?),
-            _ => None,
-        };
-        self.converting = false;
-        Ok(queued)
     }
 
     /// The host's caches are not what this GEMM reads through: its weights
