@@ -80,8 +80,9 @@
 //! the host copies alone
 //! ([`Capabilities::launch_copy_max_bytes`](hetero_plan::Capabilities)).
 //! `HETERO_CUDA_LAUNCH_COPY=0` copies every size on its own, and
-//! `HETERO_CUDA_LAUNCH_COPY_MAX=BYTES` moves the bound, for comparisons. Larger copies go from the caller's slice, each a DMA and a
-//! wait: one DMA from memory of
+//! `HETERO_CUDA_LAUNCH_COPY_MAX=BYTES` moves the bound, for comparisons.
+//! Larger copies go from the caller's slice, each a DMA and a wait: one
+//! DMA from memory of
 //! [`Backend::alloc_host`](crate::Backend::alloc_host), the driver's
 //! bounce buffers from ordinary memory. Copied on the host as well, a
 //! large activation would cost more than the wait saved (H100: a 1 MiB
@@ -116,7 +117,7 @@ const POLL_MARGIN_US: f64 = 80.0;
 /// output. At 128 KiB (H100, session 34) a prefill of 16 tokens ran no
 /// faster and 14-19 % over its prediction: the host copies of 96 KiB took
 /// 4-12 µs instead of 13-20 µs staged, but the kernels' loads and stores
-/// over PCIe added 11-15 µs of device time to each operator.
+/// over PCIe added 11-16 µs of device time to each operator.
 pub(super) const LAUNCH_COPY_MAX: u64 = 64 << 10;
 
 /// [`LAUNCH_COPY_MAX`], or `HETERO_CUDA_LAUNCH_COPY_MAX` bytes where set
@@ -412,9 +413,6 @@ pub(super) struct CudaGemm {
     /// 16-bit type, converts it on the device and copies it on its own
     /// (not through `in_host`).
     a32: Option<DeviceBuf>,
-    /// Recorded after `a32`'s copy: `write_input` waits for the copy
-    /// alone and leaves the conversion queued ahead of the launch.
-    copied: Option<CudaEvent>,
     a: DeviceBuf,
     /// The f32 output as cuBLAS writes it.
     c: DeviceBuf,
@@ -549,16 +547,6 @@ impl CudaGemm {
         let timing = Some(sys::CUevent_flags::CU_EVENT_DEFAULT);
         let start = ctx.new_event(timing).at(id, "cuEventCreate")?;
         let end = ctx.new_event(timing).at(id, "cuEventCreate")?;
-        // `HETERO_CUDA_INPUT_WAIT=all` waits for the conversion too (the
-        // path of sessions 17-33), for comparisons.
-        let copy_only = std::env::var("HETERO_CUDA_INPUT_WAIT").as_deref() != Ok("all");
-        let copied = match &a32 {
-            Some(_) if copy_only => Some(
-                ctx.new_event(Some(sys::CUevent_flags::CU_EVENT_DISABLE_TIMING))
-                    .at(id, "cuEventCreate")?,
-            ),
-            _ => None,
-        };
         let flag = MappedFlag::new(ctx, id)?;
         let mut g = CudaGemm {
             spec: *spec,
@@ -566,7 +554,6 @@ impl CudaGemm {
             dev,
             w,
             a32,
-            copied,
             a,
             c,
             ct: None,
@@ -1171,21 +1158,10 @@ impl Gemm for CudaGemm {
             unsafe { sys::cuMemcpy2DAsync_v2(&copy, stream).result() }
                 .at(&id, "cuMemcpy2DAsync(input)")?;
         }
-        if let (Some(half), Some(a32), Some(copied)) = (self.elem.half(), &self.a32, &self.copied) {
-            // Wait for the copy alone: the caller may then reuse `a`, and
-            // the conversion runs while the host goes on to the launch,
-            // ahead of it on the stream (and of the start event, so the
-            // device time is the GEMM's). Waiting for both cost 4-5 µs or
-            // 9-10 µs over the copy alone, by how the conversion's launch
-            // met the copy's end (H100, session 33).
-            // SAFETY: the event belongs to this context; recorded on its stream.
-            unsafe { result::event::record(copied.cu_event(), stream) }.at(&id, "cuEventRecord")?;
+        if let (Some(half), Some(a32)) = (self.elem.half(), &self.a32) {
             self.dev
                 .kernels()?
                 .convert(stream, a32.ptr(), self.a.ptr(), m * kp, half, &id)?;
-            // SAFETY: the event was recorded on this context's stream above.
-            return unsafe { result::event::synchronize(copied.cu_event()) }
-                .at(&id, "cuEventSynchronize");
         }
         self.dev.stream.synchronize().at(&id, "cuStreamSynchronize")
     }
