@@ -17,7 +17,7 @@
 use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
-use hetero_agent::{Backend, Gemm, GemmSpec, HostBuf, OpenOptions, Registry, SyncMode};
+use hetero_agent::{Backend, Gemm, GemmSpec, HostBuf, OpenOptions, Registry, SyncMode, verify};
 use hetero_plan::{DType, GemmShape, OperandOrder, WeightMode};
 
 const WARMUPS: usize = 3;
@@ -26,20 +26,6 @@ const REPS: usize = 15;
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
     v[v.len() / 2]
-}
-
-/// Seeded weights `W[K,N]`.
-fn weights(k: u32, n: u32) -> Vec<f32> {
-    (0..k as usize * n as usize)
-        .map(|i| ((i * 7919) % 1000) as f32 * 1e-3 - 0.5)
-        .collect()
-}
-
-/// A seeded input `A[M,K]`.
-fn input(m: u32, k: u32) -> Vec<f32> {
-    (0..m as usize * k as usize)
-        .map(|i| ((i * 31) % 97) as f32 * 1e-2)
-        .collect()
 }
 
 /// A static-weight GEMM of `M×K×N`.
@@ -112,7 +98,6 @@ fn main() -> Result<()> {
     let backend = reg
         .get_mut(proc)
         .with_context(|| format!("{proc} is not on this machine"))?;
-    let weights = weights(k, n);
     println!(
         "| processor | dtype | order | M×K×N | write_input µs | execute µs | read_output µs | in+out bytes | staging GB/s |"
     );
@@ -120,8 +105,9 @@ fn main() -> Result<()> {
     for m in ms.split(',') {
         let m: u32 = m.trim().parse()?;
         let spec = spec(m, k, n, dtype, order)?;
+        let (a, weights) = verify::inputs(&spec.shape, 0);
         let mut g = backend.prepare(&spec, &weights)?;
-        let a = buffer(&**backend, pinned, &input(m, k));
+        let a = buffer(&**backend, pinned, &a);
         let mut c = buffer(&**backend, pinned, &vec![0f32; m as usize * n as usize]);
         let (w, e, r) = alone(&mut *g, &a, &mut c)?;
         let bytes =
@@ -160,10 +146,10 @@ fn layers(args: &[String], pinned: bool) -> Result<()> {
     for kn in kns.split(',') {
         let (k, n) = kn.split_once('x').context("KxN")?;
         let (k, n): (u32, u32) = (k.parse()?, n.parse()?);
-        let weights = weights(k, n);
         let spec = spec(m, k, n, dtype, order)?;
+        let (a, weights) = verify::inputs(&spec.shape, 0);
         let g = backend.prepare(&spec, &weights)?;
-        let a = buffer(&**backend, pinned, &input(m, k));
+        let a = buffer(&**backend, pinned, &a);
         ops.push((k, n, g, a));
     }
     let most = ops.iter().map(|o| o.1 as usize).max().unwrap_or(0) * m as usize;
@@ -246,9 +232,8 @@ fn alloc(args: &[String], pinned: bool) -> Result<()> {
     let backend = reg
         .get_mut(proc)
         .with_context(|| format!("{proc} is not on this machine"))?;
-    let weights = weights(k, n);
     let spec = spec(m, k, n, dtype, order)?;
-    let a = input(m, k);
+    let (a, weights) = verify::inputs(&spec.shape, 0);
     let mut gemms = vec![];
     let mut inputs = vec![];
     for _ in 0..count {
