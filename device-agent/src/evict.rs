@@ -4,8 +4,9 @@
 //! in the CPU caches between runs; runtime-min runs a layer's operators in
 //! turn, so each finds its weights evicted by the others. With
 //! `cold_cache`, every timed run is preceded (outside the timer) by writes
-//! to a buffer several times the last-level cache, from one thread per
-//! core, so that private and shared caches lose what the last run left.
+//! to a buffer several times the last-level cache (at most 512 MiB), from
+//! one thread per core, so that private and shared caches lose what the
+//! last run left.
 //! It reaches the host's caches only, not a GPU's own.
 
 use std::sync::{Mutex, OnceLock};
@@ -33,10 +34,26 @@ fn llc_bytes() -> usize {
     if best == 0 { 32 << 20 } else { best }
 }
 
-/// The eviction buffer: four times the last-level cache, at least 64 MiB.
+/// The smallest eviction buffer.
+const MIN_BYTES: usize = 64 << 20;
+
+/// The largest eviction buffer. A server's last-level cache can be hundreds
+/// of MiB, shared by every core of its socket (a 2-vCPU VM here reports
+/// 480 MiB); four times that, written before every timed run, took 77 ms a
+/// run (200 ms in a test build) and left the profile a fifth of its rows.
+/// 512 MiB still exceeds every such cache.
+const MAX_BYTES: usize = 512 << 20;
+
+/// The eviction buffer's size: four times the last-level cache, within
+/// [`MIN_BYTES`, `MAX_BYTES`].
+fn buffer_bytes(llc: usize) -> usize {
+    (4 * llc).clamp(MIN_BYTES, MAX_BYTES)
+}
+
+/// The eviction buffer.
 fn buffer() -> &'static Mutex<Vec<u8>> {
     static BUF: OnceLock<Mutex<Vec<u8>>> = OnceLock::new();
-    BUF.get_or_init(|| Mutex::new(vec![1u8; (4 * llc_bytes()).max(64 << 20)]))
+    BUF.get_or_init(|| Mutex::new(vec![1u8; buffer_bytes(llc_bytes())]))
 }
 
 /// Bytes between two writes of the eviction: a cache line (64 bytes on
@@ -79,6 +96,14 @@ mod tests {
         for (i, (a, b)) in after.chunks(LINE).zip(before.chunks(LINE)).enumerate() {
             assert!(a != b, "line {i} was not written");
         }
-        assert!(after.len() >= 4 * llc_bytes());
+        assert!(after.len() >= (4 * llc_bytes()).min(MAX_BYTES));
+        assert!(after.len() > llc_bytes());
+    }
+
+    #[test]
+    fn the_buffer_is_four_caches_within_its_bounds() {
+        assert_eq!(buffer_bytes(8 << 20), 64 << 20);
+        assert_eq!(buffer_bytes(32 << 20), 128 << 20);
+        assert_eq!(buffer_bytes(480 << 20), 512 << 20);
     }
 }
