@@ -163,11 +163,11 @@ impl Proc<'_> {
     }
 
     /// Staging a run alone: the runtime keeps activations in host memory
-    /// between operators, so a discrete processor copies its input in and
-    /// its output back even when it runs alone. Zero on unified memory, and
-    /// where no copy cost was measured (the solver notes that).
+    /// between operators, so a processor copies its input in and its output
+    /// back even when it runs alone. Zero where no copy cost was measured
+    /// (the solver notes that for a discrete processor).
     pub fn alone_copy_us(&self, elems_in: f64, elems_out: f64, order: OperandOrder) -> f64 {
-        if self.unified || (self.copy_h2d.is_none() && self.stage_in.is_none()) {
+        if !self.unified && self.copy_h2d.is_none() && self.stage_in.is_none() {
             0.0
         } else {
             self.copy_us(elems_in, elems_out, order)
@@ -175,27 +175,34 @@ impl Proc<'_> {
     }
 
     /// Moving `elems_in` activations to the processor and `elems_out`
-    /// results back; zero on unified memory. They cross as f32
-    /// ([`HOST_BYTES`] each), the runtime's host format: a processor that
-    /// computes in 16 bits converts on its side. The staged data path
-    /// (`stage_in`/`stage_out`, measured through the backend's own calls)
-    /// is used where the predictor has it, in the operand order the
-    /// processor runs (an `aw` output may be transposed on the device), else
-    /// the DMA copies. Sizes that cross inside the launch take their own
-    /// lines (`stage_small`): host copies, whose DMA the latency model
-    /// carries.
+    /// results back. They cross as f32 ([`HOST_BYTES`] each), the runtime's
+    /// host format: a processor that computes in 16 bits converts on its
+    /// side. The staged data path (`stage_in`/`stage_out`, measured through
+    /// the backend's own calls) is used where the predictor has it, in the
+    /// operand order the processor runs (an `aw` output may be transposed
+    /// on the device), else the DMA copies. Sizes that cross inside the
+    /// launch take their own lines (`stage_small`): host copies, whose DMA
+    /// the latency model carries.
+    ///
+    /// On unified memory only the staged path counts: no DMA is needed, but
+    /// runtime-min's backends still copy into their own buffers (and
+    /// transpose for the operand order) where they measured that; a side
+    /// without such a line costs nothing, as every unified side did before
+    /// profiles measured it.
     pub fn copy_us(&self, elems_in: f64, elems_out: f64, order: OperandOrder) -> f64 {
-        if self.unified {
-            return 0.0;
-        }
         let (bytes_in, bytes_out) = (elems_in * HOST_BYTES, elems_out * HOST_BYTES);
+        let (dma_in, dma_out, missing) = if self.unified {
+            (None, None, 0.0)
+        } else {
+            (self.copy_h2d, self.copy_d2h.or(self.copy_h2d), INF)
+        };
         let small = |bytes: f64| self.stage_small.filter(|s| bytes <= s.max_bytes as f64);
         let h2d = small(bytes_in)
             .and_then(|s| s.stage_in)
             .or(self.stage_in)
-            .or(self.copy_h2d)
+            .or(dma_in)
             .map(|c| c.at(bytes_in))
-            .unwrap_or(INF);
+            .unwrap_or(missing);
         let (stage_out, stage_out_aw) = match small(bytes_out) {
             Some(s) if s.stage_out.or(s.stage_out_aw).is_some() => (s.stage_out, s.stage_out_aw),
             _ => (self.stage_out, self.stage_out_aw),
@@ -205,10 +212,9 @@ impl Proc<'_> {
             OperandOrder::WtAt => stage_out.or(stage_out_aw),
         };
         let d2h = staged_out
-            .or(self.copy_d2h)
-            .or(self.copy_h2d)
+            .or(dma_out)
             .map(|c| c.at(bytes_out))
-            .unwrap_or(INF);
+            .unwrap_or(missing);
         h2d + d2h
     }
 }

@@ -1141,6 +1141,48 @@ fn sizes_that_cross_inside_the_launch_take_their_own_staged_lines() {
 }
 
 #[test]
+fn a_unified_processor_pays_the_staged_copies_it_measured_and_no_dma() {
+    // The synthetic cpu is on unified memory: with no staged line its
+    // copies cost nothing, as before profiles measured them; with its
+    // staged lines (runtime-min copies into the cpu backend's buffers) a
+    // run alone pays them; a DMA line alone is never charged there.
+    let line = |alpha_us: f64| hetero_plan::LinearCost {
+        alpha_us,
+        beta_us_per_byte: 1.0 / 10e3,
+    };
+    let k = 4096.0;
+    let (bytes_in, bytes_out) = (128.0 * k * 4.0, 128.0 * k * 4.0);
+    let copy_at = |dev: &Synthetic| {
+        let mut s = prefill(128..=128, &[], &["attn_q"]);
+        s.graphs = GraphChoice::None;
+        s.processors = vec!["cpu".into()];
+        let plan = solve(dev, fp(), &llama8b(), &s).unwrap();
+        let d = at(&plan, "attn_q", Phase::Prefill, 128);
+        (d.cost.copy_us, d.strategy.clone())
+    };
+    let mut dev = synthetic::discrete_cpu_gpu();
+    dev.overheads_mut("cpu").unwrap().copy_h2d = Some(line(3.0));
+    assert_eq!(copy_at(&dev).0, 0.0, "a DMA line alone on unified memory");
+    {
+        let o = dev.overheads_mut("cpu").unwrap();
+        o.stage_in = Some(line(1.0));
+        o.stage_out = Some(line(2.0));
+        o.stage_out_aw = Some(line(2.0));
+    }
+    let (got, strategy) = copy_at(&dev);
+    let want = line(1.0).at(bytes_in) + line(2.0).at(bytes_out);
+    assert!((got - want).abs() < 0.01, "{got} vs {want} ({strategy:?})");
+    // An output line alone: the input side costs nothing.
+    {
+        let o = dev.overheads_mut("cpu").unwrap();
+        o.stage_in = None;
+    }
+    let got = copy_at(&dev).0;
+    let want = line(2.0).at(bytes_out);
+    assert!((got - want).abs() < 0.01, "{got} vs {want}");
+}
+
+#[test]
 fn the_order_with_the_cheaper_read_back_wins_when_the_gemms_tie() {
     // The synthetic GPU's GEMM takes as long in either order, so only the
     // staged read-back tells the orders apart.
