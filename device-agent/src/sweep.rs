@@ -908,9 +908,27 @@ fn stage(
         g.execute()?;
         g.read_output(&mut dst)
     })?;
+    // With cold caches, each round starts from them, as the sweep's GEMM
+    // runs do, on unified memory only: there the copies go through the
+    // host caches the eviction empties, and a runtime that runs a layer's
+    // other operators in between finds its buffers out of them (a 64-token
+    // prefill's copies ran 2-4x the warm rounds' line on a 2-core VM).
+    // An eviction takes milliseconds, so cold rounds stop at the run's
+    // repetitions.
+    let cold = run.cold_cache && proc.capabilities.unified_memory;
+    let done = |s: &[f64]| {
+        if cold {
+            s.len() >= run.repetitions.max(1) as usize
+        } else {
+            enough_samples(s, run, proc.simulated)
+        }
+    };
     let mut samples = Vec::new();
-    while !enough_samples(&samples, run, proc.simulated) {
+    while !done(&samples) {
         check_cancel(cancel, run)?;
+        if cold {
+            g.evict_caches()?;
+        }
         let t = Instant::now();
         g.write_input(&src)?;
         let t_in = t.elapsed();

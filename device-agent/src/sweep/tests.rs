@@ -425,3 +425,38 @@ fn short_microbenchmarks_take_more_samples_than_the_repetitions() {
     assert_eq!(line.row.status, RowStatus::Ok, "{:?}", line.row.message);
     assert_eq!(line.row.stats.unwrap().count as usize, MICRO_MAX_SAMPLES);
 }
+
+#[test]
+fn cold_staged_copies_on_unified_memory_take_the_repetitions_only() {
+    // With cold caches, a processor on unified memory evicts them before
+    // every round of a staged-copy microbenchmark, so its rounds stop at
+    // the run's repetitions; a discrete one (whose copies are DMAs) keeps
+    // the warm rounds and takes as many samples as a short benchmark does.
+    let cold = RunParams {
+        cold_cache: true,
+        ..run(3, 30_000)
+    };
+    let req = MicrobenchRequest {
+        id: "out".into(),
+        processor: "t:0".into(),
+        bench: MicrobenchKind::StageOut,
+        bytes: Some(4096),
+        peer: None,
+        shape: None,
+    };
+    for (unified, want) in [(true, 3), (false, MICRO_MAX_SAMPLES)] {
+        let mut b = Naive {
+            p: naive("t:0", Fault::None).processor().clone(),
+            fault: Fault::None,
+        };
+        b.p.capabilities.unified_memory = unified;
+        let mut s = Sweeper::new(vec![Box::new(b)]);
+        let line = s.run_microbench(&req, &cold);
+        assert_eq!(line.row.status, RowStatus::Ok, "{:?}", line.row.message);
+        assert_eq!(
+            line.row.stats.unwrap().count as usize,
+            want,
+            "unified memory: {unified}"
+        );
+    }
+}
