@@ -260,8 +260,8 @@ mod tests {
     fn both_orders_and_dtypes_match_the_reference() {
         for dtype in [DType::F32, DType::F16] {
             for order in [OperandOrder::Aw, OperandOrder::WtAt] {
-                // Past the gemm crate's blocking too, on two threads: the
-                // strided views of `wt_at` go through its packing.
+                // Past the gemm crate's blocking and the transposes' tiles
+                // too, on two threads.
                 for (m, k, n, par) in [
                     (1, 1, 1, Parallelism::None),
                     (3, 17, 5, Parallelism::None),
