@@ -33,8 +33,8 @@ use std::time::{Duration, Instant};
 
 use hetero_plan::{
     DType, GemmShape, MeasurementRow, MicrobenchKind, MicrobenchRequest, MicrobenchRow,
-    OperandOrder, Processor, ProcessorApi, ProcessorKind, RowStatus, RunParams, Stats, SweepCase,
-    SweepSpec, Timing, WeightMode,
+    OperandOrder, Processor, ProcessorApi, RowStatus, RunParams, Stats, SweepCase, SweepSpec,
+    Timing, WeightMode,
 };
 
 use crate::protocol::{AgentLine, Done, MicrobenchLine, bench_name};
@@ -784,20 +784,16 @@ fn preferred_dtype(proc: &Processor, order: &[DType]) -> Result<DType, Error> {
 }
 
 /// The GEMM a microbenchmark runs on `proc`: static weights, in the type
-/// a profile measures it in by default (the profiler's `dtypes_for`): f32
-/// on a CPU (the cpu backend and an OpenCL CPU device such as PoCL), f16
-/// elsewhere where the processor has it; else the other, else its first
-/// dtype. The staged copies convert to that type, so it must be the one
-/// the plan runs.
+/// a profile measures it in by default ([`Processor::default_dtype`]: f32
+/// on a CPU, the cpu backend or an OpenCL CPU device such as PoCL, else
+/// f16 where the processor has it). The staged copies convert to that
+/// type, so it must be the one the plan runs.
 fn bench_spec(proc: &Processor, shape: GemmShape, order: OperandOrder) -> Result<GemmSpec, Error> {
-    let pref: &[DType] = if proc.kind == ProcessorKind::Cpu {
-        &[DType::F32, DType::F16]
-    } else {
-        &[DType::F16, DType::F32]
-    };
     Ok(GemmSpec {
         shape,
-        dtype: preferred_dtype(proc, pref)?,
+        dtype: proc
+            .default_dtype()
+            .ok_or_else(|| Error::unsupported(&proc.id, "any dtype"))?,
         order,
         weights: WeightMode::Static,
     })

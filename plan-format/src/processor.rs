@@ -124,6 +124,20 @@ pub struct Processor {
 }
 
 impl Processor {
+    /// The element type a profile measures this processor in by default,
+    /// and its microbenchmarks' GEMMs with it: f16 on a processor that is
+    /// not a CPU and has it, else f32, else its first.
+    pub fn default_dtype(&self) -> Option<DType> {
+        let caps = &self.capabilities.dtypes;
+        if self.kind != ProcessorKind::Cpu && caps.contains(&DType::F16) {
+            Some(DType::F16)
+        } else if caps.contains(&DType::F32) {
+            Some(DType::F32)
+        } else {
+            caps.first().copied()
+        }
+    }
+
     /// Where this processor's times come from.
     pub fn timing(&self) -> Timing {
         if self.simulated {

@@ -34,7 +34,7 @@ use std::collections::{BTreeMap, BTreeSet, HashSet};
 
 use hetero_plan::{
     DType, GemmShape, MicrobenchKind, MicrobenchRequest, ModelSpec, OperandOrder, Phase, Processor,
-    ProcessorKind, SweepCase, WeightMode,
+    SweepCase, WeightMode,
 };
 use serde::Serialize;
 
@@ -337,22 +337,12 @@ pub fn grid_shapes() -> Vec<GemmShape> {
 }
 
 /// The element types to measure on a processor: those asked for that it
-/// supports, or by default one: f16 on GPUs and NPUs that have it, else
-/// f32, else its first.
+/// supports, or by default one ([`Processor::default_dtype`]).
 pub fn dtypes_for(p: &Processor, wanted: Option<&[DType]>) -> Vec<DType> {
     let caps = &p.capabilities.dtypes;
     match wanted {
         Some(w) => w.iter().copied().filter(|d| caps.contains(d)).collect(),
-        None => {
-            let pick = if p.kind != ProcessorKind::Cpu && caps.contains(&DType::F16) {
-                Some(DType::F16)
-            } else if caps.contains(&DType::F32) {
-                Some(DType::F32)
-            } else {
-                caps.first().copied()
-            };
-            pick.into_iter().collect()
-        }
+        None => p.default_dtype().into_iter().collect(),
     }
 }
 
@@ -747,7 +737,7 @@ pub fn refine(
 mod tests {
     use std::path::Path;
 
-    use hetero_plan::{Capabilities, ProcessorApi};
+    use hetero_plan::{Capabilities, ProcessorApi, ProcessorKind};
 
     use super::*;
     use crate::quick::Point;
