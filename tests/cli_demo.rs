@@ -7,6 +7,15 @@ mod common;
 use common::*;
 
 fn demo(out: &std::path::Path, overrides: &[(&str, &str)]) -> std::process::Output {
+    demo_env(out, overrides, &[])
+}
+
+/// [`demo`] with extra environment variables.
+fn demo_env(
+    out: &std::path::Path,
+    overrides: &[(&str, &str)],
+    env: &[(&str, &str)],
+) -> std::process::Output {
     // A small model and one processor keep this to seconds; the user's
     // `hetero demo` uses the bundled Qwen2.5-1.5B and every real processor.
     let mut opts = vec![
@@ -31,7 +40,12 @@ fn demo(out: &std::path::Path, overrides: &[(&str, &str)]) -> std::process::Outp
             args.push(v);
         }
     }
-    hetero(&args)
+    std::process::Command::new(env!("CARGO_BIN_EXE_hetero"))
+        .args(&args)
+        .envs(env.iter().copied())
+        .current_dir(root())
+        .output()
+        .expect("run hetero demo")
 }
 
 #[test]
@@ -98,10 +112,30 @@ fn demo_runs_every_step_and_prints_the_table() {
     // Running it again replaces the earlier demo's folder. A short warm
     // profile: cold caches cost an eviction before every timed run, which
     // takes most of 5 s in a test build on a host with a large cache.
+    // Without a usable font (a bare server: the GPU host had none), the
+    // charts are skipped with the reason and the demo runs the plan.
     std::fs::write(out.join("stale.txt"), "old").unwrap();
-    let o = demo(&out, &[("--budget", "5s"), ("--warm-cache", "")]);
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let o = demo_env(
+        &out,
+        &[("--budget", "5s"), ("--warm-cache", "")],
+        &[("HETERO_FONT", "/nonexistent/font.ttf")],
+    );
+    let text = String::from_utf8_lossy(&o.stdout).into_owned();
+    assert!(
+        o.status.success(),
+        "{text}\n{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
     assert!(!out.join("stale.txt").exists());
+    assert!(
+        text.contains("skipped: HETERO_FONT=/nonexistent/font.ttf"),
+        "{text}"
+    );
+    assert!(text.contains("not drawn: no TrueType font"), "{text}");
+    assert!(!out.join("charts/plan/index.md").exists(), "{text}");
+    for f in ["run-prefill.json", "run-decode.json", "DEMO.md"] {
+        assert!(out.join(f).is_file(), "{f} missing: {text}");
+    }
 }
 
 #[test]

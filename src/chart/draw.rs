@@ -29,43 +29,85 @@ pub const PALETTE: [RGBColor; 8] = [
     RGBColor(0, 0, 0),
 ];
 
-static FONT: OnceLock<Result<(), String>> = OnceLock::new();
+static FONT: OnceLock<Result<String, String>> = OnceLock::new();
+
+/// Fonts tried first, by path: the same text metrics on every machine that
+/// has one of them, so that a chart's bytes do not depend on which other
+/// fonts a machine happens to hold.
+const PREFERRED: [&str; 5] = [
+    "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf",
+    "/usr/share/fonts/TTF/DejaVuSans.ttf",
+    "/usr/share/fonts/dejavu/DejaVuSans.ttf",
+    "/usr/share/fonts/truetype/liberation/LiberationSans-Regular.ttf",
+    "/System/Library/Fonts/Supplemental/Arial.ttf",
+];
 
 /// Registers a TrueType font: plotters lays text out with its metrics, for
-/// SVG and PNG alike.
-pub fn ensure_font() -> anyhow::Result<()> {
-    FONT.get_or_init(|| {
-        let mut tried = Vec::new();
-        let candidates: Vec<String> = std::env::var("HETERO_FONT")
-            .into_iter()
-            .chain(
-                [
-                    "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf",
-                    "/usr/share/fonts/TTF/DejaVuSans.ttf",
-                    "/usr/share/fonts/dejavu/DejaVuSans.ttf",
-                    "/usr/share/fonts/truetype/liberation/LiberationSans-Regular.ttf",
-                    "/System/Library/Fonts/Supplemental/Arial.ttf",
-                ]
-                .map(String::from),
-            )
-            .collect();
-        for path in candidates {
-            match std::fs::read(&path) {
-                Ok(bytes) => {
-                    let bytes: &'static [u8] = Box::leak(bytes.into_boxed_slice());
-                    return plotters::style::register_font("sans-serif", FontStyle::Normal, bytes)
-                        .map_err(|_| format!("{path}: not a usable TrueType font"));
-                }
-                Err(_) => tried.push(path),
-            }
+/// SVG and PNG alike. `HETERO_FONT`, where set, is the only font tried;
+/// else the [`PREFERRED`] paths, then a sans-serif face from the system's
+/// font folders (fontdb reads them as fontconfig lists them, so other
+/// distributions' paths are found too). Returns the font's path.
+pub fn ensure_font() -> anyhow::Result<String> {
+    FONT.get_or_init(find_font)
+        .clone()
+        .map_err(|e| anyhow::anyhow!(e))
+}
+
+fn register(path: &str, bytes: Vec<u8>) -> Result<String, String> {
+    let bytes: &'static [u8] = Box::leak(bytes.into_boxed_slice());
+    plotters::style::register_font("sans-serif", FontStyle::Normal, bytes)
+        .map(|()| path.to_string())
+        .map_err(|_| format!("{path}: not a usable TrueType font"))
+}
+
+fn find_font() -> Result<String, String> {
+    if let Some(path) = std::env::var("HETERO_FONT").ok().filter(|p| !p.is_empty()) {
+        let bytes = std::fs::read(&path).map_err(|e| format!("HETERO_FONT={path}: {e}"))?;
+        return register(&path, bytes).map_err(|e| format!("HETERO_FONT={e}"));
+    }
+    for path in PREFERRED {
+        if let Ok(bytes) = std::fs::read(path) {
+            return register(path, bytes);
         }
-        Err(format!(
-            "charts need a TrueType font; none found (tried: {}). Install fonts-dejavu-core or set HETERO_FONT to a .ttf file",
-            tried.join(", ")
-        ))
-    })
-    .clone()
-    .map_err(|e| anyhow::anyhow!(e))
+    }
+    if let Some((path, bytes)) = system_font() {
+        return register(&path, bytes);
+    }
+    Err(
+        "charts need a TrueType font and this machine has none (searched the system's \
+         font folders). Install one (Debian and Ubuntu: fonts-dejavu-core; Fedora: \
+         dejavu-sans-fonts) or set HETERO_FONT to a .ttf file"
+            .to_string(),
+    )
+}
+
+/// A sans-serif face of the system's fonts, or any face, that is the first
+/// of its file (plotters reads a font file's first face only).
+fn system_font() -> Option<(String, Vec<u8>)> {
+    use fontdb::{Family, Query};
+    let mut db = fontdb::Database::new();
+    db.load_system_fonts();
+    let families = [
+        Family::Name("DejaVu Sans"),
+        Family::Name("Liberation Sans"),
+        Family::Name("Noto Sans"),
+        Family::Name("Arial"),
+        Family::Name("Helvetica"),
+        Family::SansSerif,
+    ];
+    let first_face = |id: &fontdb::ID| db.face(*id).is_some_and(|f| f.index == 0);
+    let id = db
+        .query(&Query {
+            families: &families,
+            ..Query::default()
+        })
+        .filter(first_face)
+        .or_else(|| db.faces().map(|f| f.id).find(first_face))?;
+    let path = match &db.face(id)?.source {
+        fontdb::Source::File(p) => p.display().to_string(),
+        _ => "a system font".to_string(),
+    };
+    db.with_face_data(id, |data, _| (path, data.to_vec()))
 }
 
 /// A plotters error as an anyhow error.
@@ -265,5 +307,26 @@ impl Figure for Scatter<'_> {
                 .map_err(err)?;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The fallback behind the preferred paths: on a machine with fonts in
+    /// its system folders (CI installs fonts-dejavu-core), it finds one
+    /// whose first face plotters can read.
+    #[test]
+    fn the_system_search_finds_a_readable_first_face() {
+        let Some((path, bytes)) = system_font() else {
+            println!("skipping: this machine has no fonts in its system font folders");
+            return;
+        };
+        assert!(!bytes.is_empty(), "{path}");
+        assert!(
+            plotters::style::register_font("sans-serif", FontStyle::Normal, bytes.leak()).is_ok(),
+            "{path}"
+        );
     }
 }

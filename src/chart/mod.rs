@@ -11,6 +11,8 @@ mod figure;
 mod inputs;
 mod plan;
 
+pub use draw::ensure_font;
+
 use std::path::{Path, PathBuf};
 
 use clap::{Args, ValueEnum};
@@ -124,7 +126,7 @@ pub fn draw_all(
     samples: usize,
 ) -> anyhow::Result<Vec<Written>> {
     // plotters measures text with the font for layout, in SVG too.
-    draw::ensure_font()?;
+    ensure_font()?;
     let mut written = Vec::new();
     match input {
         inputs::Input::Dataset { data, predictor } => {
