@@ -2,8 +2,8 @@
 # Replay on the GPU host (issue 10): does `hetero run` take the time its plan
 # predicts, per phase, on the lent GPU host's real processors?
 #
-#   scripts/gpu-host-replay.sh --prepare   # here: build, fill .carry/replay/
-#   scripts/gpu-host-replay.sh OUT_DIR     # there: test, profile, fit, solve, replay
+#   scripts/gpu-host-replay.sh --prepare   # here: build, fill .carry/replay/ and .carry/rx/replay.txz
+#   scripts/gpu-host-replay.sh OUT_DIR     # there (after unpacking .carry/rx): test, profile, fit, solve, replay
 #
 # There, in one call, the same steps a user takes on a new machine:
 #   1. the cuda unit tests of the agent (conversion kernels bit for bit,
@@ -59,7 +59,12 @@ for l in sys.stdin:
     git rev-parse HEAD > "$carry/COMMIT" 2>/dev/null || true
     git diff --quiet HEAD 2>/dev/null || echo "+ uncommitted changes" >> "$carry/COMMIT"
     du -sh "$carry"
-    echo "carry .carry/replay and run: scripts/gpu-host-replay.sh \"\$OUT\""
+    # The device tool carries the whole working tree and the carried paths
+    # within 64 MiB: the binaries travel as one xz archive (about 8 MB).
+    mkdir -p "$repo/.carry/rx"
+    tar cJf "$repo/.carry/rx/replay.txz" -C "$repo/.carry" replay
+    du -sh "$repo/.carry/rx/replay.txz"
+    echo "carry .carry/rx and run: tar xJf .carry/rx/replay.txz -C .carry/ && scripts/gpu-host-replay.sh \"\$OUT\""
     exit 0
 fi
 
