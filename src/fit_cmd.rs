@@ -33,6 +33,11 @@ pub struct FitArgs {
     /// are compared (how far two runs agree bounds any predictor).
     #[arg(long, value_name = "DATASET")]
     test: Option<PathBuf>,
+    /// Predict every shape from the model. By default the predictor also
+    /// keeps the profile's medians of the shapes it measured, and answers
+    /// those shapes with them (HeteroLLM's real-execution mode).
+    #[arg(long)]
+    model_only: bool,
 }
 
 /// A dataset as the fitter needs it.
@@ -163,6 +168,7 @@ pub fn run(args: FitArgs) -> anyhow::Result<()> {
     let params = FitParams {
         folds: args.folds,
         max_cv: args.max_cv,
+        measured: !args.model_only,
         ..FitParams::default()
     };
     let (predictor, report) = fit::fit(

@@ -83,6 +83,10 @@ pub fn run(args: PredictArgs) -> anyhow::Result<()> {
             args.processor
         ))
     })?;
+    // Where the profile measured the shape, that is the figure; the model's
+    // own is shown beside it.
+    let measured = model.measured_us(args.shape, args.order).is_some();
+    let model_us = model.model_us(args.shape, args.order);
     let timing = p
         .processor(&args.processor)
         .map_or(hetero_plan::Timing::Real, |p| p.timing());
@@ -93,6 +97,8 @@ pub fn run(args: PredictArgs) -> anyhow::Result<()> {
             "dtype": dtype,
             "order": args.order,
             "predicted_us": us,
+            "source": if measured { "measured" } else { "model" },
+            "model_us": model_us,
             "model": model.model.family(),
             "launch_us": model.launch_us,
             "order_free": model.order_free,
@@ -105,12 +111,19 @@ pub fn run(args: PredictArgs) -> anyhow::Result<()> {
             hetero_plan::Timing::Emulated => " (emulated processor: not a hardware latency)",
             hetero_plan::Timing::Simulated => " (simulated processor: not a hardware latency)",
         };
+        let source = match (measured, model_us) {
+            (true, Some(m)) => format!(
+                "measured in the profile; the {} model says {m:.1} µs",
+                model.model.family()
+            ),
+            (true, None) => "measured in the profile".to_string(),
+            (false, _) => format!("{} model", model.model.family()),
+        };
         println!(
-            "{} {} {dtype} {}: {us:.1} µs ({} model{}){label}",
+            "{} {} {dtype} {}: {us:.1} µs ({source}{}){label}",
             args.processor,
             args.shape,
             args.order,
-            model.model.family(),
             model
                 .launch_us
                 .map(|l| format!(", kernels plus a {l:.1} µs launch"))

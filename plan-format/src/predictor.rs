@@ -352,6 +352,34 @@ pub struct ProcessorModel {
     /// `aw`.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub order_free: bool,
+    /// The profile's own medians of the shapes it measured (HeteroLLM's
+    /// real-execution mode): [`predict_us`](ProcessorModel::predict_us)
+    /// answers these shapes with them and asks `model` about the rest.
+    /// Sorted by shape, then order, each (shape, order) once; orders as the
+    /// model is asked about them ([`model_order`](ProcessorModel::model_order)).
+    /// Empty in older predictors and with `hetero fit --model-only`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub measured: Vec<MeasuredGemm>,
+}
+
+/// One shape's latency as profiled: the median of its timed runs (the
+/// median of the rows' medians where it was profiled more than once), on
+/// the same clock as the rows `model` was fitted on.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct MeasuredGemm {
+    /// The GEMM.
+    pub shape: GemmShape,
+    /// Its operand order.
+    pub order: OperandOrder,
+    /// Median latency, µs.
+    pub us: f64,
+}
+
+impl MeasuredGemm {
+    /// The key the table is sorted by.
+    pub fn key(&self) -> (GemmShape, OperandOrder) {
+        (self.shape, self.order)
+    }
 }
 
 impl ProcessorModel {
@@ -366,12 +394,34 @@ impl ProcessorModel {
     }
 
     /// Predicted latency of one GEMM as the runtime runs it, µs: the
-    /// model's, plus [`launch_us`](ProcessorModel::launch_us) where set.
+    /// profile's median where it measured the shape
+    /// ([`measured`](ProcessorModel::measured)), else the model's; plus
+    /// [`launch_us`](ProcessorModel::launch_us) where set.
     pub fn predict_us(&self, shape: GemmShape, order: OperandOrder) -> Option<f64> {
+        match self.measured_us(shape, order) {
+            Some(t) => Some(t + self.launch_us.unwrap_or(0.0)),
+            None => self.model_us(shape, order),
+        }
+    }
+
+    /// [`predict_us`](ProcessorModel::predict_us) from the model alone,
+    /// the measured shapes too: what the fit's scores and the charts'
+    /// curves are about.
+    pub fn model_us(&self, shape: GemmShape, order: OperandOrder) -> Option<f64> {
         let t = self
             .model
             .predict_us(shape, self.dtype, self.model_order(order))?;
         Some(t + self.launch_us.unwrap_or(0.0))
+    }
+
+    /// The profile's median of this shape and order, µs, launch path
+    /// excluded as in the rows; `None` where it was not measured.
+    pub fn measured_us(&self, shape: GemmShape, order: OperandOrder) -> Option<f64> {
+        let key = (shape, self.model_order(order));
+        self.measured
+            .binary_search_by(|m| m.key().cmp(&key))
+            .ok()
+            .map(|i| self.measured[i].us)
     }
 }
 
@@ -570,6 +620,27 @@ impl Validate for Predictor {
                     format!("must be a finite number of µs, at least 0, not {l}"),
                 ));
             }
+            for (j, w) in m.measured.iter().enumerate() {
+                if !(w.us.is_finite() && w.us > 0.0) {
+                    return Err((
+                        format!("models[{i}].measured[{j}].us"),
+                        format!("must be a finite number of µs above 0, not {}", w.us),
+                    ));
+                }
+                if m.order_free && w.order != OperandOrder::Aw {
+                    return Err((
+                        format!("models[{i}].measured[{j}].order"),
+                        "an order-free model's shapes are all `aw`".into(),
+                    ));
+                }
+                if j > 0 && m.measured[j - 1].key() >= w.key() {
+                    return Err((
+                        format!("models[{i}].measured[{j}]"),
+                        "must come after the entry before it (sorted by shape, then order, each once)"
+                            .into(),
+                    ));
+                }
+            }
             if let LatencyModel::Residual { base, .. } = &m.model
                 && !matches!(
                     **base,
@@ -752,6 +823,7 @@ mod tests {
                 candidates: vec![],
                 launch_us: None,
                 order_free: false,
+                measured: Vec::new(),
             }],
             overheads: vec![],
         };
@@ -792,5 +864,84 @@ mod tests {
         gpu.models[0].launch_us = Some(-1.0);
         let (field, _) = gpu.validate().unwrap_err();
         assert_eq!(field, "models[0].launch_us");
+    }
+
+    /// The measured table answers its shapes (launch path added, orders as
+    /// the model takes them), survives RON and JSON, and is refused where
+    /// a time is no time, an order-free model keeps `wt_at` entries, or the
+    /// entries are out of order or repeated.
+    #[test]
+    fn measured_shapes_are_answered_round_trip_and_validate() {
+        let gpu: Processor = serde_json::from_str(
+            r#"{"id":"gpu","kind":"gpu","api":"cuda","name":"g","driver":"",
+                "capabilities":{"dtypes":["f16"]},"simulated":false,"emulated":false}"#,
+        )
+        .unwrap();
+        let entry = |m: u32, order, us| MeasuredGemm {
+            shape: shape(m, 64, 64),
+            order,
+            us,
+        };
+        let mut p = Predictor {
+            schema_version: SchemaVersion,
+            dataset: Fingerprint::of_bytes("d", b"d"),
+            processors: vec![gpu],
+            models: vec![ProcessorModel {
+                processor: "gpu".into(),
+                dtype: DType::F16,
+                model: LatencyModel::Linear {
+                    alpha_us: 5.0,
+                    beta_us: 0.0,
+                    work: Work::Flops,
+                },
+                score: Score::default(),
+                candidates: vec![],
+                launch_us: Some(1.0),
+                order_free: false,
+                measured: vec![
+                    entry(7, OperandOrder::Aw, 40.0),
+                    entry(7, OperandOrder::WtAt, 50.0),
+                    entry(9, OperandOrder::Aw, 60.0),
+                ],
+            }],
+            overheads: vec![],
+        };
+        assert_eq!(p.validate(), Ok(()));
+        let at = |p: &Predictor, m, order| p.gemm_us("gpu", shape(m, 64, 64), DType::F16, order);
+        assert_eq!(at(&p, 7, OperandOrder::Aw), Some(41.0));
+        assert_eq!(at(&p, 7, OperandOrder::WtAt), Some(51.0));
+        assert_eq!(at(&p, 9, OperandOrder::WtAt), Some(6.0), "not measured");
+        assert_eq!(at(&p, 8, OperandOrder::Aw), Some(6.0), "not measured");
+        let m = &p.models[0];
+        assert_eq!(m.model_us(shape(7, 64, 64), OperandOrder::Aw), Some(6.0));
+        assert_eq!(
+            m.measured_us(shape(9, 64, 64), OperandOrder::Aw),
+            Some(60.0)
+        );
+
+        let ron_text = ron::to_string(&p).unwrap();
+        assert_eq!(ron::from_str::<Predictor>(&ron_text).unwrap(), p);
+        let json = serde_json::to_string(&p).unwrap();
+        assert_eq!(serde_json::from_str::<Predictor>(&json).unwrap(), p);
+
+        let mut refused = |edit: &dyn Fn(&mut ProcessorModel), want: &str| {
+            let mut q = p.clone();
+            edit(&mut q.models[0]);
+            let (field, why) = q.validate().unwrap_err();
+            assert_eq!(field, want, "{why}");
+        };
+        refused(&|m| m.measured[1].us = f64::NAN, "models[0].measured[1].us");
+        refused(&|m| m.measured[2].us = 0.0, "models[0].measured[2].us");
+        refused(&|m| m.measured.swap(0, 2), "models[0].measured[1]");
+        refused(
+            &|m| m.measured[1].order = OperandOrder::Aw,
+            "models[0].measured[1]",
+        );
+        refused(&|m| m.order_free = true, "models[0].measured[1].order");
+        // An order-free model with `aw` entries answers both orders alike.
+        p.models[0].order_free = true;
+        p.models[0].measured.remove(1);
+        assert_eq!(p.validate(), Ok(()));
+        assert_eq!(at(&p, 7, OperandOrder::WtAt), Some(41.0));
     }
 }

@@ -480,6 +480,7 @@ fn golden_predictor() {
                 candidates: vec![("roofline".into(), Score::default())],
                 launch_us: None,
                 order_free: true,
+                measured: Vec::new(),
             },
             ProcessorModel {
                 processor: "npu-sim".into(),
@@ -500,6 +501,7 @@ fn golden_predictor() {
                 candidates: vec![],
                 launch_us: None,
                 order_free: false,
+                measured: Vec::new(),
             },
         ],
         overheads: vec![Overheads {

@@ -101,6 +101,7 @@ fn forest_predictor() -> Predictor {
                 candidates: vec![],
                 launch_us: None,
                 order_free: false,
+                measured: Vec::new(),
             }
         })
         .collect();

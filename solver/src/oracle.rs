@@ -36,6 +36,7 @@ impl GemmModel for ProcessorModel {
             dtype: self.dtype,
             launch_us: self.launch_us.unwrap_or(0.0),
             order_free: self.order_free,
+            source: self,
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
         }))
     }
@@ -49,13 +50,16 @@ static NEXT_ID: AtomicU64 = AtomicU64::new(0);
 /// thread: within one cell the solver asks for the same shape on the same
 /// processor several times (each two-way cut is searched with every
 /// partner, three-way cuts revisit their shares).
-struct Compiled {
+struct Compiled<'a> {
     model: CompiledModel,
     dtype: DType,
     /// [`ProcessorModel::launch_us`], 0 when absent.
     launch_us: f64,
     /// [`ProcessorModel::order_free`]: every order asked as `aw`.
     order_free: bool,
+    /// The model it was compiled from, for its measured shapes
+    /// ([`ProcessorModel::measured_us`]), which answer before the model.
+    source: &'a ProcessorModel,
     id: u64,
 }
 
@@ -83,7 +87,7 @@ fn memo_slot(key: &MemoKey) -> usize {
     (h >> 40) as usize % MEMO_SLOTS
 }
 
-impl GemmModel for Compiled {
+impl GemmModel for Compiled<'_> {
     fn predict_us(&self, shape: GemmShape, order: OperandOrder) -> Option<f64> {
         let order = if self.order_free {
             OperandOrder::Aw
@@ -97,10 +101,11 @@ impl GemmModel for Compiled {
             match memo[slot] {
                 Some((k, t)) if k == key => t,
                 _ => {
-                    let t = self
-                        .model
-                        .predict_us(shape, self.dtype, order)
-                        .map(|t| t + self.launch_us);
+                    let t = match self.source.measured_us(shape, order) {
+                        Some(t) => Some(t),
+                        None => self.model.predict_us(shape, self.dtype, order),
+                    }
+                    .map(|t| t + self.launch_us);
                     memo[slot] = Some((key, t));
                     t
                 }
@@ -182,6 +187,7 @@ mod tests {
             candidates: vec![],
             launch_us: Some(1.0),
             order_free,
+            measured: Vec::new(),
         }
     }
 
@@ -202,5 +208,29 @@ mod tests {
         }
         let compiled = GemmModel::compiled(&plain).unwrap();
         assert!(near(compiled.predict_us(s, OperandOrder::WtAt), 21.0));
+    }
+
+    /// Real-execution mode: a measured shape is answered with its median
+    /// (plus the launch path), compiled or not; its other order and other
+    /// shapes still come from the model.
+    #[test]
+    fn measured_shapes_answer_before_the_model_compiled_or_not() {
+        let s = GemmShape::new(300, 1536, 8960).unwrap();
+        let other = GemmShape::new(301, 1536, 8960).unwrap();
+        let near = |a: Option<f64>, b: f64| (a.unwrap() - b).abs() < 1e-9;
+        let mut m = by_order(false);
+        m.measured = vec![hetero_plan::MeasuredGemm {
+            shape: s,
+            order: OperandOrder::WtAt,
+            us: 33.0,
+        }];
+        let compiled = GemmModel::compiled(&m).unwrap();
+        for _ in 0..2 {
+            assert!(near(m.predict_us(s, OperandOrder::WtAt), 34.0));
+            assert!(near(compiled.predict_us(s, OperandOrder::WtAt), 34.0));
+            assert!(near(compiled.predict_us(s, OperandOrder::Aw), 11.0));
+            assert!(near(compiled.predict_us(other, OperandOrder::WtAt), 21.0));
+        }
+        assert!(near(m.model_us(s, OperandOrder::WtAt), 21.0));
     }
 }

@@ -262,7 +262,10 @@ pub fn stage_series(data: &Loaded, predictor: Option<&Predictor>) -> Vec<StageSe
                             d[others[0]] = f0;
                             d[others[1]] = f1;
                             let shape = GemmShape::new(d[0], d[1], d[2])?;
-                            Some((v, p.gemm_us(&processor, shape, dtype, order)?))
+                            // The model's curve: the measured points
+                            // are drawn as themselves.
+                            let m = p.model(&processor, dtype)?;
+                            Some((v, m.model_us(shape, order)?))
                         })
                         .collect()
                 })

@@ -145,6 +145,7 @@ pub fn tiny_cpu_npu(dir: &Path) -> (PathBuf, hetero_plan::ModelSpec, hetero_plan
         candidates: vec![],
         launch_us: None,
         order_free: false,
+        measured: Vec::new(),
     };
     let over = |p: &str| Overheads {
         processor: p.into(),

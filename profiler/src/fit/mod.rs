@@ -20,8 +20,8 @@ pub mod tree;
 use std::collections::BTreeMap;
 
 use hetero_plan::{
-    DType, DeviceProfile, Fingerprint, GemmShape, MeasurementRow, MicrobenchRow, OperandOrder,
-    Predictor, ProcessorModel, RowStatus, SchemaVersion, Score,
+    DType, DeviceProfile, Fingerprint, GemmShape, MeasuredGemm, MeasurementRow, MicrobenchRow,
+    OperandOrder, Predictor, ProcessorModel, RowStatus, SchemaVersion, Score, Stats,
 };
 use rand::SeedableRng;
 use rand::seq::SliceRandom;
@@ -90,6 +90,11 @@ pub struct FitParams {
     /// Rows whose coefficient of variation over their timed runs is above
     /// this are left out (and counted in the report); all kept when `None`.
     pub max_cv: Option<f64>,
+    /// Keep the profile's medians of the shapes it measured in the
+    /// predictor ([`ProcessorModel::measured`], HeteroLLM's real-execution
+    /// mode), which then answers those shapes with them; `false` (`hetero
+    /// fit --model-only`): the model answers every shape.
+    pub measured: bool,
 }
 
 impl Default for FitParams {
@@ -99,6 +104,7 @@ impl Default for FitParams {
             seed: 7,
             families: Family::ALL.to_vec(),
             max_cv: None,
+            measured: true,
         }
     }
 }
@@ -476,6 +482,22 @@ pub fn worst_shapes(samples: &[Sample], pred: &[f64]) -> Vec<WorstShape> {
     worst
 }
 
+/// The profile's median per (shape, order) of `samples`, sorted as
+/// [`ProcessorModel::measured`] keeps it: a shape profiled more than once
+/// (a refinement, a `--resume`) takes the median of its rows' medians.
+pub fn measured_table(samples: &[Sample]) -> Vec<MeasuredGemm> {
+    let mut by: BTreeMap<(GemmShape, OperandOrder), Vec<f64>> = BTreeMap::new();
+    for s in samples {
+        by.entry((s.shape, s.order)).or_default().push(s.us);
+    }
+    by.into_iter()
+        .filter_map(|((shape, order), us)| {
+            let us = Stats::from_samples(&us)?.median_us;
+            Some(MeasuredGemm { shape, order, us })
+        })
+        .collect()
+}
+
 /// Fits one (processor, dtype) group: scores every family, refits the best.
 /// For an `order_free` processor ([`hetero_plan::Capabilities::order_free`])
 /// every row is taken as `aw`, and the model says so
@@ -531,6 +553,11 @@ pub fn fit_group(
             candidates,
             launch_us,
             order_free,
+            measured: if params.measured {
+                measured_table(samples)
+            } else {
+                Vec::new()
+            },
         },
         worst,
         by_cv,
@@ -555,7 +582,7 @@ fn launch_of(processor: &str, dtype: DType, samples: &[Sample]) -> Result<Option
             ordinary: samples.len() - launches.len(),
         });
     }
-    Ok(hetero_plan::Stats::from_samples(&launches).map(|s| s.median_us.max(0.0)))
+    Ok(Stats::from_samples(&launches).map(|s| s.median_us.max(0.0)))
 }
 
 /// Fits a predictor and its report from a dataset's rows.

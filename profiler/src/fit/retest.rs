@@ -153,7 +153,9 @@ pub struct TestEntry {
 /// Scores `predictor` on every usable row of `rows` whose (processor,
 /// dtype) it has a model for; rows of other processors are not counted.
 /// Rows timed without the launch path (`launch_us`) are scored against the
-/// kernels' model, others against the model plus its `launch_us`.
+/// kernels' model, others against the model plus its `launch_us`. The
+/// models answer every shape, the ones the predictor keeps measured medians
+/// of too ([`ProcessorModel::model_us`]): this scores the fit.
 /// `fitted` are the rows it was fitted on: the test rows of shapes (with
 /// their operand order) not among them are also scored apart
 /// ([`TestEntry::unseen`]). Errors like [`usable_groups`] on an ok row with
@@ -198,7 +200,7 @@ pub fn test_predictor(
                         .model
                         .predict_us(s.shape, dtype, model.model_order(s.order))
                 } else {
-                    model.predict_us(s.shape, s.order)
+                    model.model_us(s.shape, s.order)
                 };
                 t.unwrap_or(f64::INFINITY)
             })
@@ -310,6 +312,7 @@ mod tests {
             candidates: Vec::new(),
             launch_us: None,
             order_free: false,
+            measured: Vec::new(),
         };
         let predictor = Predictor {
             schema_version: hetero_plan::SchemaVersion,

@@ -125,14 +125,12 @@ fn learns_stages_within_two_percent() {
         e.within_10pct
     );
     // The stage is learnt: one row over a tile edge costs a full extra tile.
+    // The model's, not the measured table's: 64 and 65 rows may be rows.
+    let model = pred.model("npu-sim", DType::F16).unwrap();
     let at = |m| {
-        pred.gemm_us(
-            "npu-sim",
-            GemmShape::new(m, 1024, 1024).unwrap(),
-            DType::F16,
-            OperandOrder::WtAt,
-        )
-        .unwrap()
+        model
+            .model_us(GemmShape::new(m, 1024, 1024).unwrap(), OperandOrder::WtAt)
+            .unwrap()
     };
     assert!((at(64) / staged(64, 1024, 1024, OperandOrder::WtAt) - 1.0).abs() < 0.03);
     assert!(
@@ -400,7 +398,7 @@ fn an_order_free_processor_is_fitted_and_predicted_as_one_order() {
     let m = apart.model("gpu", DType::F16).unwrap();
     assert!(!m.order_free);
     let ratio =
-        m.predict_us(s, OperandOrder::WtAt).unwrap() / m.predict_us(s, OperandOrder::Aw).unwrap();
+        m.model_us(s, OperandOrder::WtAt).unwrap() / m.model_us(s, OperandOrder::Aw).unwrap();
     assert!(ratio > 1.5, "the orders apart: wt_at / aw = {ratio}");
 }
 
@@ -619,4 +617,71 @@ fn the_host_probe_is_the_median_of_the_processors_rows() {
     let bare = linear_rows(4, 40, 8.0);
     let (pred, _) = fit_gpu(&bare).unwrap();
     assert_eq!(pred.overheads("gpu").host_probe_us, None);
+}
+
+/// Real-execution mode: the predictor keeps each measured shape's median
+/// (the median of the rows' medians where one was profiled three times)
+/// and answers it with that, the model the rest; `--model-only` keeps no
+/// table. The model's own score and curve are unchanged by the table.
+#[test]
+fn measured_shapes_keep_their_medians_unless_model_only() {
+    let mut rows: Vec<MeasurementRow> = Vec::new();
+    for m in [1u32, 16, 64, 128, 256, 512] {
+        for (k, n) in [(1536u32, 1536u32), (1536, 8960), (8960, 1536)] {
+            for order in [OperandOrder::Aw, OperandOrder::WtAt] {
+                let t = linearish(m, k, n, order);
+                rows.push(row(rows.len(), "gpu", m, k, n, order, t));
+            }
+        }
+    }
+    // One shape profiled three times (a refinement and a resume).
+    let again = GemmShape::new(64, 1536, 1536).unwrap();
+    let base = linearish(64, 1536, 1536, OperandOrder::WtAt);
+    for t in [base * 1.3, base * 0.9] {
+        rows.push(row(
+            rows.len(),
+            "gpu",
+            64,
+            1536,
+            1536,
+            OperandOrder::WtAt,
+            t,
+        ));
+    }
+    let (pred, report) = fit_gpu(&rows).unwrap();
+    let m = pred.model("gpu", DType::F16).unwrap();
+    assert_eq!(m.measured.len(), 36, "each (shape, order) once");
+    assert!(m.measured.windows(2).all(|w| w[0].key() < w[1].key()));
+    assert_eq!(m.measured_us(again, OperandOrder::WtAt), Some(base));
+    assert_eq!(m.predict_us(again, OperandOrder::WtAt), Some(base));
+    let odd = GemmShape::new(512, 8960, 1536).unwrap();
+    let want = linearish(512, 8960, 1536, OperandOrder::Aw);
+    assert_eq!(m.predict_us(odd, OperandOrder::Aw), Some(want));
+    let unseen = GemmShape::new(300, 1536, 8960).unwrap();
+    assert_eq!(m.measured_us(unseen, OperandOrder::Aw), None);
+    assert_eq!(
+        m.predict_us(unseen, OperandOrder::Aw),
+        m.model_us(unseen, OperandOrder::Aw)
+    );
+
+    let only = FitParams {
+        measured: false,
+        ..FitParams::default()
+    };
+    let (bare, bare_report) = fit(
+        &profile(&["gpu"]),
+        Fingerprint::of_bytes("t", b"t"),
+        &rows,
+        &[],
+        &only,
+    )
+    .unwrap();
+    let b = bare.model("gpu", DType::F16).unwrap();
+    assert!(b.measured.is_empty());
+    assert_eq!(b.model, m.model, "the same model either way");
+    assert_eq!(bare_report.entries[0].mape, report.entries[0].mape);
+    assert_eq!(
+        b.predict_us(odd, OperandOrder::Aw),
+        m.model_us(odd, OperandOrder::Aw)
+    );
 }

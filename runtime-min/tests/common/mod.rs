@@ -62,6 +62,7 @@ pub fn predictor() -> Predictor {
         candidates: vec![],
         launch_us: None,
         order_free: false,
+        measured: Vec::new(),
     };
     let over = |p: &str| Overheads {
         processor: p.into(),
