@@ -64,6 +64,39 @@ fn fit_then_predict() {
         "predicted {us}, staged {want}"
     );
     assert_eq!(v["timing"], "simulated");
+    assert_eq!(v["source"], "model", "300 rows were not profiled");
+
+    // A profiled shape (295 rows) is answered with its measured median,
+    // unless the predictor was fitted with --model-only.
+    let predict = |pred: &std::path::Path| {
+        let json = ok(&[
+            "predict",
+            pred.to_str().unwrap(),
+            "--processor",
+            "npu-sim",
+            "--shape",
+            "295x512x512",
+            "--order",
+            "wt_at",
+            "--json",
+        ]);
+        serde_json::from_str::<serde_json::Value>(&json).unwrap()
+    };
+    let v = predict(&pred);
+    assert_eq!(v["source"], "measured", "{v}");
+    assert_eq!(v["predicted_us"].as_f64(), Some(staged_us(295, 512, 512)));
+    let model_us = v["model_us"].as_f64().unwrap();
+    let only = t.path().join("model-only.ron");
+    ok(&[
+        "fit",
+        ds.to_str().unwrap(),
+        "--out",
+        only.to_str().unwrap(),
+        "--model-only",
+    ]);
+    let v = predict(&only);
+    assert_eq!(v["source"], "model", "{v}");
+    assert_eq!(v["predicted_us"].as_f64(), Some(model_us));
 }
 
 #[test]

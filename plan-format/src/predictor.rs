@@ -924,7 +924,7 @@ mod tests {
         let json = serde_json::to_string(&p).unwrap();
         assert_eq!(serde_json::from_str::<Predictor>(&json).unwrap(), p);
 
-        let mut refused = |edit: &dyn Fn(&mut ProcessorModel), want: &str| {
+        let refused = |edit: &dyn Fn(&mut ProcessorModel), want: &str| {
             let mut q = p.clone();
             edit(&mut q.models[0]);
             let (field, why) = q.validate().unwrap_err();

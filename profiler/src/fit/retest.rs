@@ -155,7 +155,7 @@ pub struct TestEntry {
 /// Rows timed without the launch path (`launch_us`) are scored against the
 /// kernels' model, others against the model plus its `launch_us`. The
 /// models answer every shape, the ones the predictor keeps measured medians
-/// of too ([`ProcessorModel::model_us`]): this scores the fit.
+/// of too ([`ProcessorModel::model_us`](hetero_plan::ProcessorModel::model_us)): this scores the fit.
 /// `fitted` are the rows it was fitted on: the test rows of shapes (with
 /// their operand order) not among them are also scored apart
 /// ([`TestEntry::unseen`]). Errors like [`usable_groups`] on an ok row with
