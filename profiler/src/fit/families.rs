@@ -65,6 +65,15 @@ impl Family {
         }
     }
 
+    /// Predicts both operand orders alike: the parametric families, whose
+    /// work counts have no order.
+    pub fn order_blind(self) -> bool {
+        matches!(
+            self,
+            Family::LinearFlops | Family::LinearBytes | Family::Roofline
+        )
+    }
+
     /// The name in reports.
     pub fn name(self) -> &'static str {
         match self {

@@ -482,6 +482,33 @@ pub fn worst_shapes(samples: &[Sample], pred: &[f64]) -> Vec<WorstShape> {
     worst
 }
 
+/// [`order_gap`] above which the two operand orders count as apart: the
+/// order-blind families ([`Family::order_blind`]) are then not chosen.
+/// About 16 %; a row's median of seven runs at a cv of 0.2 scatters by
+/// about 10 %, so two orders of one speed stay below it.
+pub const ORDER_GAP: f64 = 0.15;
+
+/// How far the two operand orders are apart in `samples`: over the shapes
+/// measured in both, the median of |ln(`wt_at` µs / `aw` µs)|. `None` where
+/// no shape was measured in both (an order-free processor's rows are all
+/// `aw`).
+pub fn order_gap(samples: &[Sample]) -> Option<f64> {
+    let mut by: BTreeMap<GemmShape, [Vec<f64>; 2]> = BTreeMap::new();
+    for s in samples {
+        let side = usize::from(s.order == OperandOrder::WtAt);
+        by.entry(s.shape).or_default()[side].push(s.us);
+    }
+    let gaps: Vec<f64> = by
+        .values()
+        .filter_map(|[aw, wt_at]| {
+            let aw = Stats::from_samples(aw)?.median_us;
+            let wt_at = Stats::from_samples(wt_at)?.median_us;
+            Some((wt_at / aw).ln().abs())
+        })
+        .collect();
+    Stats::from_samples(&gaps).map(|s| s.median_us)
+}
+
 /// The profile's median per (shape, order) of `samples`, sorted as
 /// [`ProcessorModel::measured`] keeps it: a shape profiled more than once
 /// (a refinement, a `--resume`) takes the median of its rows' medians.
@@ -530,8 +557,21 @@ pub fn fit_group(
         let pairs: Vec<(f64, f64)> = samples.iter().zip(&pred).map(|(s, p)| (s.us, *p)).collect();
         scored.push((family, score(&pairs, params.folds), pred));
     }
-    let pairs: Vec<(Family, Score)> = scored.iter().map(|(f, s, _)| (*f, s.clone())).collect();
-    let best = choose(&pairs).expect("at least one family");
+    // Where the rows show the two orders apart, a family that predicts
+    // them alike is not chosen, however it scores (its score averages the
+    // two orders' errors).
+    let apart = order_gap(samples).is_some_and(|g| g > ORDER_GAP);
+    let mut eligible: Vec<usize> = (0..scored.len())
+        .filter(|&i| !(apart && scored[i].0.order_blind()))
+        .collect();
+    if eligible.is_empty() {
+        eligible = (0..scored.len()).collect();
+    }
+    let pairs: Vec<(Family, Score)> = eligible
+        .iter()
+        .map(|&i| (scored[i].0, scored[i].1.clone()))
+        .collect();
+    let best = eligible[choose(&pairs).expect("at least one family")];
     let (family, best_score, pred) = scored[best].clone();
     let model = family.fit(samples, dtype, params.seed)?;
     let worst = worst_shapes(samples, &pred);

@@ -685,3 +685,73 @@ fn measured_shapes_keep_their_medians_unless_model_only() {
         m.model_us(odd, OperandOrder::Aw)
     );
 }
+
+/// Rows whose two operand orders run 2.5× apart: an order-blind family
+/// (roofline, linear) is not chosen even where it scores best, since it
+/// predicts both orders alike. With the orders of one speed it may be.
+#[test]
+fn order_blind_families_are_not_chosen_where_the_orders_are_apart() {
+    let rows_with = |wt_at_factor: f64| -> Vec<MeasurementRow> {
+        let mut rows = Vec::new();
+        for m in [1u32, 8, 32, 64, 128, 256] {
+            for (k, n) in [(1536u32, 1536u32), (1536, 8960), (8960, 1536)] {
+                // Linear in the flops in `aw`: the parametric families fit it.
+                let aw = 5.0 + 2.0 * m as f64 * k as f64 * n as f64 / 50e3;
+                rows.push(row(rows.len(), "cpu", m, k, n, OperandOrder::Aw, aw));
+                let wt = aw * wt_at_factor;
+                rows.push(row(rows.len(), "cpu", m, k, n, OperandOrder::WtAt, wt));
+            }
+        }
+        rows
+    };
+    let samples = |rows: &[MeasurementRow]| -> Vec<Sample> {
+        rows.iter()
+            .map(|r| Sample {
+                shape: r.shape().unwrap(),
+                order: r.order,
+                us: r.median_us.unwrap(),
+                cv: None,
+                reps: 0,
+                launch_us: None,
+            })
+            .collect()
+    };
+    let apart = rows_with(0.4);
+    let gap = order_gap(&samples(&apart)).unwrap();
+    assert!((gap - 2.5f64.ln()).abs() < 1e-9, "{gap}");
+    let (pred, report) = fit(
+        &profile(&["cpu"]),
+        Fingerprint::of_bytes("t", b"t"),
+        &apart,
+        &[],
+        &FitParams::default(),
+    )
+    .unwrap();
+    let family = pred.models[0].model.family();
+    assert!(
+        !["roofline", "linear"].contains(&family),
+        "{family} chosen: {:?}",
+        report.entries[0]
+    );
+    let s = GemmShape::new(64, 1536, 8960).unwrap();
+    let m = &pred.models[0];
+    let ratio =
+        m.model_us(s, OperandOrder::WtAt).unwrap() / m.model_us(s, OperandOrder::Aw).unwrap();
+    assert!((ratio - 0.4).abs() < 0.1, "wt_at / aw = {ratio}");
+
+    let alike = rows_with(1.0);
+    assert!(order_gap(&samples(&alike)).unwrap() < 1e-12);
+    assert_eq!(order_gap(&samples(&alike[..1])), None, "one order only");
+    let (pred, _) = fit(
+        &profile(&["cpu"]),
+        Fingerprint::of_bytes("t", b"t"),
+        &alike,
+        &[],
+        &FitParams::default(),
+    )
+    .unwrap();
+    // Linear in the flops: the linear and roofline families fit it
+    // exactly, and one of them is chosen again.
+    let family = pred.models[0].model.family();
+    assert!(["roofline", "linear"].contains(&family), "{family}");
+}
