@@ -569,6 +569,12 @@ pub fn run(a: DemoArgs) -> Result<()> {
     }
     let _ = writeln!(
         table,
+        "\nThe runs poll (HeteroLLM's fast sync): each wait sleeps through most of its part's \
+         prediction first, so a ratio near 1 can hide a part that ended sooner. The same \
+         runs with --sync block (the commands are in the logs) show an over-prediction."
+    );
+    let _ = writeln!(
+        table,
         "\nWhere everything went ({:.0} s in all):",
         d.started.elapsed().as_secs_f64()
     );

@@ -45,18 +45,21 @@ fn fit_then_predict() {
     let prep = p.overheads("npu-sim").prepare.expect("prepare cost fitted");
     assert!((prep.alpha_us - 1000.0).abs() < 1.0, "{prep:?}");
 
-    let json = ok(&[
-        "predict",
-        pred.to_str().unwrap(),
-        "--processor",
-        "npu-sim",
-        "--shape",
-        "300x512x512",
-        "--order",
-        "wt_at",
-        "--json",
-    ]);
-    let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+    let predict = |pred: &std::path::Path, shape: &str| {
+        let json = ok(&[
+            "predict",
+            pred.to_str().unwrap(),
+            "--processor",
+            "npu-sim",
+            "--shape",
+            shape,
+            "--order",
+            "wt_at",
+            "--json",
+        ]);
+        serde_json::from_str::<serde_json::Value>(&json).unwrap()
+    };
+    let v = predict(&pred, "300x512x512");
     let us = v["predicted_us"].as_f64().unwrap();
     let want = staged_us(300, 512, 512);
     assert!(
@@ -68,21 +71,7 @@ fn fit_then_predict() {
 
     // A profiled shape (295 rows) is answered with its measured median,
     // unless the predictor was fitted with --model-only.
-    let predict = |pred: &std::path::Path| {
-        let json = ok(&[
-            "predict",
-            pred.to_str().unwrap(),
-            "--processor",
-            "npu-sim",
-            "--shape",
-            "295x512x512",
-            "--order",
-            "wt_at",
-            "--json",
-        ]);
-        serde_json::from_str::<serde_json::Value>(&json).unwrap()
-    };
-    let v = predict(&pred);
+    let v = predict(&pred, "295x512x512");
     assert_eq!(v["source"], "measured", "{v}");
     assert_eq!(v["predicted_us"].as_f64(), Some(staged_us(295, 512, 512)));
     let model_us = v["model_us"].as_f64().unwrap();
@@ -94,7 +83,7 @@ fn fit_then_predict() {
         only.to_str().unwrap(),
         "--model-only",
     ]);
-    let v = predict(&only);
+    let v = predict(&only, "295x512x512");
     assert_eq!(v["source"], "model", "{v}");
     assert_eq!(v["predicted_us"].as_f64(), Some(model_us));
 }
