@@ -571,7 +571,8 @@ pub fn run(a: DemoArgs) -> Result<()> {
         table,
         "\nThe runs poll (HeteroLLM's fast sync): each wait sleeps through most of its part's \
          prediction first, so a ratio near 1 can hide a part that ended sooner. The same \
-         runs with --sync block (the commands are in the logs) show an over-prediction."
+         runs with --sync block (the commands are in the logs) show whether the plan \
+         over-predicts."
     );
     let _ = writeln!(
         table,

@@ -1350,7 +1350,7 @@ impl Runtime {
         }
         if self.sync == SyncChoice::Poll {
             // Seen on the VM (session 36): polled 0.92, blocked 0.47.
-            notes.push("--sync poll: each wait sleeps through its part's predicted time less a margin (a tenth on cpu and OpenCL processors, 80 µs on CUDA) before it polls, so a part that ended sooner is seen then: where parts are long, polled ratios do not fall much below 0.9; --sync block shows an over-prediction".into());
+            notes.push("--sync poll: each wait sleeps through its part's predicted time less a margin (a tenth on cpu and OpenCL processors, 80 µs on CUDA) before it polls, so a part that ended sooner is seen then: where parts are long, polled ratios do not fall much below 0.9; --sync block shows whether the plan over-predicts".into());
         }
         notes.push(format!(
             "preparing every GEMM for this length took {:.1} ms of host time (not in the totals)",
