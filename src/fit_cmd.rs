@@ -192,6 +192,18 @@ pub fn run(args: FitArgs) -> anyhow::Result<()> {
     if let (Some(t), Some(dir)) = (&report.test, &args.test) {
         print_test(t, dir);
     }
+    let kept: Vec<String> = predictor
+        .models
+        .iter()
+        .filter(|m| !m.measured.is_empty())
+        .map(|m| format!("{} {} {}", m.processor, m.dtype, m.measured.len()))
+        .collect();
+    if !kept.is_empty() {
+        println!(
+            "measured shapes kept (answered with their medians; --model-only drops them): {}",
+            kept.join(", ")
+        );
+    }
     println!("predictor: {}", args.out.display());
     Ok(())
 }

@@ -25,6 +25,7 @@ fn fit_then_predict() {
     ]);
     assert!(out.contains("npu-sim"), "{out}");
     assert!(out.contains("simulated"), "{out}");
+    assert!(out.contains("measured shapes kept"), "{out}");
     let r: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
     let e = &r["entries"][0];
