@@ -33,9 +33,6 @@ impl GemmModel for ProcessorModel {
     fn compiled(&self) -> Option<Box<dyn GemmModel + Send + '_>> {
         Some(Box::new(Compiled {
             model: self.model.compile(),
-            dtype: self.dtype,
-            launch_us: self.launch_us.unwrap_or(0.0),
-            order_free: self.order_free,
             source: self,
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
         }))
@@ -51,14 +48,11 @@ static NEXT_ID: AtomicU64 = AtomicU64::new(0);
 /// processor several times (each two-way cut is searched with every
 /// partner, three-way cuts revisit their shares).
 struct Compiled<'a> {
+    /// `source.model`, flattened.
     model: CompiledModel,
-    dtype: DType,
-    /// [`ProcessorModel::launch_us`], 0 when absent.
-    launch_us: f64,
-    /// [`ProcessorModel::order_free`]: every order asked as `aw`.
-    order_free: bool,
-    /// The model it was compiled from, for its measured shapes
-    /// ([`ProcessorModel::measured_us`]), which answer before the model.
+    /// The model it was compiled from: its dtype, launch path, order rule
+    /// and measured shapes ([`ProcessorModel::measured_us`], which answer
+    /// before the model).
     source: &'a ProcessorModel,
     id: u64,
 }
@@ -89,11 +83,8 @@ fn memo_slot(key: &MemoKey) -> usize {
 
 impl GemmModel for Compiled<'_> {
     fn predict_us(&self, shape: GemmShape, order: OperandOrder) -> Option<f64> {
-        let order = if self.order_free {
-            OperandOrder::Aw
-        } else {
-            order
-        };
+        let s = self.source;
+        let order = s.model_order(order);
         let key: MemoKey = (self.id, shape.m.get(), shape.k.get(), shape.n.get(), order);
         let slot = memo_slot(&key);
         MEMO.with(|memo| {
@@ -101,11 +92,12 @@ impl GemmModel for Compiled<'_> {
             match memo[slot] {
                 Some((k, t)) if k == key => t,
                 _ => {
-                    let t = match self.source.measured_us(shape, order) {
+                    // The formula of `ProcessorModel::predict_us`.
+                    let t = match s.measured_us(shape, order) {
                         Some(t) => Some(t),
-                        None => self.model.predict_us(shape, self.dtype, order),
+                        None => self.model.predict_us(shape, s.dtype, order),
                     }
-                    .map(|t| t + self.launch_us);
+                    .map(|t| t + s.launch_us.unwrap_or(0.0));
                     memo[slot] = Some((key, t));
                     t
                 }

@@ -70,12 +70,21 @@ fn profile(ids: &[&str]) -> DeviceProfile {
 
 /// Fits rows of the one processor `gpu`, default parameters.
 fn fit_gpu(rows: &[MeasurementRow]) -> Result<(Predictor, Report), FitError> {
+    fit_on("gpu", rows, &FitParams::default())
+}
+
+/// Fits the rows of one processor `id`, no microbenchmarks.
+fn fit_on(
+    id: &str,
+    rows: &[MeasurementRow],
+    params: &FitParams,
+) -> Result<(Predictor, Report), FitError> {
     fit(
-        &profile(&["gpu"]),
+        &profile(&[id]),
         Fingerprint::of_bytes("t", b"t"),
         rows,
         &[],
-        &FitParams::default(),
+        params,
     )
 }
 
@@ -668,14 +677,7 @@ fn measured_shapes_keep_their_medians_unless_model_only() {
         measured: false,
         ..FitParams::default()
     };
-    let (bare, bare_report) = fit(
-        &profile(&["gpu"]),
-        Fingerprint::of_bytes("t", b"t"),
-        &rows,
-        &[],
-        &only,
-    )
-    .unwrap();
+    let (bare, bare_report) = fit_on("gpu", &rows, &only).unwrap();
     let b = bare.model("gpu", DType::F16).unwrap();
     assert!(b.measured.is_empty());
     assert_eq!(b.model, m.model, "the same model either way");
@@ -705,28 +707,12 @@ fn order_blind_families_are_not_chosen_where_the_orders_are_apart() {
         rows
     };
     let samples = |rows: &[MeasurementRow]| -> Vec<Sample> {
-        rows.iter()
-            .map(|r| Sample {
-                shape: r.shape().unwrap(),
-                order: r.order,
-                us: r.median_us.unwrap(),
-                cv: None,
-                reps: 0,
-                launch_us: None,
-            })
-            .collect()
+        usable_groups(rows).unwrap().into_values().next().unwrap()
     };
     let apart = rows_with(0.4);
     let gap = order_gap(&samples(&apart)).unwrap();
     assert!((gap - 2.5f64.ln()).abs() < 1e-9, "{gap}");
-    let (pred, report) = fit(
-        &profile(&["cpu"]),
-        Fingerprint::of_bytes("t", b"t"),
-        &apart,
-        &[],
-        &FitParams::default(),
-    )
-    .unwrap();
+    let (pred, report) = fit_on("cpu", &apart, &FitParams::default()).unwrap();
     let family = pred.models[0].model.family();
     assert!(
         !["roofline", "linear"].contains(&family),
@@ -742,14 +728,7 @@ fn order_blind_families_are_not_chosen_where_the_orders_are_apart() {
     let alike = rows_with(1.0);
     assert!(order_gap(&samples(&alike)).unwrap() < 1e-12);
     assert_eq!(order_gap(&samples(&alike[..1])), None, "one order only");
-    let (pred, _) = fit(
-        &profile(&["cpu"]),
-        Fingerprint::of_bytes("t", b"t"),
-        &alike,
-        &[],
-        &FitParams::default(),
-    )
-    .unwrap();
+    let (pred, _) = fit_on("cpu", &alike, &FitParams::default()).unwrap();
     // Linear in the flops: the linear and roofline families fit it
     // exactly, and one of them is chosen again.
     let family = pred.models[0].model.family();
