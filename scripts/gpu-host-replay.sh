@@ -31,8 +31,8 @@
 # CUDA_BUDGET (default 150s), CPU_BUDGET (default 60s), CUDA_COLD (set:
 # profile cuda:0 with --cold-cache, its L2 evicted before every timed run),
 # CPU_COLD (set: profile cpu:0 with --cold-cache, the host's caches evicted
-# before every timed run, so that its thread pool also waits idle between
-# runs, as it does between a mixed plan's GPU operators), CUDA_FLAGS (extra
+# before every timed run; since session 37 by cpu:0's own workers, so its
+# pool is awake when the timed run starts), CUDA_FLAGS (extra
 # words for the cuda:0 profile, e.g. --ordinary-timer), SKIP_CUDA_TESTS (set:
 # leave out step 1, for a second replay in the same call).
 set -uo pipefail

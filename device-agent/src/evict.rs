@@ -5,9 +5,19 @@
 //! turn, so each finds its weights evicted by the others. With
 //! `cold_cache`, every timed run is preceded (outside the timer) by writes
 //! to a buffer several times the last-level cache (at most 512 MiB where
-//! the cache is smaller), from one thread per core, so that private and
-//! shared caches lose what the last run left. It reaches the host's caches
-//! only, not a GPU's own.
+//! the cache is smaller), so that private and shared caches lose what the
+//! last run left. It reaches the host's caches only, not a GPU's own.
+//!
+//! Who writes matters as much as what is written. [`evict_host_caches`]
+//! writes from fresh threads, one per core, while the processor's own
+//! workers sleep; [`evict_on`] has a rayon pool's own workers write it, so
+//! the GEMM that follows finds them awake, as runtime-min's next operator
+//! finds the workers the last one ran on. On a 2-vCPU virtual machine, a
+//! 64×1536×1536 GEMM after the first took 3.3–3.6 ms and after the second
+//! 1.8–1.9 ms, the time runtime-min ran it in (1.7–2.1 ms); warm, 1.6 ms.
+//! Idle workers alone (an 80 ms sleep instead of the writes) made it
+//! 3.5–4.0 ms: a woken pool starts on fewer cores than it has
+//! (`docs/benchmarks.md`, Runtime, session 37).
 
 use std::sync::{Mutex, OnceLock};
 
@@ -51,10 +61,15 @@ fn buffer_bytes(llc: usize) -> usize {
     (4 * llc).min(MAX_BYTES.max(llc + llc / 16)).max(MIN_BYTES)
 }
 
-/// The eviction buffer.
-fn buffer() -> &'static Mutex<Vec<u8>> {
-    static BUF: OnceLock<Mutex<Vec<u8>>> = OnceLock::new();
-    BUF.get_or_init(|| Mutex::new(vec![1u8; buffer_bytes(llc_bytes())]))
+/// The eviction buffer, in one part per core of the machine, so that
+/// threads can write their parts at once.
+fn parts() -> &'static [Mutex<Vec<u8>>] {
+    static PARTS: OnceLock<Vec<Mutex<Vec<u8>>>> = OnceLock::new();
+    PARTS.get_or_init(|| {
+        let n = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let each = buffer_bytes(llc_bytes()).div_ceil(n);
+        (0..n).map(|_| Mutex::new(vec![1u8; each])).collect()
+    })
 }
 
 /// Bytes between two writes of the eviction: a cache line (64 bytes on
@@ -62,23 +77,38 @@ fn buffer() -> &'static Mutex<Vec<u8>> {
 /// twice).
 const LINE: usize = 64;
 
-/// Writes one byte of every cache line of the eviction buffer, split over
-/// one thread per core: each write brings its whole line into the cache
-/// (and leaves it dirty), so every line is evicted as if all of it were
-/// written, at a 64th of the loop's iterations (an unoptimised test build
-/// took about a third of a second a run writing every byte).
+/// Writes one byte of every cache line of a part: each write brings its
+/// whole line into the cache (and leaves it dirty), so every line is
+/// evicted as if all of it were written, at a 64th of the loop's iterations
+/// (an unoptimised test build took about a third of a second a run writing
+/// every byte).
+fn write_part(part: &Mutex<Vec<u8>>) {
+    let mut b = part.lock().unwrap_or_else(|e| e.into_inner());
+    for x in b.iter_mut().step_by(LINE) {
+        *x = x.wrapping_add(1);
+    }
+    std::hint::black_box(&b[0]);
+}
+
+/// Writes the whole eviction buffer from fresh threads, one per part (per
+/// core): for processors whose workers are not ours (OpenCL, PoCL).
 pub fn evict_host_caches() {
-    let mut buf = buffer().lock().unwrap_or_else(|e| e.into_inner());
-    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let chunk = buf.len().div_ceil(threads);
     std::thread::scope(|s| {
-        for part in buf.chunks_mut(chunk) {
-            s.spawn(move || {
-                for b in part.iter_mut().step_by(LINE) {
-                    *b = b.wrapping_add(1);
-                }
-                std::hint::black_box(&part[0]);
-            });
+        for part in parts() {
+            s.spawn(move || write_part(part));
+        }
+    });
+}
+
+/// Writes the whole eviction buffer from `pool`'s own workers, each taking
+/// every `n`-th part (`n` workers), so that they are the threads awake when
+/// the timed run starts.
+#[cfg(feature = "cpu")]
+pub fn evict_on(pool: &rayon::ThreadPool) {
+    let parts = parts();
+    pool.broadcast(|ctx| {
+        for part in parts.iter().skip(ctx.index()).step_by(ctx.num_threads()) {
+            write_part(part);
         }
     });
 }
@@ -87,18 +117,43 @@ pub fn evict_host_caches() {
 mod tests {
     use super::*;
 
+    fn snapshot() -> Vec<Vec<u8>> {
+        parts().iter().map(|p| p.lock().unwrap().clone()).collect()
+    }
+
+    /// Every cache line of every part changed between `before` and now.
+    fn every_line_written(before: &[Vec<u8>]) {
+        for (pi, (a, b)) in snapshot().iter().zip(before).enumerate() {
+            for (i, (x, y)) in a.chunks(LINE).zip(b.chunks(LINE)).enumerate() {
+                assert!(x != y, "part {pi}, line {i} was not written");
+            }
+        }
+    }
+
     #[test]
     fn the_buffer_is_larger_than_the_last_level_cache_and_is_written() {
         assert!(llc_bytes() >= 1 << 10);
-        let before = buffer().lock().unwrap().clone();
+        let before = snapshot();
         evict_host_caches();
-        let after = buffer().lock().unwrap();
-        // Every cache line got a write, whatever the chunks' offsets.
-        for (i, (a, b)) in after.chunks(LINE).zip(before.chunks(LINE)).enumerate() {
-            assert!(a != b, "line {i} was not written");
+        every_line_written(&before);
+        let total: usize = before.iter().map(Vec::len).sum();
+        assert!(total >= buffer_bytes(llc_bytes()));
+        assert!(total > llc_bytes());
+    }
+
+    #[cfg(feature = "cpu")]
+    #[test]
+    fn a_pool_writes_the_whole_buffer_from_its_own_workers() {
+        for threads in [1, 2, 3] {
+            let pool = rayon::ThreadPoolBuilder::new()
+                .num_threads(threads)
+                .thread_name(|i| format!("evict-test-{i}"))
+                .build()
+                .unwrap();
+            let before = snapshot();
+            evict_on(&pool);
+            every_line_written(&before);
         }
-        assert_eq!(after.len(), buffer_bytes(llc_bytes()));
-        assert!(after.len() > llc_bytes());
     }
 
     #[test]

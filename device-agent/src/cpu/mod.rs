@@ -395,6 +395,14 @@ impl Gemm for CpuGemm {
     fn backend_id(&self) -> String {
         self.id.clone()
     }
+
+    /// Evicts with this group's own workers, so that the timed run finds
+    /// them awake, as an operator of runtime-min finds the workers the one
+    /// before it ran on (`crate::evict`).
+    fn evict_caches(&mut self) -> Result<()> {
+        crate::evict::evict_on(&self.pool);
+        Ok(())
+    }
 }
 
 #[cfg(test)]
@@ -478,6 +486,31 @@ mod tests {
                 assert!(r.passes(1e-5), "{order} {mode:?}: {r:?}");
             }
             assert!(g.wait(SyncMode::Block).is_err(), "wait without submit");
+        }
+    }
+
+    #[test]
+    fn evicting_between_runs_keeps_the_product() {
+        // The eviction runs on the group's own workers (`evict_on`): the
+        // GEMM after it still runs, on the same pool, to the right result.
+        let mut b = backend();
+        let shape = GemmShape::new(9, 300, 40).unwrap();
+        let (a, w) = crate::verify::inputs(&shape, 1);
+        let spec = GemmSpec {
+            shape,
+            dtype: DType::F32,
+            order: OperandOrder::WtAt,
+            weights: WeightMode::Static,
+        };
+        let mut g = b.prepare(&spec, &w).unwrap();
+        g.write_input(&a).unwrap();
+        for _ in 0..2 {
+            g.evict_caches().unwrap();
+            g.execute().unwrap();
+            let mut c = vec![0f32; 9 * 40];
+            g.read_output(&mut c).unwrap();
+            let r = crate::verify::check(&shape, &a, &w, &c);
+            assert!(r.passes(1e-5), "{r:?}");
         }
     }
 
