@@ -9,7 +9,7 @@ bin=$(cd "$(dirname "$0")/../../.." && pwd)/target/release
 mkdir -p "$out"
 (cd "$out" && "$bin/hetero" demo > demo.txt 2>&1)
 demo=$out/hetero-demo
-for round in 1 2; do
+for round in ${ROUNDS:-1 2}; do
     for sync in block poll; do
         for ph in prefill decode; do
             if [ $ph = decode ]; then len=(--len 1 --tokens 8); else len=(--len 64); fi
