@@ -81,9 +81,10 @@ pub struct ProfileArgs {
     #[arg(long, default_value_t = RunParams::default().timeout_ms)]
     timeout_ms: u64,
     /// Evict the caches before every timed run (outside the timer): the
-    /// host's for CPU and PoCL, the L2 for CUDA. As runtime-min running a
-    /// layer's other operators in between does; slower to profile, truer
-    /// for small GEMMs.
+    /// host's for CPU (written by the processor's own worker threads, so
+    /// they are awake when the run starts) and PoCL, the L2 for CUDA. As
+    /// runtime-min running a layer's other operators in between does;
+    /// slower to profile, truer for small GEMMs.
     #[arg(long)]
     cold_cache: bool,
     /// Time the kernels alone, without the host's launch path (CUDA: the
