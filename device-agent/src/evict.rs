@@ -10,7 +10,9 @@
 //!
 //! Who writes matters as much as what is written. [`evict_host_caches`]
 //! writes from fresh threads, one per core, while the processor's own
-//! workers sleep; [`evict_on`] has a rayon pool's own workers write it, so
+//! workers sleep; [`evict_on`] has a rayon pool's own workers write it
+//! (an OpenCL device reads a buffer of [`host_buffer_bytes`] with a kernel
+//! of its own, `opencl::DeviceCtx::evict_caches`), so
 //! the GEMM that follows finds them awake, as runtime-min's next operator
 //! finds the workers the last one ran on. On a 2-vCPU virtual machine, a
 //! 64×1536×1536 GEMM after the first took 3.3–3.6 ms and after the second
@@ -59,6 +61,12 @@ const MAX_BYTES: usize = 512 << 20;
 /// whichever is larger, so that it always exceeds the cache.
 fn buffer_bytes(llc: usize) -> usize {
     (4 * llc).min(MAX_BYTES.max(llc + llc / 16)).max(MIN_BYTES)
+}
+
+/// How many bytes a host eviction goes through on this machine (for
+/// devices that evict the host's caches with kernels of their own).
+pub fn host_buffer_bytes() -> usize {
+    buffer_bytes(llc_bytes())
 }
 
 /// The eviction buffer, in one part per core of the machine, so that

@@ -384,6 +384,40 @@ fn zero_copy_inputs_are_replaced_between_runs() {
 }
 
 #[test]
+fn evicting_between_runs_keeps_the_product() {
+    // `--cold-cache` runs the `evict` kernel on the device's queue before
+    // every timed run: the GEMM after it still gives the product, and a
+    // GEMM still in flight refuses it.
+    let Some(mut devs) = devices("evict") else {
+        return;
+    };
+    for be in &mut devs {
+        let id = be.processor().id.clone();
+        let tile = fitting_tiles(be, DType::F32)[0];
+        let (m, k, n) = (9, 70, 40);
+        let w = data(k * n, 11);
+        let a = data(m * k, 12);
+        let mut g = be
+            .prepare_with_tile(
+                &spec(m as u32, k as u32, n as u32, DType::F32, OperandOrder::WtAt),
+                &w,
+                tile,
+            )
+            .unwrap();
+        for round in 0..2 {
+            g.evict_caches().unwrap();
+            run_and_check(&mut g, &a, &w, &format!("{id} after eviction {round}"));
+        }
+        g.submit().unwrap();
+        assert!(
+            g.evict_caches().is_err(),
+            "{id}: evicted under a running GEMM"
+        );
+        g.wait(SyncMode::Block).unwrap();
+    }
+}
+
+#[test]
 fn poll_and_block_both_complete_with_correct_results() {
     let Some(mut devs) = devices("sync") else {
         return;

@@ -703,6 +703,13 @@ impl Gemm for ClGemm {
     fn backend_id(&self) -> String {
         self.dev.id.clone()
     }
+
+    fn evict_caches(&mut self) -> Result<()> {
+        if self.pending.is_some() {
+            return Err(self.busy_error());
+        }
+        self.dev.evict_caches()
+    }
 }
 
 /// Sleeps until shortly before a GEMM submitted at `start` is predicted to

@@ -174,6 +174,117 @@ pub(crate) struct DeviceCtx {
     /// Whether the host has seen the poll flag written by a kernel:
     /// [`FLAG_UNKNOWN`], [`FLAG_SEEN`] or [`FLAG_UNSEEN`].
     pub(crate) flag_state: std::sync::atomic::AtomicU8,
+    /// Bytes the cache eviction reads ([`DeviceCtx::evict_caches`]).
+    pub(crate) evict_bytes: usize,
+    /// The eviction's buffer and kernel, made on first use.
+    evictor: std::sync::Mutex<Option<Evictor>>,
+}
+
+/// What [`DeviceCtx::evict_caches`] runs: `evict` of util.cl over `buf`.
+struct Evictor {
+    kernel: opencl3::kernel::Kernel,
+    _buf: opencl3::memory::Buffer<u32>,
+    _sink: opencl3::memory::Buffer<u32>,
+    lines: usize,
+}
+
+/// The value the eviction buffer is filled with.
+const EVICT_FILL: u32 = 0x5a5a_5a5a;
+
+/// How many bytes the eviction reads: on a device that computes on the
+/// host's cores, the host eviction's size (several last-level caches); on
+/// a GPU, twice its global memory cache, at least 64 MiB; within the
+/// largest allocation, a whole number of 64-byte lines.
+fn evict_bytes(on_host_cores: bool, cache: u64, max_alloc: u64) -> usize {
+    let want = if on_host_cores {
+        crate::evict::host_buffer_bytes()
+    } else {
+        (2 * cache as usize).max(64 << 20)
+    };
+    want.min(max_alloc as usize) / 64 * 64
+}
+
+impl DeviceCtx {
+    /// Evicts the caches the next GEMM reads through: a kernel on this
+    /// device's queue reads one word of every line of a buffer larger than
+    /// them (`evict` in util.cl), and the host waits for it. On PoCL the
+    /// reads run on PoCL's own threads, so the timed run finds them awake,
+    /// as the cpu backend's eviction does for its pool (`crate::evict`); on
+    /// a GPU they reach its L2, which the host eviction cannot.
+    pub(crate) fn evict_caches(&self) -> Result<()> {
+        use opencl3::memory::{CL_MEM_READ_ONLY, CL_MEM_WRITE_ONLY, ClMem};
+        let id = self.id.as_str();
+        let mut slot = self.evictor.lock().unwrap_or_else(|e| e.into_inner());
+        if slot.is_none() {
+            let words = self.evict_bytes / 4;
+            // SAFETY: no host pointer; the sizes are in elements.
+            let mut buf = unsafe {
+                opencl3::memory::Buffer::<u32>::create(
+                    &self.context,
+                    CL_MEM_READ_ONLY,
+                    words,
+                    std::ptr::null_mut(),
+                )
+            }
+            .cl(id, "clCreateBuffer(eviction)")?;
+            // SAFETY: as above.
+            let sink = unsafe {
+                opencl3::memory::Buffer::<u32>::create(
+                    &self.context,
+                    CL_MEM_WRITE_ONLY,
+                    1,
+                    std::ptr::null_mut(),
+                )
+            }
+            .cl(id, "clCreateBuffer(eviction sink)")?;
+            // Written once, so that every page is backed (not a shared zero
+            // page) and no line holds `never`.
+            // SAFETY: fills the whole buffer, `words` elements.
+            unsafe {
+                self.queue
+                    .enqueue_fill_buffer(&mut buf, &[EVICT_FILL], 0, words * 4, &[])
+            }
+            .cl(id, "clEnqueueFillBuffer(eviction)")?
+            .wait()
+            .cl(id, "clWaitForEvents(fill)")?;
+            let kernel = opencl3::kernel::Kernel::create(&self.util, "evict")
+                .cl(id, "clCreateKernel(evict)")?;
+            // SAFETY: argument indices and types match `evict` in util.cl.
+            unsafe {
+                kernel
+                    .set_arg(0, &buf.get())
+                    .cl(id, "clSetKernelArg(buf)")?;
+                kernel
+                    .set_arg(1, &sink.get())
+                    .cl(id, "clSetKernelArg(sink)")?;
+                kernel
+                    .set_arg(2, &(!EVICT_FILL as opencl3::types::cl_uint))
+                    .cl(id, "clSetKernelArg(never)")?;
+            }
+            *slot = Some(Evictor {
+                kernel,
+                _buf: buf,
+                _sink: sink,
+                lines: self.evict_bytes / 64,
+            });
+        }
+        let e = slot.as_ref().expect("made above");
+        let global = [e.lines];
+        // SAFETY: the arguments were set above; one work-item per line.
+        unsafe {
+            self.queue.enqueue_nd_range_kernel(
+                e.kernel.get(),
+                1,
+                std::ptr::null(),
+                global.as_ptr(),
+                std::ptr::null(),
+                &[],
+            )
+        }
+        .cl(id, "clEnqueueNDRangeKernel(evict)")?
+        .wait()
+        .cl(id, "clWaitForEvents(evict)")
+    }
 }
 
 /// No poll has finished yet on this device.
@@ -265,6 +376,14 @@ impl OpenClBackend {
             compute_units,
             on_host_cores: kind == ProcessorKind::Cpu,
             flag_state: std::sync::atomic::AtomicU8::new(FLAG_UNKNOWN),
+            evict_bytes: evict_bytes(
+                kind == ProcessorKind::Cpu,
+                device.global_mem_cache_size().unwrap_or(0),
+                device
+                    .max_mem_alloc_size()
+                    .cl(&id, "clGetDeviceInfo(MAX_MEM_ALLOC_SIZE)")?,
+            ),
+            evictor: std::sync::Mutex::new(None),
         };
         let mut dtypes = vec![DType::F32];
         if f16 {
@@ -728,6 +847,18 @@ mod tests {
         assert!(max_rel_err(&a, &w, &c, m, k, n, 0) > 1e-2);
         c[7] = f32::NAN;
         assert!(max_rel_err(&a, &w, &c, m, k, n, 0).is_nan());
+    }
+
+    #[test]
+    fn the_eviction_exceeds_the_cache_it_empties() {
+        let host = crate::evict::host_buffer_bytes();
+        // A CPU device reads as much as the host eviction writes.
+        assert_eq!(evict_bytes(true, 1 << 20, u64::MAX), host / 64 * 64);
+        // A GPU: twice its cache, at least 64 MiB.
+        assert_eq!(evict_bytes(false, 50 << 20, u64::MAX), 100 << 20);
+        assert_eq!(evict_bytes(false, 0, u64::MAX), 64 << 20);
+        // Within the largest allocation, in whole lines.
+        assert_eq!(evict_bytes(false, 50 << 20, (32 << 20) + 5), 32 << 20);
     }
 
     #[test]

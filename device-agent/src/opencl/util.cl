@@ -21,3 +21,17 @@ __kernel void spin(__global float* out, const int iters)
         x = mad(x, 0.999999f, 1e-7f);
     out[g] = x;
 }
+
+// Reads one uint of every 64-byte line of `buf` (one work-item a line).
+// Enqueued before a timed GEMM with --cold-cache: the device's caches then
+// hold this buffer instead of the GEMM's operands, in clean lines, as after
+// other operators' GEMMs, and on a CPU device (PoCL) the device's own
+// worker threads are the ones awake when the GEMM starts. `sink` is written
+// only if a line holds `never`, which the host never stores, so the reads
+// cannot be optimised away.
+__kernel void evict(__global const uint* buf, __global uint* sink, const uint never)
+{
+    const uint v = buf[get_global_id(0) * 16];
+    if (v == never)
+        sink[0] = v;
+}
