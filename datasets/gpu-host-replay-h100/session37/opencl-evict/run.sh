@@ -9,8 +9,8 @@
 set -u
 out=${1:?out}
 mkdir -p "$out"
-tar xJf .carry/rx/extra.txz -C /tmp
-new=.carry/replay/hetero-agent
+tar xJf .carry/ox/extra.txz -C /tmp
+new=/tmp/extra/agent-new
 old=/tmp/extra/agent-old
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$out/machine.txt"
 HETERO_REQUIRE_OPENCL=1 timeout 240 /tmp/extra/opencl-tests --test-threads 1 > "$out/opencl-tests.txt" 2>&1
