@@ -82,7 +82,8 @@ pub struct ProfileArgs {
     timeout_ms: u64,
     /// Evict the caches before every timed run (outside the timer): the
     /// host's for CPU (written by the processor's own worker threads, so
-    /// they are awake when the run starts) and PoCL, the L2 for CUDA. As
+    /// they are awake when the run starts), a kernel on an OpenCL device's
+    /// queue (PoCL: the host's caches; a GPU: its L2), the L2 for CUDA. As
     /// runtime-min running a layer's other operators in between does;
     /// slower to profile, truer for small GEMMs.
     #[arg(long)]
