@@ -103,9 +103,9 @@ pub trait Gemm: Send {
     /// Leaves the caches the next [`execute`](Gemm::execute) reads through
     /// as a run after other operators would find them: this GEMM's weights
     /// and inputs no longer cached from the run before. Not timed. The
-    /// default evicts the host's caches from threads of its own (OpenCL
-    /// devices that run on the host); the cpu backend has its own workers
-    /// do it, and a GPU with its own cache overrides it.
+    /// default evicts the host's caches from threads of its own; the cpu
+    /// backend has its own workers do it, an OpenCL device runs a kernel on
+    /// its own queue, and CUDA evicts its L2.
     fn evict_caches(&mut self) -> Result<()> {
         crate::evict::evict_host_caches();
         Ok(())

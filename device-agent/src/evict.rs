@@ -10,11 +10,11 @@
 //!
 //! Who writes matters as much as what is written. [`evict_host_caches`]
 //! writes from fresh threads, one per core, while the processor's own
-//! workers sleep; [`evict_on`] has a rayon pool's own workers write it
-//! (an OpenCL device reads a buffer of [`host_buffer_bytes`] with a kernel
-//! of its own, `opencl::DeviceCtx::evict_caches`), so
+//! workers sleep; [`evict_on`] has a rayon pool's own workers write it, so
 //! the GEMM that follows finds them awake, as runtime-min's next operator
-//! finds the workers the last one ran on. On a 2-vCPU virtual machine, a
+//! finds the workers the last one ran on. (An OpenCL device reads a buffer
+//! of [`host_buffer_bytes`] with a kernel on its own queue instead,
+//! `opencl::DeviceCtx::evict_caches`.) On a 2-vCPU virtual machine, a
 //! 64×1536×1536 GEMM after the first took 3.3–3.6 ms and after the second
 //! 1.8–1.9 ms, the time runtime-min ran it in (1.7–2.1 ms); warm, 1.6 ms.
 //! Idle workers alone (an 80 ms sleep instead of the writes) made it
@@ -99,7 +99,7 @@ fn write_part(part: &Mutex<Vec<u8>>) {
 }
 
 /// Writes the whole eviction buffer from fresh threads, one per part (per
-/// core): for processors whose workers are not ours (OpenCL, PoCL).
+/// core): for processors with no eviction of their own.
 pub fn evict_host_caches() {
     std::thread::scope(|s| {
         for part in parts() {
