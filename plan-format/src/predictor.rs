@@ -398,10 +398,25 @@ impl ProcessorModel {
     /// ([`measured`](ProcessorModel::measured)), else the model's; plus
     /// [`launch_us`](ProcessorModel::launch_us) where set.
     pub fn predict_us(&self, shape: GemmShape, order: OperandOrder) -> Option<f64> {
-        match self.measured_us(shape, order) {
-            Some(t) => Some(t + self.launch_us.unwrap_or(0.0)),
-            None => self.model_us(shape, order),
-        }
+        self.predict_with(shape, order, |s, d, o| self.model.predict_us(s, d, o))
+    }
+
+    /// [`predict_us`](ProcessorModel::predict_us) with `model` answering
+    /// for [`model`](ProcessorModel::model) (called with this model's dtype
+    /// and its [`model_order`](ProcessorModel::model_order)): the solver
+    /// passes a compiled copy of it.
+    pub fn predict_with(
+        &self,
+        shape: GemmShape,
+        order: OperandOrder,
+        model: impl FnOnce(GemmShape, DType, OperandOrder) -> Option<f64>,
+    ) -> Option<f64> {
+        let order = self.model_order(order);
+        let t = match self.measured_us(shape, order) {
+            Some(t) => t,
+            None => model(shape, self.dtype, order)?,
+        };
+        Some(t + self.launch_us.unwrap_or(0.0))
     }
 
     /// [`predict_us`](ProcessorModel::predict_us) from the model alone,

@@ -83,8 +83,7 @@ fn memo_slot(key: &MemoKey) -> usize {
 
 impl GemmModel for Compiled<'_> {
     fn predict_us(&self, shape: GemmShape, order: OperandOrder) -> Option<f64> {
-        let s = self.source;
-        let order = s.model_order(order);
+        let order = self.source.model_order(order);
         let key: MemoKey = (self.id, shape.m.get(), shape.k.get(), shape.n.get(), order);
         let slot = memo_slot(&key);
         MEMO.with(|memo| {
@@ -92,12 +91,9 @@ impl GemmModel for Compiled<'_> {
             match memo[slot] {
                 Some((k, t)) if k == key => t,
                 _ => {
-                    // The formula of `ProcessorModel::predict_us`.
-                    let t = match s.measured_us(shape, order) {
-                        Some(t) => Some(t),
-                        None => self.model.predict_us(shape, s.dtype, order),
-                    }
-                    .map(|t| t + s.launch_us.unwrap_or(0.0));
+                    let t = self
+                        .source
+                        .predict_with(shape, order, |s, d, o| self.model.predict_us(s, d, o));
                     memo[slot] = Some((key, t));
                     t
                 }

@@ -175,7 +175,7 @@ pub(crate) struct DeviceCtx {
     /// [`FLAG_UNKNOWN`], [`FLAG_SEEN`] or [`FLAG_UNSEEN`].
     pub(crate) flag_state: std::sync::atomic::AtomicU8,
     /// Bytes the cache eviction reads ([`DeviceCtx::evict_caches`]).
-    pub(crate) evict_bytes: usize,
+    evict_bytes: usize,
     /// The eviction's buffer and kernel, made on first use.
     evictor: std::sync::Mutex<Option<Evictor>>,
 }
