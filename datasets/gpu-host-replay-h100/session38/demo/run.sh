@@ -9,7 +9,7 @@ out=${1:?out}
 mkdir -p "$out"
 bin=.carry/replay
 export PATH="$PWD/$bin:$PATH"
-model=$PWD/datasets/models/qwen2.5-1.5b.json
+model=hetero-demo/qwen2.5-1.5b.json
 cd /tmp && timeout 420 hetero demo 2>&1 | tee "$out/demo.txt"
 echo "demo rc ${PIPESTATUS[0]} after $SECONDS s"
 for round in 1 2; do
