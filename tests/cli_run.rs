@@ -76,6 +76,23 @@ fn run_prefill_with_check_prints_json_with_the_promised_fields() {
     assert_eq!(v["per_op"].as_array().unwrap().len(), 8);
     assert!(v["per_op"][0]["predicted_us"].as_f64().unwrap() > 0.0);
     assert!(v["per_op"][0]["measured_us"].as_f64().unwrap() > 0.0);
+    // Each operator's spread over its executions, and the medians summed,
+    // which the total is compared with.
+    let mut medians = 0.0;
+    for o in v["per_op"].as_array().unwrap() {
+        let (med, mean, max) = (
+            o["measured_us"].as_f64().unwrap(),
+            o["mean_us"].as_f64().unwrap(),
+            o["max_us"].as_f64().unwrap(),
+        );
+        assert!(max >= med && max >= mean && mean > 0.0, "{o}");
+        medians += med * o["layers"].as_f64().unwrap();
+    }
+    let summed = v["op_medians_us"].as_f64().unwrap();
+    assert!(
+        (summed - medians).abs() <= 1e-6 * medians,
+        "{summed} {medians}"
+    );
     // The table for people.
     let text = ok(&[
         "run",
@@ -91,6 +108,7 @@ fn run_prefill_with_check_prints_json_with_the_promised_fields() {
     ]);
     assert!(
         text.contains("TTFT")
+            && text.contains("the operators' medians sum to")
             && text.contains("dispatch per operator")
             && text.contains("host speed probe"),
         "{text}"

@@ -96,6 +96,12 @@ pub struct OpReport {
     pub measured_us: f64,
     /// `measured_us / predicted_us`.
     pub ratio: f64,
+    /// Mean over executions of one layer's worth, µs: what a sum of many
+    /// executions grows with. Above `measured_us` where some executions
+    /// ran far slower than the median (a core taken away for a while).
+    pub mean_us: f64,
+    /// The slowest execution of one layer's worth, µs.
+    pub max_us: f64,
     /// Median host wall clock of one layer's worth, µs. With a simulated
     /// part it includes the host computing the simulated product: not a
     /// latency of any processor.
@@ -198,6 +204,11 @@ pub struct Report {
     pub measured_us: f64,
     /// `measured_us / predicted_us`.
     pub ratio: f64,
+    /// The operators' medians summed (`measured_us × layers` over
+    /// `per_op`): one pass or step as if every execution took its median,
+    /// µs. `measured_us` above it means some executions ran far slower
+    /// than their medians; the plan predicts medians.
+    pub op_medians_us: f64,
     /// Prefill: time to first token from the linear operators alone, µs.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub ttft_us: Option<f64>,
@@ -330,10 +341,11 @@ impl Report {
         };
         let _ = writeln!(
             s,
-            "{what}: predicted {}, measured {} ({:.2}×){}",
+            "{what}: predicted {}, measured {} ({:.2}×; the operators' medians sum to {}){}",
             fmt_us(self.predicted_us),
             fmt_us(self.measured_us),
             self.ratio,
+            fmt_us(self.op_medians_us),
             if self.timing == "measured" {
                 String::new()
             } else {

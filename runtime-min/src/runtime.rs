@@ -1277,7 +1277,8 @@ impl Runtime {
             let d = &op.decisions[p.decision];
             let s = &samples[j];
             let col = |f: &dyn Fn(&Sample) -> f64| s.iter().map(f).collect::<Vec<f64>>();
-            let measured = report::median(&col(&|x| x.measured_us));
+            let measured_each = col(&|x| x.measured_us);
+            let measured = report::median(&measured_each);
             let dispatch_each: Vec<f64> = col(&|x| x.dispatch_us / p.instances as f64);
             all_dispatch.extend_from_slice(&dispatch_each);
             let submit_each: Vec<f64> = col(&|x| x.submit_us / p.instances as f64);
@@ -1327,6 +1328,8 @@ impl Runtime {
                 predicted_us: predicted,
                 measured_us: measured,
                 ratio: ratio(measured, predicted),
+                mean_us: measured_each.iter().sum::<f64>() / measured_each.len().max(1) as f64,
+                max_us: measured_each.iter().copied().fold(0.0, f64::max),
                 wall_us: report::median(&col(&|x| x.wall_us)),
                 dispatch_us: report::median(&dispatch_each),
                 submit_us: report::median(&submit_each),
@@ -1338,7 +1341,14 @@ impl Runtime {
             });
         }
         let measured = report::median(&totals);
+        let op_medians: f64 = per_op.iter().map(|o| o.measured_us * o.layers as f64).sum();
         let mut notes = self.notes.clone();
+        let slowest = per_op
+            .iter()
+            .filter(|o| o.measured_us > 0.0)
+            .max_by(|a, b| (a.max_us / a.measured_us).total_cmp(&(b.max_us / b.measured_us)))
+            .map(|o| (o.op.as_str(), o.max_us / o.measured_us));
+        notes.extend(outlier_note(spec.phase, measured, op_medians, slowest));
         if any_sim {
             notes.push("operators marked simulated include npu-sim parts: their time is the simulator's model (not a measurement), overlapped with the real parts; their host wall time is the CPU computing the simulated product, not an NPU latency".into());
         }
@@ -1426,6 +1436,7 @@ impl Runtime {
             predicted_us: predicted_total,
             measured_us: measured,
             ratio: ratio(measured, predicted_total),
+            op_medians_us: op_medians,
             ttft_us: (!decode).then_some(measured),
             per_token_us: per_token,
             tokens_per_s: per_token.map(|p| 1e6 / p),
@@ -1622,6 +1633,38 @@ pub fn load_model(path: &Path) -> Result<ModelSpec> {
 /// How far the host's speed may differ from the profile's before the
 /// report says so.
 const HOST_SPEED_TOLERANCE: f64 = 0.1;
+
+/// How far a pass or step may run above its operators' medians summed
+/// before the report says why.
+const OUTLIER_TOLERANCE: f64 = 0.02;
+
+/// A note when the measured pass or step (`measured`, the median of the
+/// totals) is above its operators' medians summed (`op_medians`):
+/// executions far slower than their median count in every total but in
+/// no operator's median. `slowest`: the operator whose slowest execution
+/// was the most above its median, and by how much.
+fn outlier_note(
+    phase: Phase,
+    measured: f64,
+    op_medians: f64,
+    slowest: Option<(&str, f64)>,
+) -> Option<String> {
+    if op_medians <= 0.0 || measured <= op_medians * (1.0 + OUTLIER_TOLERANCE) {
+        return None;
+    }
+    let what = if phase == Phase::Decode {
+        "step"
+    } else {
+        "pass"
+    };
+    Some(format!(
+        "the measured {what} is {:.1} % above its operators' medians summed: some executions ran far slower than their medians{}; every total holds them, no operator's median does, and the plan predicts medians",
+        (measured / op_medians - 1.0) * 100.0,
+        slowest
+            .map(|(op, x)| format!(" (the slowest, of {op}, at {x:.1}× its median)"))
+            .unwrap_or_default()
+    ))
+}
 
 /// A note when the host ran at another speed than when it was profiled.
 fn host_note(h: &HostReport) -> Option<String> {

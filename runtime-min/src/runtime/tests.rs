@@ -486,3 +486,22 @@ fn a_host_slower_or_faster_than_when_profiled_is_noted() {
     let fast = host_note(&h(0.44, Some(0.78))).unwrap();
     assert!(fast.contains("1.77×") && fast.contains("lower"), "{fast}");
 }
+
+#[test]
+fn a_total_above_its_operators_medians_is_explained() {
+    // Within 2 % of the medians summed: nothing to say.
+    assert_eq!(outlier_note(Phase::Prefill, 1015.0, 1000.0, None), None);
+    assert_eq!(outlier_note(Phase::Decode, 950.0, 1000.0, None), None);
+    // Nothing summed (no operator timed): nothing to compare.
+    assert_eq!(outlier_note(Phase::Prefill, 10.0, 0.0, None), None);
+    let pass = outlier_note(Phase::Prefill, 1048.0, 1000.0, Some(("ffn_down", 1.73))).unwrap();
+    assert!(
+        pass.contains("pass is 4.8 % above") && pass.contains("of ffn_down, at 1.7×"),
+        "{pass}"
+    );
+    let step = outlier_note(Phase::Decode, 1100.0, 1000.0, None).unwrap();
+    assert!(
+        step.contains("step is 10.0 % above") && !step.contains("slowest"),
+        "{step}"
+    );
+}
