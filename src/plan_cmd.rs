@@ -218,6 +218,17 @@ fn show_table(plan: &Plan) -> String {
                 "host speed probe when profiled: {p:.2} µs (`hetero run` reports its own beside it)"
             );
         }
+        if !info.mean_over_median.is_empty() {
+            let _ = writeln!(
+                s,
+                "mean / median of the profiled GEMM runs: {} (`hetero run` scales its predicted totals by it)",
+                info.mean_over_median
+                    .iter()
+                    .map(|(p, f)| format!("{p} {f:.3}×"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            );
+        }
         if let Some(o) = &info.offload {
             let res: Vec<String> = o
                 .resident

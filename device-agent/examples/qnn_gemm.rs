@@ -124,6 +124,7 @@ fn main() -> anyhow::Result<()> {
         min_us: None,
         p90_us: None,
         cv: None,
+        mean_us: None,
         host_median_us: None,
         launch_us: None,
         prepare_us: gemm.prepare_us(),

@@ -196,6 +196,7 @@ mod tests {
             min_us: Some(2.0),
             p90_us: Some(3.0),
             cv: Some(0.1),
+            mean_us: None,
             host_median_us: None,
             launch_us: None,
             prepare_us: None,

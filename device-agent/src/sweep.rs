@@ -447,6 +447,7 @@ fn base_row(case: &SweepCase, timing: Timing, run: &RunParams) -> MeasurementRow
         min_us: None,
         p90_us: None,
         cv: None,
+        mean_us: None,
         host_median_us: None,
         launch_us: None,
         prepare_us: None,
@@ -499,6 +500,7 @@ pub fn measure(
         row.min_us = None;
         row.p90_us = None;
         row.cv = None;
+        row.mean_us = None;
         row.host_median_us = None;
         row.verified = false;
     }

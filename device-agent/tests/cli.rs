@@ -19,6 +19,7 @@ fn normalise(v: &Value) -> Value {
         "min_us",
         "p90_us",
         "cv",
+        "mean_us",
         "host_median_us",
         "stats",
         "gbps",

@@ -50,8 +50,8 @@ pub use plan::{
     Strategy, StrategyKind,
 };
 pub use predictor::{
-    LatencyModel, LinearCost, MeasuredGemm, Overheads, Predictor, ProcessorModel, Score,
-    StageSmall, Tree, TreeNode, Work,
+    LatencyModel, LinearCost, MEAN_ROWS_MIN, MeasuredGemm, Overheads, Predictor, ProcessorModel,
+    Score, StageSmall, Tree, TreeNode, Work,
 };
 pub use processor::{Capabilities, Processor, ProcessorApi, ProcessorKind, Timing};
 pub use profile::{AgentInfo, DeviceProfile, HostInfo};

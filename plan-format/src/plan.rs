@@ -1,3 +1,5 @@
+use std::collections::BTreeMap;
+
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -452,6 +454,14 @@ pub struct SolverInfo {
     /// own probe and reports the two.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub host_probe_us: Option<f64>,
+    /// Per processor, the mean over the median of its profiled GEMM runs
+    /// ([`Overheads::mean_over_median`](crate::Overheads)); processors
+    /// without one are left out. The decisions' costs are medians; `hetero
+    /// run` predicts a pass or step as their sum, each operator's cost
+    /// scaled by the largest of its processors' factors, because a total
+    /// grows with the mean.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub mean_over_median: BTreeMap<String, f64>,
 }
 
 /// A plan: how every GEMM of a model runs on a device at every length.

@@ -556,7 +556,19 @@ pub struct Overheads {
     /// measured at this host speed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub host_probe_us: Option<f64>,
+    /// Mean over median of this processor's GEMM runs: the mean of its
+    /// rows' `mean_us / median_us` (absent when fewer than
+    /// [`MEAN_ROWS_MIN`] rows have a mean). The latency models predict
+    /// medians, which a few runs far slower than the rest (a core taken
+    /// away for a while) leave out; a total of many operators grows with
+    /// the mean. `hetero run` scales its predicted totals by it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mean_over_median: Option<f64>,
 }
+
+/// Rows with a mean a processor needs before its
+/// [`Overheads::mean_over_median`] is kept.
+pub const MEAN_ROWS_MIN: usize = 20;
 
 /// A predictor file: everything the solver needs to know about a device.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]

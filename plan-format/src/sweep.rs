@@ -257,6 +257,11 @@ pub struct Stats {
     pub count: u32,
     /// Coefficient of variation (standard deviation / mean).
     pub cv: f64,
+    /// Mean; absent from rows of older agents. A sum of many runs grows
+    /// with the mean, which runs far slower than the rest pull above the
+    /// median.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mean_us: Option<f64>,
 }
 
 impl Stats {
@@ -284,6 +289,7 @@ impl Stats {
             p90_us: p90,
             count: n as u32,
             cv,
+            mean_us: Some(mean),
         })
     }
 }
@@ -351,6 +357,10 @@ pub struct MeasurementRow {
     /// Coefficient of variation of the timed runs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cv: Option<f64>,
+    /// Mean time, µs (absent from rows of older agents): see
+    /// [`Stats::mean_us`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mean_us: Option<f64>,
     /// Host-clock time from submit to completion, µs, where the timer above
     /// is a device timer.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -401,6 +411,7 @@ impl MeasurementRow {
         self.min_us = Some(s.min_us);
         self.p90_us = Some(s.p90_us);
         self.cv = Some(s.cv);
+        self.mean_us = s.mean_us;
         self.repetitions = s.count;
     }
 }

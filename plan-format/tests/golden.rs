@@ -193,6 +193,7 @@ fn golden_rows() {
         min_us: None,
         p90_us: None,
         cv: None,
+        mean_us: None,
         host_median_us: None,
         launch_us: None,
         prepare_us: None,
@@ -299,6 +300,7 @@ pub fn sample_plan() -> Plan {
             prepare_budget_us: Some(30e6),
             graph_mem_budget: None,
             host_probe_us: Some(4.25),
+            mean_over_median: [("cpu:0".to_string(), 1.0312)].into(),
             offload: Some(OffloadPlacement {
                 cpu: "cpu:0".into(),
                 gpu: "cuda:0".into(),
@@ -513,6 +515,7 @@ fn golden_predictor() {
             sync_poll_us: Some(3.0),
             sync_block_us: Some(60.0),
             host_probe_us: Some(4.25),
+            mean_over_median: Some(1.0125),
             ..Default::default()
         }],
     };

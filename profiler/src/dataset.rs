@@ -720,6 +720,7 @@ fn measurements_frame(rows: &[MeasurementRow], path: &Path) -> Result<DataFrame>
             col("min_us", of(|r| r.min_us)),
             col("p90_us", of(|r| r.p90_us)),
             col("cv", of(|r| r.cv)),
+            col("mean_us", of(|r| r.mean_us)),
             col("host_median_us", of(|r| r.host_median_us)),
             col("launch_us", of(|r| r.launch_us)),
             col("prepare_us", of(|r| r.prepare_us)),
@@ -775,6 +776,7 @@ fn microbench_frame(
             col("p90_us", of(|r| r.stats.map(|s| s.p90_us))),
             col("count", ou(|r| r.stats.map(|s| s.count))),
             col("cv", of(|r| r.stats.map(|s| s.cv))),
+            col("mean_us", of(|r| r.stats.and_then(|s| s.mean_us))),
             col("gbps", of(|r| r.gbps)),
             col(
                 "message",
@@ -940,6 +942,8 @@ pub fn read_measurements(path: &Path) -> Result<Vec<MeasurementRow>> {
     let (median, min, p90, cv, host, launch, prep, rel, tol, mhz, temp, probe) = (
         median?, min?, p90?, cv?, host?, launch?, prep?, rel?, tol?, mhz?, temp?, probe?,
     );
+    // Absent from datasets of older agents.
+    let mean = r.f64s("mean_us")?;
     let verified = r.bools("verified")?;
     let message = r.strs("message", false)?;
     let ts = r.u64s("timestamp_ms")?;
@@ -962,6 +966,7 @@ pub fn read_measurements(path: &Path) -> Result<Vec<MeasurementRow>> {
             min_us: min[i],
             p90_us: p90[i],
             cv: cv[i],
+            mean_us: mean[i],
             host_median_us: host[i],
             launch_us: launch[i],
             prepare_us: prep[i],
@@ -1010,6 +1015,8 @@ pub fn read_microbench(path: &Path) -> Result<(Vec<MicrobenchRow>, BTreeMap<Stri
     let (median, min, p90, cv, gbps, mhz, temp, probe) =
         (median?, min?, p90?, cv?, gbps?, mhz?, temp?, probe?);
     let count = r.u32s("count", false)?;
+    // Absent from datasets of older agents.
+    let mean = r.f64s("mean_us")?;
     let message = r.strs("message", false)?;
     let note = r.strs("note", false)?;
     let ts = r.u64s("timestamp_ms")?;
@@ -1029,6 +1036,7 @@ pub fn read_microbench(path: &Path) -> Result<(Vec<MicrobenchRow>, BTreeMap<Stri
                 p90_us,
                 count,
                 cv,
+                mean_us: mean[i],
             }),
             _ => None,
         };
@@ -1089,6 +1097,7 @@ pub(crate) mod tests {
             min_us: median.map(|x| x * 0.9),
             p90_us: median.map(|x| x * 1.1),
             cv: median.map(|_| 0.05),
+            mean_us: None,
             host_median_us: None,
             launch_us: None,
             prepare_us: Some(1234.5),

@@ -198,8 +198,13 @@ pub struct Report {
     pub decider: String,
     /// `measured`, or `simulated` / `emulated` when some operator has such a part.
     pub timing: String,
-    /// The plan's prediction for one pass (prefill) or one step (decode), µs.
+    /// The plan's prediction for one pass (prefill) or one step (decode),
+    /// µs: each operator's cost times its layers, scaled by the largest
+    /// mean over median of its processors' profiled runs (the plan's
+    /// `solver.mean_over_median`; 1 where it has none), summed.
     pub predicted_us: f64,
+    /// The same sum of the operators' costs, unscaled: medians, µs.
+    pub predicted_medians_us: f64,
     /// Median measured time of one pass (prefill) or one step (decode), µs.
     pub measured_us: f64,
     /// `measured_us / predicted_us`.
@@ -271,7 +276,7 @@ pub struct PoolReport {
     pub memory: String,
 }
 
-fn fmt_us(us: f64) -> String {
+pub(crate) fn fmt_us(us: f64) -> String {
     if us >= 1e6 {
         format!("{:.2} s", us / 1e6)
     } else if us >= 1e3 {

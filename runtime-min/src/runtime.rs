@@ -1268,6 +1268,7 @@ impl Runtime {
         let blocking = self.sync == SyncChoice::Block;
         let mut per_op = Vec::new();
         let mut predicted_total = 0.0;
+        let mut predicted_medians = 0.0;
         let mut all_dispatch = Vec::new();
         let mut all_submit = Vec::new();
         let (mut any_sim, mut any_emu) = (false, false);
@@ -1289,8 +1290,14 @@ impl Runtime {
             any_emu |= emu;
             // The plan's prediction with this run's wait.
             let predicted = d.cost.total_with(blocking);
-            predicted_total += predicted * op.layers as f64;
             let parts0 = &p.layers[0][0];
+            predicted_medians += predicted * op.layers as f64;
+            predicted_total += predicted
+                * op.layers as f64
+                * parts0
+                    .iter()
+                    .map(|part| self.mean_over_median(&self.plan.processors[part.proc]))
+                    .fold(1.0, f64::max);
             let parts = parts0
                 .iter()
                 .enumerate()
@@ -1349,6 +1356,15 @@ impl Runtime {
             .max_by(|a, b| (a.max_us / a.measured_us).total_cmp(&(b.max_us / b.measured_us)))
             .map(|o| (o.op.as_str(), o.max_us / o.measured_us));
         notes.extend(outlier_note(spec.phase, measured, op_medians, slowest));
+        if predicted_total > predicted_medians * (1.0 + 1e-9) {
+            notes.push(format!(
+                "the predicted {} ({}) is the operators' median costs summed ({}), each scaled by the largest mean / median of its processors' profiled runs ({}): a total counts the runs far slower than the rest, a median does not",
+                if spec.phase == Phase::Decode { "step" } else { "pass" },
+                report::fmt_us(predicted_total),
+                report::fmt_us(predicted_medians),
+                self.mean_over_median_list(),
+            ));
+        }
         if any_sim {
             notes.push("operators marked simulated include npu-sim parts: their time is the simulator's model (not a measurement), overlapped with the real parts; their host wall time is the CPU computing the simulated product, not an NPU latency".into());
         }
@@ -1434,6 +1450,7 @@ impl Runtime {
             decider: "table (O(1) per operator and length)".into(),
             timing: timing_of(any_sim, any_emu).into(),
             predicted_us: predicted_total,
+            predicted_medians_us: predicted_medians,
             measured_us: measured,
             ratio: ratio(measured, predicted_total),
             op_medians_us: op_medians,
@@ -1470,6 +1487,32 @@ impl Runtime {
 }
 
 impl Runtime {
+    /// A processor's mean over median from the plan (1 where it has none).
+    fn mean_over_median(&self, processor: &str) -> f64 {
+        self.plan
+            .solver
+            .as_ref()
+            .and_then(|s| s.mean_over_median.get(processor))
+            .copied()
+            .filter(|f| f.is_finite() && *f > 0.0)
+            .unwrap_or(1.0)
+    }
+
+    /// The plan's mean-over-median factors, in words.
+    fn mean_over_median_list(&self) -> String {
+        self.plan
+            .solver
+            .as_ref()
+            .map(|s| {
+                s.mean_over_median
+                    .iter()
+                    .map(|(p, f)| format!("{p} {f:.3}×"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            })
+            .unwrap_or_default()
+    }
+
     /// The run's host probe against the one the plan records.
     fn host_report(&self, probes: &[f64]) -> HostReport {
         let probe_us = report::median(probes);

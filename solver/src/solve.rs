@@ -765,6 +765,14 @@ pub fn solve<O: LatencyOracle + ?Sized>(
             graph_mem_budget: settings.graph_mem_budget,
             offload: offload_info,
             host_probe_us: host_probe_us(oracle, &setup.procs),
+            mean_over_median: setup
+                .procs
+                .iter()
+                .filter_map(|p| {
+                    let f = oracle.overheads(&p.id).mean_over_median?;
+                    Some((p.id.clone(), (f * 1e4).round() / 1e4))
+                })
+                .collect(),
         }),
         notes,
         graph_sets,

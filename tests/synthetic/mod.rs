@@ -45,6 +45,7 @@ pub fn row(i: usize, m: u32, k: u32, n: u32, us: Option<f64>) -> MeasurementRow 
         min_us: us,
         p90_us: us,
         cv: Some(0.0),
+        mean_us: None,
         host_median_us: None,
         launch_us: None,
         prepare_us: Some(1000.0 + k as f64 * n as f64 * 2e-3),

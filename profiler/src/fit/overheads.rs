@@ -3,8 +3,8 @@
 use std::collections::BTreeMap;
 
 use hetero_plan::{
-    LinearCost, MeasurementRow, MicrobenchKind, MicrobenchRow, Overheads, Processor, RowStatus,
-    StageSmall, Stats,
+    LinearCost, MEAN_ROWS_MIN, MeasurementRow, MicrobenchKind, MicrobenchRow, Overheads, Processor,
+    RowStatus, StageSmall, Stats,
 };
 
 use super::line::relative_line;
@@ -125,6 +125,15 @@ pub fn fit_overheads(
                 .chain(ok.iter().filter_map(|r| r.conditions.host_probe_us))
                 .filter(|t| t.is_finite() && *t > 0.0)
                 .collect();
+            // How far its GEMM runs' means sit above their medians.
+            let skew: Vec<f64> = rows
+                .iter()
+                .filter(|r| r.processor == p.id && r.status == RowStatus::Ok)
+                .filter_map(|r| Some(r.mean_us? / r.median_us?))
+                .filter(|x| x.is_finite() && *x > 0.0)
+                .collect();
+            let mean_over_median =
+                (skew.len() >= MEAN_ROWS_MIN).then(|| skew.iter().sum::<f64>() / skew.len() as f64);
             // Sizes that cross inside the launch are host copies: a line
             // of their own, the others' lines from the larger sizes only.
             let small = p.capabilities.launch_copy_max_bytes;
@@ -171,6 +180,7 @@ pub fn fit_overheads(
                 bandwidth_gbps: alone,
                 concurrent_factor: alone.zip(together).map(|(a, t)| t / a),
                 host_probe_us: median(probes),
+                mean_over_median,
             }
         })
         .collect()

@@ -28,6 +28,7 @@ pub(super) fn row(
         min_us: Some(us),
         p90_us: Some(us),
         cv: Some(0.0),
+        mean_us: None,
         host_median_us: None,
         launch_us: None,
         prepare_us: None,
@@ -626,6 +627,30 @@ fn the_host_probe_is_the_median_of_the_processors_rows() {
     let bare = linear_rows(4, 40, 8.0);
     let (pred, _) = fit_gpu(&bare).unwrap();
     assert_eq!(pred.overheads("gpu").host_probe_us, None);
+}
+
+#[test]
+fn the_mean_over_median_is_the_mean_of_the_rows_ratios() {
+    let mut rows = linear_rows(4, 40, 8.0);
+    for (i, r) in rows.iter_mut().enumerate() {
+        // Rows without a mean (older agents) are left out.
+        r.mean_us = match i % 4 {
+            0 => None,
+            1 | 2 => r.median_us.map(|m| m * 1.02),
+            _ => r.median_us.map(|m| m * 1.08),
+        };
+    }
+    let (pred, _) = fit_gpu(&rows).unwrap();
+    let f = pred.overheads("gpu").mean_over_median.unwrap();
+    // 20 rows at 1.02 and 10 at 1.08.
+    assert!((f - (20.0 * 1.02 + 10.0 * 1.08) / 30.0).abs() < 1e-9, "{f}");
+    // Too few rows with a mean: none in the predictor.
+    let mut few = linear_rows(4, 40, 8.0);
+    for r in few.iter_mut().take(hetero_plan::MEAN_ROWS_MIN - 1) {
+        r.mean_us = r.median_us.map(|m| m * 1.5);
+    }
+    let (pred, _) = fit_gpu(&few).unwrap();
+    assert_eq!(pred.overheads("gpu").mean_over_median, None);
 }
 
 /// Real-execution mode: the predictor keeps each measured shape's median

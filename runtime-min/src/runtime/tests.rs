@@ -1,6 +1,6 @@
 use std::path::PathBuf;
 
-use hetero_plan::{LinearOp, Phase, RowPart, SeqPart, Strategy};
+use hetero_plan::{LinearOp, Phase, RowPart, SeqPart, SolverInfo, Strategy};
 
 use super::*;
 use crate::testutil::{row_cut, single, tiny_model, tiny_plan};
@@ -504,4 +504,66 @@ fn a_total_above_its_operators_medians_is_explained() {
         step.contains("step is 10.0 % above") && !step.contains("slowest"),
         "{step}"
     );
+}
+
+#[test]
+fn predicted_totals_scale_by_the_plans_mean_over_median() {
+    let dir = Tmp::new("skew");
+    let model = tiny_model();
+    let lens = [(Phase::Prefill, vec![4]), (Phase::Decode, vec![1])];
+    // cpu:0 alone for some operators, split with npu-sim for the others:
+    // an operator takes the largest factor of its processors.
+    let decide = |op: &LinearOp, _: Phase, _: u32, _: u32| {
+        if op.name.starts_with("attn") {
+            single("cpu:0")
+        } else {
+            let half = op.n / 2;
+            row_cut(&[("cpu:0", half), ("npu-sim", op.n - half)])
+        }
+    };
+    let base = tiny_plan(&model, &["cpu:0", "npu-sim"], &lens, decide);
+    let run = |plan: &Plan, name: &str| {
+        let path = dir.0.join(name);
+        hetero_plan::save(&path, plan).unwrap();
+        let mut rt = Runtime::open(&path, model.clone(), RuntimeOptions::default()).unwrap();
+        rt.run(&spec(Phase::Prefill, 4)).unwrap()
+    };
+    let plain = run(&base, "plain.ron");
+    assert_eq!(plain.predicted_us, plain.predicted_medians_us);
+    assert!(!plain.notes.iter().any(|n| n.contains("mean / median")));
+
+    let mut skewed = base.clone();
+    skewed.solver = Some(SolverInfo {
+        version: "test".into(),
+        row_align: 64,
+        prompt_lengths: String::new(),
+        expected_prefill_us: None,
+        prepare_budget_us: None,
+        graph_mem_budget: None,
+        offload: None,
+        host_probe_us: None,
+        mean_over_median: [("cpu:0".to_string(), 1.04), ("npu-sim".to_string(), 1.1)].into(),
+    });
+    let r = run(&skewed, "skewed.ron");
+    assert_eq!(r.predicted_medians_us, plain.predicted_medians_us);
+    let expect: f64 = r
+        .per_op
+        .iter()
+        .map(|o| {
+            let f = if o.op.starts_with("attn") { 1.04 } else { 1.1 };
+            o.predicted_us * o.layers as f64 * f
+        })
+        .sum();
+    assert!(
+        (r.predicted_us - expect).abs() <= 1e-9 * expect,
+        "{} against {expect}",
+        r.predicted_us
+    );
+    assert!((r.ratio - r.measured_us / r.predicted_us).abs() < 1e-12);
+    let note = r
+        .notes
+        .iter()
+        .find(|n| n.contains("mean / median"))
+        .unwrap();
+    assert!(note.contains("cpu:0 1.040×, npu-sim 1.100×"), "{note}");
 }
