@@ -556,8 +556,8 @@ pub struct Overheads {
     /// measured at this host speed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub host_probe_us: Option<f64>,
-    /// Mean over median of this processor's GEMM runs: the mean of its
-    /// rows' `mean_us / median_us` (absent when fewer than
+    /// Mean over median of this processor's GEMM runs: its rows' `mean_us`
+    /// summed over their `median_us` summed (absent when fewer than
     /// [`MEAN_ROWS_MIN`] rows have a mean). The latency models predict
     /// medians, which a few runs far slower than the rest (a core taken
     /// away for a while) leave out; a total of many operators grows with

@@ -630,7 +630,7 @@ fn the_host_probe_is_the_median_of_the_processors_rows() {
 }
 
 #[test]
-fn the_mean_over_median_is_the_mean_of_the_rows_ratios() {
+fn the_mean_over_median_weighs_rows_by_their_time() {
     let mut rows = linear_rows(4, 40, 8.0);
     for (i, r) in rows.iter_mut().enumerate() {
         // Rows without a mean (older agents) are left out.
@@ -640,10 +640,24 @@ fn the_mean_over_median_is_the_mean_of_the_rows_ratios() {
             _ => r.median_us.map(|m| m * 1.08),
         };
     }
+    let medians = |keep: &dyn Fn(usize) -> bool| -> f64 {
+        rows.iter()
+            .enumerate()
+            .filter(|(i, _)| keep(i % 4))
+            .map(|(_, r)| r.median_us.unwrap())
+            .sum()
+    };
+    let (low, high) = (medians(&|k| k == 1 || k == 2), medians(&|k| k == 3));
     let (pred, _) = fit_gpu(&rows).unwrap();
     let f = pred.overheads("gpu").mean_over_median.unwrap();
-    // 20 rows at 1.02 and 10 at 1.08.
-    assert!((f - (20.0 * 1.02 + 10.0 * 1.08) / 30.0).abs() < 1e-9, "{f}");
+    // Summed means over summed medians, not the rows' ratios averaged.
+    let want = (1.02 * low + 1.08 * high) / (low + high);
+    assert!((f - want).abs() < 1e-9, "{f} against {want}");
+    let averaged = (20.0 * 1.02 + 10.0 * 1.08) / 30.0;
+    assert!(
+        (want - averaged).abs() > 1e-4,
+        "the test tells the two apart"
+    );
     // Too few rows with a mean: none in the predictor.
     let mut few = linear_rows(4, 40, 8.0);
     for r in few.iter_mut().take(hetero_plan::MEAN_ROWS_MIN - 1) {
