@@ -222,11 +222,7 @@ fn show_table(plan: &Plan) -> String {
             let _ = writeln!(
                 s,
                 "mean / median of the profiled GEMM runs: {} (`hetero run` scales its predicted totals by it)",
-                info.mean_over_median
-                    .iter()
-                    .map(|(p, f)| format!("{p} {f:.3}×"))
-                    .collect::<Vec<_>>()
-                    .join(", ")
+                info.mean_over_median_words()
             );
         }
         if let Some(o) = &info.offload {

@@ -464,6 +464,17 @@ pub struct SolverInfo {
     pub mean_over_median: BTreeMap<String, f64>,
 }
 
+impl SolverInfo {
+    /// [`SolverInfo::mean_over_median`] in words: `cpu:0 1.012×, cuda:0 1.003×`.
+    pub fn mean_over_median_words(&self) -> String {
+        self.mean_over_median
+            .iter()
+            .map(|(p, f)| format!("{p} {f:.3}×"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+}
+
 /// A plan: how every GEMM of a model runs on a device at every length.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct Plan {

@@ -9,8 +9,8 @@ use std::time::Instant;
 
 use hetero_agent::{Backend, Gemm, GemmSpec, HostBuf, OpenOptions, Registry};
 use hetero_plan::{
-    DType, Decision, GemmShape, LinearOp, ModelSpec, OpRole, Phase, Plan, Predictor, Strategy,
-    Timing, WeightMode,
+    DType, Decision, GemmShape, LinearOp, ModelSpec, OpRole, Phase, Plan, Predictor, SolverInfo,
+    Strategy, Timing, WeightMode,
 };
 
 use crate::check::{self, OutputCheck};
@@ -1356,13 +1356,17 @@ impl Runtime {
             .max_by(|a, b| (a.max_us / a.measured_us).total_cmp(&(b.max_us / b.measured_us)))
             .map(|o| (o.op.as_str(), o.max_us / o.measured_us));
         notes.extend(outlier_note(spec.phase, measured, op_medians, slowest));
-        if predicted_total > predicted_medians * (1.0 + 1e-9) {
+        if (predicted_total - predicted_medians).abs() > 1e-9 * predicted_medians {
             notes.push(format!(
                 "the predicted {} ({}) is the operators' median costs summed ({}), each scaled by the largest mean / median of its processors' profiled runs ({}): a total counts the runs far slower than the rest, a median does not",
                 if spec.phase == Phase::Decode { "step" } else { "pass" },
                 report::fmt_us(predicted_total),
                 report::fmt_us(predicted_medians),
-                self.mean_over_median_list(),
+                self.plan
+                    .solver
+                    .as_ref()
+                    .map(SolverInfo::mean_over_median_words)
+                    .unwrap_or_default(),
             ));
         }
         if any_sim {
@@ -1496,21 +1500,6 @@ impl Runtime {
             .copied()
             .filter(|f| f.is_finite() && *f > 0.0)
             .unwrap_or(1.0)
-    }
-
-    /// The plan's mean-over-median factors, in words.
-    fn mean_over_median_list(&self) -> String {
-        self.plan
-            .solver
-            .as_ref()
-            .map(|s| {
-                s.mean_over_median
-                    .iter()
-                    .map(|(p, f)| format!("{p} {f:.3}×"))
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            })
-            .unwrap_or_default()
     }
 
     /// The run's host probe against the one the plan records.
