@@ -1690,7 +1690,7 @@ fn outlier_note(
         "pass"
     };
     Some(format!(
-        "the measured {what} is {:.1} % above its operators' medians summed: some executions ran far slower than their medians{}; every total holds them, no operator's median does, and the plan predicts medians",
+        "the measured {what} is {:.1} % above its operators' medians summed: some executions ran far slower than their medians{}; every total holds them and no operator's median does",
         (measured / op_medians - 1.0) * 100.0,
         slowest
             .map(|(op, x)| format!(" (the slowest, of {op}, at {x:.1}× its median)"))
