@@ -1359,7 +1359,7 @@ impl Runtime {
         if (predicted_total - predicted_medians).abs() > 1e-9 * predicted_medians {
             notes.push(format!(
                 "the predicted {} ({}) is the operators' median costs summed ({}), each scaled by the largest mean / median of its processors' profiled runs ({}): a total counts the runs far slower than the rest, a median does not",
-                if spec.phase == Phase::Decode { "step" } else { "pass" },
+                unit(spec.phase),
                 report::fmt_us(predicted_total),
                 report::fmt_us(predicted_medians),
                 self.plan
@@ -1666,6 +1666,15 @@ pub fn load_model(path: &Path) -> Result<ModelSpec> {
 /// report says so.
 const HOST_SPEED_TOLERANCE: f64 = 0.1;
 
+/// What one timed total covers: a prefill pass or a decode step.
+fn unit(phase: Phase) -> &'static str {
+    if phase == Phase::Decode {
+        "step"
+    } else {
+        "pass"
+    }
+}
+
 /// How far a pass or step may run above its operators' medians summed
 /// before the report says why.
 const OUTLIER_TOLERANCE: f64 = 0.02;
@@ -1684,13 +1693,9 @@ fn outlier_note(
     if op_medians <= 0.0 || measured <= op_medians * (1.0 + OUTLIER_TOLERANCE) {
         return None;
     }
-    let what = if phase == Phase::Decode {
-        "step"
-    } else {
-        "pass"
-    };
     Some(format!(
-        "the measured {what} is {:.1} % above its operators' medians summed: some executions ran far slower than their medians{}; every total holds them and no operator's median does",
+        "the measured {} is {:.1} % above its operators' medians summed: some executions ran far slower than their medians{}; every total holds them and no operator's median does",
+        unit(phase),
         (measured / op_medians - 1.0) * 100.0,
         slowest
             .map(|(op, x)| format!(" (the slowest, of {op}, at {x:.1}× its median)"))
