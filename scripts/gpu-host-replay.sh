@@ -13,7 +13,10 @@
 #      path, submit and sync), merged into one dataset;
 #   3. `hetero fit`, then `hetero solve` of two plans, prefill 1..2048 and
 #      decode 1: `cuda` = cuda:0 alone (f16), `mixed` = cuda:0 (f16) with
-#      cpu:0 (f32), where the solver may split;
+#      cpu:0 (f32), where the solver may split; with REPLAY_PLANS naming
+#      `offload`, also `offload` = cuda:0 with cpu:0 under a GPU memory
+#      budget (ScheInfer's CC/CG/GG row slicing: rows on the CPU, rows whose
+#      weights are copied to the GPU every run, rows resident there);
 #   4. per plan, one `--check` pass, then per case REPS timed passes with
 #      `--sync block` and REPS with `--sync poll` (one process each, one
 #      untimed warm-up pass), synthetic seeded weights with --share-weights.
@@ -26,6 +29,8 @@
 # REPLAY_PROCS (default 1: processes per case and sync, in rounds over the
 # cases; above 1 the summary adds each case's median ratio),
 # REPLAY_CASES (default "prefill:16 prefill:128 prefill:512 prefill:2048 decode:1"),
+# REPLAY_PLANS (default "cuda mixed"; any of cuda, mixed, offload),
+# REPLAY_OFFLOAD_BUDGET (default 1GiB: the offload plan's --gpu-mem-budget),
 # REPLAY_WEIGHTS (default "shared"; "shared distinct" also replays with
 # every layer's weights its own, reports named PLAN+distinct),
 # CUDA_BUDGET (default 150s), CPU_BUDGET (default 60s), CUDA_COLD (set:
@@ -76,6 +81,7 @@ reps=${REPLAY_REPS:-9}
 procs=${REPLAY_PROCS:-1}
 cases=${REPLAY_CASES:-"prefill:16 prefill:128 prefill:512 prefill:2048 decode:1"}
 weight_modes=${REPLAY_WEIGHTS:-shared}
+plans=${REPLAY_PLANS:-cuda mixed}
 hetero="$bin/hetero"
 work=$(mktemp -d /tmp/replay.XXXXXX)
 log() { echo "[$SECONDS s] $*" | tee -a "$out/log.txt" >&2; }
@@ -119,12 +125,17 @@ common=(--predictor "$work/predictor.ron" --model "$model" --lengths 1..2048
     --out "$work/plan-cuda.ron" > "$work/solve-cuda.txt" 2>&1 || log "solve cuda failed: $(tail -3 "$work/solve-cuda.txt")"
 "$hetero" solve "${common[@]}" --processors cuda:0,cpu:0 --dtype cuda:0=f16 --dtype cpu:0=f32 \
     --out "$work/plan-mixed.ron" > "$work/solve-mixed.txt" 2>&1 || log "solve mixed failed: $(tail -3 "$work/solve-mixed.txt")"
-for p in cuda mixed; do
+if [[ " $plans " == *" offload "* ]]; then
+    "$hetero" solve "${common[@]}" --processors cuda:0,cpu:0 --dtype cuda:0=f16 --dtype cpu:0=f32 \
+        --gpu-mem-budget "${REPLAY_OFFLOAD_BUDGET:-1GiB}" \
+        --out "$work/plan-offload.ron" > "$work/solve-offload.txt" 2>&1 || log "solve offload failed: $(tail -3 "$work/solve-offload.txt")"
+fi
+for p in $plans; do
     { echo "## $p"; cat "$work/solve-$p.txt"; "$hetero" plan show "$work/plan-$p.ron" 2>&1; } >> "$logs/plans.txt"
 done
 
 mkdir -p "$work/reports"
-for p in cuda mixed; do
+for p in $plans; do
     plan="$work/plan-$p.ron"
     [ -e "$plan" ] || { log "no $plan"; continue; }
     first=${cases%% *}
@@ -214,6 +225,6 @@ for path in sorted(glob.glob(f"{d}/*-check.json")):
 PY
 tar -czf "$out/dataset.tgz" -C "$work" ds
 tar -czf "$out/logs.tgz" -C "$work" logs
-tar -czf "$out/reports.tgz" -C "$work" reports plan-cuda.ron plan-mixed.ron 2>/dev/null \
+tar -czf "$out/reports.tgz" -C "$work" reports $(cd "$work" && ls plan-*.ron 2>/dev/null) 2>/dev/null \
     || tar -czf "$out/reports.tgz" -C "$work" reports
 log "done"
