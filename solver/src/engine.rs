@@ -252,6 +252,27 @@ pub(crate) struct Setup<'a> {
     pub offload: Option<OffloadSetup>,
 }
 
+impl Setup<'_> {
+    /// The host copy of `bytes` that runtime-min makes when it scatters a
+    /// part's rows of fewer than all the columns into the merged output
+    /// (one thread, row by row, from the part's staging buffer): the
+    /// fastest host-memory copy line among the CPU processors (their
+    /// `copy_h2d` microbenchmark is such a copy), 0 without one. An H100
+    /// host's offload replay copied 10.75 MB of scattered output at 300
+    /// tokens in about 0.7 ms, which no term had (`docs/benchmarks.md`,
+    /// Runtime, "Session 39").
+    pub fn scatter_us(&self, bytes: f64) -> f64 {
+        self.procs
+            .iter()
+            .filter(|p| p.kind == ProcessorKind::Cpu)
+            .filter_map(|p| p.copy_h2d.map(|c| c.at(bytes)))
+            .fold(None, |best: Option<f64>, t| {
+                Some(best.map_or(t, |b| b.min(t)))
+            })
+            .unwrap_or(0.0)
+    }
+}
+
 #[derive(Debug, Clone)]
 pub(crate) struct OffloadSetup {
     pub cpu: usize,
@@ -876,7 +897,7 @@ impl<'s, 'a> OpCtx<'s, 'a> {
     /// One dynamic processor alone: its GEMM, plus what runtime-min adds
     /// around it (see [`Proc::alone_overhead_us`] and
     /// [`Proc::alone_copy_us`]).
-    fn single(&self, p: usize, m: u32) -> Cand {
+    pub(crate) fn single(&self, p: usize, m: u32) -> Cand {
         let pr = &self.setup.procs[p];
         let copy = pr.alone_copy_us(
             m as f64 * self.k as f64,
@@ -907,13 +928,17 @@ impl<'s, 'a> OpCtx<'s, 'a> {
     }
 
     /// Processor `p`'s copies for a part of `rows` input rows and `cols`
-    /// output columns, in the operand order it runs ([`Proc::copy_us`]).
-    fn part_copy_us(&self, p: usize, rows: u32, cols: u32) -> f64 {
-        self.setup.procs[p].copy_us(
-            rows as f64 * self.k as f64,
-            rows as f64 * cols as f64,
-            self.order(p),
-        )
+    /// output columns, in the operand order it runs ([`Proc::copy_us`]),
+    /// and, for a part of fewer than all the columns, the host copy that
+    /// scatters its rows into the merged output ([`Setup::scatter_us`]).
+    pub(crate) fn part_copy_us(&self, p: usize, rows: u32, cols: u32) -> f64 {
+        let out = rows as f64 * cols as f64;
+        let scatter = if cols < self.n {
+            self.setup.scatter_us(out * HOST_BYTES)
+        } else {
+            0.0
+        };
+        self.setup.procs[p].copy_us(rows as f64 * self.k as f64, out, self.order(p)) + scatter
     }
 
     /// A row split costed from its parts' predicted times; the static part

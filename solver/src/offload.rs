@@ -6,33 +6,20 @@ use std::collections::HashMap;
 
 use hetero_plan::{LinearOp, Phase};
 
-use crate::engine::{Cand, HOST_BYTES, INF, OpCtx, Setup, Shape};
+use crate::engine::{Cand, INF, OpCtx, Setup, Shape};
 
 impl OpCtx<'_, '_> {
     /// Offload-mode candidates: the CPU alone, the GPU alone when every row
-    /// is resident, and the best CC/CG/GG slicing.
+    /// is resident, and the best CC/CG/GG slicing. Alone, each costs what
+    /// it costs outside offload mode ([`OpCtx::single`]): runtime-min keeps
+    /// activations in host memory, so a GPU alone still copies its input in
+    /// and its output back, and pays its launch and completion notice.
     pub(crate) fn offload_cands(&self, m: u32) -> Vec<Cand> {
         let o = self.setup.offload.as_ref().expect("offload mode");
         let gg = self.resident.unwrap_or(0).min(self.n);
-        let mut out = vec![self.finish(
-            Shape::Single {
-                p: o.cpu,
-                padded_to: None,
-                online: false,
-            },
-            &[(o.cpu, self.time(o.cpu, m, self.n))],
-            0.0,
-        )];
+        let mut out = vec![self.single(o.cpu, m)];
         if gg == self.n {
-            out.push(self.finish(
-                Shape::Single {
-                    p: o.gpu,
-                    padded_to: None,
-                    online: false,
-                },
-                &[(o.gpu, self.time(o.gpu, m, self.n))],
-                0.0,
-            ));
+            out.push(self.single(o.gpu, m));
         }
         out.extend(self.offload_search(m, gg));
         if self.phase == Phase::Prefill && m > 1 {
@@ -72,78 +59,77 @@ impl OpCtx<'_, '_> {
         if gg > 0 { self.time(gpu, m, gg) } else { 0.0 }
     }
 
-    /// One CC/CG/GG slicing costed on the ScheInfer timeline: the GPU runs
-    /// GG at once, CG after its weights cross PCIe, and the token-assigned
-    /// CC rows after theirs; the CPU runs CC on the other tokens, with the
-    /// activations crossing both ways.
+    /// One CC/CG/GG slicing costed on runtime-min's timeline. The CPU
+    /// part (CC rows on the tokens the GPU does not take) starts first and
+    /// runs beside the GPU's steps. The GPU runs its steps one after the
+    /// other, each a launch and a wait of its own: the resident GG rows;
+    /// the CG rows, whose weights cross PCIe from page-locked memory at the
+    /// start of that step (`copy_h2d`, inside the GPU's timed part); and
+    /// the CC rows of the tokens assigned to the GPU, the same way. Every
+    /// step copies the input in and its output back from host memory, where
+    /// runtime-min keeps activations, and scatters its columns into the
+    /// merged output ([`OpCtx::part_copy_us`]); the CPU part's output is
+    /// scattered last. ScheInfer's own timeline keeps activations on the
+    /// GPU and overlaps the CG copy with the GG rows; an H100 host's
+    /// replay of that model ran prefill 300 at 3.0× and prefill 16 at 1.4×
+    /// its prediction (`docs/benchmarks.md`, Runtime, "Session 39").
     /// `g_gg` is the GPU time of the resident rows.
     fn offload_cost_with(&self, m: u32, gg: u32, cc: u32, ng: u32, g_gg: f64) -> Cand {
         let o = self.setup.offload.as_ref().expect("offload mode");
         let (cpu, gpu) = (o.cpu, o.gpu);
-        let gp = &self.setup.procs[gpu];
-        let (k, n) = (self.k as f64, self.n);
-        let cg = n - gg - cc;
-        // Activations cross as f32, the runtime's host format.
-        let a = HOST_BYTES;
-        let w = gp.wbytes();
-        let h2d = |b: f64| gp.copy_h2d.map_or(INF, |c| c.at(b));
-        let d2h = |b: f64| gp.copy_d2h.or(gp.copy_h2d).map_or(INF, |c| c.at(b));
+        let procs = &self.setup.procs;
+        let gp = &procs[gpu];
+        let k = self.k as f64;
+        let cg = self.n - gg - cc;
+        let weights = |rows: u32| {
+            gp.copy_h2d
+                .map_or(INF, |c| c.at(rows as f64 * k * gp.wbytes()))
+        };
+        // The GPU's steps: (tokens, columns, device time with any upload).
+        let mut steps: Vec<(u32, u32, f64)> = Vec::with_capacity(3);
+        if gg > 0 {
+            steps.push((m, gg, g_gg));
+        }
+        if cg > 0 {
+            steps.push((m, cg, weights(cg) + self.time(gpu, m, cg)));
+        }
+        if ng > 0 && cc > 0 {
+            steps.push((ng, cc, weights(cc) + self.time(gpu, ng, cc)));
+        }
+        let gpu_compute: f64 = steps.iter().map(|s| s.2).sum();
+        let gpu_copy: f64 = steps
+            .iter()
+            .map(|&(rows, cols, _)| self.part_copy_us(gpu, rows, cols))
+            .sum();
+        let launches = steps.len() as f64;
+        let (host, host_block) = (gp.alone_overhead_us(), gp.alone_overhead_block_us());
         let mc = m - ng;
-        let (cpu_compute, cpu_end) = if cc > 0 && mc > 0 {
-            let t = self.time(cpu, mc, cc);
-            (
-                t,
-                d2h(mc as f64 * k * a) + t + h2d(mc as f64 * cc as f64 * a),
-            )
+        let (cpu_compute, cpu_copy) = if cc > 0 && mc > 0 {
+            (self.time(cpu, mc, cc), self.part_copy_us(cpu, mc, cc))
         } else {
             (0.0, 0.0)
         };
-        let c_cg = if cg > 0 { h2d(cg as f64 * k * w) } else { 0.0 };
-        let c_ccw = if ng > 0 && cc > 0 {
-            h2d(cc as f64 * k * w)
-        } else {
-            0.0
-        };
-        let g_cg = if cg > 0 { self.time(gpu, m, cg) } else { 0.0 };
-        let g_cc = if ng > 0 && cc > 0 {
-            self.time(gpu, ng, cc)
-        } else {
-            0.0
-        };
-        let mut t = g_gg;
-        if cg > 0 {
-            t = t.max(c_cg) + g_cg;
-        }
-        if g_cc > 0.0 {
-            t = t.max(c_cg + c_ccw) + g_cc;
-        }
-        let gpu_end = t;
-        let gpu_compute = g_gg + g_cg + g_cc;
-        let both = cpu_end > 0.0 && gpu_end > 0.0;
-        let ((sync, sync_block), rule) = if both {
-            let (dom, other) = if gpu_end >= cpu_end {
-                (gpu, cpu)
+        let cp = &procs[cpu];
+        // The end of the step, for a wait that costs the GPU `host` per
+        // launch and the CPU `cpu_sync` when the host waits for it.
+        let end = |host: f64, cpu_sync: f64| {
+            let gpu_end = gpu_compute + gpu_copy + launches * host;
+            if cpu_compute > 0.0 {
+                gpu_end.max(cpu_compute + cpu_sync) + cpu_copy
             } else {
-                (cpu, gpu)
-            };
-            let procs = &self.setup.procs;
-            let submit = if procs[other].queue {
-                procs[other].submit_us
-            } else {
-                0.0
-            };
-            (
-                (
-                    procs[dom].sync_us + submit,
-                    procs[dom].sync_block_us + submit,
-                ),
-                "sync on the side that ends last + resubmission of a queued side",
-            )
-        } else {
-            ((0.0, 0.0), "")
+                gpu_end
+            }
         };
-        let end = cpu_end.max(gpu_end);
-        let total = end + sync;
+        let cpu_waited = cpu_compute > 0.0 && cpu_compute > gpu_compute + gpu_copy;
+        let (cpu_sync, cpu_sync_block) = if cpu_waited {
+            (cp.sync_us, cp.sync_block_us)
+        } else {
+            (0.0, 0.0)
+        };
+        let total = end(host, cpu_sync);
+        let total_block = end(host_block, cpu_sync_block);
+        let sync = launches * host + cpu_sync;
+        let max = cpu_compute.max(gpu_compute);
         Cand {
             shape: Shape::Offload {
                 cpu,
@@ -155,10 +141,10 @@ impl OpCtx<'_, '_> {
             },
             parts: crate::engine::Times::from_slice(&[cpu_compute, gpu_compute]),
             sync,
-            sync_block,
-            copy: (end - cpu_compute.max(gpu_compute)).max(0.0),
+            sync_block: sync + (total_block - total),
+            copy: (total - max - sync).max(0.0),
             total,
-            sync_rule: rule,
+            sync_rule: "one launch and wait per GPU step (resident, copied, token-assigned rows), the CPU part beside them",
         }
     }
 

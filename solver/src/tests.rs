@@ -507,28 +507,42 @@ fn offload_keeps_the_best_weights_resident_within_the_budget() {
         }
         ref other => panic!("expected offload at 2048, got {other:?}"),
     }
-    // With room for every weight, the GPU runs everything alone.
+    // With room for every weight, no CG rows are streamed: the GPU runs an
+    // operator alone, or beside the CPU on rows of its own (runtime-min
+    // keeps activations in host memory, so a CPU part costs no activation
+    // round trip and can end before the GPU's; in prefill some of the CPU
+    // rows' tokens may go to the GPU, ScheInfer's token assignment).
     let s = Settings {
         gpu_mem_budget: Some(64 << 30),
         ..s
     };
     let plan = solve(&dev, fp(), &m, &s).unwrap();
+    let mut alone = 0;
     for op in &plan.ops {
         for d in &op.decisions {
-            assert_eq!(
-                d.strategy,
-                Strategy::Single {
-                    processor: "cuda".into(),
-                    padded_to: None,
-                    online_prepare: false
-                },
-                "{} {} {}",
-                op.op,
-                op.phase,
-                d.len
-            );
+            match &d.strategy {
+                Strategy::Single { processor, .. } => {
+                    assert_eq!(processor, "cuda", "{} {} {}", op.op, op.phase, d.len);
+                    alone += 1;
+                }
+                Strategy::Offload { cg_rows, .. } => assert!(
+                    *cg_rows == 0,
+                    "{} {} {}: {:?}",
+                    op.op,
+                    op.phase,
+                    d.len,
+                    d.strategy
+                ),
+                other => panic!("{} {} {}: {other:?}", op.op, op.phase, d.len),
+            }
         }
     }
+    // Long prompts are the GPU's alone.
+    assert!(alone > 0);
+    assert!(matches!(
+        at(&plan, "ffn_up", Phase::Prefill, 2048).strategy,
+        Strategy::Single { .. }
+    ));
 }
 
 #[test]
@@ -1315,4 +1329,83 @@ fn a_blocking_wait_is_costed_beside_the_polling_one() {
         let extra = expect.map_or(0.0, |b| b - 6.5);
         assert!((d.cost.total_with(true) - d.cost.total_us - extra).abs() < 0.01);
     }
+}
+
+#[test]
+fn offload_alone_costs_what_it_costs_outside_offload_mode() {
+    // runtime-min keeps activations in host memory whatever the mode: a GPU
+    // running an operator alone copies its input in and its output back
+    // and pays its launch, with or without a memory budget.
+    let dev = synthetic::discrete_cpu_gpu();
+    let m = llama8b();
+    let base = Settings {
+        phases: vec![Phase::Prefill],
+        prefill_lengths: vec![2048],
+        graphs: GraphChoice::None,
+        ops: vec!["ffn_up".into()],
+        ..Settings::default()
+    };
+    let roomy = Settings {
+        gpu_mem_budget: Some(64 << 30),
+        ..base.clone()
+    };
+    let free = solve(&dev, fp(), &m, &base).unwrap();
+    let offload = solve(&dev, fp(), &m, &roomy).unwrap();
+    let (a, b) = (
+        at(&free, "ffn_up", Phase::Prefill, 2048),
+        at(&offload, "ffn_up", Phase::Prefill, 2048),
+    );
+    assert_eq!(a.strategy, b.strategy);
+    assert!(b.cost.copy_us > 0.0, "{:?}", b.cost);
+    assert!(
+        (a.cost.total_us - b.cost.total_us).abs() < 1e-9 * a.cost.total_us,
+        "{:?} against {:?}",
+        a.cost,
+        b.cost
+    );
+}
+
+#[test]
+fn a_part_of_some_columns_pays_the_host_scatter() {
+    // runtime-min scatters a part's rows into the merged output with a host
+    // copy: costed on the CPU processor's copy line, nothing without one.
+    let mut dev = synthetic::discrete_cpu_gpu();
+    let m = llama8b();
+    let s = Settings {
+        phases: vec![Phase::Decode],
+        graphs: GraphChoice::None,
+        gpu_mem_budget: Some(1 << 30),
+        ops: vec!["ffn_up".into()],
+        ..Settings::default()
+    };
+    let plan = solve(&dev, fp(), &m, &s).unwrap();
+    assert_eq!(
+        explain::setup_from_plan(&dev, &plan)
+            .unwrap()
+            .scatter_us(1e6),
+        0.0
+    );
+    let line = hetero_plan::LinearCost {
+        alpha_us: 0.5,
+        beta_us_per_byte: 1.0 / 16e3,
+    };
+    dev.overheads_mut("cpu").unwrap().copy_h2d = Some(line);
+    let setup = explain::setup_from_plan(&dev, &plan).unwrap();
+    assert!((setup.scatter_us(1e6) - line.at(1e6)).abs() < 1e-9);
+    let with = solve(&dev, fp(), &m, &s).unwrap();
+    let (a, b) = (
+        at(&plan, "ffn_up", Phase::Decode, 1),
+        at(&with, "ffn_up", Phase::Decode, 1),
+    );
+    assert!(
+        matches!(b.strategy, Strategy::Offload { .. }),
+        "{:?}",
+        b.strategy
+    );
+    assert!(
+        b.cost.total_us > a.cost.total_us,
+        "{:?} {:?}",
+        a.cost,
+        b.cost
+    );
 }
