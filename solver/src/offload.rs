@@ -110,17 +110,18 @@ impl OpCtx<'_, '_> {
             (0.0, 0.0)
         };
         let cp = &procs[cpu];
-        // The end of the step, for a wait that costs the GPU `host` per
-        // launch and the CPU `cpu_sync` when the host waits for it.
+        // The operator's end, for a wait that costs the GPU `host` per
+        // launch: the host waits for the CPU part (`cpu_sync`) when it is
+        // still running once the GPU's steps are done.
+        let gpu_end = |host: f64| gpu_compute + gpu_copy + launches * host;
         let end = |host: f64, cpu_sync: f64| {
-            let gpu_end = gpu_compute + gpu_copy + launches * host;
             if cpu_compute > 0.0 {
-                gpu_end.max(cpu_compute + cpu_sync) + cpu_copy
+                gpu_end(host).max(cpu_compute + cpu_sync) + cpu_copy
             } else {
-                gpu_end
+                gpu_end(host)
             }
         };
-        let cpu_waited = cpu_compute > 0.0 && cpu_compute > gpu_compute + gpu_copy;
+        let cpu_waited = cpu_compute > 0.0 && cpu_compute > gpu_end(host);
         let (cpu_sync, cpu_sync_block) = if cpu_waited {
             (cp.sync_us, cp.sync_block_us)
         } else {
@@ -128,8 +129,16 @@ impl OpCtx<'_, '_> {
         };
         let total = end(host, cpu_sync);
         let total_block = end(host_block, cpu_sync_block);
-        let sync = launches * host + cpu_sync;
+        // What the waits add on the critical path, and the copies beyond
+        // it, so that `total = max(parts) + sync + copy`.
         let max = cpu_compute.max(gpu_compute);
+        let waits = if cpu_waited {
+            cpu_sync
+        } else {
+            launches * host
+        };
+        let copy = (total - max - waits).max(0.0);
+        let sync = total - max - copy;
         Cand {
             shape: Shape::Offload {
                 cpu,
@@ -142,7 +151,7 @@ impl OpCtx<'_, '_> {
             parts: crate::engine::Times::from_slice(&[cpu_compute, gpu_compute]),
             sync,
             sync_block: sync + (total_block - total),
-            copy: (total - max - sync).max(0.0),
+            copy,
             total,
             sync_rule: "one launch and wait per GPU step (resident, copied, token-assigned rows), the CPU part beside them",
         }
