@@ -69,6 +69,17 @@ for l in sys.stdin:
     mkdir -p "$repo/.carry/rx"
     tar cJf "$repo/.carry/rx/replay.txz" -C "$repo/.carry" replay
     du -sh "$repo/.carry/rx/replay.txz"
+    # The tool refuses a tree and carry above 64 MiB in all. The records
+    # under datasets/ grow every session; the replay needs none of them
+    # but datasets/models, so a folder of old records may be moved aside
+    # for the call (and back after it).
+    tree=$( { git ls-files -z; git ls-files -z --others --exclude-standard; } |
+        xargs -0 stat -c %s 2>/dev/null | awk '{s += $1} END {print s + 0}')
+    total=$((tree + $(stat -c %s "$repo/.carry/rx/replay.txz")))
+    echo "working tree and carry: $((total >> 20)) MiB of the device tool's 64"
+    if [ "$total" -gt $((64 << 20)) ]; then
+        echo "warning: over 64 MiB; move a records folder (e.g. datasets/retest) aside during the call" >&2
+    fi
     echo "carry .carry/rx and run: tar xJf .carry/rx/replay.txz -C .carry/ && scripts/gpu-host-replay.sh \"\$OUT\""
     exit 0
 fi
