@@ -31,6 +31,8 @@
 # REPLAY_CASES (default "prefill:16 prefill:128 prefill:512 prefill:2048 decode:1"),
 # REPLAY_PLANS (default "cuda mixed"; any of cuda, mixed, offload),
 # REPLAY_OFFLOAD_BUDGET (default 1GiB: the offload plan's --gpu-mem-budget),
+# PAIR_BUDGET (default 90s: with `offload`, the microbenchmarks of cuda:0
+# and cpu:0 together, for the CPU's bandwidth beside the GPU's copies),
 # REPLAY_WEIGHTS (default "shared"; "shared distinct" also replays with
 # every layer's weights its own, reports named PLAN+distinct),
 # CUDA_BUDGET (default 150s), CPU_BUDGET (default 60s), CUDA_COLD (set:
@@ -119,7 +121,23 @@ log "profile cuda:0 (${CUDA_BUDGET:-150s} ${CUDA_FLAGS:-}), cpu:0 (${CPU_BUDGET:
     --models "$model" --budget "${CPU_BUDGET:-60s}" --out "$work/ds-cpu" \
     ${CPU_COLD:+--cold-cache} \
     > "$logs/profile-cpu.txt" 2>&1 || log "profile cpu:0 failed: $(tail -3 "$logs/profile-cpu.txt")"
-"$hetero" dataset merge --out "$work/ds" "$work/ds-cuda" "$work/ds-cpu" > /dev/null \
+# An offload plan's CPU parts run beside the GPU's weight copies from host
+# memory: the two processors' microbenchmarks together measure that
+# (`bandwidth_concurrent` of cpu:0 beside cuda:0 copying its weights),
+# which the profiles of each alone cannot. One GEMM case each, which the
+# merge drops where the profiles above have it.
+pair=()
+if [[ " $plans " == *" offload "* ]]; then
+    log "microbenchmarks of cuda:0 and cpu:0 together (${PAIR_BUDGET:-90s})"
+    if "$hetero" profile --device local --agent "$bin/hetero-agent" --processors cuda:0,cpu:0 \
+        --models "$model" --max-cases 1 --no-refine --budget "${PAIR_BUDGET:-90s}" \
+        --out "$work/ds-pair" > "$logs/profile-pair.txt" 2>&1; then
+        pair=("$work/ds-pair")
+    else
+        log "pair microbenchmarks failed: $(tail -3 "$logs/profile-pair.txt")"
+    fi
+fi
+"$hetero" dataset merge --out "$work/ds" "$work/ds-cuda" "$work/ds-cpu" "${pair[@]}" > /dev/null \
     || log "merge failed"
 "$hetero" dataset show "$work/ds" > "$work/ds/SHOW.txt" 2>&1
 tail -n 30 "$logs/profile-cuda.txt" "$logs/profile-cpu.txt" >> "$work/ds/SHOW.txt"

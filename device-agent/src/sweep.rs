@@ -22,7 +22,10 @@
 //! benchmarks are written once here on top of [`Gemm`](crate::Gemm), so every backend gets
 //! them: `bandwidth_alone` times a memory-bound GEMV (`1×K×N`, weights of
 //! `bytes`), `bandwidth_concurrent` times the same GEMV while the `peer`
-//! processor streams its own GEMV in a loop.
+//! processor streams its own GEMV in a loop (a discrete GPU peer of a
+//! processor on host memory copies that GEMV's weights from page-locked
+//! host memory at every run: its traffic on the memory the timed
+//! processor reads).
 
 use std::collections::HashSet;
 use std::rc::Rc;
@@ -1213,6 +1216,14 @@ fn stream(
     }
     let peer_spec = gemv_spec(backends[1].processor(), bytes)?;
     let mut pg = ready_gemv(&mut *backends[1], &peer_spec)?;
+    // A backend that cannot keep weights on the host streams its own
+    // memory, as before.
+    let copies = peer_copies_host_weights(backends[0].processor(), backends[1].processor())
+        && match pg.host_weights(&verify::inputs(&peer_spec.shape, 0).1) {
+            Ok(()) => true,
+            Err(Error::Unsupported { .. }) => false,
+            Err(e) => return Err(e),
+        };
     let stop = AtomicBool::new(false);
     let peer_runs = AtomicU64::new(0);
     let peer_err: std::sync::Mutex<Option<Error>> = std::sync::Mutex::new(None);
@@ -1243,12 +1254,34 @@ fn stream(
     Ok((
         samples,
         Some(format!(
-            "{note_bytes}; peer `{}` streamed GEMV 1x{pk}x{pn} {} {} times meanwhile",
+            "{note_bytes}; peer `{}` streamed GEMV 1x{pk}x{pn} {} {} times meanwhile{}",
             backends[1].processor().id,
             peer_spec.dtype,
-            peer_runs.load(Ordering::Relaxed)
+            peer_runs.load(Ordering::Relaxed),
+            if copies {
+                ", each run copying its weights from page-locked host memory first"
+            } else {
+                ""
+            }
         )),
     ))
+}
+
+/// Whether the peer of `bandwidth_concurrent` copies its weights from
+/// page-locked host memory at every run ([`crate::Gemm::host_weights`])
+/// rather than streaming its own memory: where the timed processor reads
+/// host memory (a CPU, or any processor on unified memory) and the peer is
+/// a discrete GPU. Such a GPU streams memory of its own, which the timed
+/// processor does not share; what it does to host memory is copy over
+/// PCIe, as offload's CG rows do at every run. On an H100 host, CPU parts
+/// running beside those copies took about twice their time alone
+/// (`docs/benchmarks.md`, Runtime, "Session 39").
+fn peer_copies_host_weights(timed: &Processor, peer: &Processor) -> bool {
+    let host = timed.kind == hetero_plan::ProcessorKind::Cpu || timed.capabilities.unified_memory;
+    let discrete = peer.kind == hetero_plan::ProcessorKind::Gpu
+        && !peer.capabilities.unified_memory
+        && !peer.simulated;
+    host && discrete
 }
 
 #[cfg(test)]

@@ -121,6 +121,15 @@ pub(crate) struct Proc<'a> {
 }
 
 impl Proc<'_> {
+    /// Reads its operands from host memory: a CPU, or any processor on
+    /// unified memory.
+    pub fn host_memory(&self) -> bool {
+        self.kind == ProcessorKind::Cpu || self.unified
+    }
+    /// A GPU with memory of its own.
+    pub fn discrete_gpu(&self) -> bool {
+        self.kind == ProcessorKind::Gpu && !self.unified
+    }
     pub fn abytes(&self) -> f64 {
         self.dtype.activation_bits() as f64 / 8.0
     }
@@ -809,15 +818,25 @@ impl<'s, 'a> OpCtx<'s, 'a> {
     pub fn contention(&self, p: usize, with: impl IntoIterator<Item = usize>) -> f64 {
         let procs = &self.setup.procs;
         let cpu = |q: usize| procs[q].kind == ProcessorKind::Cpu;
+        let mut others: Small<usize, 8> = Small::new();
+        for q in with.into_iter().filter(|&q| q != p) {
+            others.push(q);
+        }
         let shares_cores = cpu(p)
-            && with.into_iter().any(|q| {
-                q != p && cpu(q) && (procs[p].on_all_host_cores || procs[q].on_all_host_cores)
-            });
+            && others
+                .iter()
+                .any(|&q| cpu(q) && (procs[p].on_all_host_cores || procs[q].on_all_host_cores));
         if shares_cores {
             procs[p].concurrent.min(CORE_SHARE)
-        } else if self.phase == Phase::Decode {
+        } else if self.phase == Phase::Decode
+            && !(procs[p].host_memory() && others.iter().all(|&q| procs[q].discrete_gpu()))
+        {
             procs[p].concurrent
         } else {
+            // Beside discrete GPUs whose weights are resident, a processor
+            // on host memory shares no bandwidth: its measured factor is
+            // about those GPUs copying from host memory
+            // (`bandwidth_concurrent`), which only offload's CG rows do.
             1.0
         }
     }

@@ -104,12 +104,27 @@ impl OpCtx<'_, '_> {
         let launches = steps.len() as f64;
         let (host, host_block) = (gp.alone_overhead_us(), gp.alone_overhead_block_us());
         let mc = m - ng;
+        let cp = &procs[cpu];
         let (cpu_compute, cpu_copy) = if cc > 0 && mc > 0 {
-            (self.time(cpu, mc, cc), self.part_copy_us(cpu, mc, cc))
+            // The CPU part shares host memory with the GPU's weight copies,
+            // which start once the GG step is done.
+            let copying: f64 = [(cg > 0, cg), (ng > 0, cc)]
+                .iter()
+                .filter(|(on, _)| *on)
+                .map(|&(_, rows)| weights(rows))
+                .sum();
+            let gg_step = if gg > 0 {
+                g_gg + self.part_copy_us(gpu, m, gg) + gp.alone_overhead_us()
+            } else {
+                0.0
+            };
+            (
+                beside_copies(self.time(cpu, mc, cc), gg_step, copying, cp.concurrent),
+                self.part_copy_us(cpu, mc, cc),
+            )
         } else {
             (0.0, 0.0)
         };
-        let cp = &procs[cpu];
         // The operator's end, for a wait that costs the GPU `host` per
         // launch: the host waits for the CPU part (`cpu_sync`) when it is
         // still running once the GPU's steps are done.
@@ -193,6 +208,26 @@ impl OpCtx<'_, '_> {
         };
         let best = search_cc(0)?;
         Some(best)
+    }
+}
+
+/// How long a CPU part of `alone` µs takes when, from `start` µs on, the
+/// GPU copies weights from host memory for `copying` µs, during which the
+/// CPU keeps `factor` of its speed (its measured concurrent factor beside
+/// a discrete GPU copying from host memory, `bandwidth_concurrent`; 1
+/// where not measured). On an H100 host, CPU parts beside such copies took
+/// about twice their time alone (`docs/benchmarks.md`, Runtime, "Session
+/// 39").
+pub(crate) fn beside_copies(alone: f64, start: f64, copying: f64, factor: f64) -> f64 {
+    let f = factor.clamp(1e-3, 1.0);
+    if alone <= start || copying <= 0.0 {
+        return alone;
+    }
+    let left = alone - start;
+    if left <= copying * f {
+        start + left / f
+    } else {
+        start + copying + (left - copying * f)
     }
 }
 

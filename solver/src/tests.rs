@@ -1409,3 +1409,75 @@ fn a_part_of_some_columns_pays_the_host_scatter() {
         b.cost
     );
 }
+
+#[test]
+fn a_cpu_part_beside_weight_copies_runs_at_its_concurrent_factor() {
+    use crate::offload::beside_copies;
+    // No copy, or the part done before the copies start: its time alone.
+    assert_eq!(beside_copies(100.0, 0.0, 0.0, 0.5), 100.0);
+    assert_eq!(beside_copies(100.0, 150.0, 500.0, 0.5), 100.0);
+    // Wholly inside the copies: alone / factor.
+    assert!((beside_copies(100.0, 0.0, 500.0, 0.5) - 200.0).abs() < 1e-9);
+    // 20 µs before them, 50 µs of work during 100 µs of copies, the last
+    // 30 µs after: 20 + 100 + 30.
+    assert!((beside_copies(100.0, 20.0, 100.0, 0.5) - 150.0).abs() < 1e-9);
+
+    // In offload mode the CPU part of a slicing with CG rows is costed so:
+    // at half its speed beside the copies, the solver streams fewer rows
+    // (or none) beside a CPU part, and the step costs more than at full
+    // speed. Outside offload mode, beside a discrete GPU whose weights are
+    // resident, the CPU keeps its speed in decode.
+    let mut dev = synthetic::discrete_cpu_gpu();
+    dev.overheads_mut("cuda").unwrap().concurrent_factor = Some(1.0);
+    let m = llama8b();
+    let s = Settings {
+        phases: vec![Phase::Decode],
+        graphs: GraphChoice::None,
+        gpu_mem_budget: Some(1 << 30),
+        ops: vec!["ffn_up".into()],
+        ..Settings::default()
+    };
+    let cpu_time = |dev: &mut Synthetic, rows: u32| {
+        let shape = hetero_plan::GemmShape::new(1, 4096, rows).unwrap();
+        dev.model_mut("cpu")
+            .unwrap()
+            .time_us(shape, hetero_plan::DType::F16, OperandOrder::Aw)
+    };
+    let mut solved = vec![];
+    for factor in [1.0, 0.5] {
+        dev.overheads_mut("cpu").unwrap().concurrent_factor = Some(factor);
+        let plan = solve(&dev, fp(), &m, &s).unwrap();
+        check_plan(&plan);
+        let d = at(&plan, "ffn_up", Phase::Decode, 1).clone();
+        let Strategy::Offload {
+            cc_rows, cg_rows, ..
+        } = d.strategy
+        else {
+            panic!("{:?}", d.strategy)
+        };
+        let alone = cpu_time(&mut dev, cc_rows);
+        if factor == 1.0 {
+            assert!(cc_rows > 0 && cg_rows > 0, "{:?}", d.strategy);
+            assert!((d.cost.parts_us[0] - alone).abs() < 0.01, "{alone} {d:?}");
+        } else if cg_rows > 0 {
+            assert!(d.cost.parts_us[0] > 1.5 * alone, "{d:?}");
+        }
+        solved.push((cg_rows, d.cost.total_us));
+    }
+    assert!(solved[1].0 < solved[0].0, "{solved:?}");
+    assert!(solved[1].1 >= solved[0].1, "{solved:?}");
+
+    let free = Settings {
+        gpu_mem_budget: None,
+        ..s
+    };
+    let plan = solve(&dev, fp(), &m, &free).unwrap();
+    check_plan(&plan);
+    let d = at(&plan, "ffn_up", Phase::Decode, 1);
+    let Strategy::RowCut { parts } = &d.strategy else {
+        panic!("{:?}", d.strategy)
+    };
+    let i = parts.iter().position(|p| p.processor == "cpu").unwrap();
+    let alone = cpu_time(&mut dev, parts[i].rows);
+    assert!((d.cost.parts_us[i] - alone).abs() < 0.01, "{alone} {d:?}");
+}

@@ -111,6 +111,11 @@ impl Gemm for NaiveGemm {
         c.copy_from_slice(&self.c);
         Ok(())
     }
+    fn host_weights(&mut self, w: &[f32]) -> crate::Result<()> {
+        // Kept as given: the naive GEMM reads them where they are.
+        self.w = w.to_vec();
+        Ok(())
+    }
     fn backend_id(&self) -> String {
         "naive".into()
     }
@@ -388,7 +393,11 @@ fn generic_bandwidth_and_prepare_rules() {
     assert!(alone.note.unwrap().contains("1x64x64"));
     let both = s.run_microbench(&req(MicrobenchKind::BandwidthConcurrent, Some("u:0")), &r);
     assert_eq!(both.row.status, RowStatus::Ok, "{:?}", both.row.message);
-    assert!(both.note.unwrap().contains("peer `u:0`"));
+    let note = both.note.unwrap();
+    assert!(
+        note.contains("peer `u:0`") && !note.contains("host memory"),
+        "{note}"
+    );
     let same = s.run_microbench(&req(MicrobenchKind::BandwidthConcurrent, Some("t:0")), &r);
     assert_eq!(same.row.status, RowStatus::Unsupported);
     assert!(same.row.message.unwrap().contains("--cpu-groups"));
@@ -459,4 +468,50 @@ fn cold_staged_copies_on_unified_memory_take_the_repetitions_only() {
             "unified memory: {unified}"
         );
     }
+}
+
+#[test]
+fn a_discrete_gpu_peer_copies_its_weights_from_host_memory() {
+    // Beside a CPU, a discrete GPU's traffic on host memory is its copies
+    // over PCIe: the concurrent benchmark has it copy the GEMV's weights
+    // from page-locked host memory at every run. Beside another discrete
+    // GPU it streams its own memory.
+    let discrete = |id: &str| {
+        let mut p = naive(id, Fault::None).processor().clone();
+        p.kind = ProcessorKind::Gpu;
+        p.capabilities.unified_memory = false;
+        p
+    };
+    let (pg, ph) = (discrete("g:0"), discrete("h:0"));
+    let backend = |p: &Processor| -> Box<dyn Backend> {
+        Box::new(Naive {
+            p: p.clone(),
+            fault: Fault::None,
+        })
+    };
+    let mut s = Sweeper::new(vec![naive("t:0", Fault::None), backend(&pg), backend(&ph)]);
+    let req = |processor: &str, peer: &str| MicrobenchRequest {
+        id: "x".into(),
+        processor: processor.into(),
+        bench: MicrobenchKind::BandwidthConcurrent,
+        bytes: Some(64 * 64 * 4),
+        peer: Some(peer.into()),
+        shape: None,
+    };
+    let r = run(3, 10_000);
+    let cpu = s.run_microbench(&req("t:0", "g:0"), &r);
+    assert_eq!(cpu.row.status, RowStatus::Ok, "{:?}", cpu.row.message);
+    let note = cpu.note.unwrap();
+    assert!(
+        note.contains("copying its weights from page-locked host memory"),
+        "{note}"
+    );
+    let gpus = s.run_microbench(&req("h:0", "g:0"), &r);
+    assert_eq!(gpus.row.status, RowStatus::Ok, "{:?}", gpus.row.message);
+    assert!(!gpus.note.unwrap().contains("host memory"));
+    assert!(peer_copies_host_weights(
+        naive("c:0", Fault::None).processor(),
+        &pg
+    ));
+    assert!(!peer_copies_host_weights(&pg, &ph));
 }
