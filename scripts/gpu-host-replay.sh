@@ -124,20 +124,23 @@ log "profile cuda:0 (${CUDA_BUDGET:-150s} ${CUDA_FLAGS:-}), cpu:0 (${CPU_BUDGET:
 # An offload plan's CPU parts run beside the GPU's weight copies from host
 # memory: the two processors' microbenchmarks together measure that
 # (`bandwidth_concurrent` of cpu:0 beside cuda:0 copying its weights),
-# which the profiles of each alone cannot. One GEMM case each, which the
-# merge drops where the profiles above have it.
+# which the profiles of each alone cannot. Its microbenchmarks come first
+# in the merge, so that the CPU's bandwidth alone and beside the copies are
+# of one run (session 39, call 5: the cpu profile's alone row, 8.8 GB/s,
+# against the pair's 15.6 GB/s beside the copies); its one GEMM case per
+# processor is dropped where the profiles have it.
 pair=()
 if [[ " $plans " == *" offload "* ]]; then
     log "microbenchmarks of cuda:0 and cpu:0 together (${PAIR_BUDGET:-90s})"
     if "$hetero" profile --device local --agent "$bin/hetero-agent" --processors cuda:0,cpu:0 \
         --models "$model" --max-cases 1 --no-refine --budget "${PAIR_BUDGET:-90s}" \
-        --out "$work/ds-pair" > "$logs/profile-pair.txt" 2>&1; then
+        ${CPU_COLD:+--cold-cache} --out "$work/ds-pair" > "$logs/profile-pair.txt" 2>&1; then
         pair=("$work/ds-pair")
     else
         log "pair microbenchmarks failed: $(tail -3 "$logs/profile-pair.txt")"
     fi
 fi
-"$hetero" dataset merge --out "$work/ds" "$work/ds-cuda" "$work/ds-cpu" "${pair[@]}" > /dev/null \
+"$hetero" dataset merge --out "$work/ds" "${pair[@]}" "$work/ds-cuda" "$work/ds-cpu" > /dev/null \
     || log "merge failed"
 "$hetero" dataset show "$work/ds" > "$work/ds/SHOW.txt" 2>&1
 tail -n 30 "$logs/profile-cuda.txt" "$logs/profile-cpu.txt" >> "$work/ds/SHOW.txt"

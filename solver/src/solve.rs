@@ -171,7 +171,12 @@ pub(crate) fn build_procs<'a, O: LatencyOracle + ?Sized>(
             op_overhead_block_us: ov
                 .op_overhead_block_us
                 .filter(|t| t.is_finite() && *t >= 0.0),
-            concurrent: ov.concurrent_factor.filter(|f| *f > 0.0).unwrap_or(1.0),
+            // Above 1 (a run alone caught slow) is noise: no processor
+            // streams faster for sharing its memory.
+            concurrent: ov
+                .concurrent_factor
+                .filter(|f| *f > 0.0)
+                .map_or(1.0, |f| f.min(1.0)),
             copy_h2d: ov.copy_h2d,
             copy_d2h: ov.copy_d2h,
             stage_in: ov.stage_in,
