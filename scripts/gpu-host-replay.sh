@@ -31,6 +31,8 @@
 # REPLAY_CASES (default "prefill:16 prefill:128 prefill:512 prefill:2048 decode:1"),
 # REPLAY_PLANS (default "cuda mixed"; any of cuda, mixed, offload),
 # REPLAY_OFFLOAD_BUDGET (default 1GiB: the offload plan's --gpu-mem-budget),
+# CPU_GROUPS (default unset: cpu:0 is every core; e.g. "0-14" leaves the
+# last core to the host thread and the GPU driver's threads),
 # PAIR_BUDGET (default 90s: with `offload`, the microbenchmarks of cuda:0
 # and cpu:0 together, for the CPU's bandwidth beside the GPU's copies),
 # REPLAY_WEIGHTS (default "shared"; "shared distinct" also replays with
@@ -95,6 +97,13 @@ procs=${REPLAY_PROCS:-1}
 cases=${REPLAY_CASES:-"prefill:16 prefill:128 prefill:512 prefill:2048 decode:1"}
 weight_modes=${REPLAY_WEIGHTS:-shared}
 plans=${REPLAY_PLANS:-cuda mixed}
+# CPU_GROUPS: the cores of cpu:0 (e.g. "0-14"), for its profiles and runs.
+agent_groups=()
+run_groups=()
+if [ -n "${CPU_GROUPS:-}" ]; then
+    agent_groups=(--agent-arg=--cpu-groups "--agent-arg=$CPU_GROUPS")
+    run_groups=(--cpu-groups "$CPU_GROUPS")
+fi
 hetero="$bin/hetero"
 work=$(mktemp -d /tmp/replay.XXXXXX)
 log() { echo "[$SECONDS s] $*" | tee -a "$out/log.txt" >&2; }
@@ -117,7 +126,7 @@ log "profile cuda:0 (${CUDA_BUDGET:-150s} ${CUDA_FLAGS:-}), cpu:0 (${CPU_BUDGET:
     --models "$model" --budget "${CUDA_BUDGET:-150s}" --out "$work/ds-cuda" \
     ${CUDA_COLD:+--cold-cache} ${CUDA_FLAGS:-} \
     > "$logs/profile-cuda.txt" 2>&1 || log "profile cuda:0 failed: $(tail -3 "$logs/profile-cuda.txt")"
-"$hetero" profile --device local --agent "$bin/hetero-agent" --processors cpu:0 \
+"$hetero" profile --device local --agent "$bin/hetero-agent" "${agent_groups[@]}" --processors cpu:0 \
     --models "$model" --budget "${CPU_BUDGET:-60s}" --out "$work/ds-cpu" \
     ${CPU_COLD:+--cold-cache} \
     > "$logs/profile-cpu.txt" 2>&1 || log "profile cpu:0 failed: $(tail -3 "$logs/profile-cpu.txt")"
@@ -132,7 +141,7 @@ log "profile cuda:0 (${CUDA_BUDGET:-150s} ${CUDA_FLAGS:-}), cpu:0 (${CPU_BUDGET:
 pair=()
 if [[ " $plans " == *" offload "* ]]; then
     log "microbenchmarks of cuda:0 and cpu:0 together (${PAIR_BUDGET:-90s})"
-    if "$hetero" profile --device local --agent "$bin/hetero-agent" --processors cuda:0,cpu:0 \
+    if "$hetero" profile --device local --agent "$bin/hetero-agent" "${agent_groups[@]}" --processors cuda:0,cpu:0 \
         --models "$model" --max-cases 1 --no-refine --budget "${PAIR_BUDGET:-90s}" \
         ${CPU_COLD:+--cold-cache} --out "$work/ds-pair" > "$logs/profile-pair.txt" 2>&1; then
         pair=("$work/ds-pair")
@@ -172,7 +181,7 @@ for p in $plans; do
     [ -e "$plan" ] || { log "no $plan"; continue; }
     first=${cases%% *}
     log "$p: check at ${first}"
-    timeout 120 "$hetero" run "$plan" --model "$model" --phase "${first%%:*}" --len "${first#*:}" \
+    timeout 120 "$hetero" run "$plan" --model "$model" "${run_groups[@]}" --phase "${first%%:*}" --len "${first#*:}" \
         --share-weights --check --repeat 1 --json --out "$work/reports/$p-check.json" > /dev/null \
         2> "$work/reports/$p-check.err" || log "$p: check failed: $(tail -3 "$work/reports/$p-check.err")"
     for weights in $weight_modes; do
@@ -193,7 +202,7 @@ for p in $plans; do
             r="$work/reports/$label-$phase-$len-$sync"
             tag=
             [ "$procs" -gt 1 ] && { r="$r-$round"; tag=" ($round/$procs)"; }
-            if timeout 150 "$hetero" run "$plan" --model "$model" --phase "$phase" --len "$len" \
+            if timeout 150 "$hetero" run "$plan" --model "$model" "${run_groups[@]}" --phase "$phase" --len "$len" \
                 "${extra[@]}" "${share[@]}" --sync "$sync" --repeat "$reps" --json \
                 --out "$r.json" > /dev/null 2> "$r.err"; then
                 log "$label $phase $len $sync$tag: done"
