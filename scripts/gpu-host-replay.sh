@@ -97,7 +97,8 @@ procs=${REPLAY_PROCS:-1}
 cases=${REPLAY_CASES:-"prefill:16 prefill:128 prefill:512 prefill:2048 decode:1"}
 weight_modes=${REPLAY_WEIGHTS:-shared}
 plans=${REPLAY_PLANS:-cuda mixed}
-# CPU_GROUPS: the cores of cpu:0 (e.g. "0-14"), for its profiles and runs.
+# CPU_GROUPS: the cores of cpu:0 (e.g. "0-14"), for every profile (the
+# datasets merge only when the agent saw the same processors) and run.
 agent_groups=()
 run_groups=()
 if [ -n "${CPU_GROUPS:-}" ]; then
@@ -122,7 +123,7 @@ if [ -z "${SKIP_CUDA_TESTS:-}" ]; then
 fi
 
 log "profile cuda:0 (${CUDA_BUDGET:-150s} ${CUDA_FLAGS:-}), cpu:0 (${CPU_BUDGET:-60s})"
-"$hetero" profile --device local --agent "$bin/hetero-agent" --processors cuda:0 \
+"$hetero" profile --device local --agent "$bin/hetero-agent" "${agent_groups[@]}" --processors cuda:0 \
     --models "$model" --budget "${CUDA_BUDGET:-150s}" --out "$work/ds-cuda" \
     ${CUDA_COLD:+--cold-cache} ${CUDA_FLAGS:-} \
     > "$logs/profile-cuda.txt" 2>&1 || log "profile cuda:0 failed: $(tail -3 "$logs/profile-cuda.txt")"
