@@ -215,9 +215,8 @@ impl OpCtx<'_, '_> {
 /// GPU copies weights from host memory for `copying` µs, during which the
 /// CPU keeps `factor` of its speed (its measured concurrent factor beside
 /// a discrete GPU copying from host memory, `bandwidth_concurrent`; 1
-/// where not measured). On an H100 host, CPU parts beside such copies took
-/// about twice their time alone (`docs/benchmarks.md`, Runtime, "Session
-/// 39").
+/// where not measured). On an H100 host the factor came out 0.91–0.95
+/// (`docs/benchmarks.md`, Runtime, "Session 39").
 pub(crate) fn beside_copies(alone: f64, start: f64, copying: f64, factor: f64) -> f64 {
     let f = factor.clamp(1e-3, 1.0);
     if alone <= start || copying <= 0.0 {
