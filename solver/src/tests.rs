@@ -1372,11 +1372,8 @@ fn a_part_of_some_columns_pays_the_host_scatter() {
     let mut dev = synthetic::discrete_cpu_gpu();
     let m = llama8b();
     let s = Settings {
-        phases: vec![Phase::Decode],
-        graphs: GraphChoice::None,
         gpu_mem_budget: Some(1 << 30),
-        ops: vec!["ffn_up".into()],
-        ..Settings::default()
+        ..decode(&["ffn_up"])
     };
     let plan = solve(&dev, fp(), &m, &s).unwrap();
     assert_eq!(
@@ -1431,11 +1428,8 @@ fn a_cpu_part_beside_weight_copies_runs_at_its_concurrent_factor() {
     dev.overheads_mut("cuda").unwrap().concurrent_factor = Some(1.0);
     let m = llama8b();
     let s = Settings {
-        phases: vec![Phase::Decode],
-        graphs: GraphChoice::None,
         gpu_mem_budget: Some(1 << 30),
-        ops: vec!["ffn_up".into()],
-        ..Settings::default()
+        ..decode(&["ffn_up"])
     };
     let cpu_time = |dev: &mut Synthetic, rows: u32| {
         let shape = hetero_plan::GemmShape::new(1, 4096, rows).unwrap();
