@@ -64,6 +64,10 @@ pub fn fit_overheads(
                 .iter()
                 .filter(|r| r.processor == p.id && r.status == RowStatus::Ok)
                 .collect();
+            let ok_rows: Vec<&MeasurementRow> = rows
+                .iter()
+                .filter(|r| r.processor == p.id && r.status == RowStatus::Ok)
+                .collect();
             let medians = |kind: MicrobenchKind| -> Vec<f64> {
                 ok.iter()
                     .filter(|r| r.bench == kind)
@@ -98,9 +102,8 @@ pub fn fit_overheads(
             };
             // Prepare cost against weight bytes, from graph-prepare rows and
             // from the prepare times that measurement rows carry.
-            let mut prep: Vec<(f64, f64)> = rows
+            let mut prep: Vec<(f64, f64)> = ok_rows
                 .iter()
-                .filter(|r| r.processor == p.id && r.status == RowStatus::Ok)
                 .filter_map(|r| {
                     let bytes = r.k as f64 * r.n as f64 * r.dtype.weight_bits() as f64 / 8.0;
                     r.prepare_us.map(|t| (bytes, t))
@@ -118,9 +121,8 @@ pub fn fit_overheads(
                     }),
             );
             // The host's speed over the whole profile of this processor.
-            let probes: Vec<f64> = rows
+            let probes: Vec<f64> = ok_rows
                 .iter()
-                .filter(|r| r.processor == p.id && r.status == RowStatus::Ok)
                 .filter_map(|r| r.conditions.host_probe_us)
                 .chain(ok.iter().filter_map(|r| r.conditions.host_probe_us))
                 .filter(|t| t.is_finite() && *t > 0.0)
@@ -128,9 +130,8 @@ pub fn fit_overheads(
             // How far its GEMM runs' means sit above their medians, as a
             // total of them would: summed means over summed medians (a
             // 50 µs row counts for as little as it adds to a total).
-            let both: Vec<(f64, f64)> = rows
+            let both: Vec<(f64, f64)> = ok_rows
                 .iter()
-                .filter(|r| r.processor == p.id && r.status == RowStatus::Ok)
                 .filter_map(|r| Some((r.mean_us?, r.median_us?)))
                 .filter(|(a, b)| a.is_finite() && b.is_finite() && *a > 0.0 && *b > 0.0)
                 .collect();
