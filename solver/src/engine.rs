@@ -275,9 +275,7 @@ impl Setup<'_> {
             .iter()
             .filter(|p| p.kind == ProcessorKind::Cpu)
             .filter_map(|p| p.copy_h2d.map(|c| c.at(bytes)))
-            .fold(None, |best: Option<f64>, t| {
-                Some(best.map_or(t, |b| b.min(t)))
-            })
+            .min_by(f64::total_cmp)
             .unwrap_or(0.0)
     }
 }

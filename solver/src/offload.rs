@@ -85,22 +85,28 @@ impl OpCtx<'_, '_> {
             gp.copy_h2d
                 .map_or(INF, |c| c.at(rows as f64 * k * gp.wbytes()))
         };
-        // The GPU's steps: (tokens, columns, device time with any upload).
-        let mut steps: Vec<(u32, u32, f64)> = Vec::with_capacity(3);
+        // The GPU's steps, one after the other: (weights uploaded, GEMM,
+        // copies).
+        let mut steps: Vec<(f64, f64, f64)> = Vec::with_capacity(3);
         if gg > 0 {
-            steps.push((m, gg, g_gg));
+            steps.push((0.0, g_gg, self.part_copy_us(gpu, m, gg)));
         }
         if cg > 0 {
-            steps.push((m, cg, weights(cg) + self.time(gpu, m, cg)));
+            steps.push((
+                weights(cg),
+                self.time(gpu, m, cg),
+                self.part_copy_us(gpu, m, cg),
+            ));
         }
         if ng > 0 && cc > 0 {
-            steps.push((ng, cc, weights(cc) + self.time(gpu, ng, cc)));
+            steps.push((
+                weights(cc),
+                self.time(gpu, ng, cc),
+                self.part_copy_us(gpu, ng, cc),
+            ));
         }
-        let gpu_compute: f64 = steps.iter().map(|s| s.2).sum();
-        let gpu_copy: f64 = steps
-            .iter()
-            .map(|&(rows, cols, _)| self.part_copy_us(gpu, rows, cols))
-            .sum();
+        let gpu_compute: f64 = steps.iter().map(|s| s.0 + s.1).sum();
+        let gpu_copy: f64 = steps.iter().map(|s| s.2).sum();
         let launches = steps.len() as f64;
         let (host, host_block) = (gp.alone_overhead_us(), gp.alone_overhead_block_us());
         let mc = m - ng;
@@ -108,13 +114,9 @@ impl OpCtx<'_, '_> {
         let (cpu_compute, cpu_copy) = if cc > 0 && mc > 0 {
             // The CPU part shares host memory with the GPU's weight copies,
             // which start once the GG step is done.
-            let copying: f64 = [(cg > 0, cg), (ng > 0, cc)]
-                .iter()
-                .filter(|(on, _)| *on)
-                .map(|&(_, rows)| weights(rows))
-                .sum();
+            let copying: f64 = steps.iter().map(|s| s.0).sum();
             let gg_step = if gg > 0 {
-                g_gg + self.part_copy_us(gpu, m, gg) + gp.alone_overhead_us()
+                steps[0].1 + steps[0].2 + host
             } else {
                 0.0
             };
