@@ -198,8 +198,14 @@ fn check_len(id: &str, what: &str, got: usize, want: usize) -> Result<()> {
 }
 
 /// `C = A·W` (aw) or `Cᵀ = Wᵀ·Aᵀ` (wt_at) on row-major buffers.
+///
+/// A GEMV (`M = 1`) is split by output columns over `par`'s threads, each
+/// chunk one single-threaded `gemm` call: the crate sends a product with one
+/// row or one column down its GEMV path, which runs on the calling thread
+/// whatever the parallelism asked, so a 15-thread processor streamed a
+/// decode GEMV's weights with one core.
 #[allow(clippy::too_many_arguments)]
-fn call<T: Copy + 'static>(
+fn call<T: Copy + Send + Sync + 'static>(
     order: OperandOrder,
     m: usize,
     k: usize,
@@ -212,24 +218,94 @@ fn call<T: Copy + 'static>(
     par: Parallelism,
 ) {
     assert!(c.len() == m * n && a.len() == m * k && w.len() == k * n);
+    let threads = match par {
+        Parallelism::None => 1,
+        Parallelism::Rayon(0) => rayon::current_num_threads(),
+        Parallelism::Rayon(t) => t,
+    };
+    let chunk = gemv_chunk(m, n, threads);
+    if chunk >= n {
+        // SAFETY: `c`, `a` and `w` hold exactly the M×N, M×K and K×N
+        // elements asserted above.
+        unsafe { call_cols(order, m, k, n, 0..n, c, a, w, zero, one, par) };
+        return;
+    }
+    use rayon::prelude::*;
+    // With M = 1 the output's columns are contiguous in both orders.
+    c.par_chunks_mut(chunk).enumerate().for_each(|(i, dst)| {
+        let c0 = i * chunk;
+        // SAFETY: `dst` is columns c0..c0 + dst.len() of the one output row.
+        unsafe {
+            call_cols(
+                order,
+                m,
+                k,
+                n,
+                c0..c0 + dst.len(),
+                dst,
+                a,
+                w,
+                zero,
+                one,
+                Parallelism::None,
+            )
+        };
+    });
+}
+
+/// Output columns per thread of a split GEMV, or `n` when it runs whole:
+/// a chunk is a multiple of 16 elements, so that no two threads write one
+/// cache line of the output.
+fn gemv_chunk(m: usize, n: usize, threads: usize) -> usize {
+    const ALIGN: usize = 16;
+    if m != 1 || threads < 2 || n < 2 * ALIGN {
+        return n;
+    }
+    n.div_ceil(threads).div_ceil(ALIGN) * ALIGN
+}
+
+/// One `gemm` call for output columns `cols` of `C[M,N]` (all of them, or
+/// with `M = 1` a chunk of the one row), written to `dst`.
+///
+/// # Safety
+/// `a` and `w` hold `M×K` and `K×N` elements, and `dst` the `M×len(cols)`
+/// outputs, with `cols` within `0..N` and `M = 1` unless `cols` is all of it.
+#[allow(clippy::too_many_arguments)]
+unsafe fn call_cols<T: Copy + 'static>(
+    order: OperandOrder,
+    m: usize,
+    k: usize,
+    n: usize,
+    cols: std::ops::Range<usize>,
+    dst: &mut [T],
+    a: &[T],
+    w: &[T],
+    zero: T,
+    one: T,
+    par: Parallelism,
+) {
+    debug_assert!(cols.end <= n && dst.len() == m * cols.len());
+    debug_assert!(m == 1 || cols.len() == n);
+    let nc = cols.len();
     // The `gemm` crate computes dst[m', n'] = lhs[m', k] · rhs[k, n'] with
     // explicit column (cs) and row (rs) strides.
     let (mm, nn, lhs, lhs_rs, rhs, rhs_rs) = match order {
-        // C[M,N] = A[M,K] · W[K,N]
-        OperandOrder::Aw => (m, n, a.as_ptr(), k, w.as_ptr(), n),
-        // Cᵀ[N,M] = Wᵀ[N,K] · Aᵀ[K,M]
-        OperandOrder::WtAt => (n, m, w.as_ptr(), k, a.as_ptr(), m),
+        // C[M,N] = A[M,K] · W[K,N]: columns c0.. of W, each row N apart.
+        OperandOrder::Aw => (m, nc, a.as_ptr(), k, w[cols.start..].as_ptr(), n),
+        // Cᵀ[N,M] = Wᵀ[N,K] · Aᵀ[K,M]: rows c0.. of Wᵀ.
+        OperandOrder::WtAt => (nc, m, w[cols.start * k..].as_ptr(), k, a.as_ptr(), m),
     };
-    // SAFETY: the assertion above bounds every access: lhs is mm × k with
-    // row stride lhs_rs = k, rhs is k × nn with row stride nn, dst is
-    // mm × nn with row stride nn, all contiguous in their rows. `read_dst`
-    // is false, so the previous contents of dst (and `alpha`) are ignored.
+    // SAFETY: by the caller's contract: lhs is mm × k with row stride
+    // lhs_rs, rhs is k × nn with row stride rhs_rs, both within `a` and `w`,
+    // dst is mm × nn with row stride nn (with M = 1, one row or one column).
+    // `read_dst` is false, so the previous contents of dst (and `alpha`) are
+    // ignored.
     unsafe {
         gemm::gemm(
             mm,
             nn,
             k,
-            c.as_mut_ptr(),
+            dst.as_mut_ptr(),
             1,
             nn as isize,
             false,
@@ -268,6 +344,9 @@ mod tests {
                     (33, 7, 65, Parallelism::None),
                     (70, 300, 257, Parallelism::Rayon(2)),
                     (1, 513, 1030, Parallelism::Rayon(2)),
+                    // A GEMV split over threads, the last chunk short.
+                    (1, 64, 100, Parallelism::Rayon(3)),
+                    (1, 40, 1030, Parallelism::Rayon(0)),
                 ] {
                     let shape = GemmShape::new(m, k, n).unwrap();
                     let spec = GemmSpec {
@@ -288,6 +367,17 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn a_gemv_splits_its_columns_in_whole_cache_lines() {
+        // 1280 columns over 15 threads: 86 each, rounded up to 96.
+        assert_eq!(gemv_chunk(1, 1280, 15), 96);
+        assert_eq!(gemv_chunk(1, 100, 3), 48);
+        // Whole: more than one row, one thread, or too few columns.
+        assert_eq!(gemv_chunk(2, 1280, 15), 1280);
+        assert_eq!(gemv_chunk(1, 1280, 1), 1280);
+        assert_eq!(gemv_chunk(1, 31, 4), 31);
     }
 
     #[test]
