@@ -64,9 +64,22 @@ fn buffer_bytes(llc: usize) -> usize {
 }
 
 /// How many bytes a host eviction goes through on this machine (for
-/// devices that evict the host's caches with kernels of their own).
+/// devices that evict the host's caches with kernels of their own):
+/// [`buffer_bytes`] of the last-level cache, or `HETERO_EVICT_MIB` MiB when
+/// that is set to a positive number.
 pub fn host_buffer_bytes() -> usize {
-    buffer_bytes(llc_bytes())
+    static BYTES: OnceLock<usize> = OnceLock::new();
+    *BYTES.get_or_init(|| {
+        override_bytes(std::env::var("HETERO_EVICT_MIB").ok().as_deref())
+            .unwrap_or_else(|| buffer_bytes(llc_bytes()))
+    })
+}
+
+/// `HETERO_EVICT_MIB`'s value in bytes; `None` (the default size) when it
+/// is unset, not a number, or zero.
+fn override_bytes(mib: Option<&str>) -> Option<usize> {
+    let mib = mib?.trim().parse::<usize>().ok().filter(|&m| m > 0)?;
+    mib.checked_mul(1 << 20)
 }
 
 /// The eviction buffer, in one part per core of the machine, so that
@@ -75,7 +88,7 @@ fn parts() -> &'static [Mutex<Vec<u8>>] {
     static PARTS: OnceLock<Vec<Mutex<Vec<u8>>>> = OnceLock::new();
     PARTS.get_or_init(|| {
         let n = std::thread::available_parallelism().map_or(1, |n| n.get());
-        let each = buffer_bytes(llc_bytes()).div_ceil(n);
+        let each = host_buffer_bytes().div_ceil(n);
         (0..n).map(|_| Mutex::new(vec![1u8; each])).collect()
     })
 }
@@ -145,7 +158,7 @@ mod tests {
         evict_host_caches();
         every_line_written(&before);
         let total: usize = before.iter().map(Vec::len).sum();
-        assert!(total >= buffer_bytes(llc_bytes()));
+        assert!(total >= host_buffer_bytes());
         assert!(total > llc_bytes());
     }
 
@@ -170,5 +183,14 @@ mod tests {
         assert_eq!(buffer_bytes(32 << 20), 128 << 20);
         assert_eq!(buffer_bytes(480 << 20), 512 << 20);
         assert_eq!(buffer_bytes(1 << 30), (1 << 30) + (64 << 20));
+    }
+
+    #[test]
+    fn hetero_evict_mib_sets_the_size_in_mib() {
+        assert_eq!(override_bytes(Some("2048")), Some(2048 << 20));
+        assert_eq!(override_bytes(Some(" 64 ")), Some(64 << 20));
+        for default in [None, Some(""), Some("0"), Some("1G"), Some("-5")] {
+            assert_eq!(override_bytes(default), None, "{default:?}");
+        }
     }
 }
