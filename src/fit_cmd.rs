@@ -3,7 +3,9 @@
 use std::path::{Path, PathBuf};
 
 use clap::Args;
-use hetero_plan::{DeviceProfile, Fingerprint, MeasurementRow, MicrobenchRow};
+use hetero_plan::{
+    DeviceProfile, Fingerprint, MeasurementRow, MicrobenchKind, MicrobenchRow, Overheads, RowStatus,
+};
 use hetero_profiler::fit::{self, FitError, FitParams, Report, TestRun};
 
 use crate::BadInput;
@@ -189,6 +191,9 @@ pub fn run(args: FitArgs) -> anyhow::Result<()> {
         hetero_plan::write_atomic(path, text.as_bytes())?;
     }
     print_report(&report);
+    for line in bandwidth_notes(&predictor.overheads, &data.micro) {
+        println!("{line}");
+    }
     if let (Some(t), Some(dir)) = (&report.test, &args.test) {
         print_test(t, dir);
     }
@@ -206,6 +211,60 @@ pub fn run(args: FitArgs) -> anyhow::Result<()> {
     }
     println!("predictor: {}", args.out.display());
     Ok(())
+}
+
+/// A bandwidth row taken while the host's speed probe read this many times
+/// its processor's median is flagged: the host was busy with something else.
+const SLOW_HOST_PROBE: f64 = 1.5;
+
+/// Each processor's concurrent-bandwidth factor, which the solver slows a
+/// part beside another processor's traffic by, and a warning for each
+/// bandwidth row behind it that was taken while the host ran slow: one such
+/// row of a few runs can steer a plan (an H100 host's CPU read 0.17 beside
+/// its GPU's copies once, with the probe at twice its median, and about 1
+/// on other machines; `docs/benchmarks.md`, Runtime, "Session 40").
+fn bandwidth_notes(overheads: &[Overheads], micro: &[MicrobenchRow]) -> Vec<String> {
+    let mut out = Vec::new();
+    for o in overheads {
+        let Some(factor) = o.concurrent_factor else {
+            continue;
+        };
+        let alone = o
+            .bandwidth_gbps
+            .map_or(String::new(), |g| format!(" ({g:.1} GB/s alone)"));
+        let clamp = if factor > 1.0 {
+            "; the solver takes it as 1"
+        } else {
+            ""
+        };
+        out.push(format!(
+            "  bandwidth {}: {factor:.2} of its speed alone beside its peer{alone}{clamp}",
+            o.processor
+        ));
+        let Some(median) = o.host_probe_us.filter(|m| *m > 0.0) else {
+            continue;
+        };
+        for r in micro.iter().filter(|r| {
+            r.processor == o.processor
+                && r.status == RowStatus::Ok
+                && matches!(
+                    r.bench,
+                    MicrobenchKind::BandwidthAlone | MicrobenchKind::BandwidthConcurrent
+                )
+        }) {
+            let Some(probe) = r.conditions.host_probe_us else {
+                continue;
+            };
+            if probe > SLOW_HOST_PROBE * median {
+                out.push(format!(
+                    "  warning: {} was measured while the host ran slow (speed probe {probe:.1} µs, {:.1}× this processor's median {median:.1} µs); measure the pair again (hetero profile --max-cases 1 --no-refine) and merge that dataset first",
+                    r.case_id,
+                    probe / median
+                ));
+            }
+        }
+    }
+    out
 }
 
 /// Scores `predictor` on the profile in `dir` and compares that profile's
@@ -306,5 +365,83 @@ pub fn print_test(t: &TestRun, dir: &Path) {
                 e.processor, e.dtype, w.shape, w.order, w.measured_us, w.predicted_us, w.error_pct
             );
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use hetero_plan::{Conditions, Stats, Timing};
+
+    use super::*;
+
+    fn row(bench: MicrobenchKind, probe: f64) -> MicrobenchRow {
+        let name = match bench {
+            MicrobenchKind::BandwidthAlone => "bandwidth_alone",
+            _ => "bandwidth_concurrent",
+        };
+        MicrobenchRow {
+            case_id: format!("mb/cpu:0/{name}"),
+            processor: "cpu:0".into(),
+            bench,
+            bytes: Some(64 << 20),
+            peer: None,
+            shape: None,
+            status: RowStatus::Ok,
+            timing: Timing::Real,
+            stats: Stats::from_samples(&[1000.0]),
+            gbps: None,
+            message: None,
+            conditions: Conditions {
+                host_probe_us: Some(probe),
+                ..Default::default()
+            },
+        }
+    }
+
+    #[test]
+    fn a_bandwidth_row_taken_while_the_host_ran_slow_is_flagged() {
+        let o = Overheads {
+            processor: "cpu:0".into(),
+            bandwidth_gbps: Some(58.5),
+            concurrent_factor: Some(0.17),
+            host_probe_us: Some(9.0),
+            ..Default::default()
+        };
+        let calm = [
+            row(MicrobenchKind::BandwidthAlone, 9.5),
+            row(MicrobenchKind::BandwidthConcurrent, 10.0),
+        ];
+        let notes = bandwidth_notes(std::slice::from_ref(&o), &calm);
+        assert_eq!(notes.len(), 1, "{notes:?}");
+        assert!(
+            notes[0].contains("cpu:0: 0.17 of its speed alone"),
+            "{notes:?}"
+        );
+        assert!(notes[0].contains("58.5 GB/s alone"), "{notes:?}");
+        let slow = [
+            row(MicrobenchKind::BandwidthAlone, 9.5),
+            row(MicrobenchKind::BandwidthConcurrent, 18.2),
+        ];
+        let notes = bandwidth_notes(std::slice::from_ref(&o), &slow);
+        assert_eq!(notes.len(), 2, "{notes:?}");
+        assert!(
+            notes[1].starts_with("  warning: mb/cpu:0/bandwidth_concurrent"),
+            "{notes:?}"
+        );
+        assert!(
+            notes[1].contains("2.0× this processor's median"),
+            "{notes:?}"
+        );
+        // No factor, no notes; a factor above 1 is said to be taken as 1.
+        let none = Overheads {
+            concurrent_factor: None,
+            ..o.clone()
+        };
+        assert!(bandwidth_notes(&[none], &slow).is_empty());
+        let above = Overheads {
+            concurrent_factor: Some(1.06),
+            ..o
+        };
+        assert!(bandwidth_notes(&[above], &calm)[0].ends_with("the solver takes it as 1"));
     }
 }
