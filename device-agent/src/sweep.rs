@@ -1273,10 +1273,10 @@ fn stream(
 /// host memory (a CPU, or any processor on unified memory) and the peer is
 /// a discrete GPU. Such a GPU streams memory of its own, which the timed
 /// processor does not share; what it does to host memory is copy over
-/// PCIe, as offload's CG rows do at every run. On an H100 host the CPU's
-/// GEMV kept 95 % of its bandwidth beside them when it ran on one thread
-/// (session 39), and all of it on 15 (session 40; `docs/benchmarks.md`,
-/// Runtime).
+/// PCIe, as offload's CG rows do at every run. On H100 hosts the CPU's
+/// GEMV kept 95 % of its bandwidth beside them on one thread (session 39)
+/// and all of it on 15 (session 40, call 1; call 2's row, taken while the
+/// host ran at half speed, read 0.17): `docs/benchmarks.md`, Runtime.
 fn peer_copies_host_weights(timed: &Processor, peer: &Processor) -> bool {
     let host = timed.kind == hetero_plan::ProcessorKind::Cpu || timed.capabilities.unified_memory;
     let discrete = peer.kind == hetero_plan::ProcessorKind::Gpu
