@@ -199,11 +199,12 @@ fn check_len(id: &str, what: &str, got: usize, want: usize) -> Result<()> {
 
 /// `C = A·W` (aw) or `Cᵀ = Wᵀ·Aᵀ` (wt_at) on row-major buffers.
 ///
-/// A GEMV (`M = 1`) is split by output columns over `par`'s threads, each
-/// chunk one single-threaded `gemm` call: the crate sends a product with one
-/// row or one column down its GEMV path, which runs on the calling thread
-/// whatever the parallelism asked, so a 15-thread processor streamed a
-/// decode GEMV's weights with one core.
+/// A product of at most [`SPLIT_MAX_M`] rows is split by output columns
+/// over `par`'s threads, each band one single-threaded `gemm` call. The
+/// crate sends a product with one row down its GEMV path, which runs on the
+/// calling thread whatever the parallelism asked (a 15-thread processor
+/// streamed a decode GEMV's weights with one core), and its blocked path
+/// packs all of `W` for a few rows.
 #[allow(clippy::too_many_arguments)]
 fn call<T: Copy + Send + Sync + 'static>(
     order: OperandOrder,
@@ -223,26 +224,26 @@ fn call<T: Copy + Send + Sync + 'static>(
         Parallelism::Rayon(0) => rayon::current_num_threads(),
         Parallelism::Rayon(t) => t,
     };
-    let chunk = gemv_chunk(m, n, threads);
-    if chunk >= n {
-        // SAFETY: `c`, `a` and `w` hold exactly the M×N, M×K and K×N
-        // elements asserted above.
-        unsafe { call_cols(order, m, k, n, 0..n, c, a, w, zero, one, par) };
+    let band = column_band(m, n, threads);
+    let out = OutPtr(c.as_mut_ptr());
+    // SAFETY (both calls): `c`, `a` and `w` hold exactly the M×N, M×K and
+    // K×N elements asserted above, and the bands are disjoint ranges of
+    // output columns within 0..N, so no two calls write one element.
+    if band >= n {
+        unsafe { call_cols(order, m, k, n, 0..n, out, a, w, zero, one, par) };
         return;
     }
     use rayon::prelude::*;
-    // With M = 1 the output's columns are contiguous in both orders.
-    c.par_chunks_mut(chunk).enumerate().for_each(|(i, dst)| {
-        let c0 = i * chunk;
-        // SAFETY: `dst` is columns c0..c0 + dst.len() of the one output row.
+    (0..n.div_ceil(band)).into_par_iter().for_each(|i| {
+        let cols = i * band..((i + 1) * band).min(n);
         unsafe {
             call_cols(
                 order,
                 m,
                 k,
                 n,
-                c0..c0 + dst.len(),
-                dst,
+                cols,
+                out,
                 a,
                 w,
                 zero,
@@ -253,23 +254,35 @@ fn call<T: Copy + Send + Sync + 'static>(
     });
 }
 
-/// Output columns per thread of a split GEMV, or `n` when it runs whole:
-/// a chunk is a multiple of 16 elements, so that no two threads write one
-/// cache line of the output.
-fn gemv_chunk(m: usize, n: usize, threads: usize) -> usize {
+/// Rows up to which a product is split by output columns (`call`).
+const SPLIT_MAX_M: usize = 8;
+
+/// Output columns per thread of a split product, or `n` when it runs whole:
+/// a multiple of 16 elements (a 64-byte cache line of f32).
+fn column_band(m: usize, n: usize, threads: usize) -> usize {
     const ALIGN: usize = 16;
-    if m != 1 || threads < 2 || n < 2 * ALIGN {
+    if m > SPLIT_MAX_M || threads < 2 || n < 2 * ALIGN {
         return n;
     }
     n.div_ceil(threads).div_ceil(ALIGN) * ALIGN
 }
 
-/// One `gemm` call for output columns `cols` of `C[M,N]` (all of them, or
-/// with `M = 1` a chunk of the one row), written to `dst`.
+/// The output buffer, shared by the threads of a split product, each of
+/// which writes its own band of columns.
+#[derive(Clone, Copy)]
+struct OutPtr<T>(*mut T);
+
+// SAFETY: the pointer is only written through by `call_cols`, whose callers
+// give every thread a disjoint band of output columns.
+unsafe impl<T: Send> Send for OutPtr<T> {}
+unsafe impl<T: Send> Sync for OutPtr<T> {}
+
+/// One `gemm` call for output columns `cols` of `C[M,N]`, written into the
+/// output `c` (`C[M,N]` in `aw`, `Cᵀ[N,M]` in `wt_at`).
 ///
 /// # Safety
-/// `a` and `w` hold `M×K` and `K×N` elements, and `dst` the `M×len(cols)`
-/// outputs, with `cols` within `0..N` and `M = 1` unless `cols` is all of it.
+/// `a`, `w` and `c` hold `M×K`, `K×N` and `M×N` elements, `cols` lies
+/// within `0..N`, and no other thread writes these columns meanwhile.
 #[allow(clippy::too_many_arguments)]
 unsafe fn call_cols<T: Copy + 'static>(
     order: OperandOrder,
@@ -277,37 +290,37 @@ unsafe fn call_cols<T: Copy + 'static>(
     k: usize,
     n: usize,
     cols: std::ops::Range<usize>,
-    dst: &mut [T],
+    c: OutPtr<T>,
     a: &[T],
     w: &[T],
     zero: T,
     one: T,
     par: Parallelism,
 ) {
-    debug_assert!(cols.end <= n && dst.len() == m * cols.len());
-    debug_assert!(m == 1 || cols.len() == n);
-    let nc = cols.len();
+    debug_assert!(cols.end <= n);
+    let (c0, nc) = (cols.start, cols.len());
     // The `gemm` crate computes dst[m', n'] = lhs[m', k] · rhs[k, n'] with
     // explicit column (cs) and row (rs) strides.
-    let (mm, nn, lhs, lhs_rs, rhs, rhs_rs) = match order {
-        // C[M,N] = A[M,K] · W[K,N]: columns c0.. of W, each row N apart.
-        OperandOrder::Aw => (m, nc, a.as_ptr(), k, w[cols.start..].as_ptr(), n),
-        // Cᵀ[N,M] = Wᵀ[N,K] · Aᵀ[K,M]: rows c0.. of Wᵀ.
-        OperandOrder::WtAt => (nc, m, w[cols.start * k..].as_ptr(), k, a.as_ptr(), m),
+    let (mm, nn, dst_off, dst_rs, lhs, lhs_rs, rhs, rhs_rs) = match order {
+        // C[M,N] = A[M,K] · W[K,N]: columns c0.. of C and of W, their rows
+        // N apart.
+        OperandOrder::Aw => (m, nc, c0, n, a.as_ptr(), k, w[c0..].as_ptr(), n),
+        // Cᵀ[N,M] = Wᵀ[N,K] · Aᵀ[K,M]: rows c0.. of Cᵀ and of Wᵀ.
+        OperandOrder::WtAt => (nc, m, c0 * m, m, w[c0 * k..].as_ptr(), k, a.as_ptr(), m),
     };
     // SAFETY: by the caller's contract: lhs is mm × k with row stride
-    // lhs_rs, rhs is k × nn with row stride rhs_rs, both within `a` and `w`,
-    // dst is mm × nn with row stride nn (with M = 1, one row or one column).
-    // `read_dst` is false, so the previous contents of dst (and `alpha`) are
-    // ignored.
+    // lhs_rs and rhs k × nn with row stride rhs_rs, within `a` and `w`; dst
+    // is mm × nn with row stride dst_rs from `dst_off`, within `c`, in
+    // columns no other thread writes. `read_dst` is false, so the previous
+    // contents of dst (and `alpha`) are ignored.
     unsafe {
         gemm::gemm(
             mm,
             nn,
             k,
-            dst.as_mut_ptr(),
+            c.0.add(dst_off),
             1,
-            nn as isize,
+            dst_rs as isize,
             false,
             lhs,
             1,
@@ -344,9 +357,13 @@ mod tests {
                     (33, 7, 65, Parallelism::None),
                     (70, 300, 257, Parallelism::Rayon(2)),
                     (1, 513, 1030, Parallelism::Rayon(2)),
-                    // A GEMV split over threads, the last chunk short.
+                    // Split by output columns over threads, the last
+                    // band short: a GEMV, and a few rows.
                     (1, 64, 100, Parallelism::Rayon(3)),
                     (1, 40, 1030, Parallelism::Rayon(0)),
+                    (3, 70, 100, Parallelism::Rayon(3)),
+                    (8, 33, 257, Parallelism::Rayon(2)),
+                    (9, 33, 257, Parallelism::Rayon(2)),
                 ] {
                     let shape = GemmShape::new(m, k, n).unwrap();
                     let spec = GemmSpec {
@@ -370,14 +387,14 @@ mod tests {
     }
 
     #[test]
-    fn a_gemv_splits_its_columns_in_whole_cache_lines() {
+    fn a_few_rows_split_their_columns_in_whole_cache_lines() {
         // 1280 columns over 15 threads: 86 each, rounded up to 96.
-        assert_eq!(gemv_chunk(1, 1280, 15), 96);
-        assert_eq!(gemv_chunk(1, 100, 3), 48);
-        // Whole: more than one row, one thread, or too few columns.
-        assert_eq!(gemv_chunk(2, 1280, 15), 1280);
-        assert_eq!(gemv_chunk(1, 1280, 1), 1280);
-        assert_eq!(gemv_chunk(1, 31, 4), 31);
+        assert_eq!(column_band(1, 1280, 15), 96);
+        assert_eq!(column_band(SPLIT_MAX_M, 100, 3), 48);
+        // Whole: more rows, one thread, or too few columns.
+        assert_eq!(column_band(SPLIT_MAX_M + 1, 1280, 15), 1280);
+        assert_eq!(column_band(1, 1280, 1), 1280);
+        assert_eq!(column_band(1, 31, 4), 31);
     }
 
     #[test]
