@@ -1,6 +1,6 @@
 #!/bin/bash
 # Session 40, call 4 (fresh machine). Side by side on cpu:0 = cores 0-14,
-# cold: the agent of call 1 (`agent-gemv`: only a GEMV split by output
+# cold: a build of 124e1f3 (`agent-gemv`: only a GEMV split by output
 # columns; 2..8 rows through the gemm crate's own threads) against this
 # commit's (`agent-band`: up to 8 rows split by output columns), f32, both
 # orders, three rounds alternated.
