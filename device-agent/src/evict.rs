@@ -103,12 +103,27 @@ const LINE: usize = 64;
 /// evicted as if all of it were written, at a 64th of the loop's iterations
 /// (an unoptimised test build took about a third of a second a run writing
 /// every byte).
+///
+/// With `HETERO_EVICT_READ=1` it reads one byte of every line instead, so
+/// that the lines it leaves are clean and the next run writes none of them
+/// back (for comparisons; session 40).
 fn write_part(part: &Mutex<Vec<u8>>) {
     let mut b = part.lock().unwrap_or_else(|e| e.into_inner());
+    if read_only() {
+        let sum = b.iter().step_by(LINE).fold(0u8, |s, x| s.wrapping_add(*x));
+        std::hint::black_box(sum);
+        return;
+    }
     for x in b.iter_mut().step_by(LINE) {
         *x = x.wrapping_add(1);
     }
     std::hint::black_box(&b[0]);
+}
+
+/// Whether `HETERO_EVICT_READ` is `1`: the eviction reads its buffer.
+fn read_only() -> bool {
+    static READ: OnceLock<bool> = OnceLock::new();
+    *READ.get_or_init(|| std::env::var("HETERO_EVICT_READ").is_ok_and(|v| v.trim() == "1"))
 }
 
 /// Writes the whole eviction buffer from fresh threads, one per part (per
