@@ -108,8 +108,13 @@ const LINE: usize = 64;
 /// that the lines it leaves are clean and the next run writes none of them
 /// back (for comparisons; session 40).
 fn write_part(part: &Mutex<Vec<u8>>) {
+    touch_part(part, read_only());
+}
+
+/// [`write_part`]'s work: reads every line when `read`, else writes it.
+fn touch_part(part: &Mutex<Vec<u8>>, read: bool) {
     let mut b = part.lock().unwrap_or_else(|e| e.into_inner());
-    if read_only() {
+    if read {
         let sum = b.iter().step_by(LINE).fold(0u8, |s, x| s.wrapping_add(*x));
         std::hint::black_box(sum);
         return;
@@ -198,6 +203,17 @@ mod tests {
         assert_eq!(buffer_bytes(32 << 20), 128 << 20);
         assert_eq!(buffer_bytes(480 << 20), 512 << 20);
         assert_eq!(buffer_bytes(1 << 30), (1 << 30) + (64 << 20));
+    }
+
+    #[test]
+    fn a_reading_eviction_leaves_the_buffer_as_it_was() {
+        let part = Mutex::new(vec![7u8; 5 * LINE + 3]);
+        touch_part(&part, true);
+        assert!(part.lock().unwrap().iter().all(|&x| x == 7));
+        touch_part(&part, false);
+        let b = part.lock().unwrap();
+        assert!(b.iter().step_by(LINE).all(|&x| x == 8));
+        assert_eq!(b.iter().filter(|&&x| x == 8).count(), 6);
     }
 
     #[test]
