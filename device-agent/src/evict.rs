@@ -107,11 +107,11 @@ const LINE: usize = 64;
 /// With `HETERO_EVICT_READ=1` it reads one byte of every line instead, so
 /// that the lines it leaves are clean and the next run writes none of them
 /// back (for comparisons; session 40).
-fn write_part(part: &Mutex<Vec<u8>>) {
+fn evict_part(part: &Mutex<Vec<u8>>) {
     touch_part(part, read_only());
 }
 
-/// [`write_part`]'s work: reads every line when `read`, else writes it.
+/// [`evict_part`]'s work: reads every line when `read`, else writes it.
 fn touch_part(part: &Mutex<Vec<u8>>, read: bool) {
     let mut b = part.lock().unwrap_or_else(|e| e.into_inner());
     if read {
@@ -136,7 +136,7 @@ fn read_only() -> bool {
 pub fn evict_host_caches() {
     std::thread::scope(|s| {
         for part in parts() {
-            s.spawn(move || write_part(part));
+            s.spawn(move || evict_part(part));
         }
     });
 }
@@ -149,7 +149,7 @@ pub fn evict_on(pool: &rayon::ThreadPool) {
     let parts = parts();
     pool.broadcast(|ctx| {
         for part in parts.iter().skip(ctx.index()).step_by(ctx.num_threads()) {
-            write_part(part);
+            evict_part(part);
         }
     });
 }
