@@ -41,7 +41,9 @@
 # profile cuda:0 with --cold-cache, its L2 evicted before every timed run),
 # CPU_COLD (set: profile cpu:0 with --cold-cache, the host's caches evicted
 # before every timed run; since session 37 by cpu:0's own workers, so its
-# pool is awake when the timed run starts), CUDA_FLAGS (extra
+# pool is awake when the timed run starts), CPU_ROTATE (set: profile cpu:0
+# with --rotate-weights instead, cold weights by rotating through copies of
+# them, the input and the workers warm), CUDA_FLAGS (extra
 # words for the cuda:0 profile, e.g. --ordinary-timer), SKIP_CUDA_TESTS (set:
 # leave out step 1, for a second replay in the same call).
 set -uo pipefail
@@ -129,7 +131,7 @@ log "profile cuda:0 (${CUDA_BUDGET:-150s} ${CUDA_FLAGS:-}), cpu:0 (${CPU_BUDGET:
     > "$logs/profile-cuda.txt" 2>&1 || log "profile cuda:0 failed: $(tail -3 "$logs/profile-cuda.txt")"
 "$hetero" profile --device local --agent "$bin/hetero-agent" "${agent_groups[@]}" --processors cpu:0 \
     --models "$model" --budget "${CPU_BUDGET:-60s}" --out "$work/ds-cpu" \
-    ${CPU_COLD:+--cold-cache} \
+    ${CPU_COLD:+--cold-cache} ${CPU_ROTATE:+--rotate-weights} \
     > "$logs/profile-cpu.txt" 2>&1 || log "profile cpu:0 failed: $(tail -3 "$logs/profile-cpu.txt")"
 # An offload plan's CPU parts run beside the GPU's weight copies from host
 # memory: the two processors' microbenchmarks together measure that
@@ -144,7 +146,7 @@ if [[ " $plans " == *" offload "* ]]; then
     log "microbenchmarks of cuda:0 and cpu:0 together (${PAIR_BUDGET:-90s})"
     if "$hetero" profile --device local --agent "$bin/hetero-agent" "${agent_groups[@]}" --processors cuda:0,cpu:0 \
         --models "$model" --max-cases 1 --no-refine --budget "${PAIR_BUDGET:-90s}" \
-        ${CPU_COLD:+--cold-cache} --out "$work/ds-pair" > "$logs/profile-pair.txt" 2>&1; then
+        ${CPU_COLD:+--cold-cache} ${CPU_ROTATE:+--cold-cache} --out "$work/ds-pair" > "$logs/profile-pair.txt" 2>&1; then
         pair=("$work/ds-pair")
     else
         log "pair microbenchmarks failed: $(tail -3 "$logs/profile-pair.txt")"

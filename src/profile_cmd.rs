@@ -88,6 +88,14 @@ pub struct ProfileArgs {
     /// slower to profile, truer for small GEMMs.
     #[arg(long)]
     cold_cache: bool,
+    /// Cold weights by rotation instead of eviction (implies
+    /// --cold-cache): each case prepares copies of its weights, as many as
+    /// fill the eviction size (`HETERO_EVICT_MIB`), and runs them in turn,
+    /// its input written again before each run, as a runtime's layers with
+    /// weights of their own find them: weights out of the caches, input
+    /// and workers warm. Memory: the eviction size again, per case.
+    #[arg(long)]
+    rotate_weights: bool,
     /// Time the kernels alone, without the host's launch path (CUDA: the
     /// stream waits on a host flag until the GEMM is queued), and that path
     /// apart: each timed run is followed by an ordinary one, and `hetero
@@ -217,7 +225,8 @@ fn options(a: ProfileArgs) -> anyhow::Result<(ProfileOptions, bool)> {
         warmup_ms: a.warmup_ms,
         repetitions: a.reps,
         timeout_ms: a.timeout_ms,
-        cold_cache: a.cold_cache,
+        cold_cache: a.cold_cache || a.rotate_weights,
+        rotate_weights: a.rotate_weights,
         kernel_timer: a.kernel_timer || !a.ordinary_timer,
     };
     opts.microbench = !a.no_microbench;

@@ -41,7 +41,7 @@ use hetero_plan::{
 };
 
 use crate::protocol::{AgentLine, Done, MicrobenchLine, bench_name};
-use crate::{Backend, Error, GemmSpec, Registry, conditions, id_matches, verify};
+use crate::{Backend, Error, Gemm, GemmSpec, Registry, conditions, id_matches, verify};
 
 /// Weight bytes streamed by the bandwidth GEMV when a request gives none.
 pub const DEFAULT_STREAM_BYTES: u64 = 64 << 20;
@@ -555,7 +555,46 @@ fn measure_into(
         row.message = Some(wrong(&first, tolerance, "first run"));
         return Ok(());
     }
-    warm_up(run, proc.simulated, cancel, || g.execute().map(drop))?;
+    // With `rotate_weights`, copies of the case run in turn (the first is
+    // the one checked above); `evict` unless they are enough on their own.
+    let mut graphs = vec![g];
+    let mut evict = run.cold_cache;
+    if run.cold_cache && run.rotate_weights {
+        let weight_bytes = k as u64 * n as u64 * case.dtype.weight_bits() as u64 / 8;
+        let (copies, enough) =
+            rotation_copies(weight_bytes, crate::evict::host_buffer_bytes() as u64);
+        evict = !enough;
+        for _ in 1..copies {
+            check_cancel(cancel, run)?;
+            let mut g = backend.prepare(&spec, &w)?;
+            g.write_input(&a)?;
+            graphs.push(g);
+        }
+    }
+    let copies = graphs.len();
+    let rotate = copies > 1;
+    // Every copy runs before the timed runs, so each timed run finds its
+    // copy last run `copies - 1` runs before.
+    let warm = RunParams {
+        warmups: run.warmups.max(copies as u32),
+        ..*run
+    };
+    let mut next = 0usize;
+    warm_up(&warm, proc.simulated, cancel, || {
+        let i = next % copies;
+        next += 1;
+        graphs[i].execute().map(drop)
+    })?;
+    // The next copy in turn, its input written again (outside the timer)
+    // when rotating, as the operator before it leaves its input cached.
+    let mut turn = |graphs: &mut [Box<dyn Gemm>]| -> Result<usize, Error> {
+        let i = next % copies;
+        next += 1;
+        if rotate {
+            graphs[i].write_input(&a)?;
+        }
+        Ok(i)
+    };
     let mut best = Vec::with_capacity(run.repetitions as usize);
     let mut host = Vec::with_capacity(run.repetitions as usize);
     let mut device_timer = false;
@@ -563,30 +602,36 @@ fn measure_into(
     // (same caches): the difference of their medians is the launch path
     // the kernel-only times leave out, as the device saw it.
     let mut ordinary = Vec::new();
+    let mut last_run = 0;
     for _ in 0..run.repetitions {
         check_cancel(cancel, run)?;
-        if run.cold_cache {
-            g.evict_caches()?;
+        let i = turn(&mut graphs)?;
+        if evict {
+            graphs[i].evict_caches()?;
         }
         let kernels = if run.kernel_timer {
-            g.execute_kernel_only()?
+            graphs[i].execute_kernel_only()?
         } else {
             None
         };
+        last_run = i;
         let t = match kernels {
             Some(k) => {
-                if run.cold_cache {
-                    g.evict_caches()?;
+                let j = if rotate { turn(&mut graphs)? } else { i };
+                if evict {
+                    graphs[j].evict_caches()?;
                 }
-                ordinary.push(g.execute()?.best_us());
+                ordinary.push(graphs[j].execute()?.best_us());
+                last_run = j;
                 k
             }
-            None => g.execute()?,
+            None => graphs[i].execute()?,
         };
         device_timer |= t.device_us.is_some();
         best.push(t.best_us());
         host.push(t.host_us);
     }
+    let g = &mut graphs[last_run];
     g.read_output(&mut c)?;
     let last = verify::check(&shape, &a, &w, &c);
     row.rel_err = Some(first.rel_err.max(last.rel_err));
@@ -613,6 +658,20 @@ fn measure_into(
     row.verified = true;
     row.status = RowStatus::Ok;
     Ok(())
+}
+
+/// The most copies [`RunParams::rotate_weights`] prepares of one case.
+pub const MAX_ROTATION_COPIES: u64 = 1024;
+
+/// How many copies of a case's weights (`weight_bytes` each) to run in
+/// turn so that between two runs of one copy the others read at least
+/// `target` bytes, and whether that many fit under
+/// [`MAX_ROTATION_COPIES`]: when they do not, the copies there are rotate
+/// too few bytes to push a copy out, and the case also evicts.
+pub fn rotation_copies(weight_bytes: u64, target: u64) -> (usize, bool) {
+    let want = target.div_ceil(weight_bytes.max(1)) + 1;
+    let copies = want.clamp(2, MAX_ROTATION_COPIES);
+    (copies as usize, want <= MAX_ROTATION_COPIES)
 }
 
 fn wrong(c: &verify::Check, tolerance: f64, when: &str) -> String {
@@ -1019,7 +1078,7 @@ fn op_alone(
     let mut src = crate::HostBuf::for_backend(b, a.len());
     let mut dst = crate::HostBuf::for_backend(b, rows as usize * SIDE as usize);
     src.copy_from_slice(&a);
-    let mut round = |g: &mut Box<dyn crate::Gemm>| -> Result<(f64, Option<f64>), Error> {
+    let mut round = |g: &mut Box<dyn Gemm>| -> Result<(f64, Option<f64>), Error> {
         let t = Instant::now();
         g.write_input(&src)?;
         g.submit()?;
@@ -1120,7 +1179,7 @@ fn op_overhead(
     let mut g = b.prepare(&spec, &w)?;
     g.write_input(&a)?;
     let mut i = 0usize;
-    let mut round = |g: &mut Box<dyn crate::Gemm>| -> Result<f64, Error> {
+    let mut round = |g: &mut Box<dyn Gemm>| -> Result<f64, Error> {
         let mode = if polls(i) {
             crate::SyncMode::Poll { predicted_us: 0.0 }
         } else {
@@ -1164,7 +1223,7 @@ fn gemv_spec(proc: &Processor, bytes: u64) -> Result<GemmSpec, Error> {
 }
 
 /// Prepares the GEMV on `b`, checks its result once, and returns it ready to run.
-fn ready_gemv(b: &mut dyn Backend, spec: &GemmSpec) -> Result<Box<dyn crate::Gemm>, Error> {
+fn ready_gemv(b: &mut dyn Backend, spec: &GemmSpec) -> Result<Box<dyn Gemm>, Error> {
     let (a, w) = verify::inputs(&spec.shape, 0);
     let mut g = b.prepare(spec, &w)?;
     g.write_input(&a)?;
@@ -1197,7 +1256,7 @@ fn stream(
     let (k, n) = (spec.shape.k.get() as u64, spec.shape.n.get() as u64);
     let streamed = k * n * (spec.dtype.weight_bits() as u64).div_ceil(8);
     let simulated = backends[0].processor().simulated;
-    let timed = |g: &mut Box<dyn crate::Gemm>| -> Result<Vec<f64>, Error> {
+    let timed = |g: &mut Box<dyn Gemm>| -> Result<Vec<f64>, Error> {
         warm_up(run, simulated, cancel, || g.execute().map(drop))?;
         let mut s = Vec::new();
         for _ in 0..run.repetitions.max(1) {

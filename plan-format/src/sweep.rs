@@ -27,6 +27,16 @@ pub struct RunParams {
     /// longer stay cached from one run to the next.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub cold_cache: bool,
+    /// With `cold_cache`: make the weights cold by rotating through copies
+    /// of them instead of evicting. The case prepares as many copies as
+    /// fill the eviction size and runs them in turn, each after the input
+    /// is written again (outside the timer), so that every timed run reads
+    /// weights the others have pushed out of the caches, and an input and
+    /// workers still warm, as a runtime's layer with weights of its own
+    /// finds them. A case whose weights are too small for enough copies is
+    /// evicted as well.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub rotate_weights: bool,
     /// Time the processor's work alone, without the host's launch path in
     /// the device timer, where the backend can hold its queue until the
     /// work is queued (CUDA: a stream wait on a host-written flag); the
@@ -51,6 +61,7 @@ impl Default for RunParams {
             repetitions: 7,
             timeout_ms: 30_000,
             cold_cache: false,
+            rotate_weights: false,
             kernel_timer: false,
         }
     }

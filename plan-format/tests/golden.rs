@@ -116,6 +116,7 @@ fn sweep() -> SweepSpec {
                     repetitions: 3,
                     timeout_ms: 5000,
                     cold_cache: false,
+                    rotate_weights: false,
                     kernel_timer: false,
                 }),
             },

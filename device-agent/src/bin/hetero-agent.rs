@@ -129,6 +129,14 @@ struct SweepArgs {
     /// CUDA GPU's L2), as a runtime running other operators in between would.
     #[arg(long)]
     cold_cache: bool,
+    /// Cold weights by rotation instead of eviction (implies
+    /// --cold-cache): each case prepares copies of its weights, as many as
+    /// fill the eviction size (`HETERO_EVICT_MIB`), and runs them in turn,
+    /// its input written again before each run, as a runtime's layers with
+    /// weights of their own find them: weights out of the caches, input
+    /// and workers warm. Memory: the eviction size again, per case.
+    #[arg(long)]
+    rotate_weights: bool,
     /// Shorthand: time the kernels alone, without the host's launch path
     /// (CUDA: the stream waits on a host flag until the GEMM is queued),
     /// each timed run followed by an ordinary one; rows get `launch_us`.
@@ -364,7 +372,8 @@ fn shorthand_spec(a: &SweepArgs) -> Result<SweepSpec> {
         warmup_ms: a.warmup_ms,
         repetitions: a.reps.unwrap_or(defaults.repetitions),
         timeout_ms: a.timeout_ms.unwrap_or(defaults.timeout_ms),
-        cold_cache: a.cold_cache,
+        cold_cache: a.cold_cache || a.rotate_weights,
+        rotate_weights: a.rotate_weights,
         kernel_timer: a.kernel_timer,
     };
     if run.repetitions == 0 {
@@ -644,6 +653,7 @@ fn microbench(o: &OpenArgs, a: MicrobenchArgs) -> Result<()> {
             repetitions: a.reps.max(1),
             timeout_ms: a.timeout_ms.max(1),
             cold_cache: false,
+            rotate_weights: false,
             kernel_timer: false,
         },
         cases: Vec::new(),

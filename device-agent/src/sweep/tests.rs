@@ -140,6 +140,7 @@ fn run(reps: u32, timeout_ms: u64) -> RunParams {
         repetitions: reps,
         timeout_ms,
         cold_cache: false,
+        rotate_weights: false,
         kernel_timer: false,
     }
 }
@@ -228,6 +229,59 @@ fn a_cold_cache_case_runs_the_same_runs() {
     assert_eq!(row.status, RowStatus::Ok, "{:?}", row.message);
     assert_eq!(row.median_us, Some(6.0));
     assert_eq!(row.min_us, Some(4.0));
+}
+
+#[test]
+fn rotated_weights_run_copies_in_turn() {
+    // 144 bytes of weights: too few for copies alone to fill any eviction
+    // size, so the case prepares the most copies and evicts as well. Each
+    // copy counts its own runs (1 µs more per run): the check and the
+    // warm-up run copy 0 twice and every other copy once, so the timed
+    // runs (copies 0-4) take 4, 3, 3, 3, 3 µs, where one copy run again
+    // and again takes 4..=8 µs (`a_cold_cache_case_runs_the_same_runs`).
+    let mut s = Sweeper::new(vec![naive("t:0", Fault::None)]);
+    let rotated = RunParams {
+        cold_cache: true,
+        rotate_weights: true,
+        ..run(5, 60_000)
+    };
+    let row = s.run_case(&case("a", "t:0", (5, 9, 4), DType::F32), &rotated);
+    assert_eq!(row.status, RowStatus::Ok, "{:?}", row.message);
+    assert!(row.verified);
+    assert_eq!(row.median_us, Some(3.0));
+    assert_eq!(row.min_us, Some(3.0));
+    // Without cold_cache, rotate_weights does nothing.
+    let warm = RunParams {
+        rotate_weights: true,
+        ..run(5, 10_000)
+    };
+    let row = s.run_case(&case("b", "t:0", (5, 9, 4), DType::F32), &warm);
+    assert_eq!(row.median_us, Some(6.0));
+}
+
+#[test]
+fn rotation_copies_read_the_target_between_two_runs_of_one() {
+    const MIB: u64 = 1 << 20;
+    // 1×1536×8960 f32 (55 MB) under 512 MiB: ten others between two runs.
+    assert_eq!(rotation_copies(1536 * 8960 * 4, 512 * MIB), (11, true));
+    // Weights larger than the target: two copies, each reading past the
+    // other's.
+    assert_eq!(rotation_copies(933 * 1_000_000, 512 * MIB), (2, true));
+    assert_eq!(rotation_copies(512 * MIB, 512 * MIB), (2, true));
+    // Too small: the most copies, and not enough on their own.
+    assert_eq!(
+        rotation_copies(144, 512 * MIB),
+        (MAX_ROTATION_COPIES as usize, false)
+    );
+    assert_eq!(
+        rotation_copies(0, MIB),
+        (MAX_ROTATION_COPIES as usize, false)
+    );
+    // Exactly enough at the cap.
+    assert_eq!(
+        rotation_copies(MIB, (MAX_ROTATION_COPIES - 1) * MIB),
+        (MAX_ROTATION_COPIES as usize, true)
+    );
 }
 
 #[test]
