@@ -75,6 +75,32 @@ pub fn host_buffer_bytes() -> usize {
     })
 }
 
+/// The largest rotation ([`rotation_bytes`]) unless `HETERO_EVICT_MIB`
+/// sets one.
+const MAX_ROTATION_BYTES: usize = 2 << 30;
+
+/// How many bytes of other copies of a case's weights
+/// `RunParams::rotate_weights` reads between two runs of one copy: four
+/// times the last-level cache, at least [`MIN_BYTES`], at most
+/// [`MAX_ROTATION_BYTES`], or `HETERO_EVICT_MIB` MiB when that is set.
+/// Unlike an eviction, a rotation costs memory rather than time (copies
+/// are read by the timed runs themselves), so it is not held to
+/// [`MAX_BYTES`]: on an H100 host's 15 cores, 2 GiB of copies put a
+/// decode GEMV at the runtime's time with every layer's weights its own,
+/// 512 MiB about 10 % below it (`docs/benchmarks.md`, Runtime, session 41).
+pub fn rotation_bytes() -> usize {
+    static BYTES: OnceLock<usize> = OnceLock::new();
+    *BYTES.get_or_init(|| {
+        override_bytes(std::env::var("HETERO_EVICT_MIB").ok().as_deref())
+            .unwrap_or_else(|| default_rotation_bytes(llc_bytes()))
+    })
+}
+
+/// [`rotation_bytes`] without `HETERO_EVICT_MIB`.
+fn default_rotation_bytes(llc: usize) -> usize {
+    (4 * llc).clamp(MIN_BYTES, MAX_ROTATION_BYTES)
+}
+
 /// `HETERO_EVICT_MIB`'s value in bytes; `None` (the default size) when it
 /// is unset, not a number, or zero.
 fn override_bytes(mib: Option<&str>) -> Option<usize> {
@@ -203,6 +229,14 @@ mod tests {
         assert_eq!(buffer_bytes(32 << 20), 128 << 20);
         assert_eq!(buffer_bytes(480 << 20), 512 << 20);
         assert_eq!(buffer_bytes(1 << 30), (1 << 30) + (64 << 20));
+    }
+
+    #[test]
+    fn a_rotation_is_four_caches_up_to_2_gib() {
+        assert_eq!(default_rotation_bytes(8 << 20), 64 << 20);
+        assert_eq!(default_rotation_bytes(105 << 20), 420 << 20);
+        assert_eq!(default_rotation_bytes(480 << 20), 1920 << 20);
+        assert_eq!(default_rotation_bytes(1 << 30), 2 << 30);
     }
 
     #[test]

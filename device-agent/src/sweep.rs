@@ -556,14 +556,15 @@ fn measure_into(
         return Ok(());
     }
     // With `rotate_weights`, copies of the case run in turn (the first is
-    // the one checked above); `evict` unless they are enough on their own.
+    // the one checked above), unless there would be too many: then evict.
     let mut graphs = vec![g];
     let mut evict = run.cold_cache;
     if run.cold_cache && run.rotate_weights {
         let weight_bytes = k as u64 * n as u64 * case.dtype.weight_bits() as u64 / 8;
-        let (copies, enough) =
-            rotation_copies(weight_bytes, crate::evict::host_buffer_bytes() as u64);
-        evict = !enough;
+        let copy_bytes = hetero_plan::predictor::gemm_bytes(shape, case.dtype) as u64;
+        let target = crate::evict::rotation_bytes() as u64;
+        let copies = rotation_copies(weight_bytes, copy_bytes, target).unwrap_or(1);
+        evict = copies == 1;
         for _ in 1..copies {
             check_cancel(cancel, run)?;
             let mut g = backend.prepare(&spec, &w)?;
@@ -663,15 +664,19 @@ fn measure_into(
 /// The most copies [`RunParams::rotate_weights`] prepares of one case.
 pub const MAX_ROTATION_COPIES: u64 = 1024;
 
-/// How many copies of a case's weights (`weight_bytes` each) to run in
-/// turn so that between two runs of one copy the others read at least
-/// `target` bytes, and whether that many fit under
-/// [`MAX_ROTATION_COPIES`]: when they do not, the copies there are rotate
-/// too few bytes to push a copy out, and the case also evicts.
-pub fn rotation_copies(weight_bytes: u64, target: u64) -> (usize, bool) {
-    let want = target.div_ceil(weight_bytes.max(1)) + 1;
-    let copies = want.clamp(2, MAX_ROTATION_COPIES);
-    (copies as usize, want <= MAX_ROTATION_COPIES)
+/// How many copies of a case (`weight_bytes` of weights, `copy_bytes` with
+/// its input and output) to run in turn so that between two runs of one
+/// copy the others read at least `target` bytes of weights; `None` where
+/// that would take more than [`MAX_ROTATION_COPIES`], or more than twice
+/// `target` and one copy's weights in all, and the case evicts the caches
+/// instead: weights too small to fill the target, or activations that
+/// dwarf them (a long prefill, where a GEMM is bound by its arithmetic
+/// more than by reading its weights).
+pub fn rotation_copies(weight_bytes: u64, copy_bytes: u64, target: u64) -> Option<usize> {
+    let copies = (target.div_ceil(weight_bytes.max(1)) + 1).max(2);
+    let total = copies.saturating_mul(copy_bytes.max(weight_bytes));
+    let most = target.saturating_add(weight_bytes).saturating_mul(2);
+    (copies <= MAX_ROTATION_COPIES && total <= most).then_some(copies as usize)
 }
 
 fn wrong(c: &verify::Check, tolerance: f64, when: &str) -> String {

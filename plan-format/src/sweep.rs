@@ -28,13 +28,14 @@ pub struct RunParams {
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub cold_cache: bool,
     /// With `cold_cache`: make the weights cold by rotating through copies
-    /// of them instead of evicting. The case prepares as many copies as
-    /// fill the eviction size and runs them in turn, each after the input
-    /// is written again (outside the timer), so that every timed run reads
-    /// weights the others have pushed out of the caches, and an input and
-    /// workers still warm, as a runtime's layer with weights of its own
-    /// finds them. A case whose weights are too small for enough copies is
-    /// evicted as well.
+    /// of them instead of evicting. The case prepares enough copies that
+    /// the others read four times the last-level cache (at most 2 GiB)
+    /// between two runs of one, and runs them in turn, each after the
+    /// input is written again (outside the timer), so that every timed run
+    /// reads weights the others have pushed out of the caches, and an
+    /// input and workers still warm, as a runtime's layer with weights of
+    /// its own finds them. A case that would need too many copies (small
+    /// weights, or activations far larger than them) is evicted instead.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub rotate_weights: bool,
     /// Time the processor's work alone, without the host's launch path in

@@ -130,11 +130,14 @@ struct SweepArgs {
     #[arg(long)]
     cold_cache: bool,
     /// Cold weights by rotation instead of eviction (implies
-    /// --cold-cache): each case prepares copies of its weights, as many as
-    /// fill the eviction size (`HETERO_EVICT_MIB`), and runs them in turn,
-    /// its input written again before each run, as a runtime's layers with
-    /// weights of their own find them: weights out of the caches, input
-    /// and workers warm. Memory: the eviction size again, per case.
+    /// --cold-cache): each case prepares copies of its weights, enough
+    /// that the others read four times the last-level cache (at most 2
+    /// GiB; `HETERO_EVICT_MIB` sets it) between two runs of one, and runs
+    /// them in turn, its input written again before each run, as a
+    /// runtime's layers with weights of their own find them: weights out
+    /// of the caches, input and workers warm. A case whose copies would be
+    /// too many (small weights, or activations far larger than them) is
+    /// evicted instead. Memory: up to twice the rotation, per case.
     #[arg(long)]
     rotate_weights: bool,
     /// Shorthand: time the kernels alone, without the host's launch path

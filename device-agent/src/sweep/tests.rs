@@ -233,29 +233,36 @@ fn a_cold_cache_case_runs_the_same_runs() {
 
 #[test]
 fn rotated_weights_run_copies_in_turn() {
-    // 144 bytes of weights: too few for copies alone to fill any eviction
-    // size, so the case prepares the most copies and evicts as well. Each
-    // copy counts its own runs (1 µs more per run): the check and the
-    // warm-up run copy 0 twice and every other copy once, so the timed
-    // runs (copies 0-4) take 4, 3, 3, 3, 3 µs, where one copy run again
-    // and again takes 4..=8 µs (`a_cold_cache_case_runs_the_same_runs`).
+    // 1x300x300 f32: 360 KB of weights, so that the least rotation (64
+    // MiB) takes between 187 copies and the most; each copy counts its own
+    // runs (1 µs more per run). The check and the warm-up run copy 0 twice
+    // and every other copy once, so the timed runs (copies 0-4) take 4, 3,
+    // 3, 3, 3 µs, where one copy run again and again takes 4..=8 µs.
     let mut s = Sweeper::new(vec![naive("t:0", Fault::None)]);
     let rotated = RunParams {
         cold_cache: true,
         rotate_weights: true,
         ..run(5, 60_000)
     };
-    let row = s.run_case(&case("a", "t:0", (5, 9, 4), DType::F32), &rotated);
+    let target = crate::evict::rotation_bytes() as u64;
+    if rotation_copies(300 * 300 * 4, 301 * 300 * 4 + 300 * 4, target).is_none() {
+        eprintln!("skipped: HETERO_EVICT_MIB asks for more copies than a case may have");
+        return;
+    }
+    let row = s.run_case(&case("a", "t:0", (1, 300, 300), DType::F32), &rotated);
     assert_eq!(row.status, RowStatus::Ok, "{:?}", row.message);
     assert!(row.verified);
     assert_eq!(row.median_us, Some(3.0));
     assert_eq!(row.min_us, Some(3.0));
+    // Weights too small for a rotation: one copy, evicted instead.
+    let row = s.run_case(&case("b", "t:0", (5, 9, 4), DType::F32), &rotated);
+    assert_eq!(row.median_us, Some(6.0));
     // Without cold_cache, rotate_weights does nothing.
     let warm = RunParams {
         rotate_weights: true,
         ..run(5, 10_000)
     };
-    let row = s.run_case(&case("b", "t:0", (5, 9, 4), DType::F32), &warm);
+    let row = s.run_case(&case("c", "t:0", (1, 300, 300), DType::F32), &warm);
     assert_eq!(row.median_us, Some(6.0));
 }
 
@@ -263,24 +270,38 @@ fn rotated_weights_run_copies_in_turn() {
 fn rotation_copies_read_the_target_between_two_runs_of_one() {
     const MIB: u64 = 1 << 20;
     // 1×1536×8960 f32 (55 MB) under 512 MiB: ten others between two runs.
-    assert_eq!(rotation_copies(1536 * 8960 * 4, 512 * MIB), (11, true));
+    let w = 1536 * 8960 * 4;
+    assert_eq!(
+        rotation_copies(w, w + 1536 * 4 + 8960 * 4, 512 * MIB),
+        Some(11)
+    );
     // Weights larger than the target: two copies, each reading past the
     // other's.
-    assert_eq!(rotation_copies(933 * 1_000_000, 512 * MIB), (2, true));
-    assert_eq!(rotation_copies(512 * MIB, 512 * MIB), (2, true));
-    // Too small: the most copies, and not enough on their own.
     assert_eq!(
-        rotation_copies(144, 512 * MIB),
-        (MAX_ROTATION_COPIES as usize, false)
+        rotation_copies(933_000_000, 933_000_000, 512 * MIB),
+        Some(2)
     );
+    assert_eq!(rotation_copies(512 * MIB, 512 * MIB, 512 * MIB), Some(2));
+    // Too small: more copies than the most.
+    assert_eq!(rotation_copies(144, 300, 512 * MIB), None);
+    assert_eq!(rotation_copies(0, 0, MIB), None);
+    // Exactly the most.
+    let most = MAX_ROTATION_COPIES as usize;
     assert_eq!(
-        rotation_copies(0, MIB),
-        (MAX_ROTATION_COPIES as usize, false)
+        rotation_copies(MIB, MIB, (MAX_ROTATION_COPIES - 1) * MIB),
+        Some(most)
     );
-    // Exactly enough at the cap.
+    // 4096x1536x1536: 9.4 MB of weights beside 50 MB of activations, 58
+    // copies: 3.4 GB for a 512 MiB rotation, over twice it and the weights.
+    let w = 1536 * 1536 * 4;
+    let all = w + 2 * 4096 * 1536 * 4;
+    assert_eq!(rotation_copies(w, all, 512 * MIB), None);
+    assert_eq!(rotation_copies(w, all, 2048 * MIB), None);
+    // 509x8960x1536: 55 MB beside 21 MB, 11 copies, 840 MB.
+    let w = 8960 * 1536 * 4;
     assert_eq!(
-        rotation_copies(MIB, (MAX_ROTATION_COPIES - 1) * MIB),
-        (MAX_ROTATION_COPIES as usize, true)
+        rotation_copies(w, w + 509 * (8960 + 1536) * 4, 512 * MIB),
+        Some(11)
     );
 }
 
