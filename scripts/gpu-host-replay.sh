@@ -45,7 +45,9 @@
 # with --rotate-weights instead, cold weights by rotating through copies of
 # them, the input and the workers warm), CUDA_FLAGS (extra
 # words for the cuda:0 profile, e.g. --ordinary-timer), SKIP_CUDA_TESTS (set:
-# leave out step 1, for a second replay in the same call).
+# leave out step 1, for a second replay in the same call), REPLAY_REFINE
+# (default 0: rounds of measuring the cpu:0 GEMMs the plans run at the
+# replayed cases, `hetero profile --plan`, then fitting and solving again).
 set -uo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -152,6 +154,9 @@ if [[ " $plans " == *" offload "* ]]; then
         log "pair microbenchmarks failed: $(tail -3 "$logs/profile-pair.txt")"
     fi
 fi
+# Merge, fit and solve; again after each round of REPLAY_REFINE.
+fit_and_solve() {
+rm -rf "$work/ds"
 "$hetero" dataset merge --out "$work/ds" "${pair[@]}" "$work/ds-cuda" "$work/ds-cpu" > /dev/null \
     || log "merge failed"
 "$hetero" dataset show "$work/ds" > "$work/ds/SHOW.txt" 2>&1
@@ -176,6 +181,24 @@ if [[ " $plans " == *" offload "* ]]; then
 fi
 for p in $plans; do
     { echo "## $p"; cat "$work/solve-$p.txt"; "$hetero" plan show "$work/plan-$p.ron" 2>&1; } >> "$logs/plans.txt"
+done
+}
+fit_and_solve
+# REPLAY_REFINE rounds: measure the cpu:0 GEMMs each plan runs at the
+# replayed cases (`hetero profile --plan`) into cpu:0's profile, so that
+# the fit answers them with their own medians, then fit and solve again.
+at=$(echo $cases | tr ' ' ',')
+for round in $(seq 1 "${REPLAY_REFINE:-0}"); do
+    for p in $plans; do
+        [ -e "$work/plan-$p.ron" ] || continue
+        log "refine $round: cpu:0 GEMMs of $p at $at"
+        "$hetero" profile --device local --agent "$bin/hetero-agent" "${agent_groups[@]}" --processors cpu:0 \
+            --plan "$work/plan-$p.ron" --at "$at" --budget 60s --resume --out "$work/ds-cpu" \
+            ${CPU_COLD:+--cold-cache} ${CPU_ROTATE:+--rotate-weights} \
+            >> "$logs/profile-refine.txt" 2>&1 || log "refine failed: $(tail -3 "$logs/profile-refine.txt")"
+    done
+    cp "$work/plan-offload.ron" "$work/plan-offload-before-refine-$round.ron" 2>/dev/null
+    fit_and_solve
 done
 
 mkdir -p "$work/reports"

@@ -130,6 +130,18 @@ pub struct ProfileArgs {
     /// design draws its own with seed 0).
     #[arg(long, value_name = "COUNT[:SEED]")]
     queries: Option<String>,
+    /// Measure only the GEMMs this plan runs at the --at lengths, as
+    /// `hetero run` lays them out (each part's share, a static graph's
+    /// padded M), on the --processors among the plan's: so that a new fit
+    /// answers them with their own medians, then solve again. No other
+    /// design, microbenchmarks or refinement; --resume adds them to a
+    /// profile.
+    #[arg(long, value_name = "PLAN", requires = "at")]
+    plan: Option<PathBuf>,
+    /// With --plan: the lengths, as PHASE:LEN[,PHASE:LEN...] (e.g.
+    /// `decode:1,prefill:16`).
+    #[arg(long, value_name = "PHASE:LEN,...", requires = "plan")]
+    at: Option<String>,
     /// Measure only GEMMs of at most this many rows: the longest prompt
     /// (tokens) the plans will be solved for. The design otherwise goes to
     /// 4096, whose GEMMs take seconds a run on a CPU. Refinement stays
@@ -251,7 +263,49 @@ fn options(a: ProfileArgs) -> anyhow::Result<(ProfileOptions, bool)> {
         }
         opts.queries = Some((count, seed));
     }
+    if let (Some(plan), Some(at)) = (&a.plan, &a.at) {
+        if opts.queries.is_some() {
+            return Err(bad("--plan and --queries: give one of them"));
+        }
+        opts.cases = Some(plan_cases(plan, at)?);
+    }
     Ok((opts, a.json))
+}
+
+/// The GEMM cases `plan` runs at the `PHASE:LEN,...` of `at`, each once.
+fn plan_cases(path: &std::path::Path, at: &str) -> anyhow::Result<Vec<hetero_plan::SweepCase>> {
+    let plan: hetero_plan::Plan = hetero_plan::load(path)?;
+    let mut cases = Vec::new();
+    let mut seen = std::collections::HashSet::new();
+    for item in at.split(',').map(str::trim).filter(|x| !x.is_empty()) {
+        let (phase, len) = parse_at(item).map_err(|e| bad(format!("--at {item}: {e}")))?;
+        let gemms = hetero_runtime::plan_gemms(&plan, phase, len)
+            .with_context(|| format!("{}: --at {item}", path.display()))?;
+        for g in gemms {
+            let c = hetero_profiler::design::case(&g.processor, g.shape, g.dtype, g.order);
+            if seen.insert(c.id.clone()) {
+                cases.push(c);
+            }
+        }
+    }
+    if cases.is_empty() {
+        return Err(bad(format!("--at {at}: no lengths given")));
+    }
+    Ok(cases)
+}
+
+/// `PHASE:LEN` of `--at`.
+fn parse_at(s: &str) -> Result<(hetero_plan::Phase, u32), String> {
+    let (phase, len) = s
+        .split_once(':')
+        .ok_or_else(|| "expected PHASE:LEN, e.g. decode:1".to_string())?;
+    let phase = phase.parse()?;
+    let len = len
+        .parse::<u32>()
+        .ok()
+        .filter(|&l| l > 0)
+        .ok_or_else(|| format!("`{len}` is not a length (1 or more)"))?;
+    Ok((phase, len))
 }
 
 /// `COUNT[:SEED]` of `--queries`.

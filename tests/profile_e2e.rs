@@ -536,6 +536,132 @@ fn a_queries_profile_holds_only_its_draws_and_fit_scores_them_as_unseen() {
 }
 
 #[test]
+fn a_plan_profile_measures_the_gemms_the_plan_runs() {
+    let Some(agent) = fake_agent() else { return };
+    let t = TempDir::new("plan-profile");
+    let model = "datasets/models/qwen2.5-1.5b.json";
+    let profile = |out: &Path, extra: &[&str]| {
+        let mut args = vec![
+            "profile",
+            "--device",
+            "local",
+            "--agent",
+            &agent,
+            "--budget",
+            "60s",
+            "--out",
+            out.to_str().unwrap(),
+            "--json",
+        ];
+        args.extend_from_slice(extra);
+        let text = expect_ok(&hetero_env(&args, &[]), &args.join(" "));
+        serde_json::from_str::<Value>(text.lines().last().unwrap()).unwrap()
+    };
+    // A plan for the fake agent's two processors, from a short profile.
+    let ds = t.path().join("ds");
+    profile(
+        &ds,
+        &[
+            "--models",
+            model,
+            "--no-microbench",
+            "--no-refine",
+            "--max-cases",
+            "60",
+        ],
+    );
+    let predictor = t.path().join("p.ron");
+    fit(&ds, &predictor, &[]);
+    let plan = t.path().join("plan.ron");
+    let args = [
+        "solve",
+        "--predictor",
+        predictor.to_str().unwrap(),
+        "--model",
+        model,
+        "--lengths",
+        "1..32",
+        "--phase",
+        "both",
+        "--out",
+        plan.to_str().unwrap(),
+    ];
+    expect_ok(&hetero_env(&args, &[]), "solve");
+    let plan_text = std::fs::read_to_string(&plan).unwrap();
+
+    let pp = t.path().join("pp");
+    let p = plan.to_str().unwrap();
+    let done = profile(&pp, &["--plan", p, "--at", "decode:1,prefill:16"]);
+    assert_eq!(done["stopped"], "complete", "{done}");
+    let ids = assert_unique(&journal_ids(&pp));
+    // M is the length (1 for the lm_head in prefill too: its last token);
+    // K and N are a model operator's, N or a share of it; no
+    // microbenchmark or refinement.
+    let model_kn: HashSet<(u32, u32)> = [
+        (1536, 1536),
+        (1536, 256),
+        (1536, 8960),
+        (8960, 1536),
+        (1536, 151936),
+    ]
+    .into_iter()
+    .collect();
+    let model_k: HashSet<u32> = model_kn.iter().map(|&(k, _)| k).collect();
+    for id in &ids {
+        let shape: Vec<u32> = id
+            .split('/')
+            .nth(1)
+            .unwrap()
+            .split('x')
+            .map(|x| x.parse().unwrap())
+            .collect();
+        assert!([1, 16].contains(&shape[0]), "{id}");
+        assert!(model_k.contains(&shape[1]), "{id}");
+        assert!(
+            model_kn
+                .iter()
+                .any(|&(k, n)| k == shape[1] && shape[2] <= n),
+            "{id}"
+        );
+    }
+    // Every operator of both phases: seven operators at two lengths at least.
+    assert!(ids.len() >= 7, "{ids:?}");
+    assert!(ids.iter().any(|id| id.contains("/1x1536x")), "{ids:?}");
+    assert!(ids.iter().any(|id| id.contains("/16x1536x")), "{ids:?}");
+    // The processors asked for, among the plan's.
+    let cpu = t.path().join("cpu");
+    profile(
+        &cpu,
+        &["--plan", p, "--at", "decode:1", "--processors", "cpu:0"],
+    );
+    let cpu_ids = assert_unique(&journal_ids(&cpu));
+    assert!(
+        cpu_ids.iter().all(|id| id.starts_with("cpu:0/")),
+        "{cpu_ids:?}"
+    );
+    assert_eq!(
+        cpu_ids.is_empty(),
+        !plan_text.contains("\"cpu:0\""),
+        "cpu:0's GEMMs, where the plan runs any"
+    );
+
+    // Bad input names the flag or the plan, exit 2.
+    for (extra, says) in [
+        (&["--plan", p][..], "--at"),
+        (&["--at", "decode:1"][..], "--plan"),
+        (&["--plan", p, "--at", "decode"][..], "PHASE:LEN"),
+        (&["--plan", p, "--at", "middle:3"][..], "unknown phase"),
+        (&["--plan", p, "--at", "prefill:999"][..], "plan.ron"),
+    ] {
+        let mut args = vec!["profile", "--device", "local"];
+        args.extend_from_slice(extra);
+        args.extend_from_slice(&["--out", "/tmp/never-written"]);
+        let e = expect_bad(&hetero_env(&args, &[]), &args.join(" "));
+        assert!(e.contains(says), "{args:?}: {e}");
+    }
+}
+
+#[test]
 fn used_folders_are_refused_unless_resumed_on_the_same_device() {
     let Some(agent) = fake_agent() else { return };
     let t = TempDir::new("refuse");

@@ -67,6 +67,8 @@ pub enum Stratum {
     Query,
     /// Added by refinement.
     Refine,
+    /// Given by the caller: a plan's GEMMs.
+    Given,
 }
 
 /// One thing to measure.
@@ -631,6 +633,18 @@ pub fn queries(
     let mut out = Vec::new();
     interleave(per_proc, &mut out);
     out
+}
+
+/// A design of the given cases alone, in their order (`hetero profile
+/// --plan`: the GEMMs a plan runs).
+pub fn given(cases: &[SweepCase]) -> Vec<Planned> {
+    cases
+        .iter()
+        .map(|c| Planned {
+            item: Item::Case(c.clone()),
+            stratum: Stratum::Given,
+        })
+        .collect()
 }
 
 /// Both operand orders.

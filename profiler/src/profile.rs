@@ -64,6 +64,11 @@ pub struct ProfileOptions {
     /// held-out set, so no microbenchmarks and no refinement either,
     /// whatever `microbench` and `refine` say.
     pub queries: Option<(usize, u64)>,
+    /// Measure only these GEMM cases (those of the selected processors),
+    /// instead of the design: the GEMMs a plan runs (`hetero profile
+    /// --plan`), so that a fit answers them with their own medians. No
+    /// microbenchmarks and no refinement either, as with `queries`.
+    pub cases: Option<Vec<hetero_plan::SweepCase>>,
     /// Measure only GEMMs of at most this many rows (M): the longest
     /// prompt the plans will be solved for. `None`: the design's lengths up
     /// to 4096.
@@ -96,6 +101,7 @@ impl ProfileOptions {
             refine_rounds: 10,
             max_cases: None,
             queries: None,
+            cases: None,
             max_len: None,
         }
     }
@@ -561,8 +567,10 @@ pub fn profile(opts: ProfileOptions, rep: Arc<Reporter>) -> Result<Outcome> {
     let mut pending: Vec<Planned> = Vec::new();
     let mut planned_ids: HashSet<String> = HashSet::new();
     // A held-out set stays as drawn: refinement would add shapes of its own.
-    let refine = opts.refine && opts.queries.is_none();
+    let chosen = opts.queries.is_some() || opts.cases.is_some();
+    let refine = opts.refine && !chosen;
     let design = match opts.queries {
+        _ if opts.cases.is_some() => design::given(opts.cases.as_deref().unwrap_or_default()),
         Some((count, seed)) => design::queries(
             &selected,
             &opts.models,
@@ -613,6 +621,13 @@ pub fn profile(opts: ProfileOptions, rep: Arc<Reporter>) -> Result<Outcome> {
                 }))
         })
         .collect();
+    // A given design stands alone: a resumed profile's unmeasured cases
+    // wait for a resume without one.
+    let earlier = if opts.cases.is_some() {
+        Vec::new()
+    } else {
+        earlier
+    };
     for p in design.into_iter().chain(earlier) {
         if selected_ids.contains(p.item.processor())
             && !rows.has(p.item.id())
@@ -624,7 +639,7 @@ pub fn profile(opts: ProfileOptions, rep: Arc<Reporter>) -> Result<Outcome> {
 
     // The host-path microbenchmarks again, one round in each of the next
     // batches (agent processes): see `design::MICRO_PROCESSES`.
-    let mut repeats: VecDeque<Vec<Planned>> = if opts.microbench && opts.queries.is_none() {
+    let mut repeats: VecDeque<Vec<Planned>> = if opts.microbench && !chosen {
         design::microbench_repeats(&selected)
             .into_iter()
             .map(|round| {

@@ -39,5 +39,7 @@ pub use error::{Error, Result};
 pub use exec::SyncChoice;
 pub use graphs::{GraphRequest, GraphSource, Preloaded, Prepare};
 pub use report::Report;
-pub use runtime::{LinearTiming, RunSpec, Runtime, RuntimeOptions, label, load_model};
+pub use runtime::{
+    LinearTiming, PlanGemm, RunSpec, Runtime, RuntimeOptions, label, load_model, plan_gemms,
+};
 pub use weights::WeightSource;

@@ -9,8 +9,8 @@ use std::time::Instant;
 
 use hetero_agent::{Backend, Gemm, GemmSpec, HostBuf, OpenOptions, Registry};
 use hetero_plan::{
-    DType, Decision, GemmShape, LinearOp, ModelSpec, OpRole, Phase, Plan, Predictor, SolverInfo,
-    Strategy, Timing, WeightMode,
+    DType, Decision, GemmShape, LinearOp, ModelSpec, OpRole, OperandOrder, Phase, Plan, Predictor,
+    SolverInfo, Strategy, Timing, WeightMode,
 };
 
 use crate::check::{self, OutputCheck};
@@ -507,203 +507,8 @@ impl Runtime {
     }
 
     fn layout(&self, oi: usize, d: &Decision, n: u32) -> Result<Vec<PartLayout>> {
-        let op = &self.plan.ops[oi];
-        let m = d.rows_m() as usize;
-        let n = n as usize;
-        let bad = |message: String| Error::PlanModel {
-            op: op.op.clone(),
-            phase: op.phase,
-            message: format!("at length {}: {message}", d.len),
-        };
-        let idx = |p: &str| {
-            self.plan
-                .processors
-                .iter()
-                .position(|q| q == p)
-                .expect("the plan validates its processors")
-        };
         let is_static = |p: usize| self.backends[p].processor().capabilities.static_graphs;
-        let predicted = |i: usize| d.cost.parts_us.get(i).copied().unwrap_or(d.cost.total_us);
-        let full = |pad: usize| StepLayout {
-            rows: 0..m,
-            pad_to: pad,
-            cols: 0..n,
-            upload: false,
-        };
-        let mut parts = Vec::new();
-        match &d.strategy {
-            Strategy::Single {
-                processor,
-                padded_to,
-                ..
-            } => {
-                let p = idx(processor);
-                parts.push(PartLayout {
-                    proc: p,
-                    predicted_us: predicted(0),
-                    steps: vec![full(padded_to.map(|g| g as usize).unwrap_or(m))],
-                });
-            }
-            Strategy::RowCut { parts: rp } | Strategy::Hybrid { parts: rp, .. } => {
-                let hybrid = match &d.strategy {
-                    Strategy::Hybrid { padded_to, .. } => Some(*padded_to as usize),
-                    _ => None,
-                };
-                let mut c = 0usize;
-                for (i, part) in rp.iter().enumerate() {
-                    let p = idx(&part.processor);
-                    let r = part.rows as usize;
-                    let pad = match part.graph {
-                        Some(g) => g as usize,
-                        None if is_static(p) => hybrid.unwrap_or(m),
-                        None => m,
-                    };
-                    if r > 0 {
-                        parts.push(PartLayout {
-                            proc: p,
-                            predicted_us: predicted(i),
-                            steps: vec![StepLayout {
-                                rows: 0..m,
-                                pad_to: pad,
-                                cols: c..c + r,
-                                upload: false,
-                            }],
-                        });
-                    }
-                    c += r;
-                }
-            }
-            Strategy::SeqCut { parts: sp } => {
-                let mut t = 0usize;
-                for (i, part) in sp.iter().enumerate() {
-                    let p = idx(&part.processor);
-                    let tokens = part.tokens as usize;
-                    let mut steps = Vec::new();
-                    if part.graphs.is_empty() {
-                        if tokens > 0 {
-                            steps.push(StepLayout {
-                                rows: t..t + tokens,
-                                pad_to: tokens,
-                                cols: 0..n,
-                                upload: false,
-                            });
-                        }
-                    } else {
-                        let mut s = t;
-                        for &g in &part.graphs {
-                            let g = g as usize;
-                            let e = (s + g).min(t + tokens);
-                            steps.push(StepLayout {
-                                rows: s..e,
-                                pad_to: g,
-                                cols: 0..n,
-                                upload: false,
-                            });
-                            s = e;
-                        }
-                    }
-                    if !steps.is_empty() {
-                        parts.push(PartLayout {
-                            proc: p,
-                            predicted_us: predicted(i),
-                            steps,
-                        });
-                    }
-                    t += tokens;
-                }
-            }
-            Strategy::Chunked {
-                processor,
-                chunk,
-                chunks,
-            } => {
-                let (c, k) = (*chunk as usize, *chunks as usize);
-                if c * k < m {
-                    return Err(bad(format!("{k} chunks of {c} do not cover M = {m}")));
-                }
-                let steps = (0..k)
-                    .map(|i| StepLayout {
-                        rows: (i * c).min(m)..((i + 1) * c).min(m),
-                        pad_to: c,
-                        cols: 0..n,
-                        upload: false,
-                    })
-                    .filter(|s| !s.rows.is_empty())
-                    .collect();
-                parts.push(PartLayout {
-                    proc: idx(processor),
-                    predicted_us: predicted(0),
-                    steps,
-                });
-            }
-            Strategy::Offload {
-                cpu,
-                gpu,
-                cc_rows,
-                cg_rows,
-                gg_rows,
-                gpu_tokens,
-            } => {
-                // Columns in the order CC | CG | GG.
-                let (cc, cg, gg) = (*cc_rows as usize, *cg_rows as usize, *gg_rows as usize);
-                let gt = *gpu_tokens as usize;
-                if cc > 0 && m > gt {
-                    parts.push(PartLayout {
-                        proc: idx(cpu),
-                        predicted_us: predicted(0),
-                        steps: vec![StepLayout {
-                            rows: gt..m,
-                            pad_to: m - gt,
-                            cols: 0..cc,
-                            upload: false,
-                        }],
-                    });
-                }
-                let mut steps = Vec::new();
-                if gg > 0 {
-                    steps.push(StepLayout {
-                        rows: 0..m,
-                        pad_to: m,
-                        cols: cc + cg..cc + cg + gg,
-                        upload: false,
-                    });
-                }
-                if cg > 0 {
-                    steps.push(StepLayout {
-                        rows: 0..m,
-                        pad_to: m,
-                        cols: cc..cc + cg,
-                        upload: true,
-                    });
-                }
-                if gt > 0 && cc > 0 {
-                    steps.push(StepLayout {
-                        rows: 0..gt,
-                        pad_to: gt,
-                        cols: 0..cc,
-                        upload: true,
-                    });
-                }
-                if !steps.is_empty() {
-                    parts.push(PartLayout {
-                        proc: idx(gpu),
-                        predicted_us: predicted(1),
-                        steps,
-                    });
-                }
-            }
-        }
-        for p in &parts {
-            for s in &p.steps {
-                if s.pad_to < s.rows.len() || s.cols.end > n || s.rows.end > m {
-                    return Err(bad(format!(
-                        "a part on `{}` covers rows {:?} and columns {:?} with a graph of M = {}, outside M = {m}, N = {n}",
-                        self.plan.processors[p.proc], s.rows, s.cols, s.pad_to
-                    )));
-                }
-            }
-        }
-        Ok(parts)
+        layout(&self.plan, oi, d, n, &is_static)
     }
 
     fn prepare_op(&mut self, op: &str, phase: Phase, len: u32) -> Result<()> {
@@ -1589,6 +1394,277 @@ fn describe_share(pl: &PartLayout) -> String {
         })
         .collect();
     s.join("; ")
+}
+
+/// How the runtime lays out one decision of `plan.ops[oi]` over an output
+/// of `n` columns: per part, its processor and the GEMMs it runs.
+/// `is_static(p)`: whether `plan.processors[p]` runs static graphs (padded
+/// to a prepared M).
+fn layout(
+    plan: &Plan,
+    oi: usize,
+    d: &Decision,
+    n: u32,
+    is_static: &dyn Fn(usize) -> bool,
+) -> Result<Vec<PartLayout>> {
+    let op = &plan.ops[oi];
+    let m = d.rows_m() as usize;
+    let n = n as usize;
+    let bad = |message: String| Error::PlanModel {
+        op: op.op.clone(),
+        phase: op.phase,
+        message: format!("at length {}: {message}", d.len),
+    };
+    let idx = |p: &str| {
+        plan.processors
+            .iter()
+            .position(|q| q == p)
+            .expect("the plan validates its processors")
+    };
+    let predicted = |i: usize| d.cost.parts_us.get(i).copied().unwrap_or(d.cost.total_us);
+    let full = |pad: usize| StepLayout {
+        rows: 0..m,
+        pad_to: pad,
+        cols: 0..n,
+        upload: false,
+    };
+    let mut parts = Vec::new();
+    match &d.strategy {
+        Strategy::Single {
+            processor,
+            padded_to,
+            ..
+        } => {
+            let p = idx(processor);
+            parts.push(PartLayout {
+                proc: p,
+                predicted_us: predicted(0),
+                steps: vec![full(padded_to.map(|g| g as usize).unwrap_or(m))],
+            });
+        }
+        Strategy::RowCut { parts: rp } | Strategy::Hybrid { parts: rp, .. } => {
+            let hybrid = match &d.strategy {
+                Strategy::Hybrid { padded_to, .. } => Some(*padded_to as usize),
+                _ => None,
+            };
+            let mut c = 0usize;
+            for (i, part) in rp.iter().enumerate() {
+                let p = idx(&part.processor);
+                let r = part.rows as usize;
+                let pad = match part.graph {
+                    Some(g) => g as usize,
+                    None if is_static(p) => hybrid.unwrap_or(m),
+                    None => m,
+                };
+                if r > 0 {
+                    parts.push(PartLayout {
+                        proc: p,
+                        predicted_us: predicted(i),
+                        steps: vec![StepLayout {
+                            rows: 0..m,
+                            pad_to: pad,
+                            cols: c..c + r,
+                            upload: false,
+                        }],
+                    });
+                }
+                c += r;
+            }
+        }
+        Strategy::SeqCut { parts: sp } => {
+            let mut t = 0usize;
+            for (i, part) in sp.iter().enumerate() {
+                let p = idx(&part.processor);
+                let tokens = part.tokens as usize;
+                let mut steps = Vec::new();
+                if part.graphs.is_empty() {
+                    if tokens > 0 {
+                        steps.push(StepLayout {
+                            rows: t..t + tokens,
+                            pad_to: tokens,
+                            cols: 0..n,
+                            upload: false,
+                        });
+                    }
+                } else {
+                    let mut s = t;
+                    for &g in &part.graphs {
+                        let g = g as usize;
+                        let e = (s + g).min(t + tokens);
+                        steps.push(StepLayout {
+                            rows: s..e,
+                            pad_to: g,
+                            cols: 0..n,
+                            upload: false,
+                        });
+                        s = e;
+                    }
+                }
+                if !steps.is_empty() {
+                    parts.push(PartLayout {
+                        proc: p,
+                        predicted_us: predicted(i),
+                        steps,
+                    });
+                }
+                t += tokens;
+            }
+        }
+        Strategy::Chunked {
+            processor,
+            chunk,
+            chunks,
+        } => {
+            let (c, k) = (*chunk as usize, *chunks as usize);
+            if c * k < m {
+                return Err(bad(format!("{k} chunks of {c} do not cover M = {m}")));
+            }
+            let steps = (0..k)
+                .map(|i| StepLayout {
+                    rows: (i * c).min(m)..((i + 1) * c).min(m),
+                    pad_to: c,
+                    cols: 0..n,
+                    upload: false,
+                })
+                .filter(|s| !s.rows.is_empty())
+                .collect();
+            parts.push(PartLayout {
+                proc: idx(processor),
+                predicted_us: predicted(0),
+                steps,
+            });
+        }
+        Strategy::Offload {
+            cpu,
+            gpu,
+            cc_rows,
+            cg_rows,
+            gg_rows,
+            gpu_tokens,
+        } => {
+            // Columns in the order CC | CG | GG.
+            let (cc, cg, gg) = (*cc_rows as usize, *cg_rows as usize, *gg_rows as usize);
+            let gt = *gpu_tokens as usize;
+            if cc > 0 && m > gt {
+                parts.push(PartLayout {
+                    proc: idx(cpu),
+                    predicted_us: predicted(0),
+                    steps: vec![StepLayout {
+                        rows: gt..m,
+                        pad_to: m - gt,
+                        cols: 0..cc,
+                        upload: false,
+                    }],
+                });
+            }
+            let mut steps = Vec::new();
+            if gg > 0 {
+                steps.push(StepLayout {
+                    rows: 0..m,
+                    pad_to: m,
+                    cols: cc + cg..cc + cg + gg,
+                    upload: false,
+                });
+            }
+            if cg > 0 {
+                steps.push(StepLayout {
+                    rows: 0..m,
+                    pad_to: m,
+                    cols: cc..cc + cg,
+                    upload: true,
+                });
+            }
+            if gt > 0 && cc > 0 {
+                steps.push(StepLayout {
+                    rows: 0..gt,
+                    pad_to: gt,
+                    cols: 0..cc,
+                    upload: true,
+                });
+            }
+            if !steps.is_empty() {
+                parts.push(PartLayout {
+                    proc: idx(gpu),
+                    predicted_us: predicted(1),
+                    steps,
+                });
+            }
+        }
+    }
+    for p in &parts {
+        for s in &p.steps {
+            if s.pad_to < s.rows.len() || s.cols.end > n || s.rows.end > m {
+                return Err(bad(format!(
+                    "a part on `{}` covers rows {:?} and columns {:?} with a graph of M = {}, outside M = {m}, N = {n}",
+                    plan.processors[p.proc], s.rows, s.cols, s.pad_to
+                )));
+            }
+        }
+    }
+    Ok(parts)
+}
+
+/// One GEMM a plan runs: [`plan_gemms`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct PlanGemm {
+    /// The model operator.
+    pub op: String,
+    /// The processor that runs it.
+    pub processor: String,
+    /// M (padded to a prepared graph where the processor runs static
+    /// graphs) × K × the columns of its share.
+    pub shape: GemmShape,
+    /// The processor's dtype in the plan (f32 where the plan names none).
+    pub dtype: DType,
+    /// The processor's operand order for the operator.
+    pub order: OperandOrder,
+}
+
+/// The GEMMs `plan` runs for every operator of `phase` at length `len`, as
+/// [`Runtime`] lays them out: each part's steps, one GEMM each (an offload
+/// decision's GPU part runs its resident and its copied rows apart). What
+/// `hetero profile --plan` measures. A processor runs static graphs where
+/// the plan prepares graphs for it.
+pub fn plan_gemms(plan: &Plan, phase: Phase, len: u32) -> Result<Vec<PlanGemm>> {
+    let decider = Decider::new(plan);
+    let is_static = |p: usize| {
+        plan.graph_sets
+            .iter()
+            .any(|g| g.processor == plan.processors[p])
+    };
+    let mut out = Vec::new();
+    for (oi, op) in plan.ops.iter().enumerate() {
+        if op.phase != phase {
+            continue;
+        }
+        let d = decider.decision(plan, oi, len)?;
+        for part in layout(plan, oi, d, op.n, &is_static)? {
+            let processor = plan.processors[part.proc].clone();
+            let dtype = plan.dtype(&processor).unwrap_or(DType::F32);
+            let order = op.order(&processor);
+            for step in &part.steps {
+                let shape = GemmShape::new(step.pad_to as u32, op.k, step.cols.len() as u32)
+                    .ok_or_else(|| Error::PlanModel {
+                        op: op.op.clone(),
+                        phase,
+                        message: format!(
+                            "at length {len}: a part of {}x{}x{}",
+                            step.pad_to,
+                            op.k,
+                            step.cols.len()
+                        ),
+                    })?;
+                out.push(PlanGemm {
+                    op: op.op.clone(),
+                    processor: processor.clone(),
+                    shape,
+                    dtype,
+                    order,
+                });
+            }
+        }
+    }
+    Ok(out)
 }
 
 /// A decision in words.

@@ -567,3 +567,52 @@ fn predicted_totals_scale_by_the_plans_mean_over_median() {
         .unwrap();
     assert!(note.contains("cpu:0 1.040×, npu-sim 1.100×"), "{note}");
 }
+
+#[test]
+fn plan_gemms_are_the_gemms_the_runtime_prepares() {
+    // Every strategy family (offload included): what `plan_gemms` lists
+    // for a plan is what the runtime reports each part ran, per processor.
+    let dir = Tmp::new("plan-gemms");
+    let mut rt = open_tiny(&dir, every_strategy, RuntimeOptions::default()).unwrap();
+    for (phase, len) in [
+        (Phase::Prefill, 1),
+        (Phase::Prefill, 5),
+        (Phase::Prefill, 7),
+        (Phase::Decode, 2),
+    ] {
+        let r = rt
+            .run(&RunSpec {
+                repeat: 1,
+                steps: 1,
+                check: false,
+                ..spec(phase, len)
+            })
+            .unwrap();
+        let mut ran: Vec<(String, String)> = r
+            .per_op
+            .iter()
+            .flat_map(|o| {
+                o.parts.iter().flat_map(|p| {
+                    p.gemms
+                        .iter()
+                        .map(|g| (p.processor.clone(), g.clone()))
+                        .collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        let mut listed: Vec<(String, String)> = plan_gemms(rt.plan(), phase, len)
+            .unwrap()
+            .into_iter()
+            .map(|g| {
+                assert_eq!(g.dtype, DType::F32);
+                (g.processor, g.shape.to_string())
+            })
+            .collect();
+        ran.sort();
+        listed.sort();
+        assert_eq!(listed, ran, "{phase} {len}");
+    }
+    // A length the plan does not cover names what it does.
+    let e = plan_gemms(rt.plan(), Phase::Decode, 3).unwrap_err();
+    assert!(e.to_string().contains("1..=2"), "{e}");
+}
