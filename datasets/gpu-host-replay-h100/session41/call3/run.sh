@@ -7,7 +7,7 @@
 # cuda plan (cuda:0 alone) too, as a control of the main path.
 set -u
 out=${1:?out}
-SKIP_CUDA_TESTS=1 CUDA_COLD=1 CPU_ROTATE=1 CUDA_BUDGET=100s CPU_BUDGET=90s PAIR_BUDGET=60s REPLAY_REFINE=1 \
+SKIP_CUDA_TESTS=1 CUDA_COLD=1 CPU_ROTATE=1 CUDA_BUDGET=80s CPU_BUDGET=80s PAIR_BUDGET=50s REPLAY_REFINE=1 \
   REPLAY_REPS=7 REPLAY_PROCS=2 CPU_GROUPS="0-14" REPLAY_PLANS="offload cuda" REPLAY_OFFLOAD_BUDGET=1GiB \
   REPLAY_WEIGHTS="distinct" REPLAY_CASES="decode:1 prefill:16" timeout 560 bash scripts/gpu-host-replay.sh "$out/r"
 echo "replay done $SECONDS s"
