@@ -29,7 +29,8 @@
 # REPLAY_PROCS (default 1: processes per case and sync, in rounds over the
 # cases; above 1 the summary adds each case's median ratio),
 # REPLAY_CASES (default "prefill:16 prefill:128 prefill:512 prefill:2048 decode:1"),
-# REPLAY_PLANS (default "cuda mixed"; any of cuda, mixed, offload),
+# REPLAY_PLANS (default "cuda mixed"; any of cuda, mixed, offload, cpu:
+# cpu:0 alone, f32),
 # REPLAY_OFFLOAD_BUDGET (default 1GiB: the offload plan's --gpu-mem-budget),
 # CPU_GROUPS (default unset: cpu:0 is every core; e.g. "0-14" leaves the
 # last core to the host thread and the GPU driver's threads),
@@ -174,6 +175,10 @@ common=(--predictor "$work/predictor.ron" --model "$model" --lengths 1..2048
     --out "$work/plan-cuda.ron" > "$work/solve-cuda.txt" 2>&1 || log "solve cuda failed: $(tail -3 "$work/solve-cuda.txt")"
 "$hetero" solve "${common[@]}" --processors cuda:0,cpu:0 --dtype cuda:0=f16 --dtype cpu:0=f32 \
     --out "$work/plan-mixed.ron" > "$work/solve-mixed.txt" 2>&1 || log "solve mixed failed: $(tail -3 "$work/solve-mixed.txt")"
+if [[ " $plans " == *" cpu "* ]]; then
+    "$hetero" solve "${common[@]}" --processors cpu:0 --dtype cpu:0=f32 \
+        --out "$work/plan-cpu.ron" > "$work/solve-cpu.txt" 2>&1 || log "solve cpu failed: $(tail -3 "$work/solve-cpu.txt")"
+fi
 if [[ " $plans " == *" offload "* ]]; then
     "$hetero" solve "${common[@]}" --processors cuda:0,cpu:0 --dtype cuda:0=f16 --dtype cpu:0=f32 \
         --gpu-mem-budget "${REPLAY_OFFLOAD_BUDGET:-1GiB}" \
@@ -197,7 +202,9 @@ for round in $(seq 1 "${REPLAY_REFINE:-0}"); do
             ${CPU_COLD:+--cold-cache} ${CPU_ROTATE:+--rotate-weights} \
             >> "$logs/profile-refine.txt" 2>&1 || log "refine failed: $(tail -3 "$logs/profile-refine.txt")"
     done
-    cp "$work/plan-offload.ron" "$work/plan-offload-before-refine-$round.ron" 2>/dev/null
+    for p in $plans; do
+        cp "$work/plan-$p.ron" "$work/plan-$p-before-refine-$round.ron" 2>/dev/null
+    done
     fit_and_solve
 done
 
