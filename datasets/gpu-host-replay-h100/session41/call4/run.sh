@@ -1,10 +1,9 @@
 #!/bin/bash
 # Session 41, call 4 (fresh machine), binaries of the commit in COMMIT.
-# Call 3 found one round of REPLAY_REFINE too few: the plan solved again
-# moved its cpu:0 parts to shapes still unmeasured (1x1536x768 predicted 56
-# µs, run in 100-119). Three rounds here, each measuring the cpu:0 GEMMs
-# the plan of the round before runs; otherwise call 2's replay (offload,
-# distinct weights, decode 1 and prefill 16, 2 processes).
+# Call 3's one round of REPLAY_REFINE left the plan solved again with
+# cpu:0 parts of shapes not yet measured. Three rounds here, each measuring
+# the cpu:0 GEMMs the plan of the round before runs; otherwise call 2's
+# replay (offload, distinct weights, decode 1 and prefill 16, 2 processes).
 set -u
 out=${1:?out}
 SKIP_CUDA_TESTS=1 CUDA_COLD=1 CPU_ROTATE=1 CUDA_BUDGET=100s CPU_BUDGET=90s PAIR_BUDGET=60s REPLAY_REFINE=3 \
