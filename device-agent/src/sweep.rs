@@ -19,7 +19,7 @@
 //! ([`Backend::microbench`], one or more samples per call, called until
 //! there are `repetitions` samples and, for short ones, up to 64 or 20 ms
 //! of them: see [`MICRO_MAX_SAMPLES`]). Graph prepare and the two bandwidth
-//! benchmarks are written once here on top of [`Gemm`](crate::Gemm), so every backend gets
+//! benchmarks are written once here on top of [`Gemm`], so every backend gets
 //! them: `bandwidth_alone` times a memory-bound GEMV (`1×K×N`, weights of
 //! `bytes`), `bandwidth_concurrent` times the same GEMV while the `peer`
 //! processor streams its own GEMV in a loop (a discrete GPU peer of a
