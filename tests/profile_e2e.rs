@@ -449,30 +449,39 @@ fn max_len_keeps_every_gemm_at_or_below_it() {
     assert!(e.contains("--max-len"), "{e}");
 }
 
+/// `hetero profile --device local` of the fake agent into `out` with a
+/// 60 s budget and `--json`, then `extra`; it must succeed. Its last event.
+fn fake_profile(agent: &str, out: &Path, extra: &[&str]) -> Value {
+    let mut args = vec![
+        "profile",
+        "--device",
+        "local",
+        "--agent",
+        agent,
+        "--budget",
+        "60s",
+        "--out",
+        out.to_str().unwrap(),
+        "--json",
+    ];
+    args.extend_from_slice(extra);
+    let text = expect_ok(&hetero_env(&args, &[]), &args.join(" "));
+    serde_json::from_str::<Value>(text.lines().last().unwrap()).unwrap()
+}
+
 #[test]
 fn a_queries_profile_holds_only_its_draws_and_fit_scores_them_as_unseen() {
     let Some(agent) = fake_agent() else { return };
     let t = TempDir::new("queries");
     let profile = |out: &Path, extra: &[&str]| {
         let mut args = vec![
-            "profile",
-            "--device",
-            "local",
-            "--agent",
-            &agent,
             "--processors",
             "fake-gpu",
             "--models",
             "datasets/models/qwen2.5-1.5b.json",
-            "--budget",
-            "60s",
-            "--out",
-            out.to_str().unwrap(),
-            "--json",
         ];
         args.extend_from_slice(extra);
-        let text = expect_ok(&hetero_env(&args, &[]), "profile");
-        serde_json::from_str::<Value>(text.lines().last().unwrap()).unwrap()
+        fake_profile(&agent, out, &args)
     };
     let q = t.path().join("q");
     let done = profile(&q, &["--queries", "6:3"]);
@@ -540,23 +549,7 @@ fn a_plan_profile_measures_the_gemms_the_plan_runs() {
     let Some(agent) = fake_agent() else { return };
     let t = TempDir::new("plan-profile");
     let model = "datasets/models/qwen2.5-1.5b.json";
-    let profile = |out: &Path, extra: &[&str]| {
-        let mut args = vec![
-            "profile",
-            "--device",
-            "local",
-            "--agent",
-            &agent,
-            "--budget",
-            "60s",
-            "--out",
-            out.to_str().unwrap(),
-            "--json",
-        ];
-        args.extend_from_slice(extra);
-        let text = expect_ok(&hetero_env(&args, &[]), &args.join(" "));
-        serde_json::from_str::<Value>(text.lines().last().unwrap()).unwrap()
-    };
+    let profile = |out: &Path, extra: &[&str]| fake_profile(&agent, out, extra);
     // A plan for the fake agent's two processors, from a short profile.
     let ds = t.path().join("ds");
     profile(
