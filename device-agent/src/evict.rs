@@ -87,7 +87,7 @@ const MAX_ROTATION_BYTES: usize = 2 << 30;
 /// are read by the timed runs themselves), so it is not held to
 /// [`MAX_BYTES`]: on an H100 host's 15 cores, 2 GiB of copies put a
 /// decode GEMV at the runtime's time with every layer's weights its own,
-/// 512 MiB about 10 % below it (`docs/benchmarks.md`, Runtime, session 41).
+/// 512 MiB 2–24 % below it (`docs/benchmarks.md`, Runtime, session 41).
 pub fn rotation_bytes() -> usize {
     static BYTES: OnceLock<usize> = OnceLock::new();
     *BYTES.get_or_init(|| {

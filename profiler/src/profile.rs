@@ -628,6 +628,21 @@ pub fn profile(opts: ProfileOptions, rep: Arc<Reporter>) -> Result<Outcome> {
     } else {
         earlier
     };
+    if let Some(cases) = opts.cases.as_deref()
+        && !cases
+            .iter()
+            .any(|c| selected_ids.contains(c.processor.as_str()))
+    {
+        let mut asked: Vec<&str> = cases.iter().map(|c| c.processor.as_str()).collect();
+        asked.dedup();
+        rep.emit(&Event::Warning {
+            message: format!(
+                "none of the given cases' processors ({}) is among those selected here ({})",
+                asked.join(", "),
+                selected.iter().map(|p| p.id.as_str()).collect::<Vec<_>>().join(", ")
+            ),
+        });
+    }
     for p in design.into_iter().chain(earlier) {
         if selected_ids.contains(p.item.processor())
             && !rows.has(p.item.id())
