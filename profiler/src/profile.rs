@@ -639,7 +639,11 @@ pub fn profile(opts: ProfileOptions, rep: Arc<Reporter>) -> Result<Outcome> {
             message: format!(
                 "none of the given cases' processors ({}) is among those selected here ({})",
                 asked.join(", "),
-                selected.iter().map(|p| p.id.as_str()).collect::<Vec<_>>().join(", ")
+                selected
+                    .iter()
+                    .map(|p| p.id.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
             ),
         });
     }
