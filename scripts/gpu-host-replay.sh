@@ -145,11 +145,14 @@ log "profile cuda:0 (${CUDA_BUDGET:-150s} ${CUDA_FLAGS:-}), cpu:0 (${CPU_BUDGET:
 # against the pair's 15.6 GB/s beside the copies); its one GEMM case per
 # processor is dropped where the profiles have it.
 pair=()
+# Cold for the pair too when cpu:0 is profiled cold either way (once:
+# `--cold-cache` twice is refused).
+pair_cold=${CPU_COLD:-${CPU_ROTATE:-}}
 if [[ " $plans " == *" offload "* ]]; then
     log "microbenchmarks of cuda:0 and cpu:0 together (${PAIR_BUDGET:-90s})"
     if "$hetero" profile --device local --agent "$bin/hetero-agent" "${agent_groups[@]}" --processors cuda:0,cpu:0 \
         --models "$model" --max-cases 1 --no-refine --budget "${PAIR_BUDGET:-90s}" \
-        ${CPU_COLD:+--cold-cache} ${CPU_ROTATE:+--cold-cache} --out "$work/ds-pair" > "$logs/profile-pair.txt" 2>&1; then
+        ${pair_cold:+--cold-cache} --out "$work/ds-pair" > "$logs/profile-pair.txt" 2>&1; then
         pair=("$work/ds-pair")
     else
         log "pair microbenchmarks failed: $(tail -3 "$logs/profile-pair.txt")"

@@ -272,21 +272,20 @@ fn options(a: ProfileArgs) -> anyhow::Result<(ProfileOptions, bool)> {
     Ok((opts, a.json))
 }
 
-/// The GEMM cases `plan` runs at the `PHASE:LEN,...` of `at`, each once.
+/// The GEMM cases `plan` runs at the `PHASE:LEN,...` of `at` (a case that
+/// recurs is measured once: the profile plans each id once).
 fn plan_cases(path: &std::path::Path, at: &str) -> anyhow::Result<Vec<hetero_plan::SweepCase>> {
     let plan: hetero_plan::Plan = hetero_plan::load(path)?;
     let mut cases = Vec::new();
-    let mut seen = std::collections::HashSet::new();
     for item in at.split(',').map(str::trim).filter(|x| !x.is_empty()) {
         let (phase, len) = parse_at(item).map_err(|e| bad(format!("--at {item}: {e}")))?;
         let gemms = hetero_runtime::plan_gemms(&plan, phase, len)
             .with_context(|| format!("{}: --at {item}", path.display()))?;
-        for g in gemms {
-            let c = hetero_profiler::design::case(&g.processor, g.shape, g.dtype, g.order);
-            if seen.insert(c.id.clone()) {
-                cases.push(c);
-            }
-        }
+        cases.extend(
+            gemms
+                .into_iter()
+                .map(|g| hetero_profiler::design::case(&g.processor, g.shape, g.dtype, g.order)),
+        );
     }
     if cases.is_empty() {
         return Err(bad(format!("--at {at}: no lengths given")));

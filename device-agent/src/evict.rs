@@ -69,10 +69,7 @@ fn buffer_bytes(llc: usize) -> usize {
 /// that is set to a positive number.
 pub fn host_buffer_bytes() -> usize {
     static BYTES: OnceLock<usize> = OnceLock::new();
-    *BYTES.get_or_init(|| {
-        override_bytes(std::env::var("HETERO_EVICT_MIB").ok().as_deref())
-            .unwrap_or_else(|| buffer_bytes(llc_bytes()))
-    })
+    *BYTES.get_or_init(|| env_bytes().unwrap_or_else(|| buffer_bytes(llc_bytes())))
 }
 
 /// The largest rotation ([`rotation_bytes`]) unless `HETERO_EVICT_MIB`
@@ -90,15 +87,17 @@ const MAX_ROTATION_BYTES: usize = 2 << 30;
 /// 512 MiB 2–24 % below it (`docs/benchmarks.md`, Runtime, session 41).
 pub fn rotation_bytes() -> usize {
     static BYTES: OnceLock<usize> = OnceLock::new();
-    *BYTES.get_or_init(|| {
-        override_bytes(std::env::var("HETERO_EVICT_MIB").ok().as_deref())
-            .unwrap_or_else(|| default_rotation_bytes(llc_bytes()))
-    })
+    *BYTES.get_or_init(|| env_bytes().unwrap_or_else(|| default_rotation_bytes(llc_bytes())))
 }
 
 /// [`rotation_bytes`] without `HETERO_EVICT_MIB`.
 fn default_rotation_bytes(llc: usize) -> usize {
     (4 * llc).clamp(MIN_BYTES, MAX_ROTATION_BYTES)
+}
+
+/// `HETERO_EVICT_MIB` of this process in bytes ([`override_bytes`]).
+fn env_bytes() -> Option<usize> {
+    override_bytes(std::env::var("HETERO_EVICT_MIB").ok().as_deref())
 }
 
 /// `HETERO_EVICT_MIB`'s value in bytes; `None` (the default size) when it

@@ -558,13 +558,11 @@ fn measure_into(
     // With `rotate_weights`, copies of the case run in turn (the first is
     // the one checked above), unless there would be too many: then evict.
     let mut graphs = vec![g];
-    let mut evict = run.cold_cache;
     if run.cold_cache && run.rotate_weights {
         let weight_bytes = k as u64 * n as u64 * case.dtype.weight_bits() as u64 / 8;
         let copy_bytes = hetero_plan::predictor::gemm_bytes(shape, case.dtype) as u64;
         let target = crate::evict::rotation_bytes() as u64;
         let copies = rotation_copies(weight_bytes, copy_bytes, target).unwrap_or(1);
-        evict = copies == 1;
         for _ in 1..copies {
             check_cancel(cancel, run)?;
             let mut g = backend.prepare(&spec, &w)?;
@@ -574,6 +572,7 @@ fn measure_into(
     }
     let copies = graphs.len();
     let rotate = copies > 1;
+    let evict = run.cold_cache && !rotate;
     // Every copy runs before the timed runs, so each timed run finds its
     // copy last run `copies - 1` runs before.
     let warm = RunParams {

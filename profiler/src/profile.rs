@@ -569,9 +569,9 @@ pub fn profile(opts: ProfileOptions, rep: Arc<Reporter>) -> Result<Outcome> {
     // A held-out set stays as drawn: refinement would add shapes of its own.
     let chosen = opts.queries.is_some() || opts.cases.is_some();
     let refine = opts.refine && !chosen;
-    let design = match opts.queries {
-        _ if opts.cases.is_some() => design::given(opts.cases.as_deref().unwrap_or_default()),
-        Some((count, seed)) => design::queries(
+    let design = match (opts.cases.as_deref(), opts.queries) {
+        (Some(cases), _) => design::given(cases),
+        (None, Some((count, seed))) => design::queries(
             &selected,
             &opts.models,
             opts.dtypes.as_deref(),
@@ -579,7 +579,7 @@ pub fn profile(opts: ProfileOptions, rep: Arc<Reporter>) -> Result<Outcome> {
             seed,
             opts.max_len,
         ),
-        None => design::initial(
+        (None, None) => design::initial(
             &selected,
             &opts.models,
             opts.dtypes.as_deref(),
@@ -634,6 +634,7 @@ pub fn profile(opts: ProfileOptions, rep: Arc<Reporter>) -> Result<Outcome> {
             .any(|c| selected_ids.contains(c.processor.as_str()))
     {
         let mut asked: Vec<&str> = cases.iter().map(|c| c.processor.as_str()).collect();
+        asked.sort_unstable();
         asked.dedup();
         rep.emit(&Event::Warning {
             message: format!(
