@@ -36,7 +36,9 @@
 # last core to the host thread and the GPU driver's threads),
 # PAIR_BUDGET (default 90s: with `offload`, the microbenchmarks of cuda:0
 # and cpu:0 together, for the CPU's bandwidth beside the GPU's copies),
-# REPLAY_WEIGHTS (default "shared"; "shared distinct" also replays with
+# REPLAY_POLL (default unset: the binaries' own; e.g. "0 2000" replays
+# each case with cpu:0's workers sleeping at once after a run, then polling
+# 2000 µs: --cpu-poll-us), REPLAY_WEIGHTS (default "shared"; "shared distinct" also replays with
 # every layer's weights its own, reports named PLAN+distinct),
 # CUDA_BUDGET (default 150s), CPU_BUDGET (default 60s), CUDA_COLD (set:
 # profile cuda:0 with --cold-cache, its L2 evicted before every timed run),
@@ -223,9 +225,9 @@ for p in $plans; do
     for weights in $weight_modes; do
     # `shared`: one layer's weights for every layer (--share-weights);
     # `distinct`: every layer its own, so no layer finds another's cached.
-    label=$p
+    base=$p
     share=(--share-weights)
-    [ "$weights" = distinct ] && { label="$p+distinct"; share=(); }
+    [ "$weights" = distinct ] && { base="$p+distinct"; share=(); }
     # Rounds of processes: every case once per round, so that the host's
     # speed, which changes between processes, is spread over the cases.
     for round in $(seq 1 "$procs"); do
@@ -233,19 +235,26 @@ for p in $plans; do
         phase=${c%%:*}
         len=${c#*:}
         for sync in block poll; do
+        # REPLAY_POLL: how long cpu:0's workers poll after a run, µs
+        # (--cpu-poll-us; `default`: the binary's own), alternated.
+        for pollus in ${REPLAY_POLL:-default}; do
+            label=$base
+            poll=()
+            [ "$pollus" = default ] || { label="$base+poll$pollus"; poll=(--cpu-poll-us "$pollus"); }
             extra=()
             [ "$phase" = decode ] && extra=(--tokens 8)
             r="$work/reports/$label-$phase-$len-$sync"
             tag=
             [ "$procs" -gt 1 ] && { r="$r-$round"; tag=" ($round/$procs)"; }
             if timeout 150 "$hetero" run "$plan" --model "$model" "${run_groups[@]}" --phase "$phase" --len "$len" \
-                "${extra[@]}" "${share[@]}" --sync "$sync" --repeat "$reps" --json \
+                "${extra[@]}" "${share[@]}" "${poll[@]}" --sync "$sync" --repeat "$reps" --json \
                 --out "$r.json" > /dev/null 2> "$r.err"; then
                 log "$label $phase $len $sync$tag: done"
             else
                 log "$label $phase $len $sync$tag: failed: $(tail -3 "$r.err")"
             fi
         done
+    done
     done
     done
     done

@@ -60,6 +60,10 @@ pub struct RunArgs {
     /// CPU core groups, `0-3;4-7` (as for hetero-agent).
     #[arg(long)]
     cpu_groups: Option<String>,
+    /// How long a CPU group's workers poll for work after a run before they
+    /// sleep, µs (0: at once); else HETERO_CPU_POLL_US, else 2000.
+    #[arg(long)]
+    cpu_poll_us: Option<u64>,
     /// NPU simulator parameters (RON).
     #[arg(long)]
     sim_params: Option<PathBuf>,
@@ -111,6 +115,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
         }
         None => None,
     };
+    hetero_agent::cpu::poll_hold(args.cpu_poll_us).map_err(|e| BadInput(e.to_string()))?;
     let model = hetero_plan::hf::load_config(&args.model)?;
     let weights = match &args.weights {
         Some(p) => WeightSource::Safetensors(p.clone()),
@@ -122,6 +127,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
     let opts = RuntimeOptions {
         open: OpenOptions {
             cpu_groups: args.cpu_groups.clone(),
+            cpu_poll_us: args.cpu_poll_us,
             sim_params: args.sim_params.clone(),
             ..Default::default()
         },

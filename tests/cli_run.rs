@@ -217,6 +217,15 @@ fn bad_inputs_exit_2_naming_the_mismatch() {
         "99",
     ]);
     assert!(e.contains("1..=16"), "{e}");
+    // A CPU polling hold that is not a number, from the environment.
+    let a = args(&plan);
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_hetero"))
+        .args(&a)
+        .env("HETERO_CPU_POLL_US", "soon")
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("HETERO_CPU_POLL_US"), "{}", stderr(&o));
     // --tokens in prefill.
     bad_input(&[
         "run",

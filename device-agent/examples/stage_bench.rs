@@ -85,6 +85,9 @@ fn main() -> Result<()> {
     if args.first().map(String::as_str) == Some("--alloc") {
         return alloc(&args[1..], pinned);
     }
+    if args.first().map(String::as_str) == Some("--idle") {
+        return idle(&args[1..]);
+    }
     let [proc, dtype, order, kn, ms] = args.as_slice() else {
         bail!(
             "usage: stage_bench [--pinned] PROCESSOR DTYPE ORDER KxN M,M,...\n       stage_bench [--pinned] --layers PROCESSOR DTYPE ORDER M KxN,KxN,... LAYERS\n       stage_bench [--pinned] --alloc PROCESSOR DTYPE ORDER MxKxN COUNT"
@@ -263,6 +266,69 @@ fn alloc(args: &[String], pinned: bool) -> Result<()> {
             print!(" {w:.1} |");
         }
         println!();
+    }
+    Ok(())
+}
+
+/// `--idle`: one GEMM submitted and waited for (blocking) after the host
+/// has spun for each of the GAPS µs since the last wait ended, rounds of
+/// the gaps alternated: the median submit-to-wait time per gap. A time that
+/// grows with the gap is the processor's wake-up (a CPU pool's workers
+/// fall asleep when idle). `HETERO_CPU_GROUPS` sets the CPU groups.
+fn idle(args: &[String]) -> Result<()> {
+    let [proc, dtype, order, mkn, gaps] = args else {
+        bail!("usage: stage_bench --idle PROCESSOR DTYPE ORDER MxKxN GAP_US,GAP_US,...");
+    };
+    let dtype: DType = dtype.parse().map_err(anyhow::Error::msg)?;
+    let order: OperandOrder = order.parse().map_err(anyhow::Error::msg)?;
+    let dims: Vec<u32> = mkn
+        .split('x')
+        .map(str::parse)
+        .collect::<Result<_, _>>()
+        .context("MxKxN")?;
+    let [m, k, n] = dims[..] else {
+        bail!("MxKxN: three sizes");
+    };
+    let gaps: Vec<f64> = gaps
+        .split(',')
+        .map(str::parse)
+        .collect::<Result<_, _>>()
+        .context("GAP_US")?;
+    let opts = OpenOptions {
+        cpu_groups: std::env::var("HETERO_CPU_GROUPS").ok(),
+        ..OpenOptions::default()
+    };
+    let mut reg = Registry::open(&opts, Some(std::slice::from_ref(proc)));
+    let backend = reg
+        .get_mut(proc)
+        .with_context(|| format!("{proc} is not on this machine"))?;
+    let spec = spec(m, k, n, dtype, order)?;
+    let (a, weights) = verify::inputs(&spec.shape, 0);
+    let mut g = backend.prepare(&spec, &weights)?;
+    g.write_input(&a)?;
+    let mut times: Vec<Vec<f64>> = vec![vec![]; gaps.len()];
+    for round in 0..WARMUPS + 4 * REPS {
+        for (i, gap) in gaps.iter().enumerate() {
+            let t = Instant::now();
+            while t.elapsed().as_secs_f64() * 1e6 < *gap {
+                std::hint::spin_loop();
+            }
+            let t = Instant::now();
+            g.submit()?;
+            g.wait(SyncMode::Block)?;
+            if round >= WARMUPS {
+                times[i].push(t.elapsed().as_secs_f64() * 1e6);
+            }
+        }
+    }
+    println!(
+        "| {proc} {dtype} {order} {m}×{k}×{n}: idle gap µs | submit to wait µs, median | p90 |"
+    );
+    println!("|---|---|---|");
+    for (gap, mut t) in gaps.iter().zip(times) {
+        t.sort_by(f64::total_cmp);
+        let p90 = t[t.len() * 9 / 10];
+        println!("| {gap} | {:.1} | {p90:.1} |", median(t));
     }
     Ok(())
 }

@@ -19,6 +19,10 @@ pub struct OpenOptions {
     pub sim_params: Option<PathBuf>,
     /// Where backends cache autotuning results.
     pub cache_dir: Option<PathBuf>,
+    /// How long a CPU pool's workers poll for work after a run, µs;
+    /// `HETERO_CPU_POLL_US`, else [`crate::cpu::DEFAULT_POLL_US`], when
+    /// absent (0: they sleep at once).
+    pub cpu_poll_us: Option<u64>,
 }
 
 /// A compiled-in backend that did not open here, and why.

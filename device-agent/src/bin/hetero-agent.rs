@@ -56,6 +56,10 @@ struct OpenArgs {
     /// Where backends cache autotuning results.
     #[arg(long, global = true)]
     cache_dir: Option<PathBuf>,
+    /// How long a CPU group's workers poll for work after a run before they
+    /// sleep, µs (0: at once); else HETERO_CPU_POLL_US, else 2000.
+    #[arg(long, global = true)]
+    cpu_poll_us: Option<u64>,
 }
 
 #[derive(Subcommand)]
@@ -260,6 +264,8 @@ fn open_registry(o: &OpenArgs, filter: bool) -> Result<Registry> {
         hetero_agent::cpu::parse_groups(g, &hetero_agent::cpu::topology::allowed_cores())
             .map_err(|e| bad(format!("--cpu-groups: {e}")))?;
     }
+    #[cfg(feature = "cpu")]
+    hetero_agent::cpu::poll_hold(o.cpu_poll_us).map_err(|e| bad(e.to_string()))?;
     #[cfg(feature = "sim")]
     if let Some(p) = &o.sim_params {
         hetero_agent::sim::SimParams::load(p).map_err(|e| bad(format!("--sim-params: {e}")))?;
@@ -279,6 +285,7 @@ fn open_registry(o: &OpenArgs, filter: bool) -> Result<Registry> {
         qnn_perf: o.qnn_perf.clone(),
         sim_params: o.sim_params.clone(),
         cache_dir: o.cache_dir.clone(),
+        cpu_poll_us: o.cpu_poll_us,
     };
     let f = if filter {
         o.processors.as_deref()

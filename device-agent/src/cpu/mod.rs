@@ -12,6 +12,7 @@
 //! virtual machines), all cores form one group. `OpenOptions::cpu_groups`
 //! (`--cpu-groups 0-3;4-7`) overrides the detection.
 
+mod awake;
 pub mod topology;
 
 use std::path::Path;
@@ -27,6 +28,8 @@ use hetero_plan::{
 
 use crate::dense::Dense;
 use crate::{Backend, Error, Gemm, GemmSpec, OpenOptions, Result, SyncMode, Timed};
+use awake::Awake;
+pub use awake::{DEFAULT_POLL_US, poll_hold};
 pub use topology::{CoreGroup, parse_groups};
 
 /// Opens one processor per core group.
@@ -46,10 +49,11 @@ pub fn open(opts: &OpenOptions) -> Result<Vec<Box<dyn Backend>>> {
         }
         None => topology::detect_groups(sys, &allowed),
     };
+    let hold = poll_hold(opts.cpu_poll_us)?;
     groups
         .into_iter()
         .enumerate()
-        .map(|(i, g)| CpuBackend::new(i, g).map(|b| Box::new(b) as Box<dyn Backend>))
+        .map(|(i, g)| CpuBackend::with_poll(i, g, hold).map(|b| Box::new(b) as Box<dyn Backend>))
         .collect()
 }
 
@@ -58,13 +62,21 @@ pub struct CpuBackend {
     processor: Processor,
     group: CoreGroup,
     pool: Arc<rayon::ThreadPool>,
+    awake: Arc<Awake>,
     /// Source and destination of the copy microbenchmark, kept between calls.
     copy_bufs: Option<(Vec<u8>, Vec<u8>)>,
 }
 
 impl CpuBackend {
-    /// Builds the group's pool, pins its workers and checks the pinning.
+    /// Builds the group's pool, pins its workers and checks the pinning;
+    /// the workers poll for [`DEFAULT_POLL_US`] after a run.
     pub fn new(index: usize, group: CoreGroup) -> Result<CpuBackend> {
+        Self::with_poll(index, group, Duration::from_micros(DEFAULT_POLL_US))
+    }
+
+    /// [`CpuBackend::new`] with workers that poll for work for `hold` after
+    /// each run before they sleep (`cpu::awake`).
+    pub fn with_poll(index: usize, group: CoreGroup, hold: Duration) -> Result<CpuBackend> {
         let id = format!("cpu:{index}");
         let cores = group.cores.clone();
         let pool = rayon::ThreadPoolBuilder::new()
@@ -82,13 +94,14 @@ impl CpuBackend {
             .into_iter()
             .all(|ok| ok);
         let driver = format!(
-            "gemm 0.19, {} rayon threads {}",
+            "gemm 0.19, {} rayon threads {}, polling {} µs after a run",
             group.cores.len(),
             if pinned {
                 "pinned to the group"
             } else {
                 "NOT pinned (sched_setaffinity refused)"
-            }
+            },
+            hold.as_micros()
         );
         let processor = Processor {
             id,
@@ -116,6 +129,7 @@ impl CpuBackend {
             processor,
             group,
             pool: Arc::new(pool),
+            awake: Awake::new(hold),
             copy_bufs: None,
         })
     }
@@ -212,6 +226,7 @@ impl Backend for CpuBackend {
         Ok(Box::new(CpuGemm {
             id: self.processor.id.clone(),
             pool: self.pool.clone(),
+            awake: self.awake.clone(),
             threads: self.group.cores.len(),
             dense: Some(dense),
             spec: *spec,
@@ -268,6 +283,7 @@ struct CpuGemm {
     id: String,
     spec: GemmSpec,
     pool: Arc<rayon::ThreadPool>,
+    awake: Arc<Awake>,
     threads: usize,
     /// `None` while an asynchronous run owns the buffers.
     dense: Option<Dense>,
@@ -308,9 +324,14 @@ impl Gemm for CpuGemm {
     fn execute(&mut self) -> Result<Timed> {
         let par = Self::parallelism(self.threads);
         let pool = self.pool.clone();
+        let awake = self.awake.clone();
         let dense = self.dense()?;
         let t = Instant::now();
-        pool.install(|| dense.run(par));
+        awake.rouse(&pool);
+        pool.install(|| {
+            dense.run(par);
+            awake.extend();
+        });
         Ok(Timed {
             device_us: None,
             host_us: t.elapsed().as_secs_f64() * 1e6,
@@ -334,9 +355,12 @@ impl Gemm for CpuGemm {
             cv: Condvar::new(),
         });
         let s = shared.clone();
+        let awake = self.awake.clone();
         let started = Instant::now();
+        awake.rouse(&self.pool);
         self.pool.spawn(move || {
             dense.run(par);
+            awake.extend();
             *s.slot.lock().unwrap_or_else(|p| p.into_inner()) = Some(dense);
             // The flag is written last: a poller that sees it finds the
             // buffers in the slot.
@@ -487,6 +511,52 @@ mod tests {
             }
             assert!(g.wait(SyncMode::Block).is_err(), "wait without submit");
         }
+    }
+
+    #[test]
+    fn workers_poll_after_a_run_for_the_hold_only() {
+        let group = || CoreGroup {
+            cores: topology::allowed_cores(),
+            max_khz: None,
+        };
+        let spec = GemmSpec {
+            shape: GemmShape::new(1, 64, 64).unwrap(),
+            dtype: DType::F32,
+            order: OperandOrder::Aw,
+            weights: WeightMode::Static,
+        };
+        let (a, w) = crate::verify::inputs(&spec.shape, 0);
+        let product = |g: &mut Box<dyn Gemm>| {
+            let mut c = vec![0f32; 64];
+            g.read_output(&mut c).unwrap();
+            let r = crate::verify::check(&spec.shape, &a, &w, &c);
+            assert!(r.passes(1e-5), "{r:?}");
+        };
+        let mut b = CpuBackend::with_poll(0, group(), Duration::from_millis(500)).unwrap();
+        assert!(b.processor().driver.contains("polling 500000 µs"));
+        let mut g = b.prepare(&spec, &w).unwrap();
+        g.write_input(&a).unwrap();
+        g.submit().unwrap();
+        g.wait(SyncMode::Block).unwrap();
+        // Every worker polls after the run (the hold is far longer than
+        // the run), and a run among the pollers gives the product.
+        assert_eq!(b.awake.live(), b.cores().len());
+        product(&mut g);
+        g.execute().unwrap();
+        product(&mut g);
+        // Then they stop.
+        let t = Instant::now();
+        while b.awake.live() > 0 {
+            assert!(t.elapsed() < Duration::from_secs(10), "pollers never ended");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        // No hold: no pollers, the product all the same.
+        let mut b = CpuBackend::with_poll(0, group(), Duration::ZERO).unwrap();
+        let mut g = b.prepare(&spec, &w).unwrap();
+        g.write_input(&a).unwrap();
+        g.execute().unwrap();
+        assert_eq!(b.awake.live(), 0);
+        product(&mut g);
     }
 
     #[test]
