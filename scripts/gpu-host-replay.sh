@@ -38,7 +38,10 @@
 # and cpu:0 together, for the CPU's bandwidth beside the GPU's copies),
 # REPLAY_POLL (default unset: the binaries' own; e.g. "0 2000" replays
 # each case with cpu:0's workers sleeping at once after a run, then polling
-# 2000 µs: --cpu-poll-us), REPLAY_WEIGHTS (default "shared"; "shared distinct" also replays with
+# 2000 µs: --cpu-poll-us), REPLAY_HOST (default unset: the host thread
+# unpinned; e.g. "none rest" alternates that with --host-cores rest, the
+# host thread and the GPU driver's threads on the cores CPU_GROUPS leaves),
+# REPLAY_WEIGHTS (default "shared"; "shared distinct" also replays with
 # every layer's weights its own, reports named PLAN+distinct),
 # CUDA_BUDGET (default 150s), CPU_BUDGET (default 60s), CUDA_COLD (set:
 # profile cuda:0 with --cold-cache, its L2 evicted before every timed run),
@@ -237,10 +240,14 @@ for p in $plans; do
         for sync in block poll; do
         # REPLAY_POLL: how long cpu:0's workers poll after a run, µs
         # (--cpu-poll-us; `default`: the binary's own), alternated.
+        # REPLAY_HOST: where the host thread runs (--host-cores; `none`:
+        # unpinned), alternated too.
         for pollus in ${REPLAY_POLL:-default}; do
+        for hostc in ${REPLAY_HOST:-none}; do
             label=$base
             poll=()
-            [ "$pollus" = default ] || { label="$base+poll$pollus"; poll=(--cpu-poll-us "$pollus"); }
+            [ "$pollus" = default ] || { label="$label+poll$pollus"; poll=(--cpu-poll-us "$pollus"); }
+            [ "$hostc" = none ] || { label="$label+host${hostc//[^0-9a-z]/_}"; poll+=(--host-cores "$hostc"); }
             extra=()
             [ "$phase" = decode ] && extra=(--tokens 8)
             r="$work/reports/$label-$phase-$len-$sync"
@@ -253,6 +260,7 @@ for p in $plans; do
             else
                 log "$label $phase $len $sync$tag: failed: $(tail -3 "$r.err")"
             fi
+        done
         done
     done
     done

@@ -64,6 +64,11 @@ pub struct RunArgs {
     /// sleep, µs (0: at once); else HETERO_CPU_POLL_US, else 2000.
     #[arg(long)]
     cpu_poll_us: Option<u64>,
+    /// Pin this thread, which launches, copies and waits, to these cores
+    /// before the processors open, so the GPU driver's threads follow it:
+    /// `rest` (the cores no --cpu-groups group holds) or a list like `15`.
+    #[arg(long)]
+    host_cores: Option<String>,
     /// NPU simulator parameters (RON).
     #[arg(long)]
     sim_params: Option<PathBuf>,
@@ -116,6 +121,15 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
         None => None,
     };
     hetero_agent::cpu::poll_hold(args.cpu_poll_us).map_err(|e| BadInput(e.to_string()))?;
+    if let Some(text) = &args.host_cores {
+        use hetero_agent::cpu::topology;
+        let cores =
+            topology::host_cores(text, args.cpu_groups.as_deref(), &topology::process_cores())
+                .map_err(|e| BadInput(format!("--host-cores: {e}")))?;
+        topology::pin_current_thread(&cores)
+            .map_err(|e| BadInput(format!("--host-cores: pinning the host thread: {e}")))?;
+        eprintln!("host thread on cores {}", topology::format_list(&cores));
+    }
     let model = hetero_plan::hf::load_config(&args.model)?;
     let weights = match &args.weights {
         Some(p) => WeightSource::Safetensors(p.clone()),

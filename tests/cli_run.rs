@@ -226,6 +226,24 @@ fn bad_inputs_exit_2_naming_the_mismatch() {
         .unwrap();
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
     assert!(stderr(&o).contains("HETERO_CPU_POLL_US"), "{}", stderr(&o));
+    // Host cores: `rest` needs the groups; a group's core is refused.
+    let mut a = args(&plan);
+    a.extend(["--host-cores".into(), "rest".into()]);
+    let e = bad_input(&a.iter().map(String::as_str).collect::<Vec<_>>());
+    assert!(
+        e.contains("--host-cores") && e.contains("--cpu-groups"),
+        "{e}"
+    );
+    let core = hetero_agent::cpu::topology::allowed_cores()[0].to_string();
+    let mut a = args(&plan);
+    a.extend([
+        "--cpu-groups".into(),
+        core.clone(),
+        "--host-cores".into(),
+        core,
+    ]);
+    let e = bad_input(&a.iter().map(String::as_str).collect::<Vec<_>>());
+    assert!(e.contains("is in a CPU group"), "{e}");
     // --tokens in prefill.
     bad_input(&[
         "run",

@@ -261,7 +261,7 @@ fn run(cli: Cli) -> Result<()> {
 fn open_registry(o: &OpenArgs, filter: bool) -> Result<Registry> {
     #[cfg(feature = "cpu")]
     if let Some(g) = &o.cpu_groups {
-        hetero_agent::cpu::parse_groups(g, &hetero_agent::cpu::topology::allowed_cores())
+        hetero_agent::cpu::parse_groups(g, &hetero_agent::cpu::topology::process_cores())
             .map_err(|e| bad(format!("--cpu-groups: {e}")))?;
     }
     #[cfg(feature = "cpu")]

@@ -34,7 +34,7 @@ pub use topology::{CoreGroup, parse_groups};
 
 /// Opens one processor per core group.
 pub fn open(opts: &OpenOptions) -> Result<Vec<Box<dyn Backend>>> {
-    let allowed = topology::allowed_cores();
+    let allowed = topology::process_cores();
     let sys = Path::new("/sys/devices/system/cpu");
     let groups = match &opts.cpu_groups {
         Some(text) => {

@@ -61,6 +61,62 @@ pub fn parse_groups(text: &str, allowed: &[usize]) -> Result<Vec<CoreGroup>> {
     Ok(groups)
 }
 
+/// The cores for the host thread, from `--host-cores`: `rest` (the cores
+/// `allowed` that no group of `groups` holds) or a list like `15` or
+/// `12-15`, which must be allowed and must hold no group's core: a host
+/// thread that spins on a worker's core holds the worker back.
+pub fn host_cores(text: &str, groups: Option<&str>, allowed: &[usize]) -> Result<Vec<usize>> {
+    let bad = |message: String| Error::BadRequest {
+        field: "host_cores".into(),
+        message,
+    };
+    let groups = match groups {
+        Some(g) => parse_groups(g, allowed)?,
+        None if text.trim() == "rest" => {
+            return Err(bad(
+                "`rest` is the cores no CPU group holds: give the groups too (--cpu-groups)".into(),
+            ));
+        }
+        None => Vec::new(),
+    };
+    let held: std::collections::BTreeSet<usize> = groups
+        .iter()
+        .flat_map(|g| g.cores.iter().copied())
+        .collect();
+    let cores = if text.trim() == "rest" {
+        let rest: Vec<usize> = allowed
+            .iter()
+            .copied()
+            .filter(|c| !held.contains(c))
+            .collect();
+        if rest.is_empty() {
+            return Err(bad(format!(
+                "`rest`: the CPU groups hold every core this process may run on ({})",
+                format_list(allowed)
+            )));
+        }
+        rest
+    } else {
+        let cores = parse_list(text).map_err(|m| bad(format!("`{text}`: {m}")))?;
+        if cores.is_empty() {
+            return Err(bad(format!("`{text}`: no cores")));
+        }
+        for &c in &cores {
+            if !allowed.contains(&c) {
+                return Err(bad(format!(
+                    "core {c} is not available to this process (available: {})",
+                    format_list(allowed)
+                )));
+            }
+            if held.contains(&c) {
+                return Err(bad(format!("core {c} is in a CPU group")));
+            }
+        }
+        cores
+    };
+    Ok(cores)
+}
+
 /// Parses `0-3,6,8-9` into ascending core numbers.
 pub fn parse_list(text: &str) -> std::result::Result<Vec<usize>, String> {
     let mut out = Vec::new();
@@ -143,7 +199,16 @@ pub fn detect_groups(sys_cpu: &Path, cores: &[usize]) -> Vec<CoreGroup> {
     groups
 }
 
-/// The cores this process may run on (its affinity mask).
+/// The cores this process may run on: the calling thread's mask the first
+/// time any thread asks, kept. `hetero run --host-cores` pins its main
+/// thread to a core or two before the processors open, and the groups are
+/// then still checked against the whole process's cores.
+pub fn process_cores() -> Vec<usize> {
+    static CORES: std::sync::OnceLock<Vec<usize>> = std::sync::OnceLock::new();
+    CORES.get_or_init(allowed_cores).clone()
+}
+
+/// The cores the calling thread may run on (its affinity mask).
 #[cfg(any(target_os = "linux", target_os = "android"))]
 pub fn allowed_cores() -> Vec<usize> {
     // SAFETY: `cpu_set_t` is plain data; sched_getaffinity writes at most
@@ -159,7 +224,7 @@ pub fn allowed_cores() -> Vec<usize> {
     }
 }
 
-/// The cores this process may run on.
+/// The cores the calling thread may run on.
 #[cfg(not(any(target_os = "linux", target_os = "android")))]
 pub fn allowed_cores() -> Vec<usize> {
     (0..std::thread::available_parallelism().map_or(1, |n| n.get())).collect()
@@ -206,6 +271,37 @@ mod tests {
         assert_eq!(g[1].cores, vec![4, 5, 6, 7]);
         assert_eq!(format_list(&g[1].cores), "4-7");
         assert_eq!(format_list(&[0, 2, 3, 4, 9]), "0,2-4,9");
+    }
+
+    #[test]
+    fn host_cores_are_the_rest_or_a_list_outside_the_groups() {
+        let allowed: Vec<usize> = (0..16).collect();
+        assert_eq!(
+            host_cores("rest", Some("0-14"), &allowed).unwrap(),
+            vec![15]
+        );
+        assert_eq!(
+            host_cores("rest", Some("0-3;4-11"), &allowed).unwrap(),
+            vec![12, 13, 14, 15]
+        );
+        assert_eq!(
+            host_cores("14-15", Some("0-13"), &allowed).unwrap(),
+            vec![14, 15]
+        );
+        assert_eq!(host_cores("3", None, &allowed).unwrap(), vec![3]);
+        for (text, groups, needle) in [
+            ("rest", None, "--cpu-groups"),
+            ("rest", Some("0-15"), "every core"),
+            ("14", Some("0-14"), "core 14 is in a CPU group"),
+            ("16", Some("0-14"), "core 16 is not available"),
+            ("x", Some("0-14"), "`x`"),
+        ] {
+            let e = host_cores(text, groups, &allowed).unwrap_err().to_string();
+            assert!(
+                e.contains("host_cores") && e.contains(needle),
+                "{text}: {e}"
+            );
+        }
     }
 
     #[test]
