@@ -559,11 +559,6 @@ impl Runtime {
                         }
                     });
                     let order = self.plan.ops[oi].order(&pid);
-                    let work: f64 = pl
-                        .steps
-                        .iter()
-                        .map(|s| (s.pad_to * s.cols.len()) as f64)
-                        .sum();
                     let mut steps = Vec::with_capacity(pl.steps.len());
                     for sl in &pl.steps {
                         let shape =
@@ -676,13 +671,11 @@ impl Runtime {
                         };
                         let upload = (sl.upload && !self.host_staged.contains(&gi))
                             .then(|| Arc::new(slice_of(w.as_deref().expect("generated above"))));
-                        let share = (sl.pad_to * sl.cols.len()) as f64 / work.max(1.0);
                         steps.push(Step {
                             gemm: gi,
                             rows: sl.rows.clone(),
                             pad_to: sl.pad_to,
                             cols: sl.cols.clone(),
-                            predicted_us: pl.predicted_us * share,
                             upload,
                         });
                         // Staging buffers, grown here rather than while timed.

@@ -1,4 +1,5 @@
 use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
 
 use hetero_plan::{LinearOp, Phase, RowPart, SeqPart, SolverInfo, Strategy};
 
@@ -615,4 +616,111 @@ fn plan_gemms_are_the_gemms_the_runtime_prepares() {
     // A length the plan does not cover names what it does.
     let e = plan_gemms(rt.plan(), Phase::Decode, 3).unwrap_err();
     assert!(e.to_string().contains("1..=2"), "{e}");
+}
+
+#[test]
+fn a_chain_spins_on_its_first_steps_and_sleeps_toward_the_parts_end_on_its_last() {
+    // cpu:0 as an offload plan's GPU: its part runs the resident rows, then
+    // the copied ones, two steps of one part predicted as a whole (100 µs).
+    // Each wait's predicted time is recorded.
+    type Waits = Arc<Mutex<Vec<(usize, f64)>>>;
+    struct Recording {
+        inner: Box<dyn Gemm>,
+        cols: usize,
+        waits: Waits,
+    }
+    impl Gemm for Recording {
+        fn spec(&self) -> &GemmSpec {
+            self.inner.spec()
+        }
+        fn write_input(&mut self, a: &[f32]) -> hetero_agent::Result<()> {
+            self.inner.write_input(a)
+        }
+        fn execute(&mut self) -> hetero_agent::Result<hetero_agent::Timed> {
+            self.inner.execute()
+        }
+        fn read_output(&mut self, c: &mut [f32]) -> hetero_agent::Result<()> {
+            self.inner.read_output(c)
+        }
+        fn write_weights(&mut self, w: &[f32]) -> hetero_agent::Result<()> {
+            self.inner.write_weights(w)
+        }
+        fn submit(&mut self) -> hetero_agent::Result<()> {
+            self.inner.submit()
+        }
+        fn wait(
+            &mut self,
+            mode: hetero_agent::SyncMode,
+        ) -> hetero_agent::Result<hetero_agent::Timed> {
+            if let hetero_agent::SyncMode::Poll { predicted_us } = mode {
+                self.waits.lock().unwrap().push((self.cols, predicted_us));
+            }
+            self.inner.wait(mode)
+        }
+        fn backend_id(&self) -> String {
+            self.inner.backend_id()
+        }
+    }
+    struct Source(Waits);
+    impl GraphSource for Source {
+        fn graph(
+            &mut self,
+            backend: &mut dyn Backend,
+            req: &GraphRequest<'_>,
+            weights: &[f32],
+        ) -> hetero_agent::Result<Box<dyn Gemm>> {
+            Ok(Box::new(Recording {
+                inner: backend.prepare(&req.spec, weights)?,
+                cols: req.spec.shape.n.get() as usize,
+                waits: self.0.clone(),
+            }))
+        }
+        fn describe(&self) -> String {
+            "recording".into()
+        }
+    }
+    // 8 CC rows on npu-sim (simulated: run on the host after the real parts),
+    // then on cpu:0 24 resident (GG) rows and the rest copied (CG).
+    let offload = |op: &LinearOp, _: Phase, _: u32, _: u32| Strategy::Offload {
+        cpu: "npu-sim".into(),
+        gpu: "cpu:0".into(),
+        cc_rows: 8,
+        cg_rows: op.n - 32,
+        gg_rows: 24,
+        gpu_tokens: 0,
+    };
+    let dir = Tmp::new("chain-waits");
+    let waits: Waits = Arc::default();
+    let mut rt = open_tiny(
+        &dir,
+        offload,
+        RuntimeOptions {
+            sync: SyncChoice::Poll,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    rt.set_graph_source("cpu:0", Box::new(Source(waits.clone())))
+        .unwrap();
+    let r = rt.run(&spec(Phase::Decode, 1)).unwrap();
+    let c = r.check.unwrap();
+    assert_eq!(c.passed, c.outputs, "{:?}", c.failures);
+    let waits = waits.lock().unwrap();
+    assert!(!waits.is_empty());
+    // Operators of N = 32 have no CG rows: one step, which sleeps through
+    // the whole part. Elsewhere the GG step (24 columns) comes first and is
+    // spun on; the CG step last, sleeping through the part's 100 µs less
+    // what the GG step took (nothing once that has passed).
+    let mut it = waits.iter();
+    while let Some(&(cols, predicted)) = it.next() {
+        assert_eq!(cols, 24, "{waits:?}");
+        if predicted == 100.0 {
+            continue;
+        }
+        assert_eq!(predicted, 0.0, "{waits:?}");
+        let &(cg, last) = it.next().expect("a chain's last step");
+        assert_ne!(cg, 24, "{waits:?}");
+        assert!((0.0..100.0).contains(&last), "{waits:?}");
+    }
+    assert!(waits.iter().any(|&(c, p)| c != 24 && p > 0.0));
 }
