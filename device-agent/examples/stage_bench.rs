@@ -88,6 +88,9 @@ fn main() -> Result<()> {
     if args.first().map(String::as_str) == Some("--idle") {
         return idle(&args[1..]);
     }
+    if args.first().map(String::as_str) == Some("--after") {
+        return after(&args[1..]);
+    }
     let [proc, dtype, order, kn, ms] = args.as_slice() else {
         bail!(
             "usage: stage_bench [--pinned] PROCESSOR DTYPE ORDER KxN M,M,...\n       stage_bench [--pinned] --layers PROCESSOR DTYPE ORDER M KxN,KxN,... LAYERS\n       stage_bench [--pinned] --alloc PROCESSOR DTYPE ORDER MxKxN COUNT"
@@ -330,5 +333,66 @@ fn idle(args: &[String]) -> Result<()> {
         let p90 = t[t.len() * 9 / 10];
         println!("| {gap} | {:.1} | {p90:.1} |", median(t));
     }
+    Ok(())
+}
+
+/// `--after`: a GEMM of processor B run right after one of processor A,
+/// against the same GEMM of B run 5 ms after anything else, rounds
+/// alternated (f32 `wt_at`): medians. It shows what A's pool does to B in
+/// the moments after A's run, where the two share cores (a CPU group's
+/// workers polling for work beside PoCL's threads).
+fn after(args: &[String]) -> Result<()> {
+    let [a_proc, a_mkn, b_proc, b_mkn] = args else {
+        bail!("usage: stage_bench --after PROC_A MxKxN PROC_B MxKxN");
+    };
+    let opts = OpenOptions {
+        cpu_groups: std::env::var("HETERO_CPU_GROUPS").ok(),
+        ..OpenOptions::default()
+    };
+    let procs = [a_proc.clone(), b_proc.clone()];
+    let mut reg = Registry::open(&opts, Some(&procs));
+    let mut prep = |proc: &str, mkn: &str| -> Result<Box<dyn Gemm>> {
+        let d: Vec<u32> = mkn
+            .split('x')
+            .map(str::parse)
+            .collect::<Result<_, _>>()
+            .context("MxKxN")?;
+        let [m, k, n] = d[..] else {
+            bail!("MxKxN: three sizes");
+        };
+        let backend = reg
+            .get_mut(proc)
+            .with_context(|| format!("{proc} is not on this machine"))?;
+        let spec = spec(m, k, n, DType::F32, OperandOrder::WtAt)?;
+        let (a, w) = verify::inputs(&spec.shape, 0);
+        let mut g = backend.prepare(&spec, &w)?;
+        g.write_input(&a)?;
+        Ok(g)
+    };
+    let mut ga = prep(a_proc, a_mkn)?;
+    let mut gb = prep(b_proc, b_mkn)?;
+    let (mut right_after, mut alone) = (vec![], vec![]);
+    for round in 0..WARMUPS + 2 * REPS {
+        ga.execute()?;
+        let t = Instant::now();
+        gb.execute()?;
+        let x = t.elapsed().as_secs_f64() * 1e6;
+        std::thread::sleep(std::time::Duration::from_millis(5));
+        let t = Instant::now();
+        gb.execute()?;
+        let y = t.elapsed().as_secs_f64() * 1e6;
+        if round >= WARMUPS {
+            right_after.push(x);
+            alone.push(y);
+        }
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    println!("| {b_proc} {b_mkn} | right after {a_proc} {a_mkn}, µs | 5 ms after, µs |");
+    println!("|---|---|---|");
+    println!(
+        "| median | {:.1} | {:.1} |",
+        median(right_after),
+        median(alone)
+    );
     Ok(())
 }
