@@ -38,6 +38,19 @@ fn spec(m: u32, k: u32, n: u32, dtype: DType, order: OperandOrder) -> Result<Gem
     })
 }
 
+/// `MxKxN` as three sizes.
+fn mkn(text: &str) -> Result<(u32, u32, u32)> {
+    let d: Vec<u32> = text
+        .split('x')
+        .map(str::parse)
+        .collect::<Result<_, _>>()
+        .context("MxKxN")?;
+    let [m, k, n] = d[..] else {
+        bail!("MxKxN: three sizes");
+    };
+    Ok((m, k, n))
+}
+
 /// `values` in the processor's host memory when `pinned`, else on the heap.
 fn buffer(backend: &dyn Backend, pinned: bool, values: &[f32]) -> HostBuf {
     let mut b = if pinned {
@@ -225,14 +238,7 @@ fn alloc(args: &[String], pinned: bool) -> Result<()> {
     };
     let dtype: DType = dtype.parse().map_err(anyhow::Error::msg)?;
     let order: OperandOrder = order.parse().map_err(anyhow::Error::msg)?;
-    let dims: Vec<u32> = mkn
-        .split('x')
-        .map(str::parse)
-        .collect::<Result<_, _>>()
-        .context("MxKxN")?;
-    let [m, k, n] = dims[..] else {
-        bail!("MxKxN: three sizes");
-    };
+    let (m, k, n) = self::mkn(mkn)?;
     let count: usize = count.parse()?;
     let mut reg = Registry::open(&OpenOptions::default(), Some(std::slice::from_ref(proc)));
     let backend = reg
@@ -284,14 +290,7 @@ fn idle(args: &[String]) -> Result<()> {
     };
     let dtype: DType = dtype.parse().map_err(anyhow::Error::msg)?;
     let order: OperandOrder = order.parse().map_err(anyhow::Error::msg)?;
-    let dims: Vec<u32> = mkn
-        .split('x')
-        .map(str::parse)
-        .collect::<Result<_, _>>()
-        .context("MxKxN")?;
-    let [m, k, n] = dims[..] else {
-        bail!("MxKxN: three sizes");
-    };
+    let (m, k, n) = self::mkn(mkn)?;
     let gaps: Vec<f64> = gaps
         .split(',')
         .map(str::parse)
@@ -352,14 +351,7 @@ fn after(args: &[String]) -> Result<()> {
     let procs = [a_proc.clone(), b_proc.clone()];
     let mut reg = Registry::open(&opts, Some(&procs));
     let mut prep = |proc: &str, mkn: &str| -> Result<Box<dyn Gemm>> {
-        let d: Vec<u32> = mkn
-            .split('x')
-            .map(str::parse)
-            .collect::<Result<_, _>>()
-            .context("MxKxN")?;
-        let [m, k, n] = d[..] else {
-            bail!("MxKxN: three sizes");
-        };
+        let (m, k, n) = self::mkn(mkn)?;
         let backend = reg
             .get_mut(proc)
             .with_context(|| format!("{proc} is not on this machine"))?;
