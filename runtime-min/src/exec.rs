@@ -335,8 +335,8 @@ pub(crate) fn run_instance(
             let (first, this) = submitted[pi].expect("set when submitted");
             // A polled wait sleeps through its prediction from the step's
             // submit. The steps of a chain cost unlike amounts (an offload
-            // part's resident rows against rows whose weights cross PCIe
-            // first: 20× per column), and the plan predicts the part only,
+            // part's resident rows read the GPU's memory, the others wait
+            // for their weights to cross PCIe), and the plan predicts the part only,
             // so the host spins on every step but the last, and the last
             // sleeps until the part's predicted end.
             let predicted = if si + 1 < part.steps.len() {
