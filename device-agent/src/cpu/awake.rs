@@ -3,8 +3,10 @@
 //! A rayon worker with nothing to do yields a few dozen times and then
 //! sleeps on a futex; the next run wakes it, and the workers a product is
 //! split over wake one another in a cascade. On the development VM that
-//! costs a 1×1536×256 GEMV on two workers about 50 µs (71 µs back to back,
-//! 117–134 µs after 20 µs or more of idling: `stage_bench --idle`), and an
+//! costs a 1×1536×256 GEMV on two workers 50–80 µs (71 µs back to back,
+//! 123–153 µs after 20–3000 µs of idling: `stage_bench --idle`); on the
+//! H100 host's 15 workers a 1×1536×768 GEMV took 63 µs back to back and
+//! 93–137 µs after 0.1–3 ms (`docs/benchmarks.md`, Runtime, "Session 42"). An
 //! operator of runtime-min that follows operators on other processors pays
 //! it every time. So after each run the pool's workers poll the pool for
 //! a hold more, as ONNX Runtime's and llama.cpp's thread pools
@@ -12,7 +14,7 @@
 //! awake, and one that comes later wakes them all at once (one broadcast)
 //! rather than one after another.
 //!
-//! The polling is [`rayon::ThreadPool::yield_now`], which runs whatever job
+//! The polling is [`rayon::yield_now`], which runs whatever job
 //! the pool has, then `sched_yield` when there was none, so a host thread
 //! sharing a core with a worker still gets it. Correctness never depends on
 //! it: a run that finds no poller is woken by rayon as usual.
