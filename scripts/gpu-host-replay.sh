@@ -245,16 +245,16 @@ for p in $plans; do
         for pollus in ${REPLAY_POLL:-default}; do
         for hostc in ${REPLAY_HOST:-none}; do
             label=$base
-            poll=()
-            [ "$pollus" = default ] || { label="$label+poll$pollus"; poll=(--cpu-poll-us "$pollus"); }
-            [ "$hostc" = none ] || { label="$label+host${hostc//[^0-9a-z]/_}"; poll+=(--host-cores "$hostc"); }
+            knobs=()
+            [ "$pollus" = default ] || { label="$label+poll$pollus"; knobs=(--cpu-poll-us "$pollus"); }
+            [ "$hostc" = none ] || { label="$label+host${hostc//[^0-9a-z]/_}"; knobs+=(--host-cores "$hostc"); }
             extra=()
             [ "$phase" = decode ] && extra=(--tokens 8)
             r="$work/reports/$label-$phase-$len-$sync"
             tag=
             [ "$procs" -gt 1 ] && { r="$r-$round"; tag=" ($round/$procs)"; }
             if timeout 150 "$hetero" run "$plan" --model "$model" "${run_groups[@]}" --phase "$phase" --len "$len" \
-                "${extra[@]}" "${share[@]}" "${poll[@]}" --sync "$sync" --repeat "$reps" --json \
+                "${extra[@]}" "${share[@]}" "${knobs[@]}" --sync "$sync" --repeat "$reps" --json \
                 --out "$r.json" > /dev/null 2> "$r.err"; then
                 log "$label $phase $len $sync$tag: done"
             else

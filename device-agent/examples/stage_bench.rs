@@ -38,6 +38,15 @@ fn spec(m: u32, k: u32, n: u32, dtype: DType, order: OperandOrder) -> Result<Gem
     })
 }
 
+/// Open options with `HETERO_CPU_GROUPS` as the CPU groups (the poll hold
+/// comes from `HETERO_CPU_POLL_US` in the backend itself).
+fn env_open_options() -> OpenOptions {
+    OpenOptions {
+        cpu_groups: std::env::var("HETERO_CPU_GROUPS").ok(),
+        ..OpenOptions::default()
+    }
+}
+
 /// `MxKxN` as three sizes.
 fn mkn(text: &str) -> Result<(u32, u32, u32)> {
     let d: Vec<u32> = text
@@ -296,10 +305,7 @@ fn idle(args: &[String]) -> Result<()> {
         .map(str::parse)
         .collect::<Result<_, _>>()
         .context("GAP_US")?;
-    let opts = OpenOptions {
-        cpu_groups: std::env::var("HETERO_CPU_GROUPS").ok(),
-        ..OpenOptions::default()
-    };
+    let opts = env_open_options();
     let mut reg = Registry::open(&opts, Some(std::slice::from_ref(proc)));
     let backend = reg
         .get_mut(proc)
@@ -344,10 +350,7 @@ fn after(args: &[String]) -> Result<()> {
     let [a_proc, a_mkn, b_proc, b_mkn] = args else {
         bail!("usage: stage_bench --after PROC_A MxKxN PROC_B MxKxN");
     };
-    let opts = OpenOptions {
-        cpu_groups: std::env::var("HETERO_CPU_GROUPS").ok(),
-        ..OpenOptions::default()
-    };
+    let opts = env_open_options();
     let procs = [a_proc.clone(), b_proc.clone()];
     let mut reg = Registry::open(&opts, Some(&procs));
     let mut prep = |proc: &str, mkn: &str| -> Result<Box<dyn Gemm>> {

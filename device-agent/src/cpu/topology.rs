@@ -43,12 +43,7 @@ pub fn parse_groups(text: &str, allowed: &[usize]) -> Result<Vec<CoreGroup>> {
         }
         let cores = parse_list(part).map_err(|m| bad(format!("`{text}`: {m}")))?;
         for &c in &cores {
-            if !allowed.contains(&c) {
-                return Err(bad(format!(
-                    "core {c} is not available to this process (available: {})",
-                    format_list(allowed)
-                )));
-            }
+            available(c, allowed).map_err(bad)?;
             if !seen.insert(c) {
                 return Err(bad(format!("core {c} is in two groups")));
             }
@@ -59,6 +54,18 @@ pub fn parse_groups(text: &str, allowed: &[usize]) -> Result<Vec<CoreGroup>> {
         });
     }
     Ok(groups)
+}
+
+/// Whether this process may run on core `c`; else the message naming it.
+fn available(c: usize, allowed: &[usize]) -> std::result::Result<(), String> {
+    if allowed.contains(&c) {
+        Ok(())
+    } else {
+        Err(format!(
+            "core {c} is not available to this process (available: {})",
+            format_list(allowed)
+        ))
+    }
 }
 
 /// The cores for the host thread, from `--host-cores`: `rest` (the cores
@@ -102,12 +109,7 @@ pub fn host_cores(text: &str, groups: Option<&str>, allowed: &[usize]) -> Result
             return Err(bad(format!("`{text}`: no cores")));
         }
         for &c in &cores {
-            if !allowed.contains(&c) {
-                return Err(bad(format!(
-                    "core {c} is not available to this process (available: {})",
-                    format_list(allowed)
-                )));
-            }
+            available(c, allowed).map_err(bad)?;
             if held.contains(&c) {
                 return Err(bad(format!("core {c} is in a CPU group")));
             }
