@@ -113,6 +113,9 @@ fn main() -> Result<()> {
     if args.first().map(String::as_str) == Some("--after") {
         return after(&args[1..]);
     }
+    if args.first().map(String::as_str) == Some("--beside") {
+        return beside(&args[1..]);
+    }
     let [proc, dtype, order, kn, ms] = args.as_slice() else {
         bail!(
             "usage: stage_bench [--pinned] PROCESSOR DTYPE ORDER KxN M,M,...\n       stage_bench [--pinned] --layers PROCESSOR DTYPE ORDER M KxN,KxN,... LAYERS\n       stage_bench [--pinned] --alloc PROCESSOR DTYPE ORDER MxKxN COUNT"
@@ -388,6 +391,108 @@ fn after(args: &[String]) -> Result<()> {
         "| median | {:.1} | {:.1} |",
         median(right_after),
         median(alone)
+    );
+    Ok(())
+}
+
+/// `--beside`: `LAYERS` GEMMs of processor A, each with its own weights
+/// and run in turn (as a plan's layers run, so none finds another's
+/// weights cached), timed alone and while processor B runs its own
+/// `LAYERS` GEMMs beside them, rounds alternated: A alone, B alone, both
+/// (B submitted first, as the runtime does). With `copied`, B keeps its
+/// weights in page-locked host memory and copies them in every run
+/// ([`Gemm::host_weights`], offload's CG rows); with `resident`, they stay
+/// in B's memory. Each GEMM's first output is checked against the CPU
+/// reference before anything is timed. Medians, µs, and A's slowdown.
+fn beside(args: &[String]) -> Result<()> {
+    let [
+        a_proc,
+        a_dtype,
+        a_mkn,
+        b_proc,
+        b_dtype,
+        b_mkn,
+        layers,
+        b_weights,
+    ] = args
+    else {
+        bail!(
+            "usage: stage_bench --beside PROC_A DTYPE MxKxN PROC_B DTYPE MxKxN LAYERS copied|resident"
+        );
+    };
+    let copied = match b_weights.as_str() {
+        "copied" => true,
+        "resident" => false,
+        other => bail!("B's weights: `copied` or `resident`, not `{other}`"),
+    };
+    let layers: u64 = layers.parse().context("LAYERS")?;
+    let opts = env_open_options();
+    let procs = [a_proc.clone(), b_proc.clone()];
+    let mut reg = Registry::open(&opts, Some(&procs));
+    let mut prep = |proc: &str, dtype: &str, mkn: &str, host: bool| -> Result<Vec<Box<dyn Gemm>>> {
+        let dtype: DType = dtype.parse().map_err(anyhow::Error::msg)?;
+        let (m, k, n) = self::mkn(mkn)?;
+        let backend = reg
+            .get_mut(proc)
+            .with_context(|| format!("{proc} is not on this machine"))?;
+        let spec = spec(m, k, n, dtype, OperandOrder::WtAt)?;
+        let tol = backend.tolerance(dtype, k);
+        let mut gemms = Vec::new();
+        for layer in 0..layers {
+            let (a, w) = verify::inputs(&spec.shape, layer);
+            let mut g = backend.prepare(&spec, &w)?;
+            if host {
+                g.host_weights(&w)?;
+            }
+            g.write_input(&a)?;
+            g.execute()?;
+            let mut c = vec![0f32; (m * n) as usize];
+            g.read_output(&mut c)?;
+            let r = verify::check(&spec.shape, &a, &w, &c);
+            if !r.passes(tol) {
+                bail!("{proc} {mkn} layer {layer}: error {} over {tol}", r.rel_err);
+            }
+            gemms.push(g);
+        }
+        Ok(gemms)
+    };
+    let mut ga = prep(a_proc, a_dtype, a_mkn, false)?;
+    let mut gb = prep(b_proc, b_dtype, b_mkn, copied)?;
+    let (mut a_alone, mut b_alone, mut a_beside, mut b_beside) = (vec![], vec![], vec![], vec![]);
+    for round in 0..WARMUPS + REPS {
+        let keep = round >= WARMUPS;
+        for (a, b) in ga.iter_mut().zip(gb.iter_mut()) {
+            let t = Instant::now();
+            a.execute()?;
+            let x = t.elapsed().as_secs_f64() * 1e6;
+            let t = Instant::now();
+            b.execute()?;
+            let y = t.elapsed().as_secs_f64() * 1e6;
+            let t = Instant::now();
+            b.submit()?;
+            a.submit()?;
+            a.wait(SyncMode::Block)?;
+            let xb = t.elapsed().as_secs_f64() * 1e6;
+            b.wait(SyncMode::Block)?;
+            let yb = t.elapsed().as_secs_f64() * 1e6;
+            if keep {
+                a_alone.push(x);
+                b_alone.push(y);
+                a_beside.push(xb);
+                b_beside.push(yb);
+            }
+        }
+    }
+    let (xa, xb) = (median(a_alone), median(a_beside));
+    let (ya, yb) = (median(b_alone), median(b_beside));
+    println!(
+        "| {a_proc} {a_dtype} {a_mkn} beside {b_proc} {b_dtype} {b_mkn} ({b_weights}), {layers} layers | alone µs | beside µs | beside / alone |"
+    );
+    println!("|---|---|---|---|");
+    println!("| {a_proc} | {xa:.1} | {xb:.1} | {:.3} |", xb / xa);
+    println!(
+        "| {b_proc} (from B's submit) | {ya:.1} | {yb:.1} | {:.3} |",
+        yb / ya
     );
     Ok(())
 }
