@@ -398,8 +398,9 @@ fn after(args: &[String]) -> Result<()> {
 /// `--beside`: `LAYERS` GEMMs of processor A, each with its own weights
 /// and run in turn (as a plan's layers run, so none finds another's
 /// weights cached), timed alone and while processor B runs its own
-/// `LAYERS` GEMMs beside them, rounds alternated: A alone, B alone, both
-/// (B submitted first, as the runtime does). With `copied`, B keeps its
+/// `LAYERS` GEMMs beside them. Each round passes over the layers three
+/// times: A alone, B alone, then both, submitted in the order asked (the
+/// runtime submits a plan's parts in the plan's order, CPU first). With `copied`, B keeps its
 /// weights in page-locked host memory and copies them in every run
 /// ([`Gemm::host_weights`], offload's CG rows); with `resident`, they stay
 /// in B's memory. Each GEMM's first output is checked against the CPU
@@ -414,11 +415,17 @@ fn beside(args: &[String]) -> Result<()> {
         b_mkn,
         layers,
         b_weights,
+        first,
     ] = args
     else {
         bail!(
-            "usage: stage_bench --beside PROC_A DTYPE MxKxN PROC_B DTYPE MxKxN LAYERS copied|resident"
+            "usage: stage_bench --beside PROC_A DTYPE MxKxN PROC_B DTYPE MxKxN LAYERS copied|resident a-first|b-first"
         );
+    };
+    let a_first = match first.as_str() {
+        "a-first" => true,
+        "b-first" => false,
+        other => bail!("submit order: `a-first` or `b-first`, not `{other}`"),
     };
     let copied = match b_weights.as_str() {
         "copied" => true,
@@ -459,39 +466,51 @@ fn beside(args: &[String]) -> Result<()> {
     let mut ga = prep(a_proc, a_dtype, a_mkn, false)?;
     let mut gb = prep(b_proc, b_dtype, b_mkn, copied)?;
     let (mut a_alone, mut b_alone, mut a_beside, mut b_beside) = (vec![], vec![], vec![], vec![]);
+    // Each pass runs every layer once, so that a layer's weights come
+    // back only after the other layers' have gone through the caches.
     for round in 0..WARMUPS + REPS {
         let keep = round >= WARMUPS;
-        for (a, b) in ga.iter_mut().zip(gb.iter_mut()) {
+        for a in ga.iter_mut() {
             let t = Instant::now();
             a.execute()?;
-            let x = t.elapsed().as_secs_f64() * 1e6;
+            if keep {
+                a_alone.push(t.elapsed().as_secs_f64() * 1e6);
+            }
+        }
+        for b in gb.iter_mut() {
             let t = Instant::now();
             b.execute()?;
-            let y = t.elapsed().as_secs_f64() * 1e6;
+            if keep {
+                b_alone.push(t.elapsed().as_secs_f64() * 1e6);
+            }
+        }
+        for (a, b) in ga.iter_mut().zip(gb.iter_mut()) {
             let t = Instant::now();
-            b.submit()?;
-            a.submit()?;
+            if a_first {
+                a.submit()?;
+                b.submit()?;
+            } else {
+                b.submit()?;
+                a.submit()?;
+            }
             a.wait(SyncMode::Block)?;
             let xb = t.elapsed().as_secs_f64() * 1e6;
             b.wait(SyncMode::Block)?;
-            let yb = t.elapsed().as_secs_f64() * 1e6;
             if keep {
-                a_alone.push(x);
-                b_alone.push(y);
                 a_beside.push(xb);
-                b_beside.push(yb);
+                b_beside.push(t.elapsed().as_secs_f64() * 1e6);
             }
         }
     }
     let (xa, xb) = (median(a_alone), median(a_beside));
     let (ya, yb) = (median(b_alone), median(b_beside));
     println!(
-        "| {a_proc} {a_dtype} {a_mkn} beside {b_proc} {b_dtype} {b_mkn} ({b_weights}), {layers} layers | alone µs | beside µs | beside / alone |"
+        "| {a_proc} {a_dtype} {a_mkn} beside {b_proc} {b_dtype} {b_mkn} ({b_weights}, {first}), {layers} layers | alone µs | beside µs | beside / alone |"
     );
     println!("|---|---|---|---|");
     println!("| {a_proc} | {xa:.1} | {xb:.1} | {:.3} |", xb / xa);
     println!(
-        "| {b_proc} (from B's submit) | {ya:.1} | {yb:.1} | {:.3} |",
+        "| {b_proc} (from the first submit) | {ya:.1} | {yb:.1} | {:.3} |",
         yb / ya
     );
     Ok(())
