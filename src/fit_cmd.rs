@@ -191,7 +191,7 @@ pub fn run(args: FitArgs) -> anyhow::Result<()> {
         hetero_plan::write_atomic(path, text.as_bytes())?;
     }
     print_report(&report);
-    for line in bandwidth_notes(&predictor.overheads, &data.micro) {
+    for line in bandwidth_notes(&predictor.overheads, &data.micro, &data.profile.processors) {
         println!("{line}");
     }
     if let (Some(t), Some(dir)) = (&report.test, &args.test) {
@@ -223,11 +223,30 @@ const SLOW_HOST_PROBE: f64 = 1.5;
 /// row of a few runs can steer a plan (an H100 host's CPU read 0.17 beside
 /// its GPU's copies once, with the probe at twice its median, and about 1
 /// on other machines; `docs/benchmarks.md`, Runtime, "Session 40").
-fn bandwidth_notes(overheads: &[Overheads], micro: &[MicrobenchRow]) -> Vec<String> {
+///
+/// A discrete GPU's bandwidth GEMV copies its weights from page-locked host
+/// memory at every run, so its factor is its weight copies' (offload's CG
+/// rows), as the line says; its resident weights share no bandwidth.
+fn bandwidth_notes(
+    overheads: &[Overheads],
+    micro: &[MicrobenchRow],
+    processors: &[hetero_plan::Processor],
+) -> Vec<String> {
     let mut out = Vec::new();
     for o in overheads {
         let Some(factor) = o.concurrent_factor else {
             continue;
+        };
+        let copies = processors.iter().any(|p| {
+            p.id == o.processor
+                && p.kind == hetero_plan::ProcessorKind::Gpu
+                && !p.capabilities.unified_memory
+                && !p.simulated
+        });
+        let what = if copies {
+            " (its weight copies from host memory)"
+        } else {
+            ""
         };
         let alone = o
             .bandwidth_gbps
@@ -238,7 +257,7 @@ fn bandwidth_notes(overheads: &[Overheads], micro: &[MicrobenchRow]) -> Vec<Stri
             ""
         };
         out.push(format!(
-            "  bandwidth {}: {factor:.2} of its speed alone beside its peer{alone}{clamp}",
+            "  bandwidth {}{what}: {factor:.2} of its speed alone beside its peer{alone}{clamp}",
             o.processor
         ));
         let Some(median) = o.host_probe_us.filter(|m| *m > 0.0) else {
@@ -411,7 +430,7 @@ mod tests {
             row(MicrobenchKind::BandwidthAlone, 9.5),
             row(MicrobenchKind::BandwidthConcurrent, 10.0),
         ];
-        let notes = bandwidth_notes(std::slice::from_ref(&o), &calm);
+        let notes = bandwidth_notes(std::slice::from_ref(&o), &calm, &[]);
         assert_eq!(notes.len(), 1, "{notes:?}");
         assert!(
             notes[0].contains("cpu:0: 0.17 of its speed alone"),
@@ -422,7 +441,7 @@ mod tests {
             row(MicrobenchKind::BandwidthAlone, 9.5),
             row(MicrobenchKind::BandwidthConcurrent, 18.2),
         ];
-        let notes = bandwidth_notes(std::slice::from_ref(&o), &slow);
+        let notes = bandwidth_notes(std::slice::from_ref(&o), &slow, &[]);
         assert_eq!(notes.len(), 2, "{notes:?}");
         assert!(
             notes[1].starts_with("  warning: mb/cpu:0/bandwidth_concurrent"),
@@ -437,11 +456,33 @@ mod tests {
             concurrent_factor: None,
             ..o.clone()
         };
-        assert!(bandwidth_notes(&[none], &slow).is_empty());
+        assert!(bandwidth_notes(&[none], &slow, &[]).is_empty());
         let above = Overheads {
             concurrent_factor: Some(1.06),
             ..o
         };
-        assert!(bandwidth_notes(&[above], &calm)[0].ends_with("the solver takes it as 1"));
+        assert!(bandwidth_notes(&[above], &calm, &[])[0].ends_with("the solver takes it as 1"));
+        // A discrete GPU's line says its factor is its weight copies'.
+        let gpu = hetero_plan::Processor {
+            id: "cuda:0".into(),
+            kind: hetero_plan::ProcessorKind::Gpu,
+            api: hetero_plan::ProcessorApi::Cuda,
+            name: "a discrete GPU".into(),
+            driver: String::new(),
+            capabilities: Default::default(),
+            simulated: false,
+            emulated: false,
+        };
+        let copies = Overheads {
+            processor: "cuda:0".into(),
+            concurrent_factor: Some(0.6),
+            host_probe_us: None,
+            ..Default::default()
+        };
+        let notes = bandwidth_notes(&[copies], &[], &[gpu]);
+        assert!(
+            notes[0].starts_with("  bandwidth cuda:0 (its weight copies from host memory): 0.60"),
+            "{notes:?}"
+        );
     }
 }

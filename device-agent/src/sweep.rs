@@ -1226,26 +1226,127 @@ fn gemv_spec(proc: &Processor, bytes: u64) -> Result<GemmSpec, Error> {
     })
 }
 
-/// Prepares the GEMV on `b`, checks its result once, and returns it ready to run.
-fn ready_gemv(b: &mut dyn Backend, spec: &GemmSpec) -> Result<Box<dyn Gemm>, Error> {
-    let (a, w) = verify::inputs(&spec.shape, 0);
-    let mut g = b.prepare(spec, &w)?;
-    g.write_input(&a)?;
-    g.execute()?;
-    let mut c = vec![0f32; spec.shape.n.get() as usize];
-    g.read_output(&mut c)?;
-    let r = verify::check(&spec.shape, &a, &w, &c);
-    let tol = b.tolerance(spec.dtype, spec.shape.k.get());
-    if !r.passes(tol) {
-        return Err(Error::backend(
-            &b.processor().id,
-            format!(
-                "the bandwidth GEMV gave a wrong result: {}",
-                wrong(&r, tol, "first run")
-            ),
-        ));
+/// Whether `p`'s GEMVs read host memory themselves: a CPU, or a processor
+/// on unified memory.
+fn reads_host_memory(p: &Processor) -> bool {
+    p.kind == hetero_plan::ProcessorKind::Cpu || p.capabilities.unified_memory
+}
+
+/// A GPU with memory of its own.
+fn discrete_gpu(p: &Processor) -> bool {
+    p.kind == hetero_plan::ProcessorKind::Gpu && !p.capabilities.unified_memory && !p.simulated
+}
+
+/// How many copies of a bandwidth GEMV of `weight_bytes` run in turn:
+/// enough for `target` bytes between two runs of one ([`rotation_copies`])
+/// where `rotate`, else one, as for weights too small to fill the target
+/// in [`MAX_ROTATION_COPIES`] copies.
+fn stream_copies(rotate: bool, weight_bytes: u64, target: u64) -> usize {
+    if rotate {
+        rotation_copies(weight_bytes, weight_bytes, target).unwrap_or(1)
+    } else {
+        1
     }
-    Ok(g)
+}
+
+/// Copies of a bandwidth GEMV, run in turn so that each finds its weights
+/// gone from the host's caches, every one checked against the reference
+/// once before any run is timed.
+struct Streamer {
+    copies: Vec<Box<dyn Gemm>>,
+    next: usize,
+    /// Whether the copies keep their weights in page-locked host memory
+    /// and copy them in at every run.
+    copies_host_weights: bool,
+}
+
+impl Streamer {
+    /// The GEMV of `spec` on `b`. A processor on host memory runs copies of
+    /// it whose weights add up to [`crate::evict::rotation_bytes`], more
+    /// than the last-level cache: a server's cache (300 MiB on an H100
+    /// host) holds one 64 MiB GEMV's weights whole, and its benchmark then
+    /// measured the cache, not memory, and no contention beside a GPU's
+    /// weight copies that slowed the runtime's CPU parts by 12–25 %
+    /// (`docs/benchmarks.md`, Runtime, "Session 43"). A discrete GPU keeps
+    /// the weights in page-locked host memory and copies them in at every
+    /// run ([`Gemm::host_weights`]), in as many copies: that copy is the
+    /// traffic it puts on, and meets on, the memory that processors on the
+    /// host read (offload's CG rows). A GPU without host weights streams
+    /// its own memory, one copy.
+    fn new(b: &mut dyn Backend, spec: &GemmSpec) -> Result<Self, Error> {
+        let proc = b.processor().clone();
+        let weight_bytes = spec.shape.k.get() as u64
+            * spec.shape.n.get() as u64
+            * (spec.dtype.weight_bits() as u64).div_ceil(8);
+        let (a, w) = verify::inputs(&spec.shape, 0);
+        let host = discrete_gpu(&proc);
+        let rotate = !proc.simulated && (reads_host_memory(&proc) || host);
+        let wanted = stream_copies(
+            rotate,
+            weight_bytes,
+            crate::evict::host_buffer_bytes() as u64,
+        );
+        let mut out = Streamer {
+            copies: Vec::with_capacity(wanted),
+            next: 0,
+            copies_host_weights: false,
+        };
+        let tol = b.tolerance(spec.dtype, spec.shape.k.get());
+        let mut c = vec![0f32; spec.shape.n.get() as usize];
+        for i in 0..wanted {
+            let mut g = b.prepare(spec, &w)?;
+            if host && (i == 0 || out.copies_host_weights) {
+                match g.host_weights(&w) {
+                    Ok(()) => out.copies_host_weights = true,
+                    Err(Error::Unsupported { .. }) => {}
+                    Err(e) => return Err(e),
+                }
+            }
+            g.write_input(&a)?;
+            g.execute()?;
+            g.read_output(&mut c)?;
+            let r = verify::check(&spec.shape, &a, &w, &c);
+            if !r.passes(tol) {
+                return Err(Error::backend(
+                    &proc.id,
+                    format!(
+                        "the bandwidth GEMV gave a wrong result: {}",
+                        wrong(&r, tol, "first run")
+                    ),
+                ));
+            }
+            out.copies.push(g);
+            // Its own memory: one copy is the stream.
+            if host && !out.copies_host_weights {
+                break;
+            }
+        }
+        Ok(out)
+    }
+
+    /// Runs the next copy.
+    fn run(&mut self) -> Result<crate::Timed, Error> {
+        let i = self.next % self.copies.len();
+        self.next += 1;
+        self.copies[i].execute()
+    }
+
+    /// How the weights are read, for the row's note.
+    fn describe(&self, weight_bytes: u64) -> String {
+        let n = self.copies.len() as u64;
+        let mut s = if n > 1 {
+            format!(
+                "{n} copies in turn ({} MiB of weights)",
+                n * weight_bytes >> 20
+            )
+        } else {
+            "one copy".to_string()
+        };
+        if self.copies_host_weights {
+            s.push_str(", each run copying its weights from page-locked host memory first");
+        }
+        s
+    }
 }
 
 fn stream(
@@ -1256,44 +1357,46 @@ fn stream(
 ) -> Result<(Vec<f64>, Option<String>), Error> {
     let bytes = req.bytes.unwrap_or(DEFAULT_STREAM_BYTES);
     let spec = gemv_spec(backends[0].processor(), bytes)?;
-    let mut g = ready_gemv(&mut *backends[0], &spec)?;
+    let mut g = Streamer::new(&mut *backends[0], &spec)?;
     let (k, n) = (spec.shape.k.get() as u64, spec.shape.n.get() as u64);
     let streamed = k * n * (spec.dtype.weight_bits() as u64).div_ceil(8);
     let simulated = backends[0].processor().simulated;
-    let timed = |g: &mut Box<dyn Gemm>| -> Result<Vec<f64>, Error> {
-        warm_up(run, simulated, cancel, || g.execute().map(drop))?;
+    let timed = |g: &mut Streamer| -> Result<Vec<f64>, Error> {
+        // Every copy once more, then the timed runs.
+        let warm = RunParams {
+            warmups: run.warmups.max(g.copies.len() as u32),
+            ..*run
+        };
+        warm_up(&warm, simulated, cancel, || g.run().map(drop))?;
         let mut s = Vec::new();
         for _ in 0..run.repetitions.max(1) {
             check_cancel(cancel, run)?;
-            s.push(g.execute()?.best_us());
+            s.push(g.run()?.best_us());
         }
         Ok(s)
     };
     let note_bytes = format!(
-        "GEMV 1x{k}x{n} {}: {streamed} weight bytes per run",
-        spec.dtype
+        "GEMV 1x{k}x{n} {}: {streamed} weight bytes per run, {}",
+        spec.dtype,
+        g.describe(streamed)
     );
     if req.bench == MicrobenchKind::BandwidthAlone || backends.len() < 2 {
         let s = timed(&mut g)?;
         return Ok((s, Some(note_bytes)));
     }
     let peer_spec = gemv_spec(backends[1].processor(), bytes)?;
-    let mut pg = ready_gemv(&mut *backends[1], &peer_spec)?;
-    // A backend that cannot keep weights on the host streams its own
-    // memory, as before.
-    let copies = peer_copies_host_weights(backends[0].processor(), backends[1].processor())
-        && match pg.host_weights(&verify::inputs(&peer_spec.shape, 0).1) {
-            Ok(()) => true,
-            Err(Error::Unsupported { .. }) => false,
-            Err(e) => return Err(e),
-        };
+    let mut pg = Streamer::new(&mut *backends[1], &peer_spec)?;
+    let peer_streamed = peer_spec.shape.k.get() as u64
+        * peer_spec.shape.n.get() as u64
+        * (peer_spec.dtype.weight_bits() as u64).div_ceil(8);
+    let peer_how = pg.describe(peer_streamed);
     let stop = AtomicBool::new(false);
     let peer_runs = AtomicU64::new(0);
     let peer_err: std::sync::Mutex<Option<Error>> = std::sync::Mutex::new(None);
     let samples = std::thread::scope(|sc| {
         sc.spawn(|| {
             while !stop.load(Ordering::Relaxed) {
-                if let Err(e) = pg.execute() {
+                if let Err(e) = pg.run() {
                     *peer_err.lock().unwrap_or_else(|p| p.into_inner()) = Some(e);
                     break;
                 }
@@ -1317,35 +1420,12 @@ fn stream(
     Ok((
         samples,
         Some(format!(
-            "{note_bytes}; peer `{}` streamed GEMV 1x{pk}x{pn} {} {} times meanwhile{}",
+            "{note_bytes}; peer `{}` streamed GEMV 1x{pk}x{pn} {} {} times meanwhile, {peer_how}",
             backends[1].processor().id,
             peer_spec.dtype,
             peer_runs.load(Ordering::Relaxed),
-            if copies {
-                ", each run copying its weights from page-locked host memory first"
-            } else {
-                ""
-            }
         )),
     ))
-}
-
-/// Whether the peer of `bandwidth_concurrent` copies its weights from
-/// page-locked host memory at every run ([`crate::Gemm::host_weights`])
-/// rather than streaming its own memory: where the timed processor reads
-/// host memory (a CPU, or any processor on unified memory) and the peer is
-/// a discrete GPU. Such a GPU streams memory of its own, which the timed
-/// processor does not share; what it does to host memory is copy over
-/// PCIe, as offload's CG rows do at every run. On H100 hosts the CPU's
-/// GEMV kept 95 % of its bandwidth beside them on one thread (session 39)
-/// and all of it on 15 (session 40, call 1; call 2's row, taken while the
-/// host ran at half speed, read 0.17): `docs/benchmarks.md`, Runtime.
-fn peer_copies_host_weights(timed: &Processor, peer: &Processor) -> bool {
-    let host = timed.kind == hetero_plan::ProcessorKind::Cpu || timed.capabilities.unified_memory;
-    let discrete = peer.kind == hetero_plan::ProcessorKind::Gpu
-        && !peer.capabilities.unified_memory
-        && !peer.simulated;
-    host && discrete
 }
 
 #[cfg(test)]

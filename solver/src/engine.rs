@@ -812,7 +812,11 @@ impl<'s, 'a> OpCtx<'s, 'a> {
     /// PoCL, which takes every core) time-share them: at most
     /// [`CORE_SHARE`] each, in every phase. Otherwise the parts share
     /// memory bandwidth, which matters in decode: the measured concurrent
-    /// factor there, 1 in prefill.
+    /// factor there, 1 in prefill. A discrete GPU's resident weights are in
+    /// memory of its own, which no other processor reads: 1. Its measured
+    /// factor is about its weight copies from host memory
+    /// (`bandwidth_concurrent`), which offload's CG rows make
+    /// ([`crate::offload::beside_each_other`]).
     pub fn contention(&self, p: usize, with: impl IntoIterator<Item = usize>) -> f64 {
         let procs = &self.setup.procs;
         let cpu = |q: usize| procs[q].kind == ProcessorKind::Cpu;
@@ -827,6 +831,7 @@ impl<'s, 'a> OpCtx<'s, 'a> {
         if shares_cores {
             procs[p].concurrent.min(CORE_SHARE)
         } else if self.phase == Phase::Decode
+            && !procs[p].discrete_gpu()
             && !(procs[p].host_memory() && others.iter().all(|&q| procs[q].discrete_gpu()))
         {
             procs[p].concurrent

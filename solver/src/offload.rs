@@ -105,7 +105,7 @@ impl OpCtx<'_, '_> {
                 self.part_copy_us(gpu, ng, cc),
             ));
         }
-        let gpu_compute: f64 = steps.iter().map(|s| s.0 + s.1).sum();
+        let mut gpu_compute: f64 = steps.iter().map(|s| s.0 + s.1).sum();
         let gpu_copy: f64 = steps.iter().map(|s| s.2).sum();
         let launches = steps.len() as f64;
         let (host, host_block) = (gp.alone_overhead_us(), gp.alone_overhead_block_us());
@@ -113,17 +113,22 @@ impl OpCtx<'_, '_> {
         let cp = &procs[cpu];
         let (cpu_compute, cpu_copy) = if cc > 0 && mc > 0 {
             // The CPU part shares host memory with the GPU's weight copies,
-            // which start once the GG step is done.
+            // which start once the GG step is done: each slows the other.
             let copying: f64 = steps.iter().map(|s| s.0).sum();
             let gg_step = if gg > 0 {
                 steps[0].1 + steps[0].2 + host
             } else {
                 0.0
             };
-            (
-                beside_copies(self.time(cpu, mc, cc), gg_step, copying, cp.concurrent),
-                self.part_copy_us(cpu, mc, cc),
-            )
+            let (cpu_time, copies) = beside_each_other(
+                self.time(cpu, mc, cc),
+                gg_step,
+                copying,
+                cp.concurrent,
+                gp.concurrent,
+            );
+            gpu_compute += copies - copying;
+            (cpu_time, self.part_copy_us(cpu, mc, cc))
         } else {
             (0.0, 0.0)
         };
@@ -213,22 +218,36 @@ impl OpCtx<'_, '_> {
     }
 }
 
-/// How long a CPU part of `alone` µs takes when, from `start` µs on, the
-/// GPU copies weights from host memory for `copying` µs, during which the
-/// CPU keeps `factor` of its speed (its measured concurrent factor beside
-/// a discrete GPU copying from host memory, `bandwidth_concurrent`; 1
-/// where not measured). On an H100 host the factor came out 0.91–0.95
-/// (`docs/benchmarks.md`, Runtime, "Session 39").
-pub(crate) fn beside_copies(alone: f64, start: f64, copying: f64, factor: f64) -> f64 {
-    let f = factor.clamp(1e-3, 1.0);
-    if alone <= start || copying <= 0.0 {
-        return alone;
+/// A CPU part of `cpu` µs alone beside the GPU's weight copies of
+/// `copying` µs alone, which start `start` µs after it: while both run,
+/// the CPU keeps `cpu_factor` of its speed and the copies `copy_factor` of
+/// theirs; whichever ends first leaves the other to run alone. Returns the
+/// CPU part's time and the copies' time. The factors are the processors'
+/// measured concurrent-bandwidth factors (`bandwidth_concurrent`: the
+/// CPU's GEMV beside the GPU copying its weights from page-locked host
+/// memory, and the GPU's copies beside the CPU's GEMV), 1 where not
+/// measured. On an H100 host, beside each other at decode's `ffn_gate`
+/// shares, the CPU part ran at 0.86–0.89 of its speed alone and the copies
+/// at 0.58–0.62 (`docs/benchmarks.md`, Runtime, "Session 43").
+pub(crate) fn beside_each_other(
+    cpu: f64,
+    start: f64,
+    copying: f64,
+    cpu_factor: f64,
+    copy_factor: f64,
+) -> (f64, f64) {
+    let (fc, fg) = (cpu_factor.clamp(1e-3, 1.0), copy_factor.clamp(1e-3, 1.0));
+    if cpu <= start || copying <= 0.0 {
+        return (cpu, copying);
     }
-    let left = alone - start;
-    if left <= copying * f {
-        start + left / f
+    let left = cpu - start;
+    let (tc, tg) = (left / fc, copying / fg);
+    if tc <= tg {
+        // The CPU part ends inside the copies, which then run alone.
+        (start + tc, tc + (copying - fg * tc))
     } else {
-        start + copying + (left - copying * f)
+        // The copies end first; the CPU part's rest runs alone.
+        (start + tg + (left - fc * tg), tg)
     }
 }
 

@@ -1409,15 +1409,37 @@ fn a_part_of_some_columns_pays_the_host_scatter() {
 
 #[test]
 fn a_cpu_part_beside_weight_copies_runs_at_its_concurrent_factor() {
-    use crate::offload::beside_copies;
-    // No copy, or the part done before the copies start: its time alone.
-    assert_eq!(beside_copies(100.0, 0.0, 0.0, 0.5), 100.0);
-    assert_eq!(beside_copies(100.0, 150.0, 500.0, 0.5), 100.0);
-    // Wholly inside the copies: alone / factor.
-    assert!((beside_copies(100.0, 0.0, 500.0, 0.5) - 200.0).abs() < 1e-9);
+    use crate::offload::beside_each_other;
+    let close = |a: (f64, f64), b: (f64, f64)| (a.0 - b.0).abs() < 1e-9 && (a.1 - b.1).abs() < 1e-9;
+    // No copy, or the part done before the copies start: both alone.
+    assert_eq!(beside_each_other(100.0, 0.0, 0.0, 0.5, 0.5), (100.0, 0.0));
+    assert_eq!(
+        beside_each_other(100.0, 150.0, 500.0, 0.5, 0.5),
+        (100.0, 500.0)
+    );
+    // Wholly inside copies that keep their speed: alone / factor.
+    assert!(close(
+        beside_each_other(100.0, 0.0, 500.0, 0.5, 1.0),
+        (200.0, 500.0)
+    ));
     // 20 µs before them, 50 µs of work during 100 µs of copies, the last
     // 30 µs after: 20 + 100 + 30.
-    assert!((beside_copies(100.0, 20.0, 100.0, 0.5) - 150.0).abs() < 1e-9);
+    assert!(close(
+        beside_each_other(100.0, 20.0, 100.0, 0.5, 1.0),
+        (150.0, 100.0)
+    ));
+    // Both slowed: the CPU's 100 µs at 0.8 end after 125 µs, in which the
+    // copies at 0.5 did 62.5 of their 200; the other 137.5 alone.
+    assert!(close(
+        beside_each_other(100.0, 0.0, 200.0, 0.8, 0.5),
+        (125.0, 262.5)
+    ));
+    // The copies' 50 µs at 0.5 end after 100 µs, in which the CPU at 0.8
+    // did 80 of its 300; the other 220 alone.
+    assert!(close(
+        beside_each_other(300.0, 0.0, 50.0, 0.8, 0.5),
+        (320.0, 100.0)
+    ));
 
     // In offload mode the CPU part of a slicing with CG rows is costed so:
     // at half its speed beside the copies, the solver streams fewer rows
@@ -1463,7 +1485,7 @@ fn a_cpu_part_beside_weight_copies_runs_at_its_concurrent_factor() {
 
     let free = Settings {
         gpu_mem_budget: None,
-        ..s
+        ..s.clone()
     };
     let plan = solve(&dev, fp(), &m, &free).unwrap();
     check_plan(&plan);
@@ -1474,4 +1496,39 @@ fn a_cpu_part_beside_weight_copies_runs_at_its_concurrent_factor() {
     let i = parts.iter().position(|p| p.processor == "cpu").unwrap();
     let alone = cpu_time(&mut dev, parts[i].rows);
     assert!((d.cost.parts_us[i] - alone).abs() < 0.01, "{alone} {d:?}");
+
+    // The GPU's factor slows its weight copies beside the CPU part: the
+    // slicing costs more, and no fewer rows stay on the CPU. Its resident
+    // rows in a row cut keep their speed whatever the factor.
+    dev.overheads_mut("cpu").unwrap().concurrent_factor = Some(1.0);
+    let mut sliced = vec![];
+    for factor in [1.0, 0.5] {
+        dev.overheads_mut("cuda").unwrap().concurrent_factor = Some(factor);
+        let plan = solve(&dev, fp(), &m, &s).unwrap();
+        check_plan(&plan);
+        let d = at(&plan, "ffn_up", Phase::Decode, 1).clone();
+        let Strategy::Offload { cc_rows, .. } = d.strategy else {
+            panic!("{:?}", d.strategy)
+        };
+        sliced.push((cc_rows, d.cost.total_us));
+        let plan = solve(&dev, fp(), &m, &free).unwrap();
+        let d = at(&plan, "ffn_up", Phase::Decode, 1).clone();
+        let plan_parts = d.cost.parts_us.clone();
+        let Strategy::RowCut { parts } = d.strategy else {
+            panic!("{:?}", d.strategy)
+        };
+        let g = parts.iter().position(|p| p.processor == "cuda").unwrap();
+        let shape = hetero_plan::GemmShape::new(1, 4096, parts[g].rows).unwrap();
+        let gpu_alone = dev.model_mut("cuda").unwrap().time_us(
+            shape,
+            hetero_plan::DType::F16,
+            OperandOrder::Aw,
+        );
+        assert!(
+            (plan_parts[g] - gpu_alone).abs() < 0.01,
+            "{gpu_alone} {plan_parts:?}"
+        );
+    }
+    assert!(sliced[1].0 >= sliced[0].0, "{sliced:?}");
+    assert!(sliced[1].1 > sliced[0].1, "{sliced:?}");
 }

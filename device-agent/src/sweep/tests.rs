@@ -546,11 +546,10 @@ fn cold_staged_copies_on_unified_memory_take_the_repetitions_only() {
 }
 
 #[test]
-fn a_discrete_gpu_peer_copies_its_weights_from_host_memory() {
-    // Beside a CPU, a discrete GPU's traffic on host memory is its copies
-    // over PCIe: the concurrent benchmark has it copy the GEMV's weights
-    // from page-locked host memory at every run. Beside another discrete
-    // GPU it streams its own memory.
+fn a_discrete_gpu_streams_by_copying_its_weights_from_host_memory() {
+    // A discrete GPU's traffic on host memory is its copies over PCIe:
+    // its bandwidth GEMV copies the weights from page-locked host memory
+    // at every run, timed or as the peer, beside a CPU or another GPU.
     let discrete = |id: &str| {
         let mut p = naive(id, Fault::None).processor().clone();
         p.kind = ProcessorKind::Gpu;
@@ -573,20 +572,27 @@ fn a_discrete_gpu_peer_copies_its_weights_from_host_memory() {
         peer: Some(peer.into()),
         shape: None,
     };
+    let copying = "copying its weights from page-locked host memory";
     let r = run(3, 10_000);
     let cpu = s.run_microbench(&req("t:0", "g:0"), &r);
     assert_eq!(cpu.row.status, RowStatus::Ok, "{:?}", cpu.row.message);
     let note = cpu.note.unwrap();
-    assert!(
-        note.contains("copying its weights from page-locked host memory"),
-        "{note}"
-    );
+    let (timed, peer) = note.split_once("; peer").unwrap();
+    assert!(!timed.contains(copying) && peer.contains(copying), "{note}");
     let gpus = s.run_microbench(&req("h:0", "g:0"), &r);
     assert_eq!(gpus.row.status, RowStatus::Ok, "{:?}", gpus.row.message);
-    assert!(!gpus.note.unwrap().contains("host memory"));
-    assert!(peer_copies_host_weights(
-        naive("c:0", Fault::None).processor(),
-        &pg
-    ));
-    assert!(!peer_copies_host_weights(&pg, &ph));
+    let note = gpus.note.unwrap();
+    let (timed, peer) = note.split_once("; peer").unwrap();
+    assert!(timed.contains(copying) && peer.contains(copying), "{note}");
+}
+
+#[test]
+fn a_bandwidth_gemv_on_host_memory_runs_copies_past_the_cache() {
+    // 64 MiB of weights against a 1200 MiB rotation: 20 copies, so that
+    // between two runs of one the others read more than the target.
+    let mib = 1u64 << 20;
+    assert_eq!(stream_copies(true, 64 * mib, 1200 * mib), 20);
+    assert_eq!(stream_copies(false, 64 * mib, 1200 * mib), 1);
+    // Weights too small to fill it in 1024 copies: one.
+    assert_eq!(stream_copies(true, 16 << 10, 1200 * mib), 1);
 }
