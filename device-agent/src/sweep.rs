@@ -1337,7 +1337,7 @@ impl Streamer {
         let mut s = if n > 1 {
             format!(
                 "{n} copies in turn ({} MiB of weights)",
-                n * weight_bytes >> 20
+                (n * weight_bytes) >> 20
             )
         } else {
             "one copy".to_string()
