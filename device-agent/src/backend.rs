@@ -35,12 +35,18 @@ pub struct Timed {
     pub device_us: Option<f64>,
     /// Host clock from submit to observed completion.
     pub host_us: f64,
+    /// Host clock from submit to the run's own end, as the processor's
+    /// workers saw it, where they tell (a CPU group's pool): a wait that
+    /// starts late, after other parts' waits, observes the end late, and
+    /// `host_us` then counts the lateness.
+    pub ran_us: Option<f64>,
 }
 
 impl Timed {
-    /// The best time available: the device timer, else the host clock.
+    /// The best time available: the device timer, else the run's own end,
+    /// else the host clock.
     pub fn best_us(&self) -> f64 {
-        self.device_us.unwrap_or(self.host_us)
+        self.device_us.or(self.ran_us).unwrap_or(self.host_us)
     }
 }
 

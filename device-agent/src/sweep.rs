@@ -1213,7 +1213,12 @@ fn op_overhead(
 }
 
 /// The memory-bound GEMV of the bandwidth benchmarks: `1×K×N` with weights
-/// of about `bytes`.
+/// of about `bytes`, in `wt_at` order, the one decode plans run GEMVs in
+/// (each output a dot product over a contiguous row of `Wᵀ`). On an H100
+/// host's 15 cores `aw` streamed 49.5 GB/s and the plan's `wt_at` GEMVs
+/// about 90: beside the GPU's weight copies, the slower one left memory
+/// room that the runtime's did not (`docs/benchmarks.md`, Runtime,
+/// "Session 43").
 fn gemv_spec(proc: &Processor, bytes: u64) -> Result<GemmSpec, Error> {
     let dtype = preferred_dtype(proc, &[DType::F32, DType::F16])?;
     let elem = (dtype.weight_bits() as u64).div_ceil(8);
@@ -1221,7 +1226,7 @@ fn gemv_spec(proc: &Processor, bytes: u64) -> Result<GemmSpec, Error> {
     Ok(GemmSpec {
         shape: GemmShape::new(1, side, side).expect("non-zero"),
         dtype,
-        order: OperandOrder::Aw,
+        order: OperandOrder::WtAt,
         weights: WeightMode::Static,
     })
 }

@@ -16,7 +16,7 @@ mod awake;
 pub mod topology;
 
 use std::path::Path;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
@@ -269,6 +269,9 @@ const SPINS_BEFORE_YIELD: u32 = 2000;
 struct Shared {
     /// Set to 1 by the worker after it has put the buffers back (written last).
     done: AtomicU32,
+    /// Nanoseconds from the submit to the end of the run, as the worker saw
+    /// it (written before `done`).
+    ran_ns: AtomicU64,
     slot: Mutex<Option<Dense>>,
     cv: Condvar,
 }
@@ -335,6 +338,7 @@ impl Gemm for CpuGemm {
         Ok(Timed {
             device_us: None,
             host_us: t.elapsed().as_secs_f64() * 1e6,
+            ran_us: None,
         })
     }
 
@@ -351,6 +355,7 @@ impl Gemm for CpuGemm {
             .ok_or_else(|| Error::backend(&self.id, "already submitted"))?;
         let shared = Arc::new(Shared {
             done: AtomicU32::new(0),
+            ran_ns: AtomicU64::new(0),
             slot: Mutex::new(None),
             cv: Condvar::new(),
         });
@@ -360,6 +365,8 @@ impl Gemm for CpuGemm {
         awake.rouse(&self.pool);
         self.pool.spawn(move || {
             dense.run(par);
+            let ran = started.elapsed().as_nanos().min(u64::MAX as u128) as u64;
+            s.ran_ns.store(ran, Ordering::Relaxed);
             awake.extend();
             *s.slot.lock().unwrap_or_else(|p| p.into_inner()) = Some(dense);
             // The flag is written last: a poller that sees it finds the
@@ -408,11 +415,14 @@ impl Gemm for CpuGemm {
             }
         };
         let host_us = started.elapsed().as_secs_f64() * 1e6;
+        // Read after the buffers came back, so after the worker's store.
+        let ran_us = shared.ran_ns.load(Ordering::Relaxed) as f64 * 1e-3;
         self.dense =
             Some(dense.ok_or_else(|| Error::backend(&self.id, "worker lost the buffers"))?);
         Ok(Timed {
             device_us: None,
             host_us,
+            ran_us: Some(ran_us),
         })
     }
 
@@ -511,6 +521,33 @@ mod tests {
             }
             assert!(g.wait(SyncMode::Block).is_err(), "wait without submit");
         }
+    }
+
+    #[test]
+    fn a_late_wait_reports_the_runs_own_time() {
+        // The runtime waits for a GPU's steps before a CPU part: the CPU
+        // part's time is its run's, not the moment the host looked.
+        let mut b = backend();
+        let shape = GemmShape::new(1, 64, 64).unwrap();
+        let (a, w) = crate::verify::inputs(&shape, 0);
+        let spec = GemmSpec {
+            shape,
+            dtype: DType::F32,
+            order: OperandOrder::WtAt,
+            weights: WeightMode::Static,
+        };
+        let mut g = b.prepare(&spec, &w).unwrap();
+        g.write_input(&a).unwrap();
+        g.submit().unwrap();
+        std::thread::sleep(Duration::from_millis(60));
+        let t = g.wait(SyncMode::Block).unwrap();
+        let ran = t.ran_us.expect("the worker's end");
+        assert!(t.host_us >= 60_000.0, "{t:?}");
+        assert!(ran > 0.0 && ran < t.host_us, "{t:?}");
+        assert_eq!(t.best_us(), ran);
+        // Run synchronously, the host's clock is the run's.
+        let t = g.execute().unwrap();
+        assert_eq!(t.ran_us, None);
     }
 
     #[test]

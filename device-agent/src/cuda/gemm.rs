@@ -1074,6 +1074,7 @@ impl CudaGemm {
         Ok(Timed {
             device_us: Some(device_us),
             host_us,
+            ran_us: None,
         })
     }
 }

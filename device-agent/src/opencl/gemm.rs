@@ -553,6 +553,7 @@ impl Gemm for ClGemm {
         Ok(Timed {
             device_us: Some(device_us),
             host_us,
+            ran_us: None,
         })
     }
 
@@ -697,6 +698,7 @@ impl Gemm for ClGemm {
         Ok(Timed {
             device_us: Some(device_us),
             host_us,
+            ran_us: None,
         })
     }
 

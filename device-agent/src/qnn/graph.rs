@@ -735,6 +735,7 @@ impl Gemm for QnnGemm {
         Ok(Timed {
             device_us: None,
             host_us,
+            ran_us: None,
         })
     }
 
