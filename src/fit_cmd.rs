@@ -47,6 +47,8 @@ pub struct Loaded {
     pub profile: DeviceProfile,
     pub rows: Vec<MeasurementRow>,
     pub micro: Vec<MicrobenchRow>,
+    /// What the agent said each microbenchmark measured, by case id.
+    pub notes: std::collections::BTreeMap<String, String>,
     pub fingerprint: Fingerprint,
 }
 
@@ -75,6 +77,7 @@ pub fn load_dataset(dir: &Path) -> anyhow::Result<Loaded> {
         profile,
         rows: ds.measurements,
         micro: ds.microbench,
+        notes: ds.notes,
         fingerprint,
     })
 }
@@ -191,7 +194,7 @@ pub fn run(args: FitArgs) -> anyhow::Result<()> {
         hetero_plan::write_atomic(path, text.as_bytes())?;
     }
     print_report(&report);
-    for line in bandwidth_notes(&predictor.overheads, &data.micro, &data.profile.processors) {
+    for line in bandwidth_notes(&predictor.overheads, &data.micro, &data.notes) {
         println!("{line}");
     }
     if let (Some(t), Some(dir)) = (&report.test, &args.test) {
@@ -225,23 +228,28 @@ const SLOW_HOST_PROBE: f64 = 1.5;
 /// on other machines; `docs/benchmarks.md`, Runtime, "Session 40").
 ///
 /// A discrete GPU's bandwidth GEMV copies its weights from page-locked host
-/// memory at every run, so its factor is its weight copies' (offload's CG
-/// rows), as the line says; its resident weights share no bandwidth.
+/// memory at every run where its backend can, and its rows' notes (`notes`,
+/// by case id) say so: its factor is then its weight copies' (offload's CG
+/// rows), as the line says.
 fn bandwidth_notes(
     overheads: &[Overheads],
     micro: &[MicrobenchRow],
-    processors: &[hetero_plan::Processor],
+    notes: &std::collections::BTreeMap<String, String>,
 ) -> Vec<String> {
     let mut out = Vec::new();
     for o in overheads {
         let Some(factor) = o.concurrent_factor else {
             continue;
         };
-        let copies = processors.iter().any(|p| {
-            p.id == o.processor
-                && p.kind == hetero_plan::ProcessorKind::Gpu
-                && !p.capabilities.unified_memory
-                && !p.simulated
+        // The timed side of the note, before the peer's.
+        let copies = micro.iter().any(|r| {
+            r.processor == o.processor
+                && r.bench == MicrobenchKind::BandwidthConcurrent
+                && notes.get(&r.case_id).is_some_and(|n| {
+                    n.split("; peer")
+                        .next()
+                        .is_some_and(|timed| timed.contains(hetero_agent::sweep::HOST_WEIGHTS_NOTE))
+                })
         });
         let what = if copies {
             " (its weight copies from host memory)"
@@ -419,6 +427,7 @@ mod tests {
 
     #[test]
     fn a_bandwidth_row_taken_while_the_host_ran_slow_is_flagged() {
+        let none_said = std::collections::BTreeMap::new();
         let o = Overheads {
             processor: "cpu:0".into(),
             bandwidth_gbps: Some(58.5),
@@ -430,7 +439,7 @@ mod tests {
             row(MicrobenchKind::BandwidthAlone, 9.5),
             row(MicrobenchKind::BandwidthConcurrent, 10.0),
         ];
-        let notes = bandwidth_notes(std::slice::from_ref(&o), &calm, &[]);
+        let notes = bandwidth_notes(std::slice::from_ref(&o), &calm, &none_said);
         assert_eq!(notes.len(), 1, "{notes:?}");
         assert!(
             notes[0].contains("cpu:0: 0.17 of its speed alone"),
@@ -441,7 +450,7 @@ mod tests {
             row(MicrobenchKind::BandwidthAlone, 9.5),
             row(MicrobenchKind::BandwidthConcurrent, 18.2),
         ];
-        let notes = bandwidth_notes(std::slice::from_ref(&o), &slow, &[]);
+        let notes = bandwidth_notes(std::slice::from_ref(&o), &slow, &none_said);
         assert_eq!(notes.len(), 2, "{notes:?}");
         assert!(
             notes[1].starts_with("  warning: mb/cpu:0/bandwidth_concurrent"),
@@ -456,32 +465,51 @@ mod tests {
             concurrent_factor: None,
             ..o.clone()
         };
-        assert!(bandwidth_notes(&[none], &slow, &[]).is_empty());
+        assert!(bandwidth_notes(&[none], &slow, &none_said).is_empty());
         let above = Overheads {
             concurrent_factor: Some(1.06),
             ..o
         };
-        assert!(bandwidth_notes(&[above], &calm, &[])[0].ends_with("the solver takes it as 1"));
-        // A discrete GPU's line says its factor is its weight copies'.
-        let gpu = hetero_plan::Processor {
-            id: "cuda:0".into(),
-            kind: hetero_plan::ProcessorKind::Gpu,
-            api: hetero_plan::ProcessorApi::Cuda,
-            name: "a discrete GPU".into(),
-            driver: String::new(),
-            capabilities: Default::default(),
-            simulated: false,
-            emulated: false,
-        };
+        assert!(
+            bandwidth_notes(&[above], &calm, &none_said)[0].ends_with("the solver takes it as 1")
+        );
+        // A discrete GPU whose row's note says it copied its weights from
+        // host memory: its line says its factor is its copies'.
         let copies = Overheads {
             processor: "cuda:0".into(),
             concurrent_factor: Some(0.6),
             host_probe_us: None,
             ..Default::default()
         };
-        let notes = bandwidth_notes(&[copies], &[], &[gpu]);
+        let mut gpu_row = row(MicrobenchKind::BandwidthConcurrent, 9.0);
+        gpu_row.processor = "cuda:0".into();
+        let said = std::collections::BTreeMap::from([(
+            gpu_row.case_id.clone(),
+            format!(
+                "GEMV 1x4096x4096 f32: 67108864 weight bytes per run, 9 copies in turn (576 MiB of weights), {}; peer `cpu:0` streamed GEMV 1x4096x4096 f32 30 times meanwhile, 9 copies in turn (576 MiB of weights)",
+                hetero_agent::sweep::HOST_WEIGHTS_NOTE
+            ),
+        )]);
+        let notes = bandwidth_notes(
+            std::slice::from_ref(&copies),
+            std::slice::from_ref(&gpu_row),
+            &said,
+        );
         assert!(
             notes[0].starts_with("  bandwidth cuda:0 (its weight copies from host memory): 0.60"),
+            "{notes:?}"
+        );
+        // The peer's copies alone do not make the timed side's line.
+        let cpu_said = std::collections::BTreeMap::from([(
+            gpu_row.case_id.clone(),
+            format!(
+                "GEMV: one copy; peer `cuda:0` streamed, {}",
+                hetero_agent::sweep::HOST_WEIGHTS_NOTE
+            ),
+        )]);
+        let notes = bandwidth_notes(&[copies], &[gpu_row], &cpu_said);
+        assert!(
+            notes[0].starts_with("  bandwidth cuda:0: 0.60"),
             "{notes:?}"
         );
     }

@@ -1231,6 +1231,18 @@ fn gemv_spec(proc: &Processor, bytes: u64) -> Result<GemmSpec, Error> {
     })
 }
 
+/// What a bandwidth row's note says of a GEMV that copies its weights from
+/// page-locked host memory at every run (`hetero fit` reads it).
+pub const HOST_WEIGHTS_NOTE: &str =
+    "each run copying its weights from page-locked host memory first";
+
+/// The weight bytes one run of the bandwidth GEMV `spec` reads.
+fn gemv_weight_bytes(spec: &GemmSpec) -> u64 {
+    spec.shape.k.get() as u64
+        * spec.shape.n.get() as u64
+        * (spec.dtype.weight_bits() as u64).div_ceil(8)
+}
+
 /// Whether `p`'s GEMVs read host memory themselves: a CPU, or a processor
 /// on unified memory.
 fn reads_host_memory(p: &Processor) -> bool {
@@ -1267,7 +1279,7 @@ struct Streamer {
 
 impl Streamer {
     /// The GEMV of `spec` on `b`. A processor on host memory runs copies of
-    /// it whose weights add up to [`crate::evict::rotation_bytes`], more
+    /// it whose weights add up to [`crate::evict::host_buffer_bytes`], more
     /// than the last-level cache: a server's cache (300 MiB on an H100
     /// host) holds one 64 MiB GEMV's weights whole, and its benchmark then
     /// measured the cache, not memory, and no contention beside a GPU's
@@ -1280,15 +1292,12 @@ impl Streamer {
     /// its own memory, one copy.
     fn new(b: &mut dyn Backend, spec: &GemmSpec) -> Result<Self, Error> {
         let proc = b.processor().clone();
-        let weight_bytes = spec.shape.k.get() as u64
-            * spec.shape.n.get() as u64
-            * (spec.dtype.weight_bits() as u64).div_ceil(8);
         let (a, w) = verify::inputs(&spec.shape, 0);
         let host = discrete_gpu(&proc);
         let rotate = !proc.simulated && (reads_host_memory(&proc) || host);
         let wanted = stream_copies(
             rotate,
-            weight_bytes,
+            gemv_weight_bytes(spec),
             crate::evict::host_buffer_bytes() as u64,
         );
         let mut out = Streamer {
@@ -1348,7 +1357,8 @@ impl Streamer {
             "one copy".to_string()
         };
         if self.copies_host_weights {
-            s.push_str(", each run copying its weights from page-locked host memory first");
+            s.push_str(", ");
+            s.push_str(HOST_WEIGHTS_NOTE);
         }
         s
     }
@@ -1363,8 +1373,8 @@ fn stream(
     let bytes = req.bytes.unwrap_or(DEFAULT_STREAM_BYTES);
     let spec = gemv_spec(backends[0].processor(), bytes)?;
     let mut g = Streamer::new(&mut *backends[0], &spec)?;
-    let (k, n) = (spec.shape.k.get() as u64, spec.shape.n.get() as u64);
-    let streamed = k * n * (spec.dtype.weight_bits() as u64).div_ceil(8);
+    let (k, n) = (spec.shape.k.get(), spec.shape.n.get());
+    let streamed = gemv_weight_bytes(&spec);
     let simulated = backends[0].processor().simulated;
     let timed = |g: &mut Streamer| -> Result<Vec<f64>, Error> {
         // Every copy once more, then the timed runs.
@@ -1391,10 +1401,7 @@ fn stream(
     }
     let peer_spec = gemv_spec(backends[1].processor(), bytes)?;
     let mut pg = Streamer::new(&mut *backends[1], &peer_spec)?;
-    let peer_streamed = peer_spec.shape.k.get() as u64
-        * peer_spec.shape.n.get() as u64
-        * (peer_spec.dtype.weight_bits() as u64).div_ceil(8);
-    let peer_how = pg.describe(peer_streamed);
+    let peer_how = pg.describe(gemv_weight_bytes(&peer_spec));
     let stop = AtomicBool::new(false);
     let peer_runs = AtomicU64::new(0);
     let peer_err: std::sync::Mutex<Option<Error>> = std::sync::Mutex::new(None);

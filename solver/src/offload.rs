@@ -228,7 +228,7 @@ impl OpCtx<'_, '_> {
 /// memory, and the GPU's copies beside the CPU's GEMV), 1 where not
 /// measured. On an H100 host, beside each other at decode's `ffn_gate`
 /// shares, the CPU part ran at 0.86–0.89 of its speed alone and the copies
-/// at 0.58–0.62 (`docs/benchmarks.md`, Runtime, "Session 43").
+/// at 0.57–0.62 (`docs/benchmarks.md`, Runtime, "Session 43").
 pub(crate) fn beside_each_other(
     cpu: f64,
     start: f64,
