@@ -118,7 +118,7 @@ fn main() -> Result<()> {
     }
     let [proc, dtype, order, kn, ms] = args.as_slice() else {
         bail!(
-            "usage: stage_bench [--pinned] PROCESSOR DTYPE ORDER KxN M,M,...\n       stage_bench [--pinned] --layers PROCESSOR DTYPE ORDER M KxN,KxN,... LAYERS\n       stage_bench [--pinned] --alloc PROCESSOR DTYPE ORDER MxKxN COUNT"
+            "usage: stage_bench [--pinned] PROCESSOR DTYPE ORDER KxN M,M,...\n       stage_bench [--pinned] --layers PROCESSOR DTYPE ORDER M KxN,KxN,... LAYERS\n       stage_bench [--pinned] --alloc PROCESSOR DTYPE ORDER MxKxN COUNT\n       stage_bench --idle PROCESSOR DTYPE ORDER MxKxN GAP_US,...\n       stage_bench --after PROC_A MxKxN PROC_B MxKxN\n       stage_bench --beside PROC_A DTYPE MxKxN PROC_B DTYPE MxKxN LAYERS copied|resident a-first|b-first"
         );
     };
     let dtype: DType = dtype.parse().map_err(anyhow::Error::msg)?;
