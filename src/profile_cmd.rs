@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::Args;
-use hetero_plan::{DType, RunParams, hf};
+use hetero_plan::{DType, RunFlags, RunParams, hf};
 use hetero_profiler::agent::AgentSource;
 use hetero_profiler::report::parse_duration;
 use hetero_profiler::transport::{RetryPolicy, TransportOptions};
@@ -177,12 +177,16 @@ fn options(a: ProfileArgs) -> anyhow::Result<(ProfileOptions, bool)> {
     for m in &a.models {
         models.push(hf::load_config(m).with_context(|| format!("--models {}", m.display()))?);
     }
-    if a.reps == 0 {
-        return Err(bad("--reps: must be at least 1"));
-    }
-    if a.timeout_ms == 0 {
-        return Err(bad("--timeout-ms: must be at least 1"));
-    }
+    let run = RunParams::from_flags(RunFlags {
+        warmups: a.warmups,
+        warmup_ms: a.warmup_ms,
+        reps: a.reps,
+        timeout_ms: a.timeout_ms,
+        cold_cache: a.cold_cache,
+        rotate_weights: a.rotate_weights,
+        kernel_timer: a.kernel_timer || !a.ordinary_timer,
+    })
+    .map_err(bad)?;
     if a.retries == 0 {
         return Err(bad("--retries: must be at least 1 (the first try)"));
     }
@@ -235,15 +239,7 @@ fn options(a: ProfileArgs) -> anyhow::Result<(ProfileOptions, bool)> {
         remote_dir: a.remote_dir,
         observer: None,
     };
-    opts.run = RunParams {
-        warmups: a.warmups,
-        warmup_ms: a.warmup_ms,
-        repetitions: a.reps,
-        timeout_ms: a.timeout_ms,
-        cold_cache: a.cold_cache || a.rotate_weights,
-        rotate_weights: a.rotate_weights,
-        kernel_timer: a.kernel_timer || !a.ordinary_timer,
-    };
+    opts.run = run;
     opts.microbench = !a.no_microbench;
     opts.refine = !a.no_refine;
     if a.max_cases == Some(0) {

@@ -57,7 +57,7 @@ pub use processor::{Capabilities, Processor, ProcessorApi, ProcessorKind, Timing
 pub use profile::{AgentInfo, DeviceProfile, HostInfo};
 pub use sweep::{
     Conditions, DEFAULT_WARMUP_MS, MeasurementRow, MicrobenchKind, MicrobenchRequest,
-    MicrobenchRow, OP_ALONE_BYTES, RowStatus, RunParams, Stats, SweepCase, SweepSpec,
+    MicrobenchRow, OP_ALONE_BYTES, RowStatus, RunFlags, RunParams, Stats, SweepCase, SweepSpec,
 };
 pub use version::{SCHEMA_VERSION, SchemaVersion};
 

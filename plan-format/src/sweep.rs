@@ -68,6 +68,47 @@ impl Default for RunParams {
     }
 }
 
+/// The timing flags `hetero profile` and `hetero-agent sweep` share.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RunFlags {
+    /// `--warmups`.
+    pub warmups: u32,
+    /// `--warmup-ms`.
+    pub warmup_ms: u64,
+    /// `--reps`.
+    pub reps: u32,
+    /// `--timeout-ms`.
+    pub timeout_ms: u64,
+    /// `--cold-cache`.
+    pub cold_cache: bool,
+    /// `--rotate-weights`, which implies `--cold-cache`.
+    pub rotate_weights: bool,
+    /// Whether the kernel timer is on.
+    pub kernel_timer: bool,
+}
+
+impl RunParams {
+    /// The run parameters of the shared timing flags, or the message for
+    /// the first flag out of range (named as the flag).
+    pub fn from_flags(f: RunFlags) -> Result<Self, String> {
+        if f.reps == 0 {
+            return Err("--reps: must be at least 1".into());
+        }
+        if f.timeout_ms == 0 {
+            return Err("--timeout-ms: must be at least 1".into());
+        }
+        Ok(RunParams {
+            warmups: f.warmups,
+            warmup_ms: f.warmup_ms,
+            repetitions: f.reps,
+            timeout_ms: f.timeout_ms,
+            cold_cache: f.cold_cache || f.rotate_weights,
+            rotate_weights: f.rotate_weights,
+            kernel_timer: f.kernel_timer,
+        })
+    }
+}
+
 /// One GEMM to measure.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct SweepCase {
@@ -466,6 +507,26 @@ pub struct MicrobenchRow {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn run_flags_check_their_ranges_and_rotation_implies_cold() {
+        let f = RunFlags {
+            warmups: 1,
+            warmup_ms: 0,
+            reps: 3,
+            timeout_ms: 100,
+            cold_cache: false,
+            rotate_weights: true,
+            kernel_timer: false,
+        };
+        let r = RunParams::from_flags(f).unwrap();
+        assert!(r.cold_cache && r.rotate_weights);
+        assert_eq!((r.warmups, r.repetitions, r.timeout_ms), (1, 3, 100));
+        let e = RunParams::from_flags(RunFlags { reps: 0, ..f }).unwrap_err();
+        assert!(e.starts_with("--reps"), "{e}");
+        let e = RunParams::from_flags(RunFlags { timeout_ms: 0, ..f }).unwrap_err();
+        assert!(e.starts_with("--timeout-ms"), "{e}");
+    }
 
     #[test]
     fn stats_of_known_sample() {

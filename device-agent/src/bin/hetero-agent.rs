@@ -15,7 +15,7 @@ use hetero_agent::protocol::{AgentLine, Hello, ProbeReport};
 use hetero_agent::sweep::{SweepOptions, Sweeper};
 use hetero_agent::{Error as AgentError, OpenOptions, Registry};
 use hetero_plan::{
-    DType, Format, GemmShape, MicrobenchKind, MicrobenchRequest, OperandOrder, RunParams,
+    DType, Format, GemmShape, MicrobenchKind, MicrobenchRequest, OperandOrder, RunFlags, RunParams,
     SchemaVersion, SweepCase, SweepSpec, WeightMode,
 };
 
@@ -377,21 +377,16 @@ fn shorthand_spec(a: &SweepArgs) -> Result<SweepSpec> {
     let dtype: DType = parse_flag("--dtype", &a.dtype)?;
     let order: OperandOrder = parse_flag("--order", &a.order)?;
     let defaults = RunParams::default();
-    let run = RunParams {
+    let run = RunParams::from_flags(RunFlags {
         warmups: a.warmups.unwrap_or(defaults.warmups),
         warmup_ms: a.warmup_ms,
-        repetitions: a.reps.unwrap_or(defaults.repetitions),
+        reps: a.reps.unwrap_or(defaults.repetitions),
         timeout_ms: a.timeout_ms.unwrap_or(defaults.timeout_ms),
-        cold_cache: a.cold_cache || a.rotate_weights,
+        cold_cache: a.cold_cache,
         rotate_weights: a.rotate_weights,
         kernel_timer: a.kernel_timer,
-    };
-    if run.repetitions == 0 {
-        return Err(bad("--reps: must be at least 1"));
-    }
-    if run.timeout_ms == 0 {
-        return Err(bad("--timeout-ms: must be at least 1"));
-    }
+    })
+    .map_err(bad)?;
     let mut cases = Vec::new();
     for s in a.shapes.as_deref().unwrap_or_default() {
         let shape: GemmShape = parse_flag("--shapes", s)?;
