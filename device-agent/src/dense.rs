@@ -45,6 +45,7 @@ impl Buf {
         transpose: bool,
         scratch: &mut Vec<f16>,
     ) {
+        let transpose = transpose && !is_vector(rows, cols);
         match self {
             Buf::F32(d) if transpose => transpose::transpose(src, d, cols, rows),
             Buf::F32(d) => d.copy_from_slice(src),
@@ -71,6 +72,7 @@ impl Buf {
         transpose: bool,
         scratch: &mut Vec<f16>,
     ) {
+        let transpose = transpose && !is_vector(rows, cols);
         match self {
             Buf::F32(s) if transpose => transpose::transpose(s, dst, rows, cols),
             Buf::F32(s) => dst.copy_from_slice(s),
@@ -179,6 +181,15 @@ impl Dense {
             _ => unreachable!("buffers are created with one dtype"),
         }
     }
+}
+
+/// Whether a `rows × cols` matrix is a vector, whose transpose is itself
+/// in memory: a decode step's input and output (M = 1). The `transpose`
+/// crate took 24 µs for a 1×8960 f32 input and 24 µs for a 1×36352 output
+/// on an H100 host's CPU (1.5 GB/s), where a copy takes about 1 µs and 3 µs
+/// (`docs/benchmarks.md`, Runtime, "Session 43").
+fn is_vector(rows: usize, cols: usize) -> bool {
+    rows == 1 || cols == 1
 }
 
 fn dims(spec: &GemmSpec) -> (usize, usize, usize) {
@@ -364,6 +375,10 @@ mod tests {
                     (3, 70, 100, Parallelism::Rayon(3)),
                     (8, 33, 257, Parallelism::Rayon(2)),
                     (9, 33, 257, Parallelism::Rayon(2)),
+                    // Vectors, copied rather than transposed: one output
+                    // column, one input column.
+                    (5, 33, 1, Parallelism::None),
+                    (4, 1, 9, Parallelism::None),
                 ] {
                     let shape = GemmShape::new(m, k, n).unwrap();
                     let spec = GemmSpec {
