@@ -22,4 +22,8 @@ SKIP_CUDA_TESTS=1 CUDA_COLD=1 CPU_ROTATE=1 CUDA_BUDGET=60s CPU_BUDGET=90s PAIR_B
 echo "replay done $SECONDS s"
 grep -h "bandwidth" "$out/r/replay/fit.txt"
 cat "$out/r/replay/summary.md" 2>/dev/null | tail -12
+for kn in 1536x2560 8960x512 1536x36352; do
+  HETERO_CPU_GROUPS="0-14" .carry/replay/stage_bench --pinned cpu:0 f32 wt_at $kn 1,16
+done > "$out/r/stage.txt" 2>&1
+cat "$out/r/stage.txt"
 tar cf "$out/call.tar" -C "$out" r && rm -rf "$out/r"
