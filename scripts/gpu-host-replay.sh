@@ -65,6 +65,9 @@ model=datasets/models/qwen2.5-1.5b.json
 if [ "${1:-}" = "--prepare" ]; then
     set -e
     cargo build --release -p hetero -p hetero-agent
+    # stage_bench travels too, built from the same tree (session 43's call
+    # 8 ran a copy left in the folder from an older build).
+    cargo build --release -p hetero-agent --example stage_bench
     tests=$(cargo test --release -p hetero-agent --lib --no-run --message-format=json 2>/dev/null |
         python3 -c 'import json,sys
 for l in sys.stdin:
@@ -72,7 +75,7 @@ for l in sys.stdin:
     if m.get("reason") == "compiler-artifact" and m.get("executable") and "lib" in m["target"]["kind"]:
         print(m["executable"])' | tail -n1)
     mkdir -p "$carry"
-    cp target/release/hetero target/release/hetero-agent "$carry/"
+    cp target/release/hetero target/release/hetero-agent target/release/examples/stage_bench "$carry/"
     cp "$tests" "$carry/agent-tests"
     strip "$carry"/* 2>/dev/null || true
     git rev-parse HEAD > "$carry/COMMIT" 2>/dev/null || true
