@@ -6,6 +6,102 @@ use hetero_plan::{LinearOp, Phase, RowPart, SeqPart, SolverInfo, Strategy};
 use super::*;
 use crate::testutil::{row_cut, single, tiny_model, tiny_plan};
 
+/// What a test's wrapper around a backend's GEMM changes ([`Wrapped`]).
+/// Every other call goes to the GEMM itself; `submit` and `wait` only
+/// where `ASYNC` (else they are unsupported, and the runtime runs the part
+/// inline), and `host_weights` only where the tweak takes it (else
+/// unsupported, and the runtime writes upload weights before each run).
+trait Tweak: Send + 'static {
+    const ASYNC: bool = false;
+    fn before_execute(&mut self, _g: &mut dyn Gemm) -> hetero_agent::Result<()> {
+        Ok(())
+    }
+    fn after_read(&mut self, _c: &mut [f32]) {}
+    fn on_wait(&mut self, _mode: hetero_agent::SyncMode) {}
+    fn write_weights(&mut self, g: &mut dyn Gemm, w: &[f32]) -> hetero_agent::Result<()> {
+        g.write_weights(w)
+    }
+    fn host_weights(&mut self, g: &mut dyn Gemm, _w: &[f32]) -> hetero_agent::Result<()> {
+        Err(hetero_agent::Error::unsupported(
+            g.backend_id(),
+            "weights kept on the host and copied every run",
+        ))
+    }
+}
+
+/// A backend's GEMM with a test's [`Tweak`].
+struct Wrapped<T> {
+    inner: Box<dyn Gemm>,
+    tweak: T,
+}
+
+impl<T: Tweak> Gemm for Wrapped<T> {
+    fn spec(&self) -> &GemmSpec {
+        self.inner.spec()
+    }
+    fn write_input(&mut self, a: &[f32]) -> hetero_agent::Result<()> {
+        self.inner.write_input(a)
+    }
+    fn execute(&mut self) -> hetero_agent::Result<hetero_agent::Timed> {
+        self.tweak.before_execute(self.inner.as_mut())?;
+        self.inner.execute()
+    }
+    fn read_output(&mut self, c: &mut [f32]) -> hetero_agent::Result<()> {
+        self.inner.read_output(c)?;
+        self.tweak.after_read(c);
+        Ok(())
+    }
+    fn write_weights(&mut self, w: &[f32]) -> hetero_agent::Result<()> {
+        self.tweak.write_weights(self.inner.as_mut(), w)
+    }
+    fn host_weights(&mut self, w: &[f32]) -> hetero_agent::Result<()> {
+        self.tweak.host_weights(self.inner.as_mut(), w)
+    }
+    fn submit(&mut self) -> hetero_agent::Result<()> {
+        if !T::ASYNC {
+            return Err(hetero_agent::Error::unsupported(
+                self.backend_id(),
+                "asynchronous submit",
+            ));
+        }
+        self.inner.submit()
+    }
+    fn wait(&mut self, mode: hetero_agent::SyncMode) -> hetero_agent::Result<hetero_agent::Timed> {
+        if !T::ASYNC {
+            return Err(hetero_agent::Error::unsupported(
+                self.backend_id(),
+                "asynchronous wait",
+            ));
+        }
+        self.tweak.on_wait(mode);
+        self.inner.wait(mode)
+    }
+    fn backend_id(&self) -> String {
+        self.inner.backend_id()
+    }
+}
+
+/// A graph source that wraps each GEMM the backend prepares with the
+/// tweak `make` gives for its request, described as `.0`.
+struct Wrap<F>(&'static str, F);
+
+impl<T: Tweak, F: FnMut(&GraphRequest<'_>) -> T + Send> GraphSource for Wrap<F> {
+    fn graph(
+        &mut self,
+        backend: &mut dyn Backend,
+        req: &GraphRequest<'_>,
+        weights: &[f32],
+    ) -> hetero_agent::Result<Box<dyn Gemm>> {
+        Ok(Box::new(Wrapped {
+            inner: backend.prepare(&req.spec, weights)?,
+            tweak: (self.1)(req),
+        }))
+    }
+    fn describe(&self) -> String {
+        self.0.into()
+    }
+}
+
 struct Tmp(PathBuf);
 impl Tmp {
     fn new(name: &str) -> Tmp {
@@ -172,47 +268,19 @@ fn every_strategy_runs_and_passes_the_check_with_both_syncs() {
 #[test]
 fn a_wrong_merge_fails_the_check() {
     // A bug in a backend (here: a GEMM whose output is off) must fail --check.
-    struct Broken(Box<dyn Gemm>);
-    impl Gemm for Broken {
-        fn spec(&self) -> &GemmSpec {
-            self.0.spec()
-        }
-        fn write_input(&mut self, a: &[f32]) -> hetero_agent::Result<()> {
-            self.0.write_input(a)
-        }
-        fn execute(&mut self) -> hetero_agent::Result<hetero_agent::Timed> {
-            self.0.execute()
-        }
-        fn read_output(&mut self, c: &mut [f32]) -> hetero_agent::Result<()> {
-            self.0.read_output(c)?;
+    struct Broken;
+    impl Tweak for Broken {
+        fn after_read(&mut self, c: &mut [f32]) {
             c[c.len() - 1] += 0.5;
-            Ok(())
-        }
-        fn write_weights(&mut self, w: &[f32]) -> hetero_agent::Result<()> {
-            self.0.write_weights(w)
-        }
-        fn backend_id(&self) -> String {
-            self.0.backend_id()
-        }
-    }
-    struct BrokenSource;
-    impl GraphSource for BrokenSource {
-        fn graph(
-            &mut self,
-            backend: &mut dyn Backend,
-            req: &GraphRequest<'_>,
-            weights: &[f32],
-        ) -> hetero_agent::Result<Box<dyn Gemm>> {
-            Ok(Box::new(Broken(backend.prepare(&req.spec, weights)?)))
-        }
-        fn describe(&self) -> String {
-            "broken".into()
         }
     }
     let dir = Tmp::new("broken");
     let mut rt = open_tiny(&dir, every_strategy, RuntimeOptions::default()).unwrap();
-    rt.set_graph_source("npu-sim", Box::new(BrokenSource))
-        .unwrap();
+    rt.set_graph_source(
+        "npu-sim",
+        Box::new(Wrap("broken", |_: &GraphRequest<'_>| Broken)),
+    )
+    .unwrap();
     let r = rt.run(&spec(Phase::Prefill, 8)).unwrap();
     let c = r.check.unwrap();
     assert!(c.passed < c.outputs, "{c:?}");
@@ -392,59 +460,22 @@ fn offload_rows_kept_on_the_host_are_copied_every_run_or_the_check_fails() {
     // run (`honest`), or keeps it and never writes it (`lazy`). Upload steps
     // are prepared with zeros, so only the honest one passes --check.
     struct Streaming {
-        inner: Box<dyn Gemm>,
         w: Option<Vec<f32>>,
         honest: bool,
     }
-    impl Streaming {
-        fn copy(&mut self) -> hetero_agent::Result<()> {
+    impl Tweak for Streaming {
+        fn before_execute(&mut self, g: &mut dyn Gemm) -> hetero_agent::Result<()> {
             match (&self.w, self.honest) {
-                (Some(w), true) => self.inner.write_weights(w),
+                (Some(w), true) => g.write_weights(w),
                 _ => Ok(()),
             }
         }
-    }
-    impl Gemm for Streaming {
-        fn spec(&self) -> &GemmSpec {
-            self.inner.spec()
-        }
-        fn write_input(&mut self, a: &[f32]) -> hetero_agent::Result<()> {
-            self.inner.write_input(a)
-        }
-        fn execute(&mut self) -> hetero_agent::Result<hetero_agent::Timed> {
-            self.copy()?;
-            self.inner.execute()
-        }
-        fn read_output(&mut self, c: &mut [f32]) -> hetero_agent::Result<()> {
-            self.inner.read_output(c)
-        }
-        fn write_weights(&mut self, _: &[f32]) -> hetero_agent::Result<()> {
+        fn write_weights(&mut self, _: &mut dyn Gemm, _: &[f32]) -> hetero_agent::Result<()> {
             panic!("host_weights is supported: write_weights must not be called")
         }
-        fn host_weights(&mut self, w: &[f32]) -> hetero_agent::Result<()> {
+        fn host_weights(&mut self, _: &mut dyn Gemm, w: &[f32]) -> hetero_agent::Result<()> {
             self.w = Some(w.to_vec());
             Ok(())
-        }
-        fn backend_id(&self) -> String {
-            self.inner.backend_id()
-        }
-    }
-    struct Source(bool);
-    impl GraphSource for Source {
-        fn graph(
-            &mut self,
-            backend: &mut dyn Backend,
-            req: &GraphRequest<'_>,
-            weights: &[f32],
-        ) -> hetero_agent::Result<Box<dyn Gemm>> {
-            Ok(Box::new(Streaming {
-                inner: backend.prepare(&req.spec, weights)?,
-                w: None,
-                honest: self.0,
-            }))
-        }
-        fn describe(&self) -> String {
-            "streaming".into()
         }
     }
     let offload = |op: &LinearOp, _: Phase, _: u32, _: u32| Strategy::Offload {
@@ -458,8 +489,11 @@ fn offload_rows_kept_on_the_host_are_copied_every_run_or_the_check_fails() {
     let dir = Tmp::new("hostw");
     for honest in [true, false] {
         let mut rt = open_tiny(&dir, offload, RuntimeOptions::default()).unwrap();
-        rt.set_graph_source("npu-sim", Box::new(Source(honest)))
-            .unwrap();
+        let source = Wrap("streaming", move |_: &GraphRequest<'_>| Streaming {
+            w: None,
+            honest,
+        });
+        rt.set_graph_source("npu-sim", Box::new(source)).unwrap();
         let r = rt.run(&spec(Phase::Decode, 1)).unwrap();
         let c = r.check.unwrap();
         if honest {
@@ -625,58 +659,18 @@ fn a_chain_spins_on_its_first_steps_and_sleeps_toward_the_parts_end_on_its_last(
     // Each wait's predicted time is recorded.
     type Waits = Arc<Mutex<Vec<(usize, f64)>>>;
     struct Recording {
-        inner: Box<dyn Gemm>,
         cols: usize,
         waits: Waits,
     }
-    impl Gemm for Recording {
-        fn spec(&self) -> &GemmSpec {
-            self.inner.spec()
-        }
-        fn write_input(&mut self, a: &[f32]) -> hetero_agent::Result<()> {
-            self.inner.write_input(a)
-        }
-        fn execute(&mut self) -> hetero_agent::Result<hetero_agent::Timed> {
-            self.inner.execute()
-        }
-        fn read_output(&mut self, c: &mut [f32]) -> hetero_agent::Result<()> {
-            self.inner.read_output(c)
-        }
-        fn write_weights(&mut self, w: &[f32]) -> hetero_agent::Result<()> {
-            self.inner.write_weights(w)
-        }
-        fn submit(&mut self) -> hetero_agent::Result<()> {
-            self.inner.submit()
-        }
-        fn wait(
-            &mut self,
-            mode: hetero_agent::SyncMode,
-        ) -> hetero_agent::Result<hetero_agent::Timed> {
+    impl Tweak for Recording {
+        const ASYNC: bool = true;
+        fn on_wait(&mut self, mode: hetero_agent::SyncMode) {
             if let hetero_agent::SyncMode::Poll { predicted_us } = mode {
                 self.waits.lock().unwrap().push((self.cols, predicted_us));
             }
-            self.inner.wait(mode)
         }
-        fn backend_id(&self) -> String {
-            self.inner.backend_id()
-        }
-    }
-    struct Source(Waits);
-    impl GraphSource for Source {
-        fn graph(
-            &mut self,
-            backend: &mut dyn Backend,
-            req: &GraphRequest<'_>,
-            weights: &[f32],
-        ) -> hetero_agent::Result<Box<dyn Gemm>> {
-            Ok(Box::new(Recording {
-                inner: backend.prepare(&req.spec, weights)?,
-                cols: req.spec.shape.n.get() as usize,
-                waits: self.0.clone(),
-            }))
-        }
-        fn describe(&self) -> String {
-            "recording".into()
+        fn write_weights(&mut self, g: &mut dyn Gemm, w: &[f32]) -> hetero_agent::Result<()> {
+            g.write_weights(w)
         }
     }
     // 8 CC rows on npu-sim (simulated: run on the host after the real parts),
@@ -700,8 +694,12 @@ fn a_chain_spins_on_its_first_steps_and_sleeps_toward_the_parts_end_on_its_last(
         },
     )
     .unwrap();
-    rt.set_graph_source("cpu:0", Box::new(Source(waits.clone())))
-        .unwrap();
+    let recorded = waits.clone();
+    let source = Wrap("recording", move |req: &GraphRequest<'_>| Recording {
+        cols: req.spec.shape.n.get() as usize,
+        waits: recorded.clone(),
+    });
+    rt.set_graph_source("cpu:0", Box::new(source)).unwrap();
     let r = rt.run(&spec(Phase::Decode, 1)).unwrap();
     let c = r.check.unwrap();
     assert_eq!(c.passed, c.outputs, "{:?}", c.failures);
