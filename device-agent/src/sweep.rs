@@ -1307,9 +1307,11 @@ impl Streamer {
         };
         let tol = b.tolerance(spec.dtype, spec.shape.k.get());
         let mut c = vec![0f32; spec.shape.n.get() as usize];
-        for i in 0..wanted {
+        for _ in 0..wanted {
             let mut g = b.prepare(spec, &w)?;
-            if host && (i == 0 || out.copies_host_weights) {
+            // A GPU that cannot keep them on the host says so on the first
+            // copy, and the loop ends below.
+            if host {
                 match g.host_weights(&w) {
                     Ok(()) => out.copies_host_weights = true,
                     Err(Error::Unsupported { .. }) => {}
