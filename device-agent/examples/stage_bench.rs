@@ -116,9 +116,12 @@ fn main() -> Result<()> {
     if args.first().map(String::as_str) == Some("--beside") {
         return beside(&args[1..]);
     }
+    if args.first().map(String::as_str) == Some("--follow") {
+        return follow(&args[1..]);
+    }
     let [proc, dtype, order, kn, ms] = args.as_slice() else {
         bail!(
-            "usage: stage_bench [--pinned] PROCESSOR DTYPE ORDER KxN M,M,...\n       stage_bench [--pinned] --layers PROCESSOR DTYPE ORDER M KxN,KxN,... LAYERS\n       stage_bench [--pinned] --alloc PROCESSOR DTYPE ORDER MxKxN COUNT\n       stage_bench --idle PROCESSOR DTYPE ORDER MxKxN GAP_US,...\n       stage_bench --after PROC_A MxKxN PROC_B MxKxN\n       stage_bench --beside PROC_A DTYPE MxKxN PROC_B DTYPE MxKxN LAYERS copied|resident a-first|b-first"
+            "usage: stage_bench [--pinned] PROCESSOR DTYPE ORDER KxN M,M,...\n       stage_bench [--pinned] --layers PROCESSOR DTYPE ORDER M KxN,KxN,... LAYERS\n       stage_bench [--pinned] --alloc PROCESSOR DTYPE ORDER MxKxN COUNT\n       stage_bench --idle PROCESSOR DTYPE ORDER MxKxN GAP_US,...\n       stage_bench --after PROC_A MxKxN PROC_B MxKxN\n       stage_bench --beside PROC_A DTYPE MxKxN PROC_B DTYPE MxKxN LAYERS copied|resident a-first|b-first\n       stage_bench --follow CPU GPU DTYPE LAYERS"
         );
     };
     let dtype: DType = dtype.parse().map_err(anyhow::Error::msg)?;
@@ -513,5 +516,119 @@ fn beside(args: &[String]) -> Result<()> {
         "| {b_proc} (from the first submit) | {ya:.1} | {yb:.1} | {:.3} |",
         yb / ya
     );
+    Ok(())
+}
+
+/// The attention operators of a 1.5B model's decoder layer at decode
+/// (Qwen2-1.5B: q, k, v, o), M×K×N.
+const FOLLOW_ATTN: [(u32, u32, u32); 4] = [(1, 1536, 1536), (1, 1536, 256), (1, 1536, 256), (1, 1536, 1536)];
+/// One FFN offload step before them: the CPU's columns and the GPU's
+/// copied columns of `ffn_gate` (1792 each), M×K×N.
+const FOLLOW_STEP: (u32, u32, u32) = (1, 1536, 1792);
+
+/// `--follow`: the GPU's four attention GEMMs of each of `LAYERS` layers
+/// (in DTYPE, weights resident, each layer its own), run one after another as
+/// runtime-min runs a plan's GPU-alone operators, after one of four
+/// things in each layer: nothing; the CPU's part of an FFN step (f32,
+/// its own weights per layer); the GPU's copied part of it (weights
+/// copied in from page-locked host memory); or both beside each other,
+/// as an offload step. The contexts alternate layer by layer. Per context
+/// and operator: the median time inside `submit`, the device timer, and
+/// submit to the wait's return (blocking), µs. It tells which of the
+/// offload step's work slows the GPU operators after it.
+fn follow(args: &[String]) -> Result<()> {
+    let [cpu, gpu, dtype, layers] = args else {
+        bail!("usage: stage_bench --follow CPU GPU DTYPE LAYERS");
+    };
+    let dtype: DType = dtype.parse().map_err(anyhow::Error::msg)?;
+    let layers: u64 = layers.parse().context("LAYERS")?;
+    let opts = env_open_options();
+    let procs = [cpu.clone(), gpu.clone()];
+    let mut reg = Registry::open(&opts, Some(&procs));
+    let mut prep = |proc: &str, dtype: DType, (m, k, n): (u32, u32, u32), layer: u64, host: bool| -> Result<Box<dyn Gemm>> {
+        let backend = reg
+            .get_mut(proc)
+            .with_context(|| format!("{proc} is not on this machine"))?;
+        let spec = spec(m, k, n, dtype, OperandOrder::WtAt)?;
+        let tol = backend.tolerance(dtype, k);
+        let (a, w) = verify::inputs(&spec.shape, layer);
+        let mut g = backend.prepare(&spec, &w)?;
+        if host {
+            g.host_weights(&w)?;
+        }
+        g.write_input(&a)?;
+        g.execute()?;
+        let mut c = vec![0f32; (m * n) as usize];
+        g.read_output(&mut c)?;
+        let r = verify::check(&spec.shape, &a, &w, &c);
+        if !r.passes(tol) {
+            bail!("{proc} {m}x{k}x{n} layer {layer}: error {} over {tol}", r.rel_err);
+        }
+        Ok(g)
+    };
+    let mut attn = vec![];
+    let (mut steps_cpu, mut steps_gpu) = (vec![], vec![]);
+    for layer in 0..layers {
+        let ops: Vec<Box<dyn Gemm>> = FOLLOW_ATTN
+            .iter()
+            .map(|&s| prep(gpu, dtype, s, layer, false))
+            .collect::<Result<_>>()?;
+        attn.push(ops);
+        steps_cpu.push(prep(cpu, DType::F32, FOLLOW_STEP, layer, false)?);
+        steps_gpu.push(prep(gpu, dtype, FOLLOW_STEP, layer, true)?);
+    }
+    const CONTEXTS: [&str; 4] = ["nothing", "the CPU part", "the GPU's copies", "both beside"];
+    // [context][operator] -> (submit, device, wall) samples.
+    let mut t: Vec<Vec<[Vec<f64>; 3]>> = (0..4).map(|_| (0..4).map(|_| Default::default()).collect()).collect();
+    for round in 0..WARMUPS + REPS {
+        for layer in 0..layers as usize {
+            let ctx = (layer + round) % 4;
+            let (c, g) = (&mut steps_cpu[layer], &mut steps_gpu[layer]);
+            match ctx {
+                1 => {
+                    c.execute()?;
+                }
+                2 => {
+                    g.execute()?;
+                }
+                3 => {
+                    c.submit()?;
+                    g.submit()?;
+                    c.wait(SyncMode::Block)?;
+                    g.wait(SyncMode::Block)?;
+                }
+                _ => {}
+            }
+            for (i, op) in attn[layer].iter_mut().enumerate() {
+                let t0 = Instant::now();
+                op.submit()?;
+                let s = t0.elapsed().as_secs_f64() * 1e6;
+                let timed = op.wait(SyncMode::Block)?;
+                let w = t0.elapsed().as_secs_f64() * 1e6;
+                if round >= WARMUPS {
+                    let cell = &mut t[ctx][i];
+                    cell[0].push(s);
+                    cell[1].push(timed.device_us.unwrap_or(f64::NAN));
+                    cell[2].push(w);
+                }
+            }
+        }
+    }
+    println!(
+        "| {gpu} {dtype} attention after | op | submit µs | device µs | submit to wait µs |"
+    );
+    println!("|---|---|---|---|---|");
+    for (ctx, ops) in t.into_iter().enumerate() {
+        for (i, [s, d, w]) in ops.into_iter().enumerate() {
+            let (m, k, n) = FOLLOW_ATTN[i];
+            println!(
+                "| {} | {m}×{k}×{n} | {:.1} | {:.1} | {:.1} |",
+                CONTEXTS[ctx],
+                median(s),
+                median(d),
+                median(w)
+            );
+        }
+    }
     Ok(())
 }
