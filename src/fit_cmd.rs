@@ -197,6 +197,9 @@ pub fn run(args: FitArgs) -> anyhow::Result<()> {
     for line in bandwidth_notes(&predictor.overheads, &data.micro, &data.notes) {
         println!("{line}");
     }
+    for line in overhead_notes(&predictor.overheads) {
+        println!("{line}");
+    }
     if let (Some(t), Some(dir)) = (&report.test, &args.test) {
         print_test(t, dir);
     }
@@ -214,6 +217,26 @@ pub fn run(args: FitArgs) -> anyhow::Result<()> {
     }
     println!("predictor: {}", args.out.display());
     Ok(())
+}
+
+/// Each device-timed processor's launch overhead beside the one after a
+/// processor on host memory has run, where both were measured: the solver
+/// charges the difference to its operators alone in offload mode.
+fn overhead_notes(overheads: &[Overheads]) -> Vec<String> {
+    overheads
+        .iter()
+        .filter_map(|o| {
+            let after = o.op_overhead_after_us?;
+            let alone = o.op_overhead_us?;
+            let block = o
+                .op_overhead_block_us
+                .map_or(String::new(), |b| format!(" polling, {b:.1} blocking"));
+            Some(format!(
+                "  operator overhead {}: {alone:.1} µs{block} with nothing before it; {after:.1} after a CPU part (both waits alternately; the solver's cost in offload mode)",
+                o.processor
+            ))
+        })
+        .collect()
 }
 
 /// A bandwidth row taken while the host's speed probe read this many times
@@ -423,6 +446,28 @@ mod tests {
                 ..Default::default()
             },
         }
+    }
+
+    #[test]
+    fn the_launch_after_a_cpu_part_is_said_beside_the_one_alone() {
+        let o = Overheads {
+            processor: "cuda:0".into(),
+            op_overhead_us: Some(6.9),
+            op_overhead_block_us: Some(7.4),
+            op_overhead_after_us: Some(10.2),
+            ..Default::default()
+        };
+        assert_eq!(
+            overhead_notes(std::slice::from_ref(&o)),
+            [
+                "  operator overhead cuda:0: 6.9 µs polling, 7.4 blocking with nothing before it; 10.2 after a CPU part (both waits alternately; the solver's cost in offload mode)"
+            ]
+        );
+        let none = Overheads {
+            op_overhead_after_us: None,
+            ..o
+        };
+        assert!(overhead_notes(&[none]).is_empty());
     }
 
     #[test]

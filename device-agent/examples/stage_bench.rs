@@ -521,7 +521,12 @@ fn beside(args: &[String]) -> Result<()> {
 
 /// The attention operators of a 1.5B model's decoder layer at decode
 /// (Qwen2-1.5B: q, k, v, o), M×K×N.
-const FOLLOW_ATTN: [(u32, u32, u32); 4] = [(1, 1536, 1536), (1, 1536, 256), (1, 1536, 256), (1, 1536, 1536)];
+const FOLLOW_ATTN: [(u32, u32, u32); 4] = [
+    (1, 1536, 1536),
+    (1, 1536, 256),
+    (1, 1536, 256),
+    (1, 1536, 1536),
+];
 /// One FFN offload step before them: the CPU's columns and the GPU's
 /// copied columns of `ffn_gate` (1792 each), M×K×N.
 const FOLLOW_STEP: (u32, u32, u32) = (1, 1536, 1792);
@@ -545,7 +550,12 @@ fn follow(args: &[String]) -> Result<()> {
     let opts = env_open_options();
     let procs = [cpu.clone(), gpu.clone()];
     let mut reg = Registry::open(&opts, Some(&procs));
-    let mut prep = |proc: &str, dtype: DType, (m, k, n): (u32, u32, u32), layer: u64, host: bool| -> Result<Box<dyn Gemm>> {
+    let mut prep = |proc: &str,
+                    dtype: DType,
+                    (m, k, n): (u32, u32, u32),
+                    layer: u64,
+                    host: bool|
+     -> Result<Box<dyn Gemm>> {
         let backend = reg
             .get_mut(proc)
             .with_context(|| format!("{proc} is not on this machine"))?;
@@ -562,7 +572,10 @@ fn follow(args: &[String]) -> Result<()> {
         g.read_output(&mut c)?;
         let r = verify::check(&spec.shape, &a, &w, &c);
         if !r.passes(tol) {
-            bail!("{proc} {m}x{k}x{n} layer {layer}: error {} over {tol}", r.rel_err);
+            bail!(
+                "{proc} {m}x{k}x{n} layer {layer}: error {} over {tol}",
+                r.rel_err
+            );
         }
         Ok(g)
     };
@@ -579,7 +592,9 @@ fn follow(args: &[String]) -> Result<()> {
     }
     const CONTEXTS: [&str; 4] = ["nothing", "the CPU part", "the GPU's copies", "both beside"];
     // [context][operator] -> (submit, device, wall) samples.
-    let mut t: Vec<Vec<[Vec<f64>; 3]>> = (0..4).map(|_| (0..4).map(|_| Default::default()).collect()).collect();
+    let mut t: Vec<Vec<[Vec<f64>; 3]>> = (0..4)
+        .map(|_| (0..4).map(|_| Default::default()).collect())
+        .collect();
     for round in 0..WARMUPS + REPS {
         for layer in 0..layers as usize {
             let ctx = (layer + round) % 4;
@@ -614,9 +629,7 @@ fn follow(args: &[String]) -> Result<()> {
             }
         }
     }
-    println!(
-        "| {gpu} {dtype} attention after | op | submit µs | device µs | submit to wait µs |"
-    );
+    println!("| {gpu} {dtype} attention after | op | submit µs | device µs | submit to wait µs |");
     println!("|---|---|---|---|---|");
     for (ctx, ops) in t.into_iter().enumerate() {
         for (i, [s, d, w]) in ops.into_iter().enumerate() {

@@ -588,3 +588,80 @@ fn op_alone_and_op_overhead_take_the_device_time_off() {
         assert_eq!(note.contains(waits), expect, "{kind:?}: {note}");
     }
 }
+
+/// `op_overhead_after`: the operator overhead after each run of a peer on
+/// host memory (the CPU). Its row is the launch overhead of a rotation of
+/// GEMMs, each sample less that GEMM's device time alone, so it is
+/// positive; the note names the peer and its GEMV. Without a peer the
+/// request is refused, naming the field; with a peer that has no device
+/// timer as the processor, it is unsupported, saying why.
+#[cfg(feature = "cpu")]
+#[test]
+fn op_overhead_after_runs_the_gemms_after_the_peers_gemv() {
+    let Some(mut devs) = devices("after") else {
+        return;
+    };
+    let be = devs.remove(0);
+    let id = be.processor().id.clone();
+    let cpu = hetero_agent::cpu::open(&OpenOptions::default())
+        .unwrap()
+        .remove(0);
+    let cpu_id = cpu.processor().id.clone();
+    let mut s = hetero_agent::sweep::Sweeper::new(vec![Box::new(be), cpu]);
+    let run = hetero_plan::RunParams {
+        warmups: 1,
+        repetitions: 8,
+        ..Default::default()
+    };
+    let req = |processor: &str, peer: Option<&str>| MicrobenchRequest {
+        id: format!("after/{processor}"),
+        processor: processor.into(),
+        bench: MicrobenchKind::OpOverheadAfter,
+        bytes: None,
+        peer: peer.map(String::from),
+        shape: None,
+    };
+    let line = s.run_microbench(&req(&id, Some(&cpu_id)), &run);
+    assert_eq!(
+        line.row.status,
+        hetero_plan::RowStatus::Ok,
+        "{:?}",
+        line.row.message
+    );
+    let stats = line.row.stats.unwrap();
+    assert!(stats.count >= 8 && stats.median_us > 0.0, "{stats:?}");
+    let note = line.note.unwrap();
+    eprintln!(
+        "{id} op_overhead_after: median {:.1} µs ({note})",
+        stats.median_us
+    );
+    assert!(note.contains("16 1x1024x1024"), "{note}");
+    assert!(
+        note.contains(&format!("after each run of peer `{cpu_id}`")),
+        "{note}"
+    );
+    assert!(note.contains("less the GEMM's device time alone"), "{note}");
+    // The CPU has no device timer: nothing to take off.
+    let line = s.run_microbench(&req(&cpu_id, Some(&id)), &run);
+    assert_eq!(line.row.status, hetero_plan::RowStatus::Unsupported);
+    assert!(
+        line.row
+            .message
+            .as_deref()
+            .unwrap()
+            .contains("device timer"),
+        "{:?}",
+        line.row.message
+    );
+    let line = s.run_microbench(&req(&id, None), &run);
+    assert_eq!(line.row.status, hetero_plan::RowStatus::Unsupported);
+    assert!(
+        line.row
+            .message
+            .as_deref()
+            .unwrap()
+            .contains("needs a `peer`"),
+        "{:?}",
+        line.row.message
+    );
+}

@@ -529,6 +529,13 @@ pub struct Overheads {
     /// pays instead.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub op_overhead_block_us: Option<f64>,
+    /// The operator overhead after another processor's run on host memory
+    /// ([`MicrobenchKind::OpOverheadAfter`](crate::MicrobenchKind)), µs,
+    /// both waits alternately, where measured: what the solver charges a
+    /// device-timed processor's operators alone in offload mode, where the
+    /// CPU streams weights on every token.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub op_overhead_after_us: Option<f64>,
     /// Launch to completion of a tiny kernel on an empty queue, µs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub submit_empty_us: Option<f64>,

@@ -185,6 +185,19 @@ pub enum MicrobenchKind {
     /// [`OpOverhead`](Self::OpOverhead) with every wait polling the host
     /// flag (processors with a host flag only): what `--sync poll` pays.
     OpOverheadPoll,
+    /// [`OpOverhead`](Self::OpOverhead) as a plan that also runs `peer` (a
+    /// processor on host memory: the CPU) meets it: after each run of the
+    /// peer's streaming GEMV, a few of a rotation of `1×1024×1024` GEMMs,
+    /// each with its own weights, are submitted and waited for in turn
+    /// (blocking and polling alternately). Each sample is the host clock
+    /// from `submit` to the wait's return less that GEMM's device time
+    /// measured alone and warm, so that a device timer stretched by a slow
+    /// launch counts too. The peer's workers still polling for work, its
+    /// weights gone through the host's caches, and each operator's own
+    /// launch state cold: on an H100 host the runtime's GPU-alone operators
+    /// paid 3–5 µs more per launch than [`OpOverhead`](Self::OpOverhead)
+    /// beside a CPU pool (`docs/benchmarks.md`, Runtime, "Session 44").
+    OpOverheadAfter,
 }
 
 /// The sizes `op_alone` is measured at: the f32 bytes of input and output
@@ -194,6 +207,14 @@ pub enum MicrobenchKind {
 pub const OP_ALONE_BYTES: [u64; 4] = [8 << 10, 64 << 10, 256 << 10, 1 << 20];
 
 impl MicrobenchKind {
+    /// Runs with a second processor, the request's `peer`.
+    pub fn needs_peer(self) -> bool {
+        matches!(
+            self,
+            MicrobenchKind::BandwidthConcurrent | MicrobenchKind::OpOverheadAfter
+        )
+    }
+
     /// A transfer of `bytes` (a copy, or the staged data path): the request
     /// must give `bytes`, and the row's rate is `bytes` over the median.
     pub fn is_transfer(self) -> bool {

@@ -451,6 +451,19 @@ pub fn microbench(processors: &[Processor]) -> Vec<MicrobenchRequest> {
             if p.capabilities.host_flag {
                 out.push(req(p, MicrobenchKind::OpOverheadPoll));
             }
+            // The same after each processor on host memory has run (the
+            // solver's cost of the operators alone in offload mode).
+            for q in processors.iter().filter(|q| {
+                q.id != p.id
+                    && !q.simulated
+                    && !q.emulated
+                    && (q.kind == hetero_plan::ProcessorKind::Cpu || q.capabilities.unified_memory)
+            }) {
+                out.push(MicrobenchRequest {
+                    peer: Some(q.id.clone()),
+                    ..req(p, MicrobenchKind::OpOverheadAfter)
+                });
+            }
         }
         out.push(MicrobenchRequest {
             bytes: Some(64 << 20),
@@ -522,7 +535,8 @@ pub fn microbench_repeats(processors: &[Processor]) -> Vec<Vec<MicrobenchRequest
             | MicrobenchKind::SyncPoll
             | MicrobenchKind::OpOverhead
             | MicrobenchKind::OpOverheadBlock
-            | MicrobenchKind::OpOverheadPoll => true,
+            | MicrobenchKind::OpOverheadPoll
+            | MicrobenchKind::OpOverheadAfter => true,
             _ => false,
         })
         .collect();
@@ -1141,6 +1155,26 @@ mod tests {
                 ));
             }
         }
+        // Beside a processor on host memory, the overhead after its runs
+        // too (the solver's launch cost in offload mode), in every round;
+        // never after a simulated one.
+        let mut gpu = procs[0].clone();
+        gpu.id = "cuda:0".into();
+        gpu.kind = ProcessorKind::Gpu;
+        let mut pair = [gpu, cpu()];
+        let after = |reqs: Vec<MicrobenchRequest>| -> Vec<(String, Option<String>)> {
+            reqs.into_iter()
+                .filter(|r| r.bench == MicrobenchKind::OpOverheadAfter)
+                .map(|r| (r.processor, r.peer))
+                .collect()
+        };
+        let want = vec![("cuda:0".to_string(), Some("cpu:0".to_string()))];
+        assert_eq!(after(microbench(&pair)), want);
+        for round in microbench_repeats(&pair) {
+            assert_eq!(after(round), want);
+        }
+        pair[1].simulated = true;
+        assert_eq!(after(microbench(&pair)), []);
     }
 
     #[test]

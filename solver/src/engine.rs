@@ -98,6 +98,14 @@ pub(crate) struct Proc<'a> {
     pub op_overhead_us: Option<f64>,
     /// The same with a blocking wait, where measured apart.
     pub op_overhead_block_us: Option<f64>,
+    /// The overhead after a processor on host memory has run, both waits
+    /// alternately (`op_overhead_after`), where measured.
+    pub op_overhead_after_us: Option<f64>,
+    /// Added to [`alone_overhead_us`](Self::alone_overhead_us) and its
+    /// blocking twin: in offload mode, what `op_overhead_after` measured
+    /// beyond the two waits' `op_overhead` ([`Proc::after_host_extra_us`]),
+    /// else 0.
+    pub alone_extra_us: f64,
     /// Share of its alone-bandwidth left while another processor streams.
     pub concurrent: f64,
     pub copy_h2d: Option<LinearCost>,
@@ -152,9 +160,24 @@ impl Proc<'_> {
         if self.device_timed {
             self.op_overhead_us
                 .unwrap_or_else(|| self.submit_us.max(self.sync_us))
+                + self.alone_extra_us
         } else {
             0.0
         }
+    }
+
+    /// How much more a launch costs after a processor on host memory has
+    /// run than alone (`op_overhead_after` against the mean of the two
+    /// waits' `op_overhead`, as it alternates them), µs; `None` where
+    /// either was not measured. At least 0: a launch is not faster for
+    /// following a CPU part.
+    pub fn after_host_extra_us(&self) -> Option<f64> {
+        let after = self.op_overhead_after_us?;
+        let poll = self.op_overhead_us?;
+        let both = self
+            .op_overhead_block_us
+            .map_or(poll, |block| (poll + block) / 2.0);
+        Some((after - both).max(0.0))
     }
 
     /// [`alone_overhead_us`](Self::alone_overhead_us) when the runtime
@@ -166,6 +189,7 @@ impl Proc<'_> {
             self.op_overhead_block_us
                 .or(self.op_overhead_us)
                 .unwrap_or_else(|| self.submit_us.max(self.sync_block_us))
+                + self.alone_extra_us
         } else {
             0.0
         }

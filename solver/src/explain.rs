@@ -7,7 +7,7 @@ use hetero_plan::{Decision, ModelSpec, OperandOrder, Phase, Plan, Strategy, Stra
 
 use crate::engine::{OffloadSetup, OpCtx, Setup, StaticGraphs, Tables, table_top};
 use crate::oracle::LatencyOracle;
-use crate::solve::{build_procs, decision, select_ops};
+use crate::solve::{build_procs, decision, launch_after_host, select_ops};
 use crate::{Error, Result};
 
 /// One candidate family at a cell, with its best member.
@@ -70,7 +70,7 @@ pub(crate) fn setup_from_plan<'a, O: LatencyOracle + ?Sized>(
         .map(|d| (Some(d.processor.clone()), d.dtype))
         .collect();
     let mut notes = vec![];
-    let procs = build_procs(oracle, &plan.processors, &dtypes, &[], &mut notes)?;
+    let mut procs = build_procs(oracle, &plan.processors, &dtypes, &[], &mut notes)?;
     let info = plan.solver.as_ref();
     let idx = |id: &str| procs.iter().position(|p| p.id == id);
     let graphs = plan
@@ -96,6 +96,9 @@ pub(crate) fn setup_from_plan<'a, O: LatencyOracle + ?Sized>(
         }),
         None => None,
     };
+    if let Some(o) = &offload {
+        launch_after_host(&mut procs[o.gpu], &mut notes);
+    }
     Ok(Setup {
         procs,
         row_align: info.map_or(256, |i| i.row_align),

@@ -171,6 +171,10 @@ pub(crate) fn build_procs<'a, O: LatencyOracle + ?Sized>(
             op_overhead_block_us: ov
                 .op_overhead_block_us
                 .filter(|t| t.is_finite() && *t >= 0.0),
+            op_overhead_after_us: ov
+                .op_overhead_after_us
+                .filter(|t| t.is_finite() && *t >= 0.0),
+            alone_extra_us: 0.0,
             // Above 1 (a run alone caught slow) is noise: no processor
             // streams faster for sharing its memory.
             concurrent: ov
@@ -288,6 +292,30 @@ fn offload_setup(procs: &[Proc]) -> Result<OffloadSetup> {
     })
 }
 
+/// Offload mode's GPU: every token streams weights through host memory
+/// (the CPU's rows, the GPU's copied ones), and the CPU's pool polls for
+/// work after its parts, so the GPU's operators alone launch in that
+/// state. Their launch costs what `op_overhead_after` measured beyond
+/// `op_overhead` more, where both were measured.
+pub(crate) fn launch_after_host(gpu: &mut Proc, notes: &mut Vec<String>) {
+    match gpu.after_host_extra_us() {
+        Some(extra) => {
+            gpu.alone_extra_us = extra;
+            notes.push(format!(
+                "{}: operators alone cost {:.2} µs more per launch in offload mode (op_overhead_after {:.2} µs, after the CPU's runs)",
+                gpu.id,
+                extra,
+                gpu.op_overhead_after_us.unwrap_or(0.0)
+            ));
+        }
+        None if gpu.device_timed => notes.push(format!(
+            "{}: no op_overhead_after measured; its operators alone are costed as launched with nothing before them",
+            gpu.id
+        )),
+        None => {}
+    }
+}
+
 fn round2(x: f64) -> f64 {
     (x * 100.0).round() / 100.0
 }
@@ -399,7 +427,9 @@ pub fn solve<O: LatencyOracle + ?Sized>(
             notes.push(format!("{}: not used in offload mode", p.id));
         }
         procs.retain(|p| keep.contains(&p.id));
-        offload = Some(offload_setup(&procs)?);
+        let o = offload_setup(&procs)?;
+        launch_after_host(&mut procs[o.gpu], &mut notes);
+        offload = Some(o);
     }
 
     let statics: Vec<usize> = if offload.is_some() {

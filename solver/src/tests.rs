@@ -1332,6 +1332,82 @@ fn a_blocking_wait_is_costed_beside_the_polling_one() {
 }
 
 #[test]
+fn offload_mode_charges_the_gpus_launches_after_the_cpus_runs() {
+    // In offload mode every token streams weights through host memory and
+    // the CPU's pool polls for work after its parts: the GPU's operators
+    // alone pay what `op_overhead_after` measured beyond `op_overhead` (the
+    // mean of the two waits, as it alternates them), with either wait.
+    // Outside offload mode, and without the row, they pay nothing more.
+    let m = llama8b();
+    let base = Settings {
+        phases: vec![Phase::Prefill],
+        prefill_lengths: vec![16],
+        graphs: GraphChoice::None,
+        ops: vec!["ffn_up".into()],
+        ..Settings::default()
+    };
+    let roomy = Settings {
+        gpu_mem_budget: Some(64 << 30),
+        ..base.clone()
+    };
+    let device = |after: Option<f64>| {
+        let mut dev = synthetic::discrete_cpu_gpu();
+        let p = dev.processor_mut("cuda").unwrap();
+        p.capabilities.device_timer = true;
+        p.capabilities.host_flag = true;
+        p.simulated = false;
+        let ov = dev.overheads_mut("cuda").unwrap();
+        ov.op_overhead_us = Some(6.5);
+        ov.op_overhead_block_us = Some(8.5);
+        ov.op_overhead_after_us = after;
+        // A slow CPU, so that the GPU runs the operator alone.
+        *dev.model_mut("cpu").unwrap() = SynthModel::Roofline {
+            peak_gflops: 15.0,
+            bw_gbps: 1.0,
+            launch_us: 5.0,
+        };
+        dev
+    };
+    let cost = |dev: &Synthetic, s: &Settings| {
+        let plan = solve(dev, fp(), &m, s).unwrap();
+        check_plan(&plan);
+        let d = at(&plan, "ffn_up", Phase::Prefill, 16).clone();
+        assert!(
+            matches!(&d.strategy, Strategy::Single { processor, .. } if processor == "cuda"),
+            "{:?}",
+            d.strategy
+        );
+        (d.cost, plan.notes)
+    };
+    // 11.0 after, against (6.5 + 8.5) / 2 = 7.5 with nothing before: 3.5 more.
+    let dev = device(Some(11.0));
+    let (free, _) = cost(&dev, &base);
+    let (off, notes) = cost(&dev, &roomy);
+    assert!((free.sync_us - 6.5).abs() < 1e-9, "{free:?}");
+    assert!((off.sync_us - 10.0).abs() < 1e-9, "{off:?}");
+    assert_eq!(off.sync_block_us, Some(12.0), "{off:?}");
+    assert!((off.total_us - free.total_us - 3.5).abs() < 1e-9);
+    assert!(
+        notes
+            .iter()
+            .any(|n| n.contains("cost 3.50 µs more per launch in offload mode")),
+        "{notes:?}"
+    );
+    // Measured faster after than alone: noise, no discount.
+    let (off, _) = cost(&device(Some(5.0)), &roomy);
+    assert!((off.sync_us - 6.5).abs() < 1e-9, "{off:?}");
+    // Not measured: launched as with nothing before, and the plan says so.
+    let (off, notes) = cost(&device(None), &roomy);
+    assert!((off.sync_us - 6.5).abs() < 1e-9, "{off:?}");
+    assert!(
+        notes
+            .iter()
+            .any(|n| n.contains("no op_overhead_after measured")),
+        "{notes:?}"
+    );
+}
+
+#[test]
 fn offload_alone_costs_what_it_costs_outside_offload_mode() {
     // runtime-min keeps activations in host memory whatever the mode: a GPU
     // running an operator alone copies its input in and its output back

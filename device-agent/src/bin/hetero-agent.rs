@@ -528,6 +528,7 @@ fn microbench(o: &OpenArgs, a: MicrobenchArgs) -> Result<()> {
         MicrobenchKind::OpAlone,
         MicrobenchKind::OpOverheadBlock,
         MicrobenchKind::OpOverheadPoll,
+        MicrobenchKind::OpOverheadAfter,
     ];
     // Asked for by name only: both waits in one row, as older profiles had.
     let named_only = [MicrobenchKind::OpOverhead];
@@ -637,6 +638,21 @@ fn microbench(o: &OpenArgs, a: MicrobenchArgs) -> Result<()> {
                     }
                     for q in peers {
                         push(&p.id, k, Some(a.stream_bytes), Some(q.to_string()), None);
+                    }
+                }
+                MicrobenchKind::OpOverheadAfter => {
+                    // A device-timed processor after each processor on host
+                    // memory (`hetero profile` asks the same).
+                    if !p.capabilities.device_timer || p.simulated {
+                        continue;
+                    }
+                    for q in procs.iter().filter(|q| {
+                        q.id != p.id
+                            && !q.simulated
+                            && (q.kind == hetero_plan::ProcessorKind::Cpu
+                                || q.capabilities.unified_memory)
+                    }) {
+                        push(&p.id, k, None, Some(q.id.clone()), None);
                     }
                 }
                 MicrobenchKind::GraphPrepare => {

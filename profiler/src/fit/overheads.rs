@@ -176,6 +176,7 @@ pub fn fit_overheads(
                 op_alone: fit_linear_cost(&points(MicrobenchKind::OpAlone)),
                 op_overhead_us,
                 op_overhead_block_us,
+                op_overhead_after_us: median(medians(MicrobenchKind::OpOverheadAfter)),
                 submit_empty_us: median(medians(MicrobenchKind::SubmitEmpty)),
                 submit_busy_us: median(medians(MicrobenchKind::SubmitBusy)),
                 sync_block_us: median(medians(MicrobenchKind::SyncBlock)),
@@ -342,12 +343,16 @@ mod tests {
             MicrobenchKind::OpOverheadPoll,
             MicrobenchKind::OpOverhead,
         );
+        let after = MicrobenchKind::OpOverheadAfter;
         let micro = [
             row("b", b, 7.5),
             row("b@2", b, 7.7),
             row("p", p, 5.9),
             row("p@2", p, 6.1),
             row("m", mixed, 100.0),
+            row("a", after, 10.0),
+            row("a@2", after, 30.0),
+            row("a@3", after, 10.4),
         ];
         // Polling is what the solver plans for; blocking rides beside it.
         // The mixed row of an older profile is not read once either exists.
@@ -357,12 +362,21 @@ mod tests {
             (o.op_overhead_block_us.unwrap() - 7.6).abs() < 1e-9,
             "{o:?}"
         );
+        // After the CPU's runs: its own row, the median over the processes.
+        assert!(
+            (o.op_overhead_after_us.unwrap() - 10.4).abs() < 1e-9,
+            "{o:?}"
+        );
         // A processor measured blocking only (no host flag): that one, and
         // no second figure.
         let o = &fit_overheads(&[gpu()], &[], &[micro[0].clone(), micro[4].clone()])[0];
         assert_eq!(
-            (o.op_overhead_us, o.op_overhead_block_us),
-            (Some(7.5), None)
+            (
+                o.op_overhead_us,
+                o.op_overhead_block_us,
+                o.op_overhead_after_us
+            ),
+            (Some(7.5), None, None)
         );
     }
 
