@@ -1221,8 +1221,13 @@ fn op_overhead(
     Ok((samples, note))
 }
 
-/// GEMMs in [`op_overhead_after`]'s rotation, each with its own weights.
-const AFTER_GEMMS: usize = 16;
+/// GEMMs in [`op_overhead_after`]'s rotation, each with its own weights:
+/// about as many as a decode step launches (a 1.5B model's 28 layers of 7
+/// operators). Each launch finds its own state cold, as in the runtime,
+/// where an H100 host's GPU-alone operators cost 3–5 µs more with every
+/// layer's GEMMs its own than with one layer's shared by all (session 44,
+/// call 1); 16 in turn measured 0.9 µs more (call 2).
+const AFTER_GEMMS: usize = 128;
 /// How many of them run after each run of the peer (a layer's attention
 /// operators follow an FFN step's CPU part).
 const AFTER_EACH: usize = 4;

@@ -635,7 +635,7 @@ fn op_overhead_after_runs_the_gemms_after_the_peers_gemv() {
         "{id} op_overhead_after: median {:.1} µs ({note})",
         stats.median_us
     );
-    assert!(note.contains("16 1x1024x1024"), "{note}");
+    assert!(note.contains("128 1x1024x1024"), "{note}");
     assert!(
         note.contains(&format!("after each run of peer `{cpu_id}`")),
         "{note}"
