@@ -28,6 +28,35 @@ pub enum SyncMode {
     },
 }
 
+/// The pause between two checks of a polling wait: a busy-wait hint for
+/// the first [`PollPause::SPINS`] checks, then a yield to the scheduler
+/// between checks. Where the host thread shares a core with a CPU group's
+/// worker (every core runs one, or the host was placed on a worker's
+/// core), a pure spin holds that core for a whole scheduler slice, and the
+/// worker's share of a CPU part finishes milliseconds late: an H100 host's
+/// offload plan polled at 1.15–1.18 of its prediction with operators
+/// taking up to 15 ms, blocking at 1.10 (`docs/benchmarks.md`, Runtime,
+/// "Session 44").
+#[derive(Debug, Default)]
+pub(crate) struct PollPause {
+    spins: u32,
+}
+
+impl PollPause {
+    /// Busy-wait checks before the wait yields between checks (about
+    /// 50–100 µs of spinning on a current x86 core).
+    pub(crate) const SPINS: u32 = 2000;
+
+    pub(crate) fn pause(&mut self) {
+        if self.spins < Self::SPINS {
+            self.spins += 1;
+            std::hint::spin_loop();
+        } else {
+            std::thread::yield_now();
+        }
+    }
+}
+
 /// The time one execution took.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Timed {
@@ -203,5 +232,25 @@ pub fn default_tolerance(dtype: DType, k: u32) -> f64 {
         // dequantised operands; the bound covers output rounding.
         DType::U8 | DType::W8a8 => 5e-2,
         DType::U16 | DType::W8a16 | DType::W4a16 => 2e-2,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::PollPause;
+
+    /// A polling wait spins for its first checks, then only yields: the
+    /// busy-wait count stops at the bound, however long the wait.
+    #[test]
+    fn a_poll_spins_then_yields() {
+        let mut p = PollPause::default();
+        for _ in 0..PollPause::SPINS - 1 {
+            p.pause();
+        }
+        assert_eq!(p.spins, PollPause::SPINS - 1);
+        for _ in 0..100 {
+            p.pause();
+        }
+        assert_eq!(p.spins, PollPause::SPINS);
     }
 }

@@ -591,8 +591,8 @@ fn op_alone_and_op_overhead_take_the_device_time_off() {
 
 /// `op_overhead_after`: the operator overhead after each run of a peer on
 /// host memory (the CPU). Its row is the launch overhead of a rotation of
-/// GEMMs, each sample less that GEMM's device time alone, so it is
-/// positive; the note names the peer and its GEMV. Without a peer the
+/// GEMMs, each sample less that GEMM's device time alone; the note names
+/// the peer and its GEMV. Without a peer the
 /// request is refused, naming the field; with a peer that has no device
 /// timer as the processor, it is unsupported, saying why.
 #[cfg(feature = "cpu")]
@@ -628,8 +628,10 @@ fn op_overhead_after_runs_the_gemms_after_the_peers_gemv() {
         "{:?}",
         line.row.message
     );
+    // Not necessarily positive here: PoCL's "device" is this machine's
+    // CPU, shared with the other tests, so a run may beat the warm median.
     let stats = line.row.stats.unwrap();
-    assert!(stats.count >= 8 && stats.median_us > 0.0, "{stats:?}");
+    assert!(stats.count >= 8 && stats.median_us.is_finite(), "{stats:?}");
     let note = line.note.unwrap();
     eprintln!(
         "{id} op_overhead_after: median {:.1} µs ({note})",

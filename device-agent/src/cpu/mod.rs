@@ -26,6 +26,7 @@ use hetero_plan::{
     ProcessorApi, ProcessorKind, WeightMode,
 };
 
+use crate::backend::PollPause;
 use crate::dense::Dense;
 use crate::{Backend, Error, Gemm, GemmSpec, OpenOptions, Result, SyncMode, Timed};
 use awake::Awake;
@@ -262,9 +263,6 @@ impl Backend for CpuBackend {
     }
 }
 
-/// Busy-wait iterations of a polling wait before it yields between checks.
-const SPINS_BEFORE_YIELD: u32 = 2000;
-
 /// What the submitting thread and the worker share during an asynchronous run.
 struct Shared {
     /// Set to 1 by the worker after it has put the buffers back (written last).
@@ -398,18 +396,10 @@ impl Gemm for CpuGemm {
                 if sleep_us > 0.0 {
                     std::thread::sleep(Duration::from_secs_f64(sleep_us * 1e-6));
                 }
-                // Spin briefly, then yield between checks: when every core
-                // runs a worker (the host thread has no core of its own), a
-                // pure spin would hold the worker's core for a whole
-                // scheduler slice (milliseconds) before it could finish.
-                let mut spins = 0u32;
+                // Spin briefly, then yield between checks (`PollPause`).
+                let mut pause = PollPause::default();
                 while shared.done.load(Ordering::Acquire) == 0 {
-                    if spins < SPINS_BEFORE_YIELD {
-                        spins += 1;
-                        std::hint::spin_loop();
-                    } else {
-                        std::thread::yield_now();
-                    }
+                    pause.pause();
                 }
                 shared.slot.lock().unwrap_or_else(|p| p.into_inner()).take()
             }

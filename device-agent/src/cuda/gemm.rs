@@ -102,6 +102,7 @@ use super::kernels::Half;
 use super::lt::{LtMatmul, Problem, algos_wanted};
 use super::mem::{DeviceBuf, MappedBuf, MappedFlag, PinnedBuf, Pod};
 use super::{At, Device};
+use crate::backend::PollPause;
 use crate::{Error, Gemm, GemmSpec, Result, SyncMode, Timed};
 
 /// How long a wait spins before it gives up and reports a timeout.
@@ -1086,11 +1087,14 @@ enum Op {
     Transpose,
 }
 
-/// Spins until `flag` reads `target`, or [`WAIT_TIMEOUT`] after `t0`.
+/// Polls until `flag` reads `target`, or [`WAIT_TIMEOUT`] after `t0`:
+/// spinning, then yielding between checks ([`PollPause`]), so that a CPU
+/// part's worker on the host thread's core is not held off it.
 pub(super) fn spin_until(flag: &MappedFlag, target: u32, t0: Instant) -> Result<()> {
     let mut spins: u32 = 0;
+    let mut pause = PollPause::default();
     while flag.load() != target {
-        std::hint::spin_loop();
+        pause.pause();
         spins = spins.wrapping_add(1);
         if spins % 4096 == 0 && t0.elapsed() > WAIT_TIMEOUT {
             return Err(Error::Timeout {

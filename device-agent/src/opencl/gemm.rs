@@ -650,6 +650,7 @@ impl Gemm for ClGemm {
                     EVENT_CHECK_EVERY
                 };
                 let mut spins = 0u32;
+                let mut pause = crate::backend::PollPause::default();
                 let by_flag = loop {
                     if seen() {
                         break true;
@@ -671,7 +672,7 @@ impl Gemm for ClGemm {
                             break seen();
                         }
                     }
-                    std::hint::spin_loop();
+                    pause.pause();
                 };
                 let us = p.start.elapsed().as_secs_f64() * 1e6;
                 fence(Ordering::Acquire);
