@@ -608,9 +608,13 @@ fn op_overhead_after_runs_the_gemms_after_the_peers_gemv() {
         .remove(0);
     let cpu_id = cpu.processor().id.clone();
     let mut s = hetero_agent::sweep::Sweeper::new(vec![Box::new(be), cpu]);
+    // 128 GEMMs prepared, checked and timed alone first: on PoCL, on two
+    // cores shared with the other tests, that takes more than the
+    // default 30 s.
     let run = hetero_plan::RunParams {
         warmups: 1,
         repetitions: 8,
+        timeout_ms: 300_000,
         ..Default::default()
     };
     let req = |processor: &str, peer: Option<&str>| MicrobenchRequest {

@@ -563,12 +563,14 @@ pub struct Overheads {
     /// measured at this host speed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub host_probe_us: Option<f64>,
-    /// Mean over median of this processor's GEMM runs: its rows' `mean_us`
-    /// summed over their `median_us` summed (absent when fewer than
-    /// [`MEAN_ROWS_MIN`] rows have a mean). The latency models predict
-    /// medians, which a few runs far slower than the rest (a core taken
-    /// away for a while) leave out; a total of many operators grows with
-    /// the mean. `hetero run` scales its predicted totals by it.
+    /// Mean over median of this processor's GEMM runs: the median of its
+    /// rows' `mean_us / median_us` (absent when fewer than
+    /// [`MEAN_ROWS_MIN`] rows have a mean; predictors fitted before
+    /// session 45 hold their summed means over their summed medians).
+    /// The latency models predict medians, which a few runs far slower
+    /// than the rest (a core taken away for a while) leave out; a total of
+    /// many operators grows with the mean. `hetero run` scales its
+    /// predicted totals by it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mean_over_median: Option<f64>,
 }

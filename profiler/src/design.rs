@@ -452,9 +452,11 @@ pub fn microbench(processors: &[Processor]) -> Vec<MicrobenchRequest> {
                 out.push(req(p, MicrobenchKind::OpOverheadPoll));
             }
             // The same after each processor on host memory has run (the
-            // solver's cost of the operators alone in offload mode).
+            // solver's cost of the operators alone in offload mode, which
+            // only a discrete GPU takes part in).
             for q in processors.iter().filter(|q| {
-                q.id != p.id
+                !p.capabilities.unified_memory
+                    && q.id != p.id
                     && !q.simulated
                     && !q.emulated
                     && (q.kind == hetero_plan::ProcessorKind::Cpu || q.capabilities.unified_memory)
@@ -1161,6 +1163,7 @@ mod tests {
         let mut gpu = procs[0].clone();
         gpu.id = "cuda:0".into();
         gpu.kind = ProcessorKind::Gpu;
+        gpu.capabilities.unified_memory = false;
         let mut pair = [gpu, cpu()];
         let after = |reqs: Vec<MicrobenchRequest>| -> Vec<(String, Option<String>)> {
             reqs.into_iter()
@@ -1173,6 +1176,10 @@ mod tests {
         for round in microbench_repeats(&pair) {
             assert_eq!(after(round), want);
         }
+        // A GPU on host memory never runs in offload mode.
+        pair[0].capabilities.unified_memory = true;
+        assert_eq!(after(microbench(&pair)), []);
+        pair[0].capabilities.unified_memory = false;
         pair[1].simulated = true;
         assert_eq!(after(microbench(&pair)), []);
     }

@@ -127,17 +127,20 @@ pub fn fit_overheads(
                 .chain(ok.iter().filter_map(|r| r.conditions.host_probe_us))
                 .filter(|t| t.is_finite() && *t > 0.0)
                 .collect();
-            // How far its GEMM runs' means sit above their medians, as a
-            // total of them would: summed means over summed medians (a
-            // 50 µs row counts for as little as it adds to a total).
-            let both: Vec<(f64, f64)> = ok_rows
+            // How far its GEMM runs' means sit above their medians: the
+            // median of the rows' ratios. A row's handful of runs gives a
+            // noisy mean, and summed means over summed medians followed
+            // the few longest rows (docs/decisions.md, Runtime).
+            let ratios: Vec<f64> = ok_rows
                 .iter()
-                .filter_map(|r| Some((r.mean_us?, r.median_us?)))
-                .filter(|(a, b)| a.is_finite() && b.is_finite() && *a > 0.0 && *b > 0.0)
+                .filter_map(|r| Some(r.mean_us? / r.median_us?))
+                .filter(|f| f.is_finite() && *f > 0.0)
                 .collect();
-            let mean_over_median = (both.len() >= MEAN_ROWS_MIN).then(|| {
-                both.iter().map(|x| x.0).sum::<f64>() / both.iter().map(|x| x.1).sum::<f64>()
-            });
+            let mean_over_median = if ratios.len() >= MEAN_ROWS_MIN {
+                median(ratios)
+            } else {
+                None
+            };
             // Sizes that cross inside the launch are host copies: a line
             // of their own, the others' lines from the larger sizes only.
             let small = p.capabilities.launch_copy_max_bytes;
