@@ -441,30 +441,10 @@ fn beside(args: &[String]) -> Result<()> {
     let mut reg = Registry::open(&opts, Some(&procs));
     let mut prep = |proc: &str, dtype: &str, mkn: &str, host: bool| -> Result<Vec<Box<dyn Gemm>>> {
         let dtype: DType = dtype.parse().map_err(anyhow::Error::msg)?;
-        let (m, k, n) = self::mkn(mkn)?;
-        let backend = reg
-            .get_mut(proc)
-            .with_context(|| format!("{proc} is not on this machine"))?;
-        let spec = spec(m, k, n, dtype, OperandOrder::WtAt)?;
-        let tol = backend.tolerance(dtype, k);
-        let mut gemms = Vec::new();
-        for layer in 0..layers {
-            let (a, w) = verify::inputs(&spec.shape, layer);
-            let mut g = backend.prepare(&spec, &w)?;
-            if host {
-                g.host_weights(&w)?;
-            }
-            g.write_input(&a)?;
-            g.execute()?;
-            let mut c = vec![0f32; (m * n) as usize];
-            g.read_output(&mut c)?;
-            let r = verify::check(&spec.shape, &a, &w, &c);
-            if !r.passes(tol) {
-                bail!("{proc} {mkn} layer {layer}: error {} over {tol}", r.rel_err);
-            }
-            gemms.push(g);
-        }
-        Ok(gemms)
+        let shape = self::mkn(mkn)?;
+        (0..layers)
+            .map(|layer| checked_gemm(&mut reg, proc, dtype, shape, layer, host))
+            .collect()
     };
     let mut ga = prep(a_proc, a_dtype, a_mkn, false)?;
     let mut gb = prep(b_proc, b_dtype, b_mkn, copied)?;
@@ -531,6 +511,41 @@ const FOLLOW_ATTN: [(u32, u32, u32); 4] = [
 /// copied columns of `ffn_gate` (1792 each), M×K×N.
 const FOLLOW_STEP: (u32, u32, u32) = (1, 1536, 1792);
 
+/// One layer's `M×K×N` GEMM on `proc`, `wt_at`, weights seeded by the
+/// layer (in page-locked host memory where `host`), its product checked
+/// against the CPU reference before it is timed.
+fn checked_gemm(
+    reg: &mut Registry,
+    proc: &str,
+    dtype: DType,
+    (m, k, n): (u32, u32, u32),
+    layer: u64,
+    host: bool,
+) -> Result<Box<dyn Gemm>> {
+    let backend = reg
+        .get_mut(proc)
+        .with_context(|| format!("{proc} is not on this machine"))?;
+    let spec = spec(m, k, n, dtype, OperandOrder::WtAt)?;
+    let tol = backend.tolerance(dtype, k);
+    let (a, w) = verify::inputs(&spec.shape, layer);
+    let mut g = backend.prepare(&spec, &w)?;
+    if host {
+        g.host_weights(&w)?;
+    }
+    g.write_input(&a)?;
+    g.execute()?;
+    let mut c = vec![0f32; (m * n) as usize];
+    g.read_output(&mut c)?;
+    let r = verify::check(&spec.shape, &a, &w, &c);
+    if !r.passes(tol) {
+        bail!(
+            "{proc} {m}x{k}x{n} layer {layer}: error {} over {tol}",
+            r.rel_err
+        );
+    }
+    Ok(g)
+}
+
 /// `--follow`: the GPU's four attention GEMMs of each of `LAYERS` layers
 /// (in DTYPE, weights resident, each layer its own), run one after another as
 /// runtime-min runs a plan's GPU-alone operators, after one of four
@@ -550,34 +565,8 @@ fn follow(args: &[String]) -> Result<()> {
     let opts = env_open_options();
     let procs = [cpu.clone(), gpu.clone()];
     let mut reg = Registry::open(&opts, Some(&procs));
-    let mut prep = |proc: &str,
-                    dtype: DType,
-                    (m, k, n): (u32, u32, u32),
-                    layer: u64,
-                    host: bool|
-     -> Result<Box<dyn Gemm>> {
-        let backend = reg
-            .get_mut(proc)
-            .with_context(|| format!("{proc} is not on this machine"))?;
-        let spec = spec(m, k, n, dtype, OperandOrder::WtAt)?;
-        let tol = backend.tolerance(dtype, k);
-        let (a, w) = verify::inputs(&spec.shape, layer);
-        let mut g = backend.prepare(&spec, &w)?;
-        if host {
-            g.host_weights(&w)?;
-        }
-        g.write_input(&a)?;
-        g.execute()?;
-        let mut c = vec![0f32; (m * n) as usize];
-        g.read_output(&mut c)?;
-        let r = verify::check(&spec.shape, &a, &w, &c);
-        if !r.passes(tol) {
-            bail!(
-                "{proc} {m}x{k}x{n} layer {layer}: error {} over {tol}",
-                r.rel_err
-            );
-        }
-        Ok(g)
+    let mut prep = |proc: &str, dtype: DType, shape: (u32, u32, u32), layer: u64, host: bool| {
+        checked_gemm(&mut reg, proc, dtype, shape, layer, host)
     };
     let mut attn = vec![];
     let (mut steps_cpu, mut steps_gpu) = (vec![], vec![]);
