@@ -71,6 +71,11 @@ pub struct DemoArgs {
     /// a layer's operators in turn and each finds its weights evicted.
     #[arg(long)]
     warm_cache: bool,
+    /// Do not measure the GEMMs the plan runs at --len and in decode before
+    /// running it (`hetero profile --plan`); the runs are then predicted
+    /// from the fitted model alone.
+    #[arg(long)]
+    no_refine: bool,
 }
 
 /// One processor the probe found.
@@ -88,7 +93,12 @@ struct Demo {
     step: usize,
 }
 
-const STEPS: usize = 7;
+const STEPS: usize = 8;
+
+/// Rounds of measuring the plan's GEMMs at the demo's lengths: a new fit
+/// can change a decision, whose GEMMs the next round measures; a round
+/// that finds nothing new ends them.
+const REFINE_ROUNDS: u32 = 3;
 
 impl Demo {
     fn begin(&mut self, what: &str) {
@@ -232,6 +242,14 @@ fn probe(agent_path: &Path, log: &Path) -> Result<Vec<Found>> {
         );
     }
     Ok(found)
+}
+
+/// The new rows a `hetero profile` summary reports: "wrote DIR: N
+/// measurements, M microbenchmarks (K new) in S s".
+fn new_rows(text: &str) -> Option<u64> {
+    let line = text.lines().find(|l| l.starts_with("wrote "))?;
+    let (_, rest) = line.rsplit_once(" (")?;
+    rest.split_once(" new)")?.0.trim().parse().ok()
 }
 
 fn us(v: &Value) -> String {
@@ -408,18 +426,16 @@ pub fn run(a: DemoArgs) -> Result<()> {
     d.begin("fit latency models per processor");
     let predictor = d.path("predictor.ron");
     let fit_report = d.path("fit-report.json");
-    let text = d.hetero(
+    let fit_args = [
         "fit",
-        &[
-            "fit",
-            &dataset,
-            "--out",
-            &predictor,
-            "--report",
-            &fit_report,
-        ]
-        .map(String::from),
-    )?;
+        &dataset,
+        "--out",
+        &predictor,
+        "--report",
+        &fit_report,
+    ]
+    .map(String::from);
+    let text = d.hetero("fit", &fit_args)?;
     for l in text.lines().take(12) {
         println!("  {l}");
     }
@@ -429,23 +445,67 @@ pub fn run(a: DemoArgs) -> Result<()> {
         a.max_len
     ));
     let plan = d.path("plan.ron");
-    let text = d.hetero(
+    let solve_args = [
         "solve",
-        &[
-            "solve",
-            "--predictor",
-            &predictor,
-            "--model",
-            &model,
-            "--out",
-            &plan,
-            "--lengths",
-            &format!("1..{}", a.max_len),
-        ]
-        .map(String::from),
-    )?;
+        "--predictor",
+        &predictor,
+        "--model",
+        &model,
+        "--out",
+        &plan,
+        "--lengths",
+        &format!("1..{}", a.max_len),
+    ]
+    .map(String::from);
+    let text = d.hetero("solve", &solve_args)?;
     for l in text.lines().take(6) {
         println!("  {l}");
+    }
+
+    d.begin(&format!(
+        "measure the GEMMs the plan runs at prefill {} and in decode, then fit and solve again",
+        a.len
+    ));
+    if a.no_refine {
+        println!("  skipped (--no-refine): the runs are predicted from the profile's model alone");
+    } else {
+        let at = format!("prefill:{},decode:1", a.len);
+        for round in 1..=REFINE_ROUNDS {
+            let mut args: Vec<String> = [
+                "profile",
+                "--device",
+                "local",
+                "--agent",
+                &agent_path.display().to_string(),
+                "--processors",
+                &procs,
+                "--plan",
+                &plan,
+                "--at",
+                &at,
+                "--budget",
+                "60s",
+                "--resume",
+                "--out",
+                &dataset,
+            ]
+            .map(String::from)
+            .to_vec();
+            if !a.warm_cache {
+                args.push("--cold-cache".into());
+            }
+            let text = d.hetero(&format!("measure-plan-{round}"), &args)?;
+            let new = new_rows(&text);
+            println!(
+                "  round {round}: {} GEMM(s) of the plan measured",
+                new.map_or_else(|| "?".to_string(), |n| n.to_string())
+            );
+            if new == Some(0) {
+                break;
+            }
+            d.hetero(&format!("fit-{round}"), &fit_args)?;
+            d.hetero(&format!("solve-{round}"), &solve_args)?;
+        }
     }
     d.hetero("plan-show", &["plan", "show", &plan].map(String::from))
         .map(|t| {
@@ -589,7 +649,7 @@ pub fn run(a: DemoArgs) -> Result<()> {
             "charts (plan/, dataset/, fit/; each has index.md)",
             match &font {
                 Ok(_) => charts.clone(),
-                Err(_) => "not drawn: no TrueType font (step 5)".to_string(),
+                Err(_) => "not drawn: no TrueType font (step 6)".to_string(),
             },
         ),
         ("run reports", format!("{prefill}, {decode}")),
@@ -609,4 +669,20 @@ pub fn run(a: DemoArgs) -> Result<()> {
     );
     hetero_plan::write_atomic(&d.out.join(MARKER), summary.as_bytes())?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::new_rows;
+
+    #[test]
+    fn new_rows_reads_the_profile_summary() {
+        let text = "processor ...\nwrote d/dataset: 248 measurements, 267 microbenchmarks (4 new) in 1.5 s\nstopped: complete";
+        assert_eq!(new_rows(text), Some(4));
+        assert_eq!(
+            new_rows("wrote a (b): 1 measurements, 0 microbenchmarks (0 new) in 0.1 s"),
+            Some(0)
+        );
+        assert_eq!(new_rows("no summary here"), None);
+    }
 }

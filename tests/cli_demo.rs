@@ -62,8 +62,8 @@ fn demo_runs_every_step_and_prints_the_table() {
         "{text}\n{}",
         String::from_utf8_lossy(&o.stderr)
     );
-    for step in 1..=7 {
-        assert!(text.contains(&format!("[{step}/7]")), "step {step}: {text}");
+    for step in 1..=8 {
+        assert!(text.contains(&format!("[{step}/8]")), "step {step}: {text}");
     }
     // The table: every operator of the small model, predicted and measured.
     assert!(
@@ -108,8 +108,19 @@ fn demo_runs_every_step_and_prints_the_table() {
     assert!((speed - then.unwrap() / now.unwrap()).abs() < 1e-9, "{h}");
     let summary = std::fs::read_to_string(out.join("DEMO.md")).unwrap();
     assert!(summary.contains("Where everything went"), "{summary}");
+    // Step 5 measured the GEMMs the plan runs at --len 24 into the
+    // dataset (`hetero profile --plan`) before the plan was solved again.
+    assert!(text.contains("round 1: "), "{text}");
+    let journal = std::fs::read_to_string(out.join("dataset/journal.jsonl")).unwrap();
+    assert!(
+        journal
+            .lines()
+            .any(|l| l.contains("\"type\":\"measurement\"") && l.contains("\"m\":24,")),
+        "no 24-row GEMM in the dataset: {text}"
+    );
 
-    // Running it again replaces the earlier demo's folder. A short warm
+    // Running it again replaces the earlier demo's folder (here without step 5's
+    // measuring, `--no-refine`). A short warm
     // profile: cold caches cost an eviction before every timed run, which
     // takes most of 5 s in a test build on a host with a large cache.
     // Without a usable font (a bare server: the GPU host had none), the
@@ -117,7 +128,11 @@ fn demo_runs_every_step_and_prints_the_table() {
     std::fs::write(out.join("stale.txt"), "old").unwrap();
     let o = demo_env(
         &out,
-        &[("--budget", "5s"), ("--warm-cache", "")],
+        &[
+            ("--budget", "5s"),
+            ("--warm-cache", ""),
+            ("--no-refine", ""),
+        ],
         &[("HETERO_FONT", "/nonexistent/font.ttf")],
     );
     let text = String::from_utf8_lossy(&o.stdout).into_owned();
@@ -127,6 +142,7 @@ fn demo_runs_every_step_and_prints_the_table() {
         String::from_utf8_lossy(&o.stderr)
     );
     assert!(!out.join("stale.txt").exists());
+    assert!(text.contains("skipped (--no-refine)"), "{text}");
     assert!(
         text.contains("skipped: HETERO_FONT=/nonexistent/font.ttf"),
         "{text}"

@@ -1234,6 +1234,64 @@ fn the_order_with_the_cheaper_read_back_wins_when_the_gemms_tie() {
     }
 }
 
+/// A CPU whose `aw` GEMMs take 4× its `wt_at` ones up to 32 rows, as long
+/// at 128 and 0.91× from 512 (the 2-core VM's `ffn_down`, session 46).
+struct OrderTradeOff(Synthetic);
+
+struct TradeOffModel;
+
+impl crate::GemmModel for TradeOffModel {
+    fn predict_us(&self, shape: hetero_plan::GemmShape, order: OperandOrder) -> Option<f64> {
+        let m = shape.m.get();
+        let factor = match (order, m) {
+            (OperandOrder::WtAt, _) => 1.0,
+            (OperandOrder::Aw, 0..=32) => 4.0,
+            (OperandOrder::Aw, 33..=128) => 1.0,
+            (OperandOrder::Aw, _) => 0.91,
+        };
+        Some(100.0 * m as f64 * factor)
+    }
+}
+
+impl LatencyOracle for OrderTradeOff {
+    fn processors(&self) -> &[hetero_plan::Processor] {
+        self.0.processors()
+    }
+    fn gemm_model(
+        &self,
+        processor: &str,
+        dtype: hetero_plan::DType,
+    ) -> Option<&dyn crate::GemmModel> {
+        match processor {
+            "cpu" => Some(&TradeOffModel),
+            _ => self.0.gemm_model(processor, dtype),
+        }
+    }
+    fn dtypes(&self, processor: &str) -> Vec<hetero_plan::DType> {
+        self.0.dtypes(processor)
+    }
+    fn overheads(&self, processor: &str) -> hetero_plan::Overheads {
+        self.0.overheads(processor)
+    }
+}
+
+#[test]
+fn the_order_is_the_faster_at_most_lengths_not_in_summed_time() {
+    // Over the representative 1, 32, 128, 512 and 1024 rows, `aw` takes
+    // less time summed (165 776 µs against 169 700), all of it gained at
+    // the two longest; `wt_at` is 4× faster at two lengths and as fast at
+    // a third, and the plan takes it.
+    let mut s = prefill(1..=1024, &[], &["ffn_down"]);
+    s.graphs = GraphChoice::None;
+    s.processors = vec!["cpu".into()];
+    let dev = OrderTradeOff(synthetic::discrete_cpu_gpu());
+    let plan = solve(&dev, fp(), &llama8b(), &s).unwrap();
+    assert_eq!(
+        plan.op("ffn_down", Phase::Prefill).unwrap().order("cpu"),
+        OperandOrder::WtAt
+    );
+}
+
 #[test]
 fn first_crossing_finds_the_step_of_a_monotone_test_from_any_start() {
     use crate::engine::first_crossing;
