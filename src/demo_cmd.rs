@@ -393,29 +393,42 @@ pub fn run(a: DemoArgs) -> Result<()> {
         if a.warm_cache { "warm" } else { "cold" }
     ));
     let dataset = d.path("dataset");
-    let mut args: Vec<String> = [
+    // `hetero profile` of the chosen processors into the dataset, with the
+    // demo's caches, then `rest`.
+    let profile = |rest: &[&str]| -> Vec<String> {
+        let agent = agent_path.display().to_string();
+        let mut args: Vec<String> = [
+            "profile",
+            "--device",
+            "local",
+            "--agent",
+            &agent,
+            "--processors",
+            &procs,
+            "--out",
+            &dataset,
+        ]
+        .iter()
+        .chain(rest)
+        .map(|s| s.to_string())
+        .collect();
+        if !a.warm_cache {
+            args.push("--cold-cache".into());
+        }
+        args
+    };
+    let max_len = a.max_len.to_string();
+    let text = d.hetero(
         "profile",
-        "--device",
-        "local",
-        "--agent",
-        &agent_path.display().to_string(),
-        "--processors",
-        &procs,
-        "--models",
-        &model,
-        "--budget",
-        &a.budget,
-        "--max-len",
-        &a.max_len.to_string(),
-        "--out",
-        &dataset,
-    ]
-    .map(String::from)
-    .to_vec();
-    if !a.warm_cache {
-        args.push("--cold-cache".into());
-    }
-    let text = d.hetero("profile", &args)?;
+        &profile(&[
+            "--models",
+            &model,
+            "--budget",
+            &a.budget,
+            "--max-len",
+            &max_len,
+        ]),
+    )?;
     for l in text
         .lines()
         .filter(|l| l.contains("stopped") || l.contains("rows"))
@@ -471,29 +484,7 @@ pub fn run(a: DemoArgs) -> Result<()> {
     } else {
         let at = format!("prefill:{},decode:1", a.len);
         for round in 1..=REFINE_ROUNDS {
-            let mut args: Vec<String> = [
-                "profile",
-                "--device",
-                "local",
-                "--agent",
-                &agent_path.display().to_string(),
-                "--processors",
-                &procs,
-                "--plan",
-                &plan,
-                "--at",
-                &at,
-                "--budget",
-                "60s",
-                "--resume",
-                "--out",
-                &dataset,
-            ]
-            .map(String::from)
-            .to_vec();
-            if !a.warm_cache {
-                args.push("--cold-cache".into());
-            }
+            let args = profile(&["--plan", &plan, "--at", &at, "--budget", "60s", "--resume"]);
             let text = d.hetero(&format!("measure-plan-{round}"), &args)?;
             let new = new_rows(&text);
             println!(
