@@ -244,8 +244,9 @@ fn probe(agent_path: &Path, log: &Path) -> Result<Vec<Found>> {
     Ok(found)
 }
 
-/// The new rows a `hetero profile` summary reports: "wrote DIR: N
-/// measurements, M microbenchmarks (K new) in S s".
+/// The new rows a `hetero profile` summary reports, K in its line "wrote
+/// DIR: N measurements, M microbenchmarks (K new) in S s"
+/// (`profile_cmd::wrote_line`).
 fn new_rows(text: &str) -> Option<u64> {
     let line = text.lines().find(|l| l.starts_with("wrote "))?;
     let (_, rest) = line.rsplit_once(" (")?;
@@ -665,15 +666,18 @@ pub fn run(a: DemoArgs) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::new_rows;
+    use crate::profile_cmd::wrote_line;
 
     #[test]
     fn new_rows_reads_the_profile_summary() {
-        let text = "processor ...\nwrote d/dataset: 248 measurements, 267 microbenchmarks (4 new) in 1.5 s\nstopped: complete";
-        assert_eq!(new_rows(text), Some(4));
-        assert_eq!(
-            new_rows("wrote a (b): 1 measurements, 0 microbenchmarks (0 new) in 0.1 s"),
-            Some(0)
+        // The line `hetero profile` prints, among the others.
+        let text = format!(
+            "processor ...\n{}\nstopped: complete",
+            wrote_line("d/dataset", 248, 267, 4, 1.5)
         );
+        assert_eq!(new_rows(&text), Some(4));
+        // A folder name with " (" in it.
+        assert_eq!(new_rows(&wrote_line("a (b)", 1, 0, 0, 0.1)), Some(0));
         assert_eq!(new_rows("no summary here"), None);
     }
 }

@@ -318,18 +318,34 @@ fn parse_queries(s: &str) -> Result<(usize, u64), String> {
     Ok((count, seed))
 }
 
+/// The summary line of a profile: `hetero demo` reads its count of new
+/// rows back (`demo_cmd::new_rows`).
+pub(crate) fn wrote_line(
+    out: &str,
+    measurements: usize,
+    microbench: usize,
+    new_rows: usize,
+    seconds: f64,
+) -> String {
+    format!(
+        "wrote {out}: {measurements} measurements, {microbench} microbenchmarks ({new_rows} new) in {seconds:.1} s"
+    )
+}
+
 pub fn run(args: ProfileArgs) -> anyhow::Result<()> {
     let (opts, json) = options(args)?;
     let rep = Arc::new(Reporter::new(json, false));
     let o = hetero_profiler::profile(opts, rep)?;
     if !json {
         println!(
-            "wrote {}: {} measurements, {} microbenchmarks ({} new) in {:.1} s",
-            o.out.display(),
-            o.measurements,
-            o.microbench,
-            o.new_rows,
-            o.seconds
+            "{}",
+            wrote_line(
+                &o.out.display().to_string(),
+                o.measurements,
+                o.microbench,
+                o.new_rows,
+                o.seconds
+            )
         );
         match o.stopped {
             "budget" => println!(

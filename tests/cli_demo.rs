@@ -119,10 +119,10 @@ fn demo_runs_every_step_and_prints_the_table() {
         "no 24-row GEMM in the dataset: {text}"
     );
 
-    // Running it again replaces the earlier demo's folder (here without step 5's
-    // measuring, `--no-refine`). A short warm
-    // profile: cold caches cost an eviction before every timed run, which
-    // takes most of 5 s in a test build on a host with a large cache.
+    // Running it again replaces the earlier demo's folder (here without
+    // step 5's measuring, `--no-refine`). A short warm profile: cold
+    // caches cost an eviction before every timed run, which takes most of
+    // 5 s in a test build on a host with a large cache.
     // Without a usable font (a bare server: the GPU host had none), the
     // charts are skipped with the reason and the demo runs the plan.
     std::fs::write(out.join("stale.txt"), "old").unwrap();
