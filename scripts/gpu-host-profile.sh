@@ -199,7 +199,7 @@ for f in sorted(dest.glob("*.jsonl")):
     files[f.name] = kinds
 doc = {
     "schema_version": 1,
-    "what": "GPU host dataset (issue 5): scripts/gpu-host-profile.sh",
+    "what": "GPU host dataset: scripts/gpu-host-profile.sh",
     "started_unix": start,
     "seconds": int(time.time()) - start,
     "budget_s": budget,
