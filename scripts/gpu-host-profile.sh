@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GPU host's dataset in one command (issue 5): probe, microbenchmarks,
+# The GPU host's dataset in one command: probe, microbenchmarks,
 # then a sweep of every real processor (cuda, OpenCL on NVIDIA, cpu, OpenCL
 # on PoCL) over the GEMM shapes of the bundled models, at decode lengths
 # M = 1..8 and prefill lengths up to 4096.

@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
-# Replay on the GPU host (issue 10): does `hetero run` take the time its plan
-# predicts, per phase, on the lent GPU host's real processors?
+# Replay on a GPU host: does `hetero run` take the time its plan predicts,
+# per phase, on the host's real processors?
 #
-#   scripts/gpu-host-replay.sh --prepare   # here: build, fill .carry/replay/ and .carry/rx/replay.txz
-#   scripts/gpu-host-replay.sh OUT_DIR     # there (after unpacking .carry/rx): test, profile, fit, solve, replay
+#   scripts/gpu-host-replay.sh --prepare   # build machine: build, fill .carry/replay/ and .carry/rx/replay.txz
+#   scripts/gpu-host-replay.sh OUT_DIR     # GPU host (after unpacking .carry/rx): test, profile, fit, solve, replay
 #
-# There, in one call, the same steps a user takes on a new machine:
+# The build machine needs cargo and an x86-64 Linux with a glibc no newer
+# than the host's; the GPU host needs the NVIDIA driver and python3, no Rust.
+# On the GPU host, in one run, the same steps a user takes on a new machine:
 #   1. the cuda unit tests of the agent (conversion kernels bit for bit,
 #      GEMMs from page-locked memory, the conformance suite);
 #   2. `hetero profile --device local` of cuda:0 and of cpu:0 for
@@ -46,12 +48,12 @@
 # CUDA_BUDGET (default 150s), CPU_BUDGET (default 60s), CUDA_COLD (set:
 # profile cuda:0 with --cold-cache, its L2 evicted before every timed run),
 # CPU_COLD (set: profile cpu:0 with --cold-cache, the host's caches evicted
-# before every timed run; since session 37 by cpu:0's own workers, so its
+# before every timed run, by cpu:0's own workers, so its
 # pool is awake when the timed run starts), CPU_ROTATE (set: profile cpu:0
 # with --rotate-weights instead, cold weights by rotating through copies of
 # them, the input and the workers warm), CUDA_FLAGS (extra
 # words for the cuda:0 profile, e.g. --ordinary-timer), SKIP_CUDA_TESTS (set:
-# leave out step 1, for a second replay in the same call), REPLAY_REFINE
+# leave out step 1, for a second replay on the same host), REPLAY_REFINE
 # (default 0: rounds of measuring the cpu:0 GEMMs the plans run at the
 # replayed cases, `hetero profile --plan`, then fitting and solving again).
 set -uo pipefail
@@ -65,9 +67,6 @@ model=datasets/models/qwen2.5-1.5b.json
 if [ "${1:-}" = "--prepare" ]; then
     set -e
     cargo build --release -p hetero -p hetero-agent
-    # stage_bench travels too, built from the same tree (session 43's call
-    # 8 ran a copy left in the folder from an older build).
-    cargo build --release -p hetero-agent --example stage_bench
     tests=$(cargo test --release -p hetero-agent --lib --no-run --message-format=json 2>/dev/null |
         python3 -c 'import json,sys
 for l in sys.stdin:
@@ -75,29 +74,17 @@ for l in sys.stdin:
     if m.get("reason") == "compiler-artifact" and m.get("executable") and "lib" in m["target"]["kind"]:
         print(m["executable"])' | tail -n1)
     mkdir -p "$carry"
-    cp target/release/hetero target/release/hetero-agent target/release/examples/stage_bench "$carry/"
+    cp target/release/hetero target/release/hetero-agent "$carry/"
     cp "$tests" "$carry/agent-tests"
     strip "$carry"/* 2>/dev/null || true
     git rev-parse HEAD > "$carry/COMMIT" 2>/dev/null || true
     git diff --quiet HEAD 2>/dev/null || echo "+ uncommitted changes" >> "$carry/COMMIT"
     du -sh "$carry"
-    # The device tool carries the whole working tree and the carried paths
-    # within 64 MiB: the binaries travel as one xz archive (about 8 MB).
+    # The binaries as one xz archive (about 8 MB), to copy to the GPU host.
     mkdir -p "$repo/.carry/rx"
     tar cJf "$repo/.carry/rx/replay.txz" -C "$repo/.carry" replay
     du -sh "$repo/.carry/rx/replay.txz"
-    # The tool refuses a tree and carry above 64 MiB in all. The records
-    # under datasets/ grow every session; the replay needs none of them
-    # but datasets/models, so a folder of old records may be moved aside
-    # for the call (and back after it).
-    tree=$( { git ls-files -z; git ls-files -z --others --exclude-standard; } |
-        xargs -0 stat -c %s 2>/dev/null | awk '{s += $1} END {print s + 0}')
-    total=$((tree + $(stat -c %s "$repo/.carry/rx/replay.txz")))
-    echo "working tree and carry: $((total >> 20)) MiB of the device tool's 64"
-    if [ "$total" -gt $((64 << 20)) ]; then
-        echo "warning: over 64 MiB; move a records folder (e.g. datasets/retest) aside during the call" >&2
-    fi
-    echo "carry .carry/rx and run: tar xJf .carry/rx/replay.txz -C .carry/ && scripts/gpu-host-replay.sh \"\$OUT\""
+    echo "copy this checkout with .carry/rx to the GPU host and run there: tar xJf .carry/rx/replay.txz -C .carry/ && scripts/gpu-host-replay.sh OUT_DIR"
     exit 0
 fi
 
@@ -149,9 +136,9 @@ log "profile cuda:0 (${CUDA_BUDGET:-150s} ${CUDA_FLAGS:-}), cpu:0 (${CPU_BUDGET:
 # (`bandwidth_concurrent` of cpu:0 beside cuda:0 copying its weights),
 # which the profiles of each alone cannot. Its microbenchmarks come first
 # in the merge, so that the CPU's bandwidth alone and beside the copies are
-# of one run (session 39, call 5: the cpu profile's alone row, 8.8 GB/s,
-# against the pair's 15.6 GB/s beside the copies); its one GEMM case per
-# processor is dropped where the profiles have it.
+# of one run (a separate profile's alone row can be far off the pair's: 8.8
+# against 15.6 GB/s on one H100 host); its one GEMM case per processor is
+# dropped where the profiles have it.
 pair=()
 # Cold for the pair too when cpu:0 is profiled cold either way (once:
 # `--cold-cache` twice is refused).

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Predictor accuracy on THIS machine (issue 7): profile the cpu backend,
+# Predictor accuracy on THIS machine: profile the cpu backend,
 # PoCL (OpenCL on the CPU) and npu-sim (simulated) with
 # `hetero profile --device local`, one processor at a time and at most
 # --max-cases GEMM cases each; merge the parts; fit; write REPORT.md with

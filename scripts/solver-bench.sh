@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Side-by-side solver benchmark (issue 8): two `hetero` binaries solve the
+# Side-by-side solver benchmark: two `hetero` binaries solve the
 # same cases alternately, so both see the same machine load; medians.
 #
 #   scripts/solver-bench.sh BASE_BIN NEW_BIN PREDICTOR [RUNS] [OUTDIR]
