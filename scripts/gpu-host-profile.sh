@@ -9,8 +9,7 @@
 #   --bin DIR       folder with release builds of hetero-agent and hetero
 #                   (default: target/release)
 #   --out DIR       the dataset goes to DIR/gpu-host-<gpu>/ (default: datasets)
-#   --budget S      wall-clock budget of the whole run, seconds (default 550;
-#                   the host allows 10 minutes)
+#   --budget S      wall-clock budget of the whole run, seconds (default 550)
 #   --models DIR    model configs (default: datasets/models of this repo)
 #   --quick         a smoke test: 6 cases a processor, short microbenchmarks
 #
