@@ -37,7 +37,7 @@ while [ $# -gt 0 ]; do
         --budget) budget=$2; shift 2 ;;
         --quick) quick=1; shift ;;
         --models) models=$2; shift 2 ;;
-        -h|--help) sed -n '2,24p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,23p' "$0"; exit 0 ;;
         *) echo "gpu-host-profile: unknown argument $1 (see --help)" >&2; exit 2 ;;
     esac
 done
