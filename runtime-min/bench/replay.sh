@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The runtime benchmark of docs/benchmarks.md, "Runtime (issue 10)".
+# The runtime benchmark of docs/benchmarks.md (runtime fidelity and dispatch overhead).
 #
 # 1. profiles this machine's CPU cores as two processors (cpu:0 = core 0,
 #    cpu:1 = core 1) with hetero-agent: a GEMM sweep over the shapes of
@@ -23,7 +23,7 @@ procs=(${PROCESSORS:-cpu:0 cpu:1})
 plist=$(IFS=,; echo "${procs[*]}")
 passes=${PASSES:-7}
 # MODEL: the config to profile, solve and replay. bench-model.json is small
-# (its weights fit in this VM's last-level cache); bench-model-large.json
+# (its weights fit in the last-level cache of a small CPU); bench-model-large.json
 # has every operator's weights larger than an 8 MiB L3, as real LLMs do.
 model=${MODEL:-runtime-min/bench/bench-model.json}
 # ROWS=full: sweep whole operators only (no row shares), enough when one

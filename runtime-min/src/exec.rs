@@ -137,6 +137,25 @@ pub(crate) struct Sample {
     pub emulated: bool,
 }
 
+impl Sample {
+    /// Adds another instance's timings (an operator runs several per layer).
+    pub fn add(&mut self, s: &Sample) {
+        self.wall_us += s.wall_us;
+        self.measured_us += s.measured_us;
+        self.dispatch_us += s.dispatch_us;
+        self.submit_us += s.submit_us;
+        self.copy_us += s.copy_us;
+        self.simulated |= s.simulated;
+        self.emulated |= s.emulated;
+        if self.parts_us.len() < s.parts_us.len() {
+            self.parts_us.resize(s.parts_us.len(), 0.0);
+        }
+        for (a, b) in self.parts_us.iter_mut().zip(&s.parts_us) {
+            *a += b;
+        }
+    }
+}
+
 /// Counts executions on one processor and fails the `after`-th (tests of
 /// the "processor failing mid-run" path).
 #[derive(Debug)]
