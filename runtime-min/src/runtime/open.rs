@@ -37,8 +37,8 @@ impl Runtime {
     }
 
     /// Builds a runtime over backends opened by the caller, in the order of
-    /// the plan's `processors` (tests, or an embedding application with its
-    /// own backends). The fingerprint is checked as in [`Runtime::open`].
+    /// the plan's `processors` (an embedding application with its own
+    /// backends). The fingerprint is checked as in [`Runtime::open`].
     pub fn with_backends(
         plan_path: &Path,
         plan: Plan,
