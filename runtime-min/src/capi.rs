@@ -142,6 +142,55 @@ fn phase_of(p: u32) -> Result<Phase, String> {
     }
 }
 
+fn sync_of(s: u32) -> Result<SyncChoice, String> {
+    match s {
+        HETERO_SYNC_POLL => Ok(SyncChoice::Poll),
+        HETERO_SYNC_BLOCK => Ok(SyncChoice::Block),
+        _ => Err(format!(
+            "sync {s}: expected HETERO_SYNC_POLL or HETERO_SYNC_BLOCK"
+        )),
+    }
+}
+
+/// An operator name and a phase from C, or the message of what is wrong.
+///
+/// # Safety
+/// `op` is a non-NULL NUL-terminated string.
+unsafe fn op_and_phase(op: *const c_char, phase: u32) -> Result<(String, Phase), String> {
+    // SAFETY: the caller promises a NUL-terminated string.
+    let name = unsafe { opt_str(op, "op") }?.expect("checked non-NULL");
+    Ok((name, phase_of(phase)?))
+}
+
+/// The runtime options of `o` (whose strings are already read: `weights`,
+/// `predictor`, `cpu_groups`, `sim_params`), or the message of what is
+/// wrong.
+fn runtime_options(
+    o: &HeteroOptions,
+    weights: Option<String>,
+    predictor: Option<String>,
+    cpu_groups: Option<String>,
+    sim_params: Option<String>,
+) -> Result<RuntimeOptions, String> {
+    Ok(RuntimeOptions {
+        open: OpenOptions {
+            cpu_groups,
+            sim_params: sim_params.map(PathBuf::from),
+            ..Default::default()
+        },
+        sync: sync_of(o.sync)?,
+        weights: match weights {
+            Some(w) => WeightSource::Safetensors(w.into()),
+            None => WeightSource::Synthetic {
+                seed: o.seed,
+                share_layers: false,
+            },
+        },
+        predictor: predictor.map(PathBuf::from),
+        fail_after: None,
+    })
+}
+
 /// The default options: synthetic weights with seed 0x5eed, polling, prefill.
 #[unsafe(no_mangle)]
 pub extern "C" fn hetero_options_default() -> HeteroOptions {
@@ -206,35 +255,13 @@ pub unsafe extern "C" fn hetero_runtime_open(
             Ok(p) => p,
             Err(e) => return bad(&e),
         };
-        let sync = match o.sync {
-            HETERO_SYNC_POLL => SyncChoice::Poll,
-            HETERO_SYNC_BLOCK => SyncChoice::Block,
-            s => {
-                return bad(&format!(
-                    "sync {s}: expected HETERO_SYNC_POLL or HETERO_SYNC_BLOCK"
-                ));
-            }
+        let opts = match runtime_options(o, weights, predictor, cpu_groups, sim_params) {
+            Ok(opts) => opts,
+            Err(e) => return bad(&e),
         };
-        let spec = match hetero_plan::hf::load_config(std::path::Path::new(&model)) {
+        let spec = match crate::load_model(std::path::Path::new(&model)) {
             Ok(s) => s,
-            Err(e) => return fail(&Error::File(e)),
-        };
-        let opts = RuntimeOptions {
-            open: OpenOptions {
-                cpu_groups,
-                sim_params: sim_params.map(PathBuf::from),
-                ..Default::default()
-            },
-            sync,
-            weights: match weights {
-                Some(w) => WeightSource::Safetensors(w.into()),
-                None => WeightSource::Synthetic {
-                    seed: o.seed,
-                    share_layers: false,
-                },
-            },
-            predictor: predictor.map(PathBuf::from),
-            fail_after: None,
+            Err(e) => return fail(&e),
         };
         match Runtime::open(std::path::Path::new(&plan), spec, opts) {
             Ok(rt) => {
@@ -320,14 +347,9 @@ pub unsafe extern "C" fn hetero_linear_ex(
         }
         // SAFETY: non-NULL, and the caller passes a live runtime used by one thread.
         let h = unsafe { &mut *rt };
-        // SAFETY: the caller promises a NUL-terminated string.
-        let name = match unsafe { opt_str(op, "op") } {
-            Ok(Some(s)) => s,
-            Ok(None) => unreachable!("checked non-NULL"),
-            Err(e) => return bad(&e),
-        };
-        let phase = match phase_of(phase) {
-            Ok(p) => p,
+        // SAFETY: non-NULL; the caller promises a NUL-terminated string.
+        let (name, phase) = match unsafe { op_and_phase(op, phase) } {
+            Ok(x) => x,
             Err(e) => return bad(&e),
         };
         let (base, prefixed) = split_op(&name);
@@ -395,14 +417,9 @@ pub unsafe extern "C" fn hetero_op_dims(
             return bad("hetero_op_dims: no argument may be NULL");
         }
         // SAFETY: non-NULL; the caller passes a live runtime and a C string.
-        let (h, name) = unsafe { (&*rt, opt_str(op, "op")) };
-        let name = match name {
-            Ok(Some(s)) => s,
-            Ok(None) => unreachable!("checked non-NULL"),
-            Err(e) => return bad(&e),
-        };
-        let phase = match phase_of(phase) {
-            Ok(p) => p,
+        let (h, name_phase) = unsafe { (&*rt, op_and_phase(op, phase)) };
+        let (name, phase) = match name_phase {
+            Ok(x) => x,
             Err(e) => return bad(&e),
         };
         match h.rt.op_dims(split_op(&name).0, phase, seq_len) {

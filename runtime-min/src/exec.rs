@@ -137,6 +137,25 @@ pub(crate) struct Sample {
     pub emulated: bool,
 }
 
+impl Sample {
+    /// Adds another instance's timings (an operator runs several per layer).
+    pub fn add(&mut self, s: &Sample) {
+        self.wall_us += s.wall_us;
+        self.measured_us += s.measured_us;
+        self.dispatch_us += s.dispatch_us;
+        self.submit_us += s.submit_us;
+        self.copy_us += s.copy_us;
+        self.simulated |= s.simulated;
+        self.emulated |= s.emulated;
+        if self.parts_us.len() < s.parts_us.len() {
+            self.parts_us.resize(s.parts_us.len(), 0.0);
+        }
+        for (a, b) in self.parts_us.iter_mut().zip(&s.parts_us) {
+            *a += b;
+        }
+    }
+}
+
 /// Counts executions on one processor and fails the `after`-th (tests of
 /// the "processor failing mid-run" path).
 #[derive(Debug)]
@@ -265,156 +284,228 @@ pub(crate) fn run_instance(
     stage: &mut Stage,
     sync: SyncChoice,
 ) -> Result<Sample, Failure> {
-    let t0 = Instant::now();
-    let mut copy = 0.0;
-    let mut submit = 0.0;
-    let mut blocked = 0.0; // waits and inline executions of real parts
-    let mut host_nonreal = 0.0; // the host computing simulated products
-    let mut parts_us = vec![0.0; parts.len()];
-    // Submitted parts: (part index, next step to wait for).
-    let mut inflight: Vec<(usize, usize)> = Vec::with_capacity(parts.len());
-    // Per part: when its first step and its current step were submitted.
-    let mut submitted: Vec<Option<(Instant, Instant)>> = vec![None; parts.len()];
-    // Parts whose first input was written before a refused submit.
-    let mut fed = vec![false; parts.len()];
+    let mut run = Instance {
+        t0: Instant::now(),
+        gemms,
+        input,
+        k,
+        output,
+        n,
+        stage,
+        sync,
+        copy: 0.0,
+        submit: 0.0,
+        blocked: 0.0,
+        host_nonreal: 0.0,
+        parts_us: vec![0.0; parts.len()],
+        inflight: Vec::with_capacity(parts.len()),
+        submitted: vec![None; parts.len()],
+        fed: vec![false; parts.len()],
+    };
+    let result = run
+        .submit_first(parts)
+        .and_then(|()| run.run_inline(parts))
+        .and_then(|()| run.wait_submitted(parts))
+        .and_then(|()| run.run_nonreal(parts));
+    if let Err(e) = result {
+        run.abandon(parts);
+        return Err(e);
+    }
+    Ok(run.sample(parts))
+}
 
-    let result = (|| -> Result<(), Failure> {
-        // 1. Submit every real asynchronous part's first step.
+/// One instance being run, and what it has cost so far.
+struct Instance<'a> {
+    t0: Instant,
+    gemms: &'a mut [Box<dyn Gemm>],
+    input: &'a [f32],
+    k: usize,
+    output: &'a mut [f32],
+    n: usize,
+    stage: &'a mut Stage,
+    sync: SyncChoice,
+    /// Time copying inputs, outputs and uploads, µs.
+    copy: f64,
+    /// Time inside submit calls, µs.
+    submit: f64,
+    /// Waits and inline executions of real parts, µs.
+    blocked: f64,
+    /// The host computing simulated and emulated products, µs.
+    host_nonreal: f64,
+    /// Per part, the backend's time, µs.
+    parts_us: Vec<f64>,
+    /// Submitted parts: (part index, next step to wait for).
+    inflight: Vec<(usize, usize)>,
+    /// Per part: when its first step and its current step were submitted.
+    submitted: Vec<Option<(Instant, Instant)>>,
+    /// Parts whose first input was written before a refused submit.
+    fed: Vec<bool>,
+}
+
+impl Instance<'_> {
+    /// Writes a step's input (and weights to upload) into its GEMM.
+    fn feed(&mut self, proc: usize, step: &Step) -> Result<(), Failure> {
+        let t = Instant::now();
+        let g = self.gemms[step.gemm].as_mut();
+        feed(g, step, self.input, self.k, self.stage).map_err(|e| (proc, e))?;
+        self.copy += us(t);
+        Ok(())
+    }
+
+    /// Reads a step's output into the merged output.
+    fn drain(&mut self, proc: usize, step: &Step) -> Result<(), Failure> {
+        let t = Instant::now();
+        let g = self.gemms[step.gemm].as_mut();
+        drain(g, step, self.output, self.n, self.stage).map_err(|e| (proc, e))?;
+        self.copy += us(t);
+        Ok(())
+    }
+
+    /// Submits a fed step; `Ok(false)` where the backend cannot submit
+    /// asynchronously.
+    fn submit(&mut self, proc: usize, step: &Step) -> Result<(bool, Instant), Failure> {
+        let t = Instant::now();
+        let result = self.gemms[step.gemm].submit();
+        self.submit += us(t);
+        match result {
+            Ok(()) => Ok((true, t)),
+            Err(AgentError::Unsupported { .. }) => Ok((false, t)),
+            Err(e) => Err((proc, e)),
+        }
+    }
+
+    /// Runs a fed step on the host thread and drains it; the host time.
+    fn execute(&mut self, pi: usize, proc: usize, step: &Step) -> Result<f64, Failure> {
+        let t = Instant::now();
+        let timed = self.gemms[step.gemm].execute().map_err(|e| (proc, e))?;
+        let host = us(t);
+        self.parts_us[pi] += timed.best_us();
+        self.drain(proc, step)?;
+        Ok(host)
+    }
+
+    /// (1) Submits every real asynchronous part's first step.
+    fn submit_first(&mut self, parts: &mut [Part]) -> Result<(), Failure> {
         for (pi, part) in parts.iter_mut().enumerate() {
             if !part.real() || part.asynchronous == Some(false) {
                 continue;
             }
             let step = &part.steps[0];
-            let g = gemms[step.gemm].as_mut();
-            let t = Instant::now();
-            feed(g, step, input, k, stage).map_err(|e| (part.proc, e))?;
-            copy += us(t);
-            let t = Instant::now();
-            let result = g.submit();
-            submit += us(t);
-            match result {
-                Ok(()) => {
-                    part.asynchronous = Some(true);
-                    inflight.push((pi, 0));
-                    submitted[pi] = Some((t, t));
-                }
-                Err(AgentError::Unsupported { .. }) => {
-                    part.asynchronous = Some(false);
-                    fed[pi] = true;
-                }
-                Err(e) => return Err((part.proc, e)),
+            self.feed(part.proc, step)?;
+            let (submitted, t) = self.submit(part.proc, step)?;
+            part.asynchronous = Some(submitted);
+            if submitted {
+                self.inflight.push((pi, 0));
+                self.submitted[pi] = Some((t, t));
+            } else {
+                self.fed[pi] = true;
             }
         }
-        // 2. Real parts without asynchronous submit run here meanwhile.
-        for (pi, part) in parts.iter_mut().enumerate() {
+        Ok(())
+    }
+
+    /// (2) Real parts without asynchronous submit run here meanwhile.
+    fn run_inline(&mut self, parts: &[Part]) -> Result<(), Failure> {
+        for (pi, part) in parts.iter().enumerate() {
             if !part.real() || part.asynchronous != Some(false) {
                 continue;
             }
             for (si, step) in part.steps.iter().enumerate() {
-                let g = gemms[step.gemm].as_mut();
-                if si > 0 || !fed[pi] {
-                    let t = Instant::now();
-                    feed(g, step, input, k, stage).map_err(|e| (part.proc, e))?;
-                    copy += us(t);
+                if si > 0 || !self.fed[pi] {
+                    self.feed(part.proc, step)?;
                 }
-                let t = Instant::now();
-                let timed = g.execute().map_err(|e| (part.proc, e))?;
-                blocked += us(t);
-                parts_us[pi] += timed.best_us();
-                let t = Instant::now();
-                drain(g, step, output, n, stage).map_err(|e| (part.proc, e))?;
-                copy += us(t);
+                self.blocked += self.execute(pi, part.proc, step)?;
             }
         }
-        // 3. Wait for the submitted parts, chains of steps first.
-        inflight.sort_by_key(|&(pi, _)| std::cmp::Reverse(parts[pi].steps.len()));
-        while let Some(&(pi, si)) = inflight.first() {
+        Ok(())
+    }
+
+    /// (3) Waits for the submitted parts, chains of steps first; each next
+    /// step is submitted as soon as the previous one is seen done.
+    fn wait_submitted(&mut self, parts: &[Part]) -> Result<(), Failure> {
+        self.inflight
+            .sort_by_key(|&(pi, _)| std::cmp::Reverse(parts[pi].steps.len()));
+        while let Some(&(pi, si)) = self.inflight.first() {
             let part = &parts[pi];
             let step = &part.steps[si];
-            let g = gemms[step.gemm].as_mut();
-            let (first, this) = submitted[pi].expect("set when submitted");
+            let (first, this) = self.submitted[pi].expect("set when submitted");
             // A polled wait sleeps through its prediction from the step's
             // submit. The steps of a chain cost unlike amounts (an offload
             // part's resident rows read the GPU's memory, the others wait
-            // for their weights to cross PCIe), and the plan predicts the part only,
-            // so the host spins on every step but the last, and the last
-            // sleeps until the part's predicted end.
+            // for their weights to cross PCIe), and the plan predicts the
+            // part only, so the host spins on every step but the last, and
+            // the last sleeps until the part's predicted end.
             let predicted = if si + 1 < part.steps.len() {
                 0.0
             } else {
                 (part.predicted_us - (this - first).as_secs_f64() * 1e6).max(0.0)
             };
             let t = Instant::now();
-            let timed = g.wait(sync.mode(predicted)).map_err(|e| (part.proc, e))?;
-            blocked += us(t);
-            parts_us[pi] += timed.best_us();
-            let t = Instant::now();
-            drain(g, step, output, n, stage).map_err(|e| (part.proc, e))?;
-            copy += us(t);
+            let timed = self.gemms[step.gemm]
+                .wait(self.sync.mode(predicted))
+                .map_err(|e| (part.proc, e))?;
+            self.blocked += us(t);
+            self.parts_us[pi] += timed.best_us();
+            self.drain(part.proc, step)?;
             if let Some(next) = part.steps.get(si + 1) {
-                let g = gemms[next.gemm].as_mut();
+                self.feed(part.proc, next)?;
                 let t = Instant::now();
-                feed(g, next, input, k, stage).map_err(|e| (part.proc, e))?;
-                copy += us(t);
-                let t = Instant::now();
-                g.submit().map_err(|e| (part.proc, e))?;
-                submit += us(t);
-                inflight[0].1 = si + 1;
-                submitted[pi] = Some((first, t));
+                self.gemms[next.gemm].submit().map_err(|e| (part.proc, e))?;
+                self.submit += us(t);
+                self.inflight[0].1 = si + 1;
+                self.submitted[pi] = Some((first, t));
             } else {
-                inflight.remove(0);
+                self.inflight.remove(0);
             }
         }
-        // 4. Simulated and emulated parts, on the host, after the real ones.
+        Ok(())
+    }
+
+    /// (4) Simulated and emulated parts, on the host, after the real ones.
+    fn run_nonreal(&mut self, parts: &[Part]) -> Result<(), Failure> {
         for (pi, part) in parts.iter().enumerate() {
             if part.real() {
                 continue;
             }
             for step in &part.steps {
-                let g = gemms[step.gemm].as_mut();
-                let t = Instant::now();
-                feed(g, step, input, k, stage).map_err(|e| (part.proc, e))?;
-                copy += us(t);
-                let t = Instant::now();
-                let timed = g.execute().map_err(|e| (part.proc, e))?;
-                host_nonreal += us(t);
-                parts_us[pi] += timed.best_us();
-                let t = Instant::now();
-                drain(g, step, output, n, stage).map_err(|e| (part.proc, e))?;
-                copy += us(t);
+                self.feed(part.proc, step)?;
+                self.host_nonreal += self.execute(pi, part.proc, step)?;
             }
         }
         Ok(())
-    })();
-
-    if let Err(e) = result {
-        // Leave no GEMM with a run in flight: the runtime stays usable.
-        for &(pi, si) in &inflight {
-            let g = gemms[parts[pi].steps[si].gemm].as_mut();
-            let _ = g.wait(SyncMode::Block);
-        }
-        return Err(e);
     }
 
-    let wall = us(t0);
-    let wall_real = wall - host_nonreal;
-    let max_of = |real: bool| {
-        parts
-            .iter()
-            .zip(&parts_us)
-            .filter(|(p, _)| p.real() == real)
-            .map(|(_, t)| *t)
-            .fold(0.0, f64::max)
-    };
-    let (max_real, max_nonreal) = (max_of(true), max_of(false));
-    Ok(Sample {
-        wall_us: wall,
-        measured_us: wall_real + (max_nonreal - max_real).max(0.0),
-        dispatch_us: (wall_real - copy - blocked - submit).max(0.0),
-        submit_us: submit,
-        copy_us: copy,
-        parts_us,
-        simulated: parts.iter().any(|p| p.timing == Timing::Simulated),
-        emulated: parts.iter().any(|p| p.timing == Timing::Emulated),
-    })
+    /// Leaves no GEMM with a run in flight, so the runtime stays usable
+    /// after a failure.
+    fn abandon(&mut self, parts: &[Part]) {
+        for &(pi, si) in &self.inflight {
+            let _ = self.gemms[parts[pi].steps[si].gemm].wait(SyncMode::Block);
+        }
+    }
+
+    /// The instance's timings: a simulated or emulated part counts as
+    /// overlapped with the real ones.
+    fn sample(self, parts: &[Part]) -> Sample {
+        let wall = us(self.t0);
+        let wall_real = wall - self.host_nonreal;
+        let max_of = |real: bool| {
+            parts
+                .iter()
+                .zip(&self.parts_us)
+                .filter(|(p, _)| p.real() == real)
+                .map(|(_, t)| *t)
+                .fold(0.0, f64::max)
+        };
+        let (max_real, max_nonreal) = (max_of(true), max_of(false));
+        Sample {
+            wall_us: wall,
+            measured_us: wall_real + (max_nonreal - max_real).max(0.0),
+            dispatch_us: (wall_real - self.copy - self.blocked - self.submit).max(0.0),
+            submit_us: self.submit,
+            copy_us: self.copy,
+            simulated: parts.iter().any(|p| p.timing == Timing::Simulated),
+            emulated: parts.iter().any(|p| p.timing == Timing::Emulated),
+            parts_us: self.parts_us,
+        }
+    }
 }

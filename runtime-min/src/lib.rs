@@ -25,7 +25,6 @@ pub mod capi;
 pub mod check;
 pub mod decider;
 mod error;
-pub mod eval;
 mod exec;
 pub mod graphs;
 pub mod report;

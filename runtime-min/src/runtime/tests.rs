@@ -1,9 +1,13 @@
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
-use hetero_plan::{LinearOp, Phase, RowPart, SeqPart, SolverInfo, Strategy};
+use hetero_agent::GemmSpec;
+use hetero_plan::{DType, GemmShape, LinearOp, Phase, RowPart, SeqPart, SolverInfo, Strategy};
 
+use super::report::{host_note, outlier_note};
 use super::*;
+use crate::graphs::GraphRequest;
+use crate::report::HostReport;
 use crate::testutil::{row_cut, single, tiny_model, tiny_plan};
 
 /// What a test's wrapper around a backend's GEMM changes ([`Wrapped`]).
