@@ -650,7 +650,7 @@ impl Gemm for ClGemm {
                     EVENT_CHECK_EVERY
                 };
                 let mut spins = 0u32;
-                let mut pause = crate::backend::PollPause::default();
+                let mut pause = crate::backend::SpinThenYield::default();
                 let by_flag = loop {
                     if seen() {
                         break true;
