@@ -2,11 +2,11 @@
 //!
 //! A rayon worker with nothing to do yields a few dozen times and then
 //! sleeps on a futex; the next run wakes it, and the workers a product is
-//! split over wake one another in a cascade. On the development VM that
-//! costs a 1×1536×256 GEMV on two workers 50–80 µs (71 µs back to back,
-//! 123–153 µs after 20–3000 µs of idling: `stage_bench --idle`); on the
-//! H100 host's 15 workers a 1×1536×768 GEMV took 63 µs back to back and
-//! 93–137 µs after 0.1–3 ms (`docs/benchmarks.md`, Runtime, "Session 42"). An
+//! split over wake one another in a cascade. On a 2-core x86-64 machine
+//! that costs a 1×1536×256 GEMV on two workers 50–80 µs (71 µs back to
+//! back, 123–153 µs after 20–3000 µs of idling); on the 15 workers of a
+//! Xeon host with one H100 a 1×1536×768 GEMV took 63 µs back to back and
+//! 93–137 µs after 0.1–3 ms (`docs/benchmarks.md`, Runtime). An
 //! operator of runtime-min that follows operators on other processors pays
 //! it every time. So after each run the pool's workers poll the pool for
 //! a hold more, as ONNX Runtime's and llama.cpp's thread pools

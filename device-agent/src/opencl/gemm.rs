@@ -628,11 +628,11 @@ impl Gemm for ClGemm {
             }
             SyncMode::Poll { predicted_us } if self.dev.on_host_cores => {
                 // The kernel runs on the host's cores: spinning would take
-                // one from it. On the 2-core VM, spinning made PoCL's 168 µs
+                // one from it. On a 2-core x86-64 machine, spinning made PoCL's 168 µs
                 // 1×1536×256 GEMV take 1.7–2.3 ms, and napping 20 µs
                 // between flag reads still 0.5 ms; sleeping through the
                 // prediction, then a blocking wait, kept the profile's time
-                // (docs/benchmarks.md, Runtime, "Session 20").
+                // (docs/benchmarks.md, Runtime).
                 sleep_through(predicted_us, p.start);
                 self.dev.queue.finish().cl(&id, "clFinish")?;
                 self.poll.by_wait += 1;
