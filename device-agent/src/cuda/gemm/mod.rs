@@ -43,9 +43,10 @@
 //! cuBLAS's choice of kernel still makes the time jump with M (H100, f16,
 //! 445×1536×8960: 40 µs; 512×1536×8960: 27 µs; 533×1536×8960 41 µs over
 //! 536 rows and 30 µs over 640), so `prepare` times every row count of
-//! [`row_candidates`] (M rounded up to 8, 64, 128, 256 and 512, at most
-//! half as many rows again as M) in both forms, each with the L2 evicted,
-//! and keeps the fastest by its median run ([`search`]). Each of those is
+//! [`row_candidates`](search::row_candidates) (M rounded up to 8, 64,
+//! 128, 256 and 512, at most half as many rows again as M) in both forms,
+//! each with the L2 evicted, and keeps the fastest by its median run
+//! ([`search`]). Each of those is
 //! timed with every algorithm cuBLASLt's heuristic offers for it (up to
 //! 8): the heuristic's first guess, which is what `cublasGemmEx` runs, was
 //! slow for some shapes (H100, f16, 1024×8960×768: 32.3 µs, against
