@@ -116,19 +116,8 @@ fn run_gemm(dev: &mut dyn Backend, s: &GemmSpec, reps: usize) -> Result<(Stats, 
     ))
 }
 
-fn main() -> Result<()> {
-    let out_path = std::env::args().nth(1);
-    let mut out = Out {
-        file: out_path.map(std::fs::File::create).transpose()?,
-    };
-    let mut devices = cuda::open(&OpenOptions::default()).context("opening the CUDA backend")?;
-    let dev = devices.first_mut().context("no CUDA device")?;
-    let dev: &mut dyn Backend = dev.as_mut();
-    let p = dev.processor().clone();
-    println!("probe: {}", serde_json::to_string(&p)?);
-    out.row(json!({"kind": "probe", "processor": p}))?;
-
-    // 1. Correctness, every dtype and order.
+/// Correctness, every dtype and order. Returns the failures.
+fn correctness(dev: &mut dyn Backend, out: &mut Out) -> Result<usize> {
     let mut failures = 0;
     println!("\n== correctness (sampled f64 reference, 512 outputs)");
     for &(m, k, n) in &[
@@ -161,8 +150,13 @@ fn main() -> Result<()> {
             }
         }
     }
+    Ok(failures)
+}
 
-    // 2. Throughput.
+/// Throughput at 4096³, and the large shapes as the ceiling. Returns the
+/// failures.
+fn throughput(dev: &mut dyn Backend, out: &mut Out) -> Result<usize> {
+    let mut failures = 0;
     println!("\n== throughput (median of {REPS} after {WARMUPS} warm-ups, CUDA events)");
     let mut cases = vec![];
     for dtype in [DType::F16, DType::Bf16, DType::F32] {
@@ -195,8 +189,12 @@ fn main() -> Result<()> {
             "order": s.order, "device": d, "host": h, "tflops": tflops, "rel_err": err, "ok": ok}),
         )?;
     }
+    Ok(failures)
+}
 
-    // 3. The staircase, M×4096×4096 f16, both orders.
+/// The staircase, M×4096×4096 f16, both orders. Returns the failures.
+fn staircase(dev: &mut dyn Backend, out: &mut Out) -> Result<usize> {
+    let mut failures = 0;
     println!("\n== M x 4096 x 4096 f16, median us (device events)");
     for m in [
         1, 8, 32, 64, 128, 129, 256, 257, 512, 513, 1024, 1025, 2048, 4096,
@@ -220,8 +218,13 @@ fn main() -> Result<()> {
         }
         println!("{line}");
     }
+    Ok(failures)
+}
 
-    // 4. Handoff of a small GEMM: blocking wait versus polling the flag.
+/// Handoff of a small GEMM, blocking wait versus polling the flag.
+/// Returns the failures.
+fn handoff(dev: &mut dyn Backend, out: &mut Out) -> Result<usize> {
+    let mut failures = 0;
     println!("\n== GEMM handoff, host us from submit to observed completion (median of 200)");
     for (m, k, n) in [(1, 4096, 4096), (128, 4096, 4096)] {
         let s = spec(m, k, n, DType::F16, OperandOrder::WtAt);
@@ -279,8 +282,12 @@ fn main() -> Result<()> {
             println!("handoff GEMM output FAILED verification: {err:e}");
         }
     }
+    Ok(failures)
+}
 
-    // 5. Microbenchmarks.
+/// The copy, submit and synchronisation microbenchmarks.
+fn microbenchmarks(dev: &mut dyn Backend, out: &mut Out) -> Result<()> {
+    let p = dev.processor().clone();
     println!("\n== microbenchmarks (host us unless noted; median)");
     let req = |bench, bytes: Option<u64>| MicrobenchRequest {
         id: format!("{bench:?}-{}", bytes.unwrap_or(0)),
@@ -323,43 +330,25 @@ fn main() -> Result<()> {
             "gbps": gbps, "flag": p.capabilities.extensions}),
         )?;
     }
-    drop(devices);
+    Ok(())
+}
 
-    // 6. The other flag writer, for comparison.
-    let other = if p.capabilities.extensions.iter().any(|e| e == "flag:kernel") {
-        "memop"
-    } else {
-        "kernel"
+fn main() -> Result<()> {
+    let out_path = std::env::args().nth(1);
+    let mut out = Out {
+        file: out_path.map(std::fs::File::create).transpose()?,
     };
-    // SAFETY: single-threaded here; no other thread reads the environment.
-    unsafe { std::env::set_var("HETERO_CUDA_FLAG", other) };
-    match cuda::open(&OpenOptions::default()) {
-        Ok(mut devices) => {
-            let dev = devices[0].as_mut();
-            let ext = dev.processor().capabilities.extensions.clone();
-            let r = MicrobenchRequest {
-                id: "sync_poll_other".into(),
-                processor: p.id.clone(),
-                bench: MicrobenchKind::SyncPoll,
-                bytes: None,
-                peer: None,
-                shape: None,
-            };
-            match dev.microbench(&r) {
-                Ok(samples) => {
-                    let st = Stats::from_samples(&samples).expect("samples");
-                    println!(
-                        "  SyncPoll with {ext:?}: median {:.2} us  p90 {:.2}",
-                        st.median_us, st.p90_us
-                    );
-                    out.row(json!({"kind": "microbench", "bench": "sync_poll", "stats": st, "flag": ext}))?;
-                }
-                Err(e) => println!("  SyncPoll with HETERO_CUDA_FLAG={other}: {e}"),
-            }
-        }
-        Err(e) => println!("  reopen with HETERO_CUDA_FLAG={other}: {e}"),
-    }
-
+    let mut devices = cuda::open(&OpenOptions::default()).context("opening the CUDA backend")?;
+    let dev = devices.first_mut().context("no CUDA device")?;
+    let dev: &mut dyn Backend = dev.as_mut();
+    let p = dev.processor().clone();
+    println!("probe: {}", serde_json::to_string(&p)?);
+    out.row(json!({"kind": "probe", "processor": p}))?;
+    let failures = correctness(dev, &mut out)?
+        + throughput(dev, &mut out)?
+        + staircase(dev, &mut out)?
+        + handoff(dev, &mut out)?;
+    microbenchmarks(dev, &mut out)?;
     if failures > 0 {
         bail!("{failures} case(s) failed verification");
     }

@@ -197,28 +197,41 @@ fn side_by_side(
     Ok((median(dev), median(host), median(cpu)))
 }
 
-fn main() {
-    let mut shapes = vec![512usize, 1024, 2048];
-    let mut reps = 7;
-    let mut tiles = false;
-    let mut micro = false;
-    let mut cache_dir = None;
-    let mut skinny: Vec<(usize, usize, usize)> = Vec::new();
+/// The command line.
+struct Args {
+    shapes: Vec<usize>,
+    reps: usize,
+    tiles: bool,
+    micro: bool,
+    cache_dir: Option<std::path::PathBuf>,
+    skinny: Vec<(usize, usize, usize)>,
+}
+
+/// Parses the command line; an unknown argument exits with status 2.
+fn parse_args() -> Args {
+    let mut o = Args {
+        shapes: vec![512, 1024, 2048],
+        reps: 7,
+        tiles: false,
+        micro: false,
+        cache_dir: None,
+        skinny: Vec::new(),
+    };
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         match a.as_str() {
             "--shapes" => {
-                shapes = args
+                o.shapes = args
                     .next()
                     .expect("--shapes LIST")
                     .split(',')
                     .map(|s| s.parse().expect("a number"))
                     .collect()
             }
-            "--reps" => reps = args.next().expect("--reps N").parse().expect("a number"),
-            "--tiles" => tiles = true,
+            "--reps" => o.reps = args.next().expect("--reps N").parse().expect("a number"),
+            "--tiles" => o.tiles = true,
             "--gemms" => {
-                skinny = args
+                o.skinny = args
                     .next()
                     .expect("--gemms MxKxN,...")
                     .split(',')
@@ -230,28 +243,20 @@ fn main() {
                     })
                     .collect()
             }
-            "--micro" => micro = true,
-            "--cache-dir" => cache_dir = Some(args.next().expect("--cache-dir DIR").into()),
+            "--micro" => o.micro = true,
+            "--cache-dir" => o.cache_dir = Some(args.next().expect("--cache-dir DIR").into()),
             other => {
                 eprintln!("unknown argument {other}");
                 std::process::exit(2);
             }
         }
     }
-    let opts = OpenOptions {
-        cache_dir,
-        ..OpenOptions::default()
-    };
-    let mut devs = match opencl::open_devices(&opts) {
-        Ok(d) => d,
-        Err(e) => {
-            eprintln!("no OpenCL device: {e}");
-            std::process::exit(1);
-        }
-    };
-    let be = &mut devs[0];
-    let p = be.processor().clone();
-    println!("device: {} ({}), {}", p.id, p.name, p.driver);
+    o
+}
+
+/// Autotunes the f32 tile (or reads it from the cache) and prints every
+/// candidate's time.
+fn print_tuning(be: &mut OpenClBackend) {
     let t0 = Instant::now();
     let report = be.tune(DType::F32).expect("autotune").clone();
     println!(
@@ -270,13 +275,18 @@ fn main() {
             (None, e) => println!("  candidate {}: {}", t.tile, e.as_deref().unwrap_or("?")),
         }
     }
+}
+
+/// The square shapes against the `gemm` crate, and with `--tiles` every
+/// candidate tile at each.
+fn square_table(be: &mut OpenClBackend, o: &Args) {
     println!();
     println!(
         "| shape | OpenCL kernel median µs | OpenCL GFLOP/s | host median µs | gemm crate median µs | gemm GFLOP/s | OpenCL / gemm |"
     );
     println!("|---|---|---|---|---|---|---|");
-    for &s in &shapes {
-        let (dev, host, cpu) = match side_by_side(be, (s, s, s), OperandOrder::Aw, reps) {
+    for &s in &o.shapes {
+        let (dev, host, cpu) = match side_by_side(be, (s, s, s), OperandOrder::Aw, o.reps) {
             Ok(t) => t,
             Err(e) => {
                 println!("| {s}³ | failed: {e} | | | | | |");
@@ -289,9 +299,9 @@ fn main() {
             gflops(s, s, s, cpu),
             cpu / dev
         );
-        if tiles {
+        if o.tiles {
             for &t in CANDIDATES {
-                match time_opencl(be, Some(t), s, s, s, OperandOrder::Aw, reps.min(3)) {
+                match time_opencl(be, Some(t), s, s, s, OperandOrder::Aw, o.reps.min(3)) {
                     Ok((d, _)) => println!(
                         "|   tile {t} | {d:.0} | {:.1} | | | | |",
                         gflops(s, s, s, d)
@@ -301,16 +311,21 @@ fn main() {
             }
         }
     }
-    if !skinny.is_empty() {
-        println!();
-        println!(
-            "| M×K×N order | OpenCL kernel median µs | OpenCL GFLOP/s | gemm crate median µs | OpenCL / gemm |"
-        );
-        println!("|---|---|---|---|---|");
+}
+
+/// The `--gemms` shapes in both operand orders against the `gemm` crate.
+fn skinny_table(be: &mut OpenClBackend, o: &Args) {
+    if o.skinny.is_empty() {
+        return;
     }
-    for &(m, k, n) in &skinny {
+    println!();
+    println!(
+        "| M×K×N order | OpenCL kernel median µs | OpenCL GFLOP/s | gemm crate median µs | OpenCL / gemm |"
+    );
+    println!("|---|---|---|---|---|");
+    for &(m, k, n) in &o.skinny {
         for order in [OperandOrder::Aw, OperandOrder::WtAt] {
-            match side_by_side(be, (m, k, n), order, reps) {
+            match side_by_side(be, (m, k, n), order, o.reps) {
                 Ok((d, _, cpu)) => println!(
                     "| {m}×{k}×{n} {order} | {d:.0} | {:.1} | {cpu:.0} | {:.3} |",
                     gflops(m, k, n, d),
@@ -320,54 +335,81 @@ fn main() {
             }
         }
     }
-    if micro {
-        println!();
-        println!("| microbenchmark | bytes | median µs | min µs | cv | GB/s |");
-        println!("|---|---|---|---|---|---|");
-        let mut reqs = Vec::new();
-        for kind in [MicrobenchKind::CopyH2d, MicrobenchKind::CopyD2h] {
-            let mut b = 4096u64;
-            while b <= 256 << 20 {
-                reqs.push((kind, Some(b)));
-                b *= 8;
-            }
-            if reqs.last().map(|r| r.1) != Some(Some(256 << 20)) {
-                reqs.push((kind, Some(256 << 20)));
-            }
+}
+
+/// The copy (4 KiB to 256 MiB), submit and sync microbenchmarks.
+fn micro_table(be: &mut OpenClBackend) {
+    println!();
+    println!("| microbenchmark | bytes | median µs | min µs | cv | GB/s |");
+    println!("|---|---|---|---|---|---|");
+    let mut reqs = Vec::new();
+    for kind in [MicrobenchKind::CopyH2d, MicrobenchKind::CopyD2h] {
+        let mut b = 4096u64;
+        while b <= 256 << 20 {
+            reqs.push((kind, Some(b)));
+            b *= 8;
         }
-        for kind in [
-            MicrobenchKind::SubmitEmpty,
-            MicrobenchKind::SubmitBusy,
-            MicrobenchKind::SyncBlock,
-            MicrobenchKind::SyncPoll,
-        ] {
-            reqs.push((kind, None));
+        if reqs.last().map(|r| r.1) != Some(Some(256 << 20)) {
+            reqs.push((kind, Some(256 << 20)));
         }
-        for (bench, bytes) in reqs {
-            let req = MicrobenchRequest {
-                id: format!("{bench:?}"),
-                processor: p.id.clone(),
-                bench,
-                bytes,
-                peer: None,
-                shape: None,
-            };
-            match be.microbench(&req) {
-                Ok(samples) => {
-                    let st = hetero_plan::Stats::from_samples(&samples).unwrap();
-                    let gbps = bytes
-                        .map(|b| format!("{:.2}", b as f64 / st.median_us / 1e3))
-                        .unwrap_or_default();
-                    println!(
-                        "| {bench:?} | {} | {:.1} | {:.1} | {:.2} | {gbps} |",
-                        bytes.map(|b| b.to_string()).unwrap_or_default(),
-                        st.median_us,
-                        st.min_us,
-                        st.cv
-                    );
-                }
-                Err(e) => println!("| {bench:?} | {bytes:?} | failed: {e} | | | |"),
+    }
+    for kind in [
+        MicrobenchKind::SubmitEmpty,
+        MicrobenchKind::SubmitBusy,
+        MicrobenchKind::SyncBlock,
+        MicrobenchKind::SyncPoll,
+    ] {
+        reqs.push((kind, None));
+    }
+    let processor = be.processor().id.clone();
+    for (bench, bytes) in reqs {
+        let req = MicrobenchRequest {
+            id: format!("{bench:?}"),
+            processor: processor.clone(),
+            bench,
+            bytes,
+            peer: None,
+            shape: None,
+        };
+        match be.microbench(&req) {
+            Ok(samples) => {
+                let st = hetero_plan::Stats::from_samples(&samples).unwrap();
+                let gbps = bytes
+                    .map(|b| format!("{:.2}", b as f64 / st.median_us / 1e3))
+                    .unwrap_or_default();
+                println!(
+                    "| {bench:?} | {} | {:.1} | {:.1} | {:.2} | {gbps} |",
+                    bytes.map(|b| b.to_string()).unwrap_or_default(),
+                    st.median_us,
+                    st.min_us,
+                    st.cv
+                );
             }
+            Err(e) => println!("| {bench:?} | {bytes:?} | failed: {e} | | | |"),
         }
+    }
+}
+
+fn main() {
+    let o = parse_args();
+    let opts = OpenOptions {
+        cache_dir: o.cache_dir.clone(),
+        ..OpenOptions::default()
+    };
+    let mut devs = match opencl::open_devices(&opts) {
+        Ok(d) => d,
+        Err(e) => {
+            eprintln!("no OpenCL device: {e}");
+            std::process::exit(1);
+        }
+    };
+    let be = &mut devs[0];
+    let p = be.processor().clone();
+    println!("device: {} ({}), {}", p.id, p.name, p.driver);
+    print_tuning(be);
+    square_table(be, &o);
+    skinny_table(be, &o);
+    if o.micro {
+        micro_table(be);
     }
 }

@@ -29,20 +29,19 @@ pub enum SyncMode {
 }
 
 /// The pause between two checks of a polling wait: a busy-wait hint for
-/// the first [`PollPause::SPINS`] checks, then a yield to the scheduler
+/// the first [`SpinThenYield::SPINS`] checks, then a yield to the scheduler
 /// between checks. Where the host thread shares a core with a CPU group's
 /// worker (every core runs one, or the host was placed on a worker's
 /// core), a pure spin holds that core for a whole scheduler slice, and the
 /// worker's share of a CPU part finishes milliseconds late: an H100 host's
 /// offload plan polled at 1.15–1.18 of its prediction with operators
-/// taking up to 15 ms, blocking at 1.10 (`docs/benchmarks.md`, Runtime,
-/// "Session 44").
+/// taking up to 15 ms, blocking at 1.10 (`docs/benchmarks.md`, Runtime).
 #[derive(Debug, Default)]
-pub(crate) struct PollPause {
+pub(crate) struct SpinThenYield {
     spins: u32,
 }
 
-impl PollPause {
+impl SpinThenYield {
     /// Busy-wait checks before the wait yields between checks (about
     /// 50–100 µs of spinning on a current x86 core).
     pub(crate) const SPINS: u32 = 2000;
@@ -237,20 +236,20 @@ pub fn default_tolerance(dtype: DType, k: u32) -> f64 {
 
 #[cfg(test)]
 mod tests {
-    use super::PollPause;
+    use super::SpinThenYield;
 
     /// A polling wait spins for its first checks, then only yields: the
     /// busy-wait count stops at the bound, however long the wait.
     #[test]
     fn a_poll_spins_then_yields() {
-        let mut p = PollPause::default();
-        for _ in 0..PollPause::SPINS - 1 {
+        let mut p = SpinThenYield::default();
+        for _ in 0..SpinThenYield::SPINS - 1 {
             p.pause();
         }
-        assert_eq!(p.spins, PollPause::SPINS - 1);
+        assert_eq!(p.spins, SpinThenYield::SPINS - 1);
         for _ in 0..100 {
             p.pause();
         }
-        assert_eq!(p.spins, PollPause::SPINS);
+        assert_eq!(p.spins, SpinThenYield::SPINS);
     }
 }

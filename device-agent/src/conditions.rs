@@ -53,7 +53,7 @@ const PROBE_RUNS: usize = 9;
 /// The work is what a runtime's host side does between kernels: dependent
 /// loads, multiplies and stores over 16 KiB. On a virtual machine the
 /// frequency reads constant while the same code runs up to 1.9× slower
-/// from one second to the next (the lent H100 host: the runtime's own
+/// from one second to the next (on a cloud host with one H100, the runtime's own
 /// per-operator bookkeeping took 0.44 µs in some runs and 0.78 µs in
 /// others, and the driver's submit and copy costs moved with it). Rows and
 /// `hetero run` reports carry the probe so the two can be compared.

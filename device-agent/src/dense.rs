@@ -13,7 +13,7 @@
 //! `write_input`/`read_output`, outside the timed call, but the runtime pays
 //! them on every operator: the transposes are the `transpose` crate's
 //! cache-blocked ones (a row-by-row loop ran a prefill activation's at
-//! 0.2–0.8 GB/s on a 2-core VM).
+//! 0.2–0.8 GB/s on a 2-core x86-64 machine).
 
 use gemm::{Parallelism, f16};
 use hetero_plan::{DType, OperandOrder};
@@ -187,7 +187,7 @@ impl Dense {
 /// in memory: a decode step's input and output (M = 1). The `transpose`
 /// crate took 24 µs for a 1×8960 f32 input and 24 µs for a 1×36352 output
 /// on an H100 host's CPU (1.5 GB/s), where a copy takes about 1 µs and 3 µs
-/// (`docs/benchmarks.md`, Runtime, "Session 43").
+/// (`docs/benchmarks.md`, Runtime).
 fn is_vector(rows: usize, cols: usize) -> bool {
     rows == 1 || cols == 1
 }

@@ -14,12 +14,12 @@
 //! the GEMM that follows finds them awake, as runtime-min's next operator
 //! finds the workers the last one ran on. (An OpenCL device reads a buffer
 //! of [`host_buffer_bytes`] with a kernel on its own queue instead,
-//! `opencl::DeviceCtx::evict_caches`.) On a 2-vCPU virtual machine, a
+//! `opencl::DeviceCtx::evict_caches`.) On a 2-core x86-64 machine, a
 //! 64×1536×1536 GEMM after the first took 3.3–3.6 ms and after the second
 //! 1.8–1.9 ms, the time runtime-min ran it in (1.7–2.1 ms); warm, 1.6 ms.
 //! Idle workers alone (an 80 ms sleep instead of the writes) made it
 //! 3.5–4.0 ms: a woken pool starts on fewer cores than it has
-//! (`docs/benchmarks.md`, Runtime, session 37).
+//! (`docs/benchmarks.md`, Runtime).
 
 use std::sync::{Mutex, OnceLock};
 
@@ -51,7 +51,7 @@ const MIN_BYTES: usize = 64 << 20;
 
 /// The largest eviction buffer, unless the cache itself is larger. A
 /// server's last-level cache can be hundreds of MiB, shared by every core
-/// of its socket (a 2-vCPU VM here reports 480 MiB); four times that,
+/// of its socket (a 2-core x86-64 cloud machine reports 480 MiB); four times that,
 /// written before every timed run, took 77 ms a run (200 ms in a test
 /// build) and left the profile a fifth of its rows.
 const MAX_BYTES: usize = 512 << 20;
@@ -84,7 +84,7 @@ const MAX_ROTATION_BYTES: usize = 2 << 30;
 /// are read by the timed runs themselves), so it is not held to
 /// [`MAX_BYTES`]: on an H100 host's 15 cores, 2 GiB of copies put a
 /// decode GEMV at the runtime's time with every layer's weights its own,
-/// 512 MiB 2–24 % below it (`docs/benchmarks.md`, Runtime, session 41).
+/// 512 MiB 2–24 % below it (`docs/benchmarks.md`, Runtime).
 pub fn rotation_bytes() -> usize {
     static BYTES: OnceLock<usize> = OnceLock::new();
     *BYTES.get_or_init(|| env_bytes().unwrap_or_else(|| default_rotation_bytes(llc_bytes())))
@@ -128,32 +128,12 @@ const LINE: usize = 64;
 /// evicted as if all of it were written, at a 64th of the loop's iterations
 /// (an unoptimised test build took about a third of a second a run writing
 /// every byte).
-///
-/// With `HETERO_EVICT_READ=1` it reads one byte of every line instead, so
-/// that the lines it leaves are clean and the next run writes none of them
-/// back (for comparisons; session 40).
 fn evict_part(part: &Mutex<Vec<u8>>) {
-    touch_part(part, read_only());
-}
-
-/// [`evict_part`]'s work: reads every line when `read`, else writes it.
-fn touch_part(part: &Mutex<Vec<u8>>, read: bool) {
     let mut b = part.lock().unwrap_or_else(|e| e.into_inner());
-    if read {
-        let sum = b.iter().step_by(LINE).fold(0u8, |s, x| s.wrapping_add(*x));
-        std::hint::black_box(sum);
-        return;
-    }
     for x in b.iter_mut().step_by(LINE) {
         *x = x.wrapping_add(1);
     }
     std::hint::black_box(&b[0]);
-}
-
-/// Whether `HETERO_EVICT_READ` is `1`: the eviction reads its buffer.
-fn read_only() -> bool {
-    static READ: OnceLock<bool> = OnceLock::new();
-    *READ.get_or_init(|| std::env::var("HETERO_EVICT_READ").is_ok_and(|v| v.trim() == "1"))
 }
 
 /// Writes the whole eviction buffer from fresh threads, one per part (per
@@ -239,11 +219,9 @@ mod tests {
     }
 
     #[test]
-    fn a_reading_eviction_leaves_the_buffer_as_it_was() {
+    fn an_eviction_writes_one_byte_of_every_line() {
         let part = Mutex::new(vec![7u8; 5 * LINE + 3]);
-        touch_part(&part, true);
-        assert!(part.lock().unwrap().iter().all(|&x| x == 7));
-        touch_part(&part, false);
+        evict_part(&part);
         let b = part.lock().unwrap();
         assert!(b.iter().step_by(LINE).all(|&x| x == 8));
         assert_eq!(b.iter().filter(|&&x| x == 8).count(), 6);

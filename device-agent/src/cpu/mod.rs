@@ -12,7 +12,7 @@
 //! virtual machines), all cores form one group. `OpenOptions::cpu_groups`
 //! (`--cpu-groups 0-3;4-7`) overrides the detection.
 
-mod awake;
+mod keep_warm;
 pub mod topology;
 
 use std::path::Path;
@@ -26,11 +26,11 @@ use hetero_plan::{
     ProcessorApi, ProcessorKind, WeightMode,
 };
 
-use crate::backend::PollPause;
+use crate::backend::SpinThenYield;
 use crate::dense::Dense;
 use crate::{Backend, Error, Gemm, GemmSpec, OpenOptions, Result, SyncMode, Timed};
-use awake::Awake;
-pub use awake::{DEFAULT_POLL_US, poll_hold};
+use keep_warm::KeepWarm;
+pub use keep_warm::{DEFAULT_POLL_US, poll_hold};
 pub use topology::{CoreGroup, parse_groups};
 
 /// Opens one processor per core group.
@@ -63,7 +63,7 @@ pub struct CpuBackend {
     processor: Processor,
     group: CoreGroup,
     pool: Arc<rayon::ThreadPool>,
-    awake: Arc<Awake>,
+    keep_warm: Arc<KeepWarm>,
     /// Source and destination of the copy microbenchmark, kept between calls.
     copy_bufs: Option<(Vec<u8>, Vec<u8>)>,
 }
@@ -76,7 +76,7 @@ impl CpuBackend {
     }
 
     /// [`CpuBackend::new`] with workers that poll for work for `hold` after
-    /// each run before they sleep (`cpu::awake`).
+    /// each run before they sleep (`cpu::keep_warm`).
     pub fn with_poll(index: usize, group: CoreGroup, hold: Duration) -> Result<CpuBackend> {
         let id = format!("cpu:{index}");
         let cores = group.cores.clone();
@@ -130,7 +130,7 @@ impl CpuBackend {
             processor,
             group,
             pool: Arc::new(pool),
-            awake: Awake::new(hold),
+            keep_warm: KeepWarm::new(hold),
             copy_bufs: None,
         })
     }
@@ -227,7 +227,7 @@ impl Backend for CpuBackend {
         Ok(Box::new(CpuGemm {
             id: self.processor.id.clone(),
             pool: self.pool.clone(),
-            awake: self.awake.clone(),
+            keep_warm: self.keep_warm.clone(),
             threads: self.group.cores.len(),
             dense: Some(dense),
             spec: *spec,
@@ -284,7 +284,7 @@ struct CpuGemm {
     id: String,
     spec: GemmSpec,
     pool: Arc<rayon::ThreadPool>,
-    awake: Arc<Awake>,
+    keep_warm: Arc<KeepWarm>,
     threads: usize,
     /// `None` while an asynchronous run owns the buffers.
     dense: Option<Dense>,
@@ -325,13 +325,13 @@ impl Gemm for CpuGemm {
     fn execute(&mut self) -> Result<Timed> {
         let par = Self::parallelism(self.threads);
         let pool = self.pool.clone();
-        let awake = self.awake.clone();
+        let keep_warm = self.keep_warm.clone();
         let dense = self.dense()?;
         let t = Instant::now();
-        awake.rouse(&pool);
+        keep_warm.wake_all(&pool);
         pool.install(|| {
             dense.run(par);
-            awake.extend();
+            keep_warm.extend();
         });
         Ok(Timed {
             device_us: None,
@@ -358,14 +358,14 @@ impl Gemm for CpuGemm {
             cv: Condvar::new(),
         });
         let s = shared.clone();
-        let awake = self.awake.clone();
+        let keep_warm = self.keep_warm.clone();
         let started = Instant::now();
-        awake.rouse(&self.pool);
+        keep_warm.wake_all(&self.pool);
         self.pool.spawn(move || {
             dense.run(par);
             let ran = started.elapsed().as_nanos().min(u64::MAX as u128) as u64;
             s.ran_ns.store(ran, Ordering::Relaxed);
-            awake.extend();
+            keep_warm.extend();
             *s.slot.lock().unwrap_or_else(|p| p.into_inner()) = Some(dense);
             // The flag is written last: a poller that sees it finds the
             // buffers in the slot.
@@ -396,8 +396,8 @@ impl Gemm for CpuGemm {
                 if sleep_us > 0.0 {
                     std::thread::sleep(Duration::from_secs_f64(sleep_us * 1e-6));
                 }
-                // Spin briefly, then yield between checks (`PollPause`).
-                let mut pause = PollPause::default();
+                // Spin briefly, then yield between checks (`SpinThenYield`).
+                let mut pause = SpinThenYield::default();
                 while shared.done.load(Ordering::Acquire) == 0 {
                     pause.pause();
                 }
@@ -573,13 +573,13 @@ mod tests {
         g.wait(SyncMode::Block).unwrap();
         // Every worker polls after the run (the hold is far longer than
         // the run), and a run among the pollers gives the product.
-        assert_eq!(b.awake.live(), b.cores().len());
+        assert_eq!(b.keep_warm.live(), b.cores().len());
         product(&mut g);
         g.execute().unwrap();
         product(&mut g);
         // Then they stop.
         let t = Instant::now();
-        while b.awake.live() > 0 {
+        while b.keep_warm.live() > 0 {
             assert!(t.elapsed() < Duration::from_secs(10), "pollers never ended");
             std::thread::sleep(Duration::from_millis(1));
         }
@@ -588,7 +588,7 @@ mod tests {
         let mut g = b.prepare(&spec, &w).unwrap();
         g.write_input(&a).unwrap();
         g.execute().unwrap();
-        assert_eq!(b.awake.live(), 0);
+        assert_eq!(b.keep_warm.live(), 0);
         product(&mut g);
     }
 

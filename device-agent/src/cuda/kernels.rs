@@ -16,9 +16,9 @@
 //!   does it (a NaN stays a quiet NaN), because `cvt.rn.bf16.f32` needs
 //!   `sm_80` and the module targets `sm_70`.
 //!
-//! The PTX is checked with `ptxas` in no test here (there is no CUDA on the
-//! development machine); `cuModuleLoadData` compiles it on every GPU host,
-//! and the cuda tests there exercise each kernel.
+//! No test here checks the PTX with `ptxas` (a machine without CUDA builds
+//! and tests this crate too); `cuModuleLoadData` compiles it on every GPU
+//! host, and the cuda tests there exercise each kernel.
 
 use std::ffi::{CString, c_void};
 use std::sync::Arc;

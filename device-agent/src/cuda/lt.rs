@@ -4,7 +4,7 @@
 //! `cublasGemmEx` runs the first algorithm of cuBLAS's heuristic and
 //! offers no other on sm_80 and later (its `CUBLAS_GEMM_ALGO*` values are
 //! ignored there). `cublasLtMatmulAlgoGetHeuristic` returns up to
-//! [`algos_wanted`] candidates, best guess first, and
+//! [`ALGOS`] candidates, best guess first, and
 //! [`CudaGemm::choose`](super::gemm) times them: where the first guess
 //! is slow for one shape (the jumps of `docs/benchmarks.md`, Predictors),
 //! another algorithm may not be.
@@ -37,15 +37,8 @@ impl<T> At<T> for std::result::Result<T, CublasError> {
 /// among.
 pub(super) const WORKSPACE_BYTES: usize = 32 << 20;
 
-/// How many algorithms the heuristic is asked for by default.
+/// How many algorithms the heuristic is asked for.
 pub(super) const ALGOS: usize = 8;
-
-/// [`ALGOS`], or `HETERO_CUDA_ALGOS` where that is a number ≥ 1 (1: the
-/// heuristic's first algorithm alone, as `cublasGemmEx` runs it; for
-/// comparisons).
-pub(super) fn algos_wanted() -> usize {
-    super::env_at_least("HETERO_CUDA_ALGOS", 1).unwrap_or(ALGOS)
-}
 
 /// A device's cuBLASLt handle, heuristic preference and workspace.
 pub(super) struct Lt {
@@ -275,25 +268,6 @@ impl LtMatmul {
             )
         }
         .at(id, "cublasLtMatmul")
-    }
-
-    /// A short label of algorithm `algo` for logs: its place in the
-    /// heuristic's list, cuBLASLt's algorithm id and its wave count.
-    pub(super) fn describe(&self, algo: usize) -> String {
-        let r = &self.algos[algo.min(self.algos.len() - 1)];
-        let mut id: i32 = -1;
-        let mut written = 0usize;
-        // SAFETY: a valid algorithm from the heuristic; ID is an int32.
-        let _ = unsafe {
-            sys::cublasLtMatmulAlgoConfigGetAttribute(
-                &r.algo,
-                sys::cublasLtMatmulAlgoConfigAttributes_t::CUBLASLT_ALGO_CONFIG_ID,
-                &mut id as *mut i32 as *mut c_void,
-                size_of::<i32>(),
-                &mut written,
-            )
-        };
-        format!("#{algo} (id {id}, {:.2} waves)", r.wavesCount)
     }
 }
 

@@ -13,8 +13,7 @@
 //! and the activation-left form's output is transposed on the device
 //! (`cublasSgeam`, behind the matmul and timed with it), so no host thread
 //! converts or transposes. After a GEMM's first run its kernels are one
-//! captured CUDA graph (`graph.rs`; `HETERO_CUDA_GRAPH=0` launches them
-//! directly). From memory of [`Backend::alloc_host`]
+//! captured CUDA graph (`graph.rs`). From memory of [`Backend::alloc_host`]
 //! (page-locked) each copy is one DMA. CUDA events give the kernel time
 //! ([`Timed::device_us`](crate::Timed)) and the host clock the time from
 //! submit to observed completion.
@@ -24,8 +23,7 @@
 //! 32-bit flag in page-locked, device-mapped host memory that the stream
 //! writes after the GEMM, with `cuStreamWriteValue32` where the driver
 //! allows it and else with a one-thread kernel (HeteroLLM §4.2's fast
-//! synchronisation, here across PCIe). `HETERO_CUDA_FLAG=memop|kernel`
-//! forces one writer.
+//! synchronisation, here across PCIe).
 //!
 //! Libraries: `libcuda.so.1` from the loader path; `libcublas.so.13` (and
 //! `libcublasLt.so.13` beside it) from the loader path or a CUDA install
@@ -67,15 +65,6 @@ impl<T> At<T> for std::result::Result<T, CublasError> {
     fn at(self, id: &str, call: &str) -> Result<T> {
         self.map_err(|e| Error::backend(id, format!("{call}: {e}")))
     }
-}
-
-/// The number in environment variable `name`, where it parses and is at
-/// least `least` (the backend's knobs for comparisons).
-fn env_at_least<T: std::str::FromStr + PartialOrd>(name: &str, least: T) -> Option<T> {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse::<T>().ok())
-        .filter(|v| *v >= least)
 }
 
 /// How the stream writes the completion flag.
@@ -262,15 +251,10 @@ impl CudaBackend {
     }
 }
 
-/// Tries the flag writers (the forced one, else memop then kernel) and keeps
-/// the first whose write the host sees.
+/// Tries the flag writers (memop, then kernel) and keeps the first whose
+/// write the host sees.
 fn choose_flag_writer(dev: &mut Device) -> Option<FlagWriter> {
-    let order: &[FlagWriter] = match std::env::var("HETERO_CUDA_FLAG").as_deref() {
-        Ok("memop") => &[FlagWriter::MemOp],
-        Ok("kernel") => &[FlagWriter::Kernel],
-        _ => &[FlagWriter::MemOp, FlagWriter::Kernel],
-    };
-    for &writer in order {
+    for writer in [FlagWriter::MemOp, FlagWriter::Kernel] {
         dev.flag_writer = Some(writer);
         match check_flag_writer(dev) {
             Ok(()) => return Some(writer),
@@ -342,7 +326,7 @@ fn describe(dev: &Device) -> Result<Processor> {
             (blas_version % 10000) / 100,
             blas_version % 100,
             lt::Lt::version(),
-            lt::algos_wanted()
+            lt::ALGOS
         ),
         capabilities: Capabilities {
             dtypes: vec![DType::F32, DType::F16, DType::Bf16],
@@ -350,11 +334,12 @@ fn describe(dev: &Device) -> Result<Processor> {
             unified_memory: false,
             device_timer: true,
             host_flag: dev.flag_writer.is_some(),
-            order_free: gemm::both_forms(),
+            // The search times both forms of every GEMM (`gemm::search`).
+            order_free: true,
             tile: None,
             compute_units: Some(sms as u32),
             memory_bytes: Some(memory as u64),
-            launch_copy_max_bytes: gemm::launch_copy_max_bytes(),
+            launch_copy_max_bytes: Some(gemm::LAUNCH_COPY_MAX),
             extensions,
         },
         simulated: false,

@@ -130,10 +130,7 @@ fn every_row_count_form_and_algorithm_the_search_may_pick_gives_the_reference_re
                 let s = spec(m as u32, k as u32, n as u32, dtype, order);
                 let mut g = gemm::CudaGemm::new(backend.dev.clone(), &s, &w).unwrap();
                 let candidates = gemm::candidates(m, order);
-                assert!(
-                    gemm::row_candidates(m, gemm::ROWS_MOST).len() > 1,
-                    "M = {m}"
-                );
+                assert!(gemm::row_candidates(m).len() > 1, "M = {m}");
                 assert!(
                     candidates.contains(&(g.rows(), g.form())),
                     "{} rows {:?} not in {candidates:?}",
@@ -143,7 +140,7 @@ fn every_row_count_form_and_algorithm_the_search_may_pick_gives_the_reference_re
                 let (algo, offered) = g.algo();
                 assert!(algo < offered, "algorithm {algo} of {offered}");
                 g.write_input(&a).unwrap();
-                for (rows, form) in gemm::row_candidates(m, gemm::ROWS_MOST)
+                for (rows, form) in gemm::row_candidates(m)
                     .into_iter()
                     .flat_map(|r| [(r, gemm::Form::ActLeft), (r, gemm::Form::WeightLeft)])
                 {
@@ -225,16 +222,12 @@ fn small_copies_cross_inside_the_launch_and_large_ones_on_their_own() {
         return;
     }
     let backend = CudaBackend::open(0).unwrap();
-    let max = gemm::launch_copy_max_bytes();
+    let max = gemm::LAUNCH_COPY_MAX;
     assert_eq!(
         backend.processor().capabilities.launch_copy_max_bytes,
-        max,
+        Some(max),
         "the probe reports what the GEMMs do"
     );
-    let Some(max) = max else {
-        eprintln!("skipped: HETERO_CUDA_LAUNCH_COPY=0 copies every size on its own");
-        return;
-    };
     let fits = |values: usize| (values * 4) as u64 <= max;
     // Small both ways (a decode step), a large input with a small output,
     // a small input with a large output, large both ways, on either side
@@ -305,12 +298,10 @@ fn k_and_n_padded_to_eight_give_the_reference_result() {
                 let a = values(m * k, 17 + n as u64);
                 let s = spec(m as u32, k as u32, n as u32, dtype, order);
                 let mut g = gemm::CudaGemm::new(backend.dev.clone(), &s, &w).unwrap();
-                if std::env::var("HETERO_CUDA_PAD").as_deref() != Ok("none") {
-                    assert_eq!(
-                        g.padded_kn(),
-                        (k.next_multiple_of(8), n.next_multiple_of(8))
-                    );
-                }
+                assert_eq!(
+                    g.padded_kn(),
+                    (k.next_multiple_of(8), n.next_multiple_of(8))
+                );
                 let tol = backend.tolerance(dtype, k as u32);
                 g.write_input(&a).unwrap();
                 for form in [gemm::Form::ActLeft, gemm::Form::WeightLeft] {

@@ -205,29 +205,30 @@ fn event_us(ev: &Event) -> std::result::Result<f64, opencl3::error_codes::ClErro
     Ok(end.saturating_sub(start) as f64 / 1000.0)
 }
 
-impl ClGemm {
-    pub(crate) fn new(
-        dev: Arc<DeviceCtx>,
-        program: &Program,
-        tile: Tile,
-        spec: GemmSpec,
-        weights: &[f32],
-    ) -> Result<ClGemm> {
-        let id = dev.id.clone();
+/// Where a GEMM's operands sit on the device. The kernel computes
+/// `C[R,S] = X[R,K]·Y[K,S]`; X rows are `ldx` apart, C rows `ldc`; Y is K
+/// rows `ldy` apart, or for `Dot` stored transposed, S rows of K. `aw`:
+/// X = A, Y = W (Wᵀ for Dot); `wt_at`: X = Wᵀ, Y = Aᵀ (A for Dot).
+struct Geometry {
+    r: usize,
+    s: usize,
+    k: usize,
+    ldx: usize,
+    ldy: usize,
+    ldc: usize,
+    /// Whether X is the weight (`wt_at`) rather than the input.
+    weight_is_x: bool,
+    input: Layout,
+    weight: Layout,
+}
+
+impl Geometry {
+    fn new(spec: &GemmSpec, tile: &Tile) -> Geometry {
         let (m, k, n) = spec.shape.mkn();
         let (m, k, n) = (m as usize, k as usize, n as usize);
-        if weights.len() != k * n {
-            return Err(Error::BadRequest {
-                field: "weights".into(),
-                message: format!("{} values for a {k}x{n} weight", weights.len()),
-            });
-        }
         let elem = elem_size(spec.dtype);
         let wt = spec.order == OperandOrder::WtAt;
         let dot = tile.family == Family::Dot;
-        // The kernel computes C[R,S] = X[R,K]·Y[K,S]; X rows are `ldx`
-        // apart, C rows `ldc`; Y is K rows `ldy` apart, or for `Dot` stored
-        // transposed, S rows of K.
         let (r, s) = if wt { (n, m) } else { (m, n) };
         let ldx = padded(k, tile.k_align(), elem);
         let ldc = padded(s, tile.col_align(), elem);
@@ -246,8 +247,7 @@ impl ClGemm {
             rows: y_rows,
             pitch: ldy,
         };
-        // aw: X = A, Y = W (Wᵀ for Dot); wt_at: X = Wᵀ, Y = Aᵀ (A for Dot).
-        let (input_layout, weight_layout) = if wt {
+        let (input, weight) = if wt {
             (
                 Layout {
                     transpose: !dot,
@@ -267,137 +267,197 @@ impl ClGemm {
                 },
             )
         };
-        let (in_len, w_len, c_len) = (
-            input_layout.rows * input_layout.pitch,
-            weight_layout.rows * weight_layout.pitch,
-            r * ldc,
-        );
-        // Weights: converted (and transposed where the layout says) once,
-        // then resident.
-        let mut wbytes = vec![0u8; w_len * elem];
-        let wl = weight_layout;
-        with_elems_mut(spec.dtype, &mut wbytes, |dst| match dst {
-            ElemsMut::F32(d) => store(d, weights, k, n, wl.transpose, wl.pitch),
-            ElemsMut::F16(d) => store(d, weights, k, n, wl.transpose, wl.pitch),
-        });
-        // SAFETY: the host pointer is valid for the buffer's size and is
-        // copied (COPY_HOST_PTR) before create returns.
-        let weights_buf = unsafe {
-            Buffer::<u8>::create(
-                &dev.context,
-                CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR,
-                wbytes.len(),
-                wbytes.as_mut_ptr().cast::<c_void>(),
-            )
+        Geometry {
+            r,
+            s,
+            k,
+            ldx,
+            ldy,
+            ldc,
+            weight_is_x: wt,
+            input,
+            weight,
         }
-        .cl(&id, "clCreateBuffer(weights)")?;
-        // SAFETY: no host pointer; sizes are nonzero.
-        let input = unsafe {
-            Buffer::<u8>::create(
-                &dev.context,
-                CL_MEM_READ_ONLY | CL_MEM_ALLOC_HOST_PTR,
-                in_len * elem,
-                ptr::null_mut(),
-            )
-        }
-        .cl(&id, "clCreateBuffer(input, ALLOC_HOST_PTR)")?;
-        // SAFETY: as above.
-        let output = unsafe {
-            Buffer::<u8>::create(
-                &dev.context,
-                CL_MEM_WRITE_ONLY | CL_MEM_ALLOC_HOST_PTR,
-                c_len * elem,
-                ptr::null_mut(),
-            )
-        }
-        .cl(&id, "clCreateBuffer(output, ALLOC_HOST_PTR)")?;
-        // SAFETY: as above.
-        let flag = unsafe {
-            Buffer::<u32>::create(
-                &dev.context,
-                CL_MEM_READ_WRITE | CL_MEM_ALLOC_HOST_PTR,
-                1,
-                ptr::null_mut(),
-            )
-        }
-        .cl(&id, "clCreateBuffer(flag, ALLOC_HOST_PTR)")?;
+    }
 
-        let kernel = Kernel::create(program, "gemm").cl(&id, "clCreateKernel(gemm)")?;
-        let flag_kernel =
-            Kernel::create(&dev.util, "set_flag").cl(&id, "clCreateKernel(set_flag)")?;
-        let (xbuf, ybuf) = if wt {
-            (weights_buf.get(), input.get())
-        } else {
-            (input.get(), weights_buf.get())
-        };
-        // SAFETY: argument indices and types match `gemm` in kernels.cl.
-        unsafe {
-            kernel
-                .set_arg(0, &(r as cl_int))
-                .cl(&id, "clSetKernelArg(R)")?;
-            kernel
-                .set_arg(1, &(s as cl_int))
-                .cl(&id, "clSetKernelArg(S)")?;
-            kernel
-                .set_arg(2, &(k as cl_int))
-                .cl(&id, "clSetKernelArg(K)")?;
-            let args: [(&str, cl_int); 3] = [
-                ("ldx", ldx as cl_int),
-                ("ldy", ldy as cl_int),
-                ("ldc", ldc as cl_int),
-            ];
-            for (i, (name, v)) in args.iter().enumerate() {
-                kernel
-                    .set_arg(3 + i as cl_uint, v)
-                    .cl(&id, &format!("clSetKernelArg({name})"))?;
-            }
-            kernel.set_arg(6, &xbuf).cl(&id, "clSetKernelArg(X)")?;
-            kernel.set_arg(7, &ybuf).cl(&id, "clSetKernelArg(Y)")?;
-            kernel
-                .set_arg(8, &output.get())
-                .cl(&id, "clSetKernelArg(C)")?;
-            flag_kernel
-                .set_arg(0, &flag.get())
-                .cl(&id, "clSetKernelArg(flag)")?;
-            flag_kernel
-                .set_arg(1, &(0 as cl_uint))
-                .cl(&id, "clSetKernelArg(value)")?;
-        }
+    /// The global work size of the `gemm` kernel for `tile`.
+    fn global(&self, tile: &Tile) -> [usize; 2] {
         let local = tile.local();
-        let global = [
-            s.div_ceil(tile.ts as usize) * local[0],
-            r.div_ceil(tile.tr as usize) * local[1],
-        ];
+        [
+            self.s.div_ceil(tile.ts as usize) * local[0],
+            self.r.div_ceil(tile.tr as usize) * local[1],
+        ]
+    }
+}
 
-        // Map the flag once for the GEMM's lifetime and clear it.
-        let mut fp: cl_mem = ptr::null_mut();
-        // SAFETY: maps the 4-byte flag buffer; the pointer stays valid until
-        // unmapped in Drop.
-        unsafe {
-            dev.queue
-                .enqueue_map_buffer(
-                    &flag,
-                    CL_BLOCKING,
-                    CL_MAP_READ | CL_MAP_WRITE,
-                    0,
-                    4,
-                    &mut fp,
-                    &[],
-                )
-                .cl(&id, "clEnqueueMapBuffer(flag)")?;
-        }
-        let flag_ptr = FlagPtr(fp.cast::<u32>());
-        if flag_ptr.0.is_null() || !flag_ptr.0.is_aligned() {
-            return Err(Error::backend(
-                &id,
-                "mapped flag pointer is null or misaligned",
-            ));
-        }
-        // SAFETY: valid, aligned, mapped for writing.
-        unsafe { ptr::write_volatile(flag_ptr.0, 0) };
+/// A device buffer of `len` elements of `T`, with no host pointer.
+fn device_buffer<T>(
+    dev: &DeviceCtx,
+    flags: opencl3::memory::cl_mem_flags,
+    len: usize,
+    what: &str,
+) -> Result<Buffer<T>> {
+    // SAFETY: no host pointer; the callers' sizes are nonzero.
+    unsafe { Buffer::<T>::create(&dev.context, flags, len, ptr::null_mut()) }
+        .cl(&dev.id, &format!("clCreateBuffer({what})"))
+}
 
+/// The weights `W[K,N]` converted (and transposed where the layout says)
+/// once, in a resident read-only buffer.
+fn upload_weights(
+    dev: &DeviceCtx,
+    spec: &GemmSpec,
+    weights: &[f32],
+    wl: Layout,
+) -> Result<Buffer<u8>> {
+    let (_, k, n) = spec.shape.mkn();
+    let (k, n) = (k as usize, n as usize);
+    let mut wbytes = vec![0u8; wl.rows * wl.pitch * elem_size(spec.dtype)];
+    with_elems_mut(spec.dtype, &mut wbytes, |dst| match dst {
+        ElemsMut::F32(d) => store(d, weights, k, n, wl.transpose, wl.pitch),
+        ElemsMut::F16(d) => store(d, weights, k, n, wl.transpose, wl.pitch),
+    });
+    // SAFETY: the host pointer is valid for the buffer's size and is
+    // copied (COPY_HOST_PTR) before create returns.
+    unsafe {
+        Buffer::<u8>::create(
+            &dev.context,
+            CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR,
+            wbytes.len(),
+            wbytes.as_mut_ptr().cast::<c_void>(),
+        )
+    }
+    .cl(&dev.id, "clCreateBuffer(weights)")
+}
+
+/// Sets the arguments of `gemm` (kernels.cl) over the three buffers.
+fn set_gemm_args(
+    kernel: &Kernel,
+    g: &Geometry,
+    weights: &Buffer<u8>,
+    input: &Buffer<u8>,
+    output: &Buffer<u8>,
+    id: &str,
+) -> Result<()> {
+    let (xbuf, ybuf) = if g.weight_is_x {
+        (weights.get(), input.get())
+    } else {
+        (input.get(), weights.get())
+    };
+    let ints: [(&str, usize); 6] = [
+        ("R", g.r),
+        ("S", g.s),
+        ("K", g.k),
+        ("ldx", g.ldx),
+        ("ldy", g.ldy),
+        ("ldc", g.ldc),
+    ];
+    // SAFETY: argument indices and types match `gemm` in kernels.cl.
+    unsafe {
+        for (i, (name, v)) in ints.iter().enumerate() {
+            kernel
+                .set_arg(i as cl_uint, &(*v as cl_int))
+                .cl(id, &format!("clSetKernelArg({name})"))?;
+        }
+        kernel.set_arg(6, &xbuf).cl(id, "clSetKernelArg(X)")?;
+        kernel.set_arg(7, &ybuf).cl(id, "clSetKernelArg(Y)")?;
+        kernel
+            .set_arg(8, &output.get())
+            .cl(id, "clSetKernelArg(C)")?;
+    }
+    Ok(())
+}
+
+/// The `set_flag` kernel (util.cl) over `flag`, writing 0 until a launch
+/// sets its value.
+fn flag_kernel(dev: &DeviceCtx, flag: &Buffer<u32>) -> Result<Kernel> {
+    let id = dev.id.as_str();
+    let k = Kernel::create(&dev.util, "set_flag").cl(id, "clCreateKernel(set_flag)")?;
+    // SAFETY: argument indices and types match `set_flag` in util.cl.
+    unsafe {
+        k.set_arg(0, &flag.get()).cl(id, "clSetKernelArg(flag)")?;
+        k.set_arg(1, &(0 as cl_uint))
+            .cl(id, "clSetKernelArg(value)")?;
+    }
+    Ok(k)
+}
+
+/// Maps the flag once for the GEMM's lifetime (unmapped in `Drop`) and
+/// clears it.
+fn map_flag(dev: &DeviceCtx, flag: &Buffer<u32>) -> Result<FlagPtr> {
+    let id = dev.id.as_str();
+    let mut fp: cl_mem = ptr::null_mut();
+    // SAFETY: maps the 4-byte flag buffer; the pointer stays valid until
+    // unmapped in Drop.
+    unsafe {
+        dev.queue
+            .enqueue_map_buffer(
+                flag,
+                CL_BLOCKING,
+                CL_MAP_READ | CL_MAP_WRITE,
+                0,
+                4,
+                &mut fp,
+                &[],
+            )
+            .cl(id, "clEnqueueMapBuffer(flag)")?;
+    }
+    let flag_ptr = FlagPtr(fp.cast::<u32>());
+    if flag_ptr.0.is_null() || !flag_ptr.0.is_aligned() {
+        return Err(Error::backend(
+            id,
+            "mapped flag pointer is null or misaligned",
+        ));
+    }
+    // SAFETY: valid, aligned, mapped for writing.
+    unsafe { ptr::write_volatile(flag_ptr.0, 0) };
+    Ok(flag_ptr)
+}
+
+impl ClGemm {
+    pub(crate) fn new(
+        dev: Arc<DeviceCtx>,
+        program: &Program,
+        tile: Tile,
+        spec: GemmSpec,
+        weights: &[f32],
+    ) -> Result<ClGemm> {
+        let id = dev.id.clone();
+        let (_, k, n) = spec.shape.mkn();
+        let (k, n) = (k as usize, n as usize);
+        if weights.len() != k * n {
+            return Err(Error::BadRequest {
+                field: "weights".into(),
+                message: format!("{} values for a {k}x{n} weight", weights.len()),
+            });
+        }
+        let elem = elem_size(spec.dtype);
+        let g = Geometry::new(&spec, &tile);
+        let weights_buf = upload_weights(&dev, &spec, weights, g.weight)?;
+        let in_bytes = g.input.rows * g.input.pitch * elem;
+        let input = device_buffer::<u8>(
+            &dev,
+            CL_MEM_READ_ONLY | CL_MEM_ALLOC_HOST_PTR,
+            in_bytes,
+            "input, ALLOC_HOST_PTR",
+        )?;
+        let output = device_buffer::<u8>(
+            &dev,
+            CL_MEM_WRITE_ONLY | CL_MEM_ALLOC_HOST_PTR,
+            g.r * g.ldc * elem,
+            "output, ALLOC_HOST_PTR",
+        )?;
+        let flag = device_buffer::<u32>(
+            &dev,
+            CL_MEM_READ_WRITE | CL_MEM_ALLOC_HOST_PTR,
+            1,
+            "flag, ALLOC_HOST_PTR",
+        )?;
+        let kernel = Kernel::create(program, "gemm").cl(&id, "clCreateKernel(gemm)")?;
+        set_gemm_args(&kernel, &g, &weights_buf, &input, &output, &id)?;
+        let flag_kernel = flag_kernel(&dev, &flag)?;
+        let flag_ptr = map_flag(&dev, &flag)?;
         Ok(ClGemm {
-            dev,
             spec,
             tile,
             kernel,
@@ -408,12 +468,13 @@ impl ClGemm {
             flag,
             flag_ptr,
             seq: 0,
-            global,
-            local,
-            input_layout,
-            ldc,
+            global: g.global(&tile),
+            local: tile.local(),
+            input_layout: g.input,
+            ldc: g.ldc,
             pending: None,
             poll: PollStats::default(),
+            dev,
         })
     }
 
@@ -628,11 +689,11 @@ impl Gemm for ClGemm {
             }
             SyncMode::Poll { predicted_us } if self.dev.on_host_cores => {
                 // The kernel runs on the host's cores: spinning would take
-                // one from it. On the 2-core VM, spinning made PoCL's 168 µs
+                // one from it. On a 2-core x86-64 machine, spinning made PoCL's 168 µs
                 // 1×1536×256 GEMV take 1.7–2.3 ms, and napping 20 µs
                 // between flag reads still 0.5 ms; sleeping through the
                 // prediction, then a blocking wait, kept the profile's time
-                // (docs/benchmarks.md, Runtime, "Session 20").
+                // (docs/benchmarks.md, Runtime).
                 sleep_through(predicted_us, p.start);
                 self.dev.queue.finish().cl(&id, "clFinish")?;
                 self.poll.by_wait += 1;
@@ -650,7 +711,7 @@ impl Gemm for ClGemm {
                     EVENT_CHECK_EVERY
                 };
                 let mut spins = 0u32;
-                let mut pause = crate::backend::PollPause::default();
+                let mut pause = crate::backend::SpinThenYield::default();
                 let by_flag = loop {
                     if seen() {
                         break true;

@@ -409,85 +409,83 @@ impl Drop for BuiltGraph {
     }
 }
 
-/// Builds and finalises the MatMul graph for `spec` with weights
-/// `W[K,N]` (row-major f32). The prepare time covers `contextCreate`
-/// through `graphFinalize` (weight conversion excluded).
-pub(crate) fn build(
-    rt: &Arc<Runtime>,
-    spec: &GemmSpec,
-    weights: &[f32],
-    act_abs_max: f32,
-) -> Result<BuiltGraph> {
-    let (m, k, n) = spec.shape.mkn();
-    let (m, k, n) = (m as usize, k as usize, n as usize);
-    if weights.len() != k * n {
-        return Err(Error::BadRequest {
-            field: "weights".into(),
-            message: format!("expected K·N = {} values, got {}", k * n, weights.len()),
-        });
-    }
-    let el = elements_for(spec.dtype, weights, k, n, act_abs_max)?;
-    let weight_first = spec.order == OperandOrder::WtAt;
-    let quantised = matches!(spec.dtype, DType::W8a16 | DType::W4a16);
+/// The three operands of a MatMul graph, in MatMul order, with the
+/// weights encoded into `w`. `aw`: `A[M,K]·W[K,N] = C[M,N]`; `wt_at`:
+/// `Wᵀ[N,K]·(A[M,K])ᵀ` (`transpose_in1`) `= Cᵀ[N,M]`.
+struct Operands {
+    a: OwnedTensor,
+    w: OwnedTensor,
+    c: OwnedTensor,
+    weight_first: bool,
+    /// The weights' tensor type: static, or written by the app per run.
+    w_type: u32,
+    static_w: bool,
+}
 
-    // Operands in MatMul order. aw: A[M,K]·W[K,N] = C[M,N].
-    // wt_at: Wᵀ[N,K]·(A[M,K])ᵀ (transpose_in1) = Cᵀ[N,M].
-    let desc = |name: &str, dims: Vec<u32>, element| TensorDesc {
-        name: name.into(),
-        id: 0,
-        dims,
-        element,
-    };
-    let (a_dims, w_dims, c_dims) = if weight_first {
-        (
-            vec![m as u32, k as u32],
-            vec![n as u32, k as u32],
-            vec![n as u32, m as u32],
-        )
-    } else {
-        (
-            vec![m as u32, k as u32],
-            vec![k as u32, n as u32],
-            vec![m as u32, n as u32],
-        )
-    };
-    let mut a = OwnedTensor::new(desc("a", a_dims, el.a))?;
-    let mut w = OwnedTensor::new(desc("w", w_dims, el.w))?;
-    let mut c = OwnedTensor::new(desc("c", c_dims, el.c))?;
-    let w_layout = if weight_first {
-        transpose(weights, k, n)
-    } else {
-        weights.to_vec()
-    };
-    w.desc.element.encode(&w_layout, &mut w.data);
-    drop(w_layout);
-
-    let api = rt.lib.api();
-    let lib = rt.lib;
-    let start = Instant::now();
-    let context = rt.create_context()?;
-    // From here on `built` frees the context on every exit path.
-    let mut built = BuiltGraph {
-        rt: Arc::clone(rt),
-        context,
-        graph: ptr::null_mut(),
-        io: GraphIo {
-            a: a.desc.clone(),
-            w: None,
-            c: c.desc.clone(),
+impl Operands {
+    fn new(spec: &GemmSpec, weights: &[f32], act_abs_max: f32) -> Result<Operands> {
+        let (m, k, n) = spec.shape.mkn();
+        let (m, k, n) = (m as usize, k as usize, n as usize);
+        if weights.len() != k * n {
+            return Err(Error::BadRequest {
+                field: "weights".into(),
+                message: format!("expected K·N = {} values, got {}", k * n, weights.len()),
+            });
+        }
+        let el = elements_for(spec.dtype, weights, k, n, act_abs_max)?;
+        let weight_first = spec.order == OperandOrder::WtAt;
+        let desc = |name: &str, dims: [usize; 2], element| TensorDesc {
+            name: name.into(),
+            id: 0,
+            dims: dims.iter().map(|&d| d as u32).collect(),
+            element,
+        };
+        let (w_dims, c_dims) = if weight_first {
+            ([n, k], [n, m])
+        } else {
+            ([k, n], [m, n])
+        };
+        let a = OwnedTensor::new(desc("a", [m, k], el.a))?;
+        let mut w = OwnedTensor::new(desc("w", w_dims, el.w))?;
+        let c = OwnedTensor::new(desc("c", c_dims, el.c))?;
+        let w_layout = if weight_first {
+            transpose(weights, k, n)
+        } else {
+            weights.to_vec()
+        };
+        w.desc.element.encode(&w_layout, &mut w.data);
+        let static_w = spec.weights == WeightMode::Static;
+        Ok(Operands {
+            a,
+            w,
+            c,
             weight_first,
-            act_abs_max: quantised.then_some(act_abs_max),
-        },
-        prepare_us: 0.0,
-    };
+            w_type: if static_w {
+                ffi::TENSOR_STATIC
+            } else {
+                ffi::TENSOR_APP_WRITE
+            },
+            static_w,
+        })
+    }
 
-    // Float32 graphs run in float16 inside (the HTP has no fp32 MatMul).
+    /// The MatMul's inputs as raw tensors, in MatMul order.
+    fn raw_inputs(&mut self) -> [ffi::Tensor; 2] {
+        let w = self.w.raw(self.w_type, self.static_w);
+        let a = self.a.raw(ffi::TENSOR_APP_WRITE, false);
+        if self.weight_first { [w, a] } else { [a, w] }
+    }
+}
+
+/// Creates the graph in `context`; a float32 graph runs in float16 inside
+/// (the HTP has no fp32 MatMul).
+fn create_graph(rt: &Runtime, context: Handle, dtype: DType) -> Result<Handle> {
     let mut precision = ffi::HtpGraphCustomConfig::precision_fp16();
     let precision_cfg = ffi::Config {
         option: ffi::CONFIG_OPTION_CUSTOM,
         custom: (&mut precision as *mut ffi::HtpGraphCustomConfig).cast(),
     };
-    let graph_cfgs: Vec<*const ffi::Config> = if spec.dtype == DType::F32 {
+    let graph_cfgs: Vec<*const ffi::Config> = if dtype == DType::F32 {
         vec![&precision_cfg, ptr::null()]
     } else {
         vec![ptr::null()]
@@ -497,41 +495,48 @@ pub(crate) fn build(
     // SAFETY: valid context, NUL-terminated name, NULL-terminated config list
     // whose entries outlive the call.
     let err = unsafe {
-        api.graph_create.expect("checked at load")(
+        rt.lib.api().graph_create.expect("checked at load")(
             context,
             name.as_ptr(),
             graph_cfgs.as_ptr(),
             &mut graph,
         )
     };
-    lib.check("graphCreate", err)?;
-    built.graph = graph;
+    rt.lib.check("graphCreate", err)?;
+    Ok(graph)
+}
 
+/// Creates the operands' tensors in `graph` (inputs in MatMul order, then
+/// the output); each gets the id the backend assigns.
+fn add_tensors(rt: &Runtime, graph: Handle, ops: &mut Operands) -> Result<()> {
     let create = |t: &mut OwnedTensor, tensor_type: u32, with_data: bool| -> Result<()> {
         let mut raw = t.raw(tensor_type, with_data);
         // SAFETY: `raw` points at `t`'s live storage; the backend writes the id back.
-        let err =
-            unsafe { api.tensor_create_graph_tensor.expect("checked at load")(graph, &mut raw) };
-        lib.check(&format!("tensorCreateGraphTensor({})", t.desc.name), err)?;
+        let err = unsafe {
+            rt.lib
+                .api()
+                .tensor_create_graph_tensor
+                .expect("checked at load")(graph, &mut raw)
+        };
+        rt.lib
+            .check(&format!("tensorCreateGraphTensor({})", t.desc.name), err)?;
         // SAFETY: v2 is the variant we wrote.
         t.desc.id = raw.v2.id;
         Ok(())
     };
-    let static_w = spec.weights == WeightMode::Static;
-    let w_type = if static_w {
-        ffi::TENSOR_STATIC
+    let (w_type, static_w) = (ops.w_type, ops.static_w);
+    if ops.weight_first {
+        create(&mut ops.w, w_type, static_w)?;
+        create(&mut ops.a, ffi::TENSOR_APP_WRITE, false)?;
     } else {
-        ffi::TENSOR_APP_WRITE
-    };
-    if weight_first {
-        create(&mut w, w_type, static_w)?;
-        create(&mut a, ffi::TENSOR_APP_WRITE, false)?;
-    } else {
-        create(&mut a, ffi::TENSOR_APP_WRITE, false)?;
-        create(&mut w, w_type, static_w)?;
+        create(&mut ops.a, ffi::TENSOR_APP_WRITE, false)?;
+        create(&mut ops.w, w_type, static_w)?;
     }
-    create(&mut c, ffi::TENSOR_APP_READ, false)?;
+    create(&mut ops.c, ffi::TENSOR_APP_READ, false)
+}
 
+/// Adds the one MatMul node over the operands' tensors.
+fn add_matmul(rt: &Runtime, graph: Handle, ops: &mut Operands) -> Result<()> {
     let bool_param = |name: &CString, value: bool| ffi::Param {
         param_type: ffi::PARAM_SCALAR,
         name: name.as_ptr(),
@@ -546,13 +551,9 @@ pub(crate) fn build(
         CString::new("transpose_in0").expect("no NUL"),
         CString::new("transpose_in1").expect("no NUL"),
     );
-    let mut params = [bool_param(&t0, false), bool_param(&t1, weight_first)];
-    let mut inputs = if weight_first {
-        [w.raw(w_type, static_w), a.raw(ffi::TENSOR_APP_WRITE, false)]
-    } else {
-        [a.raw(ffi::TENSOR_APP_WRITE, false), w.raw(w_type, static_w)]
-    };
-    let mut outputs = [c.raw(ffi::TENSOR_APP_READ, false)];
+    let mut params = [bool_param(&t0, false), bool_param(&t1, ops.weight_first)];
+    let mut inputs = ops.raw_inputs();
+    let mut outputs = [ops.c.raw(ffi::TENSOR_APP_READ, false)];
     let (node, package, op) = (
         CString::new("matmul_0").expect("no NUL"),
         CString::new("qti.aisw").expect("no NUL"),
@@ -574,19 +575,56 @@ pub(crate) fn build(
     };
     // SAFETY: every pointer in `config` refers to locals alive for the call;
     // the op config is passed by value as the API declares.
-    let err = unsafe { api.graph_add_node.expect("checked at load")(graph, config) };
-    lib.check("graphAddNode(MatMul)", err)?;
+    let err = unsafe { rt.lib.api().graph_add_node.expect("checked at load")(graph, config) };
+    rt.lib.check("graphAddNode(MatMul)", err)
+}
+
+/// Builds and finalises the MatMul graph for `spec` with weights
+/// `W[K,N]` (row-major f32). The prepare time covers `contextCreate`
+/// through `graphFinalize` (weight conversion excluded).
+pub(crate) fn build(
+    rt: &Arc<Runtime>,
+    spec: &GemmSpec,
+    weights: &[f32],
+    act_abs_max: f32,
+) -> Result<BuiltGraph> {
+    let mut ops = Operands::new(spec, weights, act_abs_max)?;
+    let quantised = matches!(spec.dtype, DType::W8a16 | DType::W4a16);
+    let start = Instant::now();
+    let context = rt.create_context()?;
+    // From here on `built` frees the context on every exit path.
+    let mut built = BuiltGraph {
+        rt: Arc::clone(rt),
+        context,
+        graph: ptr::null_mut(),
+        io: GraphIo {
+            a: ops.a.desc.clone(),
+            w: None,
+            c: ops.c.desc.clone(),
+            weight_first: ops.weight_first,
+            act_abs_max: quantised.then_some(act_abs_max),
+        },
+        prepare_us: 0.0,
+    };
+    let graph = create_graph(rt, context, spec.dtype)?;
+    built.graph = graph;
+    add_tensors(rt, graph, &mut ops)?;
+    add_matmul(rt, graph, &mut ops)?;
     // SAFETY: a graph of this context; no profile, no signal.
     let err = unsafe {
-        api.graph_finalize.expect("checked at load")(graph, ptr::null_mut(), ptr::null_mut())
+        rt.lib.api().graph_finalize.expect("checked at load")(
+            graph,
+            ptr::null_mut(),
+            ptr::null_mut(),
+        )
     };
-    lib.check("graphFinalize", err)?;
+    rt.lib.check("graphFinalize", err)?;
     built.prepare_us = start.elapsed().as_secs_f64() * 1e6;
 
-    built.io.a = a.desc.clone();
-    built.io.c = c.desc.clone();
-    if !static_w {
-        built.io.w = Some(w.desc.clone());
+    built.io.a = ops.a.desc.clone();
+    built.io.c = ops.c.desc.clone();
+    if !ops.static_w {
+        built.io.w = Some(ops.w.desc.clone());
     }
     Ok(built)
 }

@@ -2,11 +2,11 @@
 //!
 //! A rayon worker with nothing to do yields a few dozen times and then
 //! sleeps on a futex; the next run wakes it, and the workers a product is
-//! split over wake one another in a cascade. On the development VM that
-//! costs a 1×1536×256 GEMV on two workers 50–80 µs (71 µs back to back,
-//! 123–153 µs after 20–3000 µs of idling: `stage_bench --idle`); on the
-//! H100 host's 15 workers a 1×1536×768 GEMV took 63 µs back to back and
-//! 93–137 µs after 0.1–3 ms (`docs/benchmarks.md`, Runtime, "Session 42"). An
+//! split over wake one another in a cascade. On a 2-core x86-64 machine
+//! that costs a 1×1536×256 GEMV on two workers 50–80 µs (71 µs back to
+//! back, 123–153 µs after 20–3000 µs of idling); on the 15 workers of a
+//! Xeon host with one H100 a 1×1536×768 GEMV took 63 µs back to back and
+//! 93–137 µs after 0.1–3 ms (`docs/benchmarks.md`, Runtime). An
 //! operator of runtime-min that follows operators on other processors pays
 //! it every time. So after each run the pool's workers poll the pool for
 //! a hold more, as ONNX Runtime's and llama.cpp's thread pools
@@ -28,7 +28,7 @@ use std::time::{Duration, Instant};
 pub const DEFAULT_POLL_US: u64 = 2000;
 
 /// The polling state of one pool.
-pub(crate) struct Awake {
+pub(crate) struct KeepWarm {
     base: Instant,
     /// Polling ends at this time, ns after `base`.
     until_ns: AtomicU64,
@@ -37,9 +37,9 @@ pub(crate) struct Awake {
     hold: Duration,
 }
 
-impl Awake {
-    pub(crate) fn new(hold: Duration) -> Arc<Awake> {
-        Arc::new(Awake {
+impl KeepWarm {
+    pub(crate) fn new(hold: Duration) -> Arc<KeepWarm> {
+        Arc::new(KeepWarm {
             base: Instant::now(),
             until_ns: AtomicU64::new(0),
             live: AtomicUsize::new(0),
@@ -59,7 +59,7 @@ impl Awake {
 
     /// Before a run: extends the polling and starts a poller on every
     /// worker unless they are polling already.
-    pub(crate) fn rouse(self: &Arc<Self>, pool: &rayon::ThreadPool) {
+    pub(crate) fn wake_all(self: &Arc<Self>, pool: &rayon::ThreadPool) {
         if self.hold.is_zero() {
             return;
         }
@@ -125,16 +125,16 @@ mod tests {
     #[test]
     fn pollers_run_the_pools_jobs_and_end_after_the_hold() {
         let p = pool(2);
-        let awake = Awake::new(Duration::from_millis(20));
-        awake.rouse(&p);
+        let keep_warm = KeepWarm::new(Duration::from_millis(20));
+        keep_warm.wake_all(&p);
         // A job spawned while they poll runs, and on one of them.
         let (tx, rx) = std::sync::mpsc::channel();
         p.spawn(move || tx.send(rayon::current_thread_index()).unwrap());
         let ran_on = rx.recv_timeout(Duration::from_secs(5)).unwrap();
         assert!(ran_on.is_some());
-        assert_eq!(awake.live(), 2, "both workers poll within the hold");
+        assert_eq!(keep_warm.live(), 2, "both workers poll within the hold");
         let t = Instant::now();
-        while awake.live() > 0 {
+        while keep_warm.live() > 0 {
             assert!(t.elapsed() < Duration::from_secs(5), "pollers never ended");
             std::thread::sleep(Duration::from_millis(1));
         }
@@ -143,9 +143,9 @@ mod tests {
     #[test]
     fn no_hold_starts_no_pollers() {
         let p = pool(2);
-        let awake = Awake::new(Duration::ZERO);
-        awake.rouse(&p);
-        assert_eq!(awake.live(), 0);
+        let keep_warm = KeepWarm::new(Duration::ZERO);
+        keep_warm.wake_all(&p);
+        assert_eq!(keep_warm.live(), 0);
         assert_eq!(p.install(|| 1 + 1), 2);
     }
 
