@@ -85,15 +85,99 @@ struct Found {
     timing: &'static str,
 }
 
-struct Demo {
-    exe: PathBuf,
-    out: PathBuf,
-    logs: PathBuf,
-    started: Instant,
-    step: usize,
+/// The files the demo writes, as the arguments of its commands.
+struct Files {
+    model: String,
+    dataset: String,
+    predictor: String,
+    fit_report: String,
+    plan: String,
+    charts: String,
+    prefill: String,
+    decode: String,
 }
 
-const STEPS: usize = 8;
+/// What the steps share: the arguments, the files, and what earlier steps
+/// found.
+struct Demo {
+    a: DemoArgs,
+    exe: PathBuf,
+    agent: PathBuf,
+    out: PathBuf,
+    logs: PathBuf,
+    files: Files,
+    started: Instant,
+    step: usize,
+    /// The probe's processors, and those the demo uses.
+    found: Vec<Found>,
+    chosen: Vec<String>,
+    /// False when the charts were skipped for want of a font.
+    charts_drawn: bool,
+}
+
+/// One step of the demo: its title, made from the arguments, and its work.
+struct Step {
+    title: fn(&DemoArgs) -> String,
+    run: fn(&mut Demo) -> Result<()>,
+}
+
+/// The demo's steps, in order.
+const STEPS: [Step; 8] = [
+    Step {
+        title: |_| "probe the processors".into(),
+        run: probe_step,
+    },
+    Step {
+        title: |a| {
+            format!(
+                "profile: GEMMs of the model (up to {} rows) and stage probes, {} budget, {} caches",
+                a.max_len,
+                a.budget,
+                if a.warm_cache { "warm" } else { "cold" }
+            )
+        },
+        run: profile_step,
+    },
+    Step {
+        title: |_| "fit latency models per processor".into(),
+        run: fit_step,
+    },
+    Step {
+        title: |a| {
+            format!(
+                "solve every operator at lengths 1..{} and decode",
+                a.max_len
+            )
+        },
+        run: solve_step,
+    },
+    Step {
+        title: |a| {
+            format!(
+                "measure the GEMMs the plan runs at prefill {} and in decode, then fit and solve again",
+                a.len
+            )
+        },
+        run: refine_step,
+    },
+    Step {
+        title: |_| "draw the charts".into(),
+        run: chart_step,
+    },
+    Step {
+        title: |a| {
+            format!(
+                "run the plan: prefill of {} tokens and {} decode steps, every output checked",
+                a.len, a.tokens
+            )
+        },
+        run: run_step,
+    },
+    Step {
+        title: |_| "predicted against measured".into(),
+        run: report_step,
+    },
+];
 
 /// Rounds of measuring the plan's GEMMs at the demo's lengths: a new fit
 /// can change a decision, whose GEMMs the next round measures; a round
@@ -104,22 +188,29 @@ impl Demo {
     fn begin(&mut self, what: &str) {
         self.step += 1;
         println!(
-            "\n[{}/{STEPS}] {what}  (+{:.0} s)",
+            "\n[{}/{}] {what}  (+{:.0} s)",
             self.step,
+            STEPS.len(),
             self.started.elapsed().as_secs_f64()
         );
     }
 
-    /// Runs `hetero ARGS`, its stdout and stderr into `logs/NAME.log`.
+    /// The current step's log named `name`.
+    fn log(&self, name: &str) -> PathBuf {
+        self.logs.join(format!("{}-{name}.log", self.step))
+    }
+
+    /// Runs `hetero ARGS`, its stdout and stderr into `logs/N-NAME.log`.
     /// Returns stdout. A failure shows the log's tail and keeps the exit
     /// code's meaning (2: bad input).
-    fn hetero(&self, name: &str, args: &[String]) -> Result<String> {
-        let log = self.logs.join(format!("{}-{name}.log", self.step));
+    fn hetero<S: AsRef<str>>(&self, name: &str, args: &[S]) -> Result<String> {
+        let args: Vec<&str> = args.iter().map(AsRef::as_ref).collect();
+        let log = self.log(name);
         let shown = format!("hetero {}", args.join(" "));
         println!("  $ {shown}");
         let t = Instant::now();
         let o = Command::new(&self.exe)
-            .args(args)
+            .args(&args)
             .stdin(Stdio::null())
             .output()
             .with_context(|| format!("starting {}", self.exe.display()))?;
@@ -151,8 +242,61 @@ impl Demo {
         Ok(stdout)
     }
 
-    fn path(&self, name: &str) -> String {
-        self.out.join(name).display().to_string()
+    /// `hetero profile` of the chosen processors into the dataset, with the
+    /// demo's caches, then `rest`.
+    fn profile_args(&self, rest: &[&str]) -> Vec<String> {
+        let agent = self.agent.display().to_string();
+        let procs = self.chosen.join(",");
+        let mut args: Vec<String> = [
+            "profile",
+            "--device",
+            "local",
+            "--agent",
+            &agent,
+            "--processors",
+            &procs,
+            "--out",
+            &self.files.dataset,
+        ]
+        .iter()
+        .chain(rest)
+        .map(|s| s.to_string())
+        .collect();
+        if !self.a.warm_cache {
+            args.push("--cold-cache".into());
+        }
+        args
+    }
+
+    /// `hetero fit` of the dataset into the predictor and fit report.
+    fn fit_args(&self) -> [&str; 6] {
+        let f = &self.files;
+        [
+            "fit",
+            &f.dataset,
+            "--out",
+            &f.predictor,
+            "--report",
+            &f.fit_report,
+        ]
+    }
+
+    /// `hetero solve` of the model with the predictor into the plan.
+    fn solve_args(&self) -> Vec<String> {
+        let f = &self.files;
+        [
+            "solve",
+            "--predictor",
+            &f.predictor,
+            "--model",
+            &f.model,
+            "--out",
+            &f.plan,
+            "--lengths",
+            &format!("1..{}", self.a.max_len),
+        ]
+        .map(String::from)
+        .to_vec()
     }
 }
 
@@ -337,155 +481,140 @@ pub fn run(a: DemoArgs) -> Result<()> {
         Some(p) => AgentSource::Path(p.clone()),
         None => AgentSource::Auto,
     };
-    let agent_path =
-        agent::select(&source, &Target::Local, std::env::consts::ARCH).map_err(|e| {
-            anyhow!("{e}\nbuild it next to hetero: cargo build --release -p hetero -p hetero-agent")
-        })?;
-    let mut d = Demo {
-        exe: std::env::current_exe().context("finding the hetero executable")?,
-        out: a.out.clone(),
-        logs: a.out.join("logs"),
-        started: Instant::now(),
-        step: 0,
-    };
+    let agent = agent::select(&source, &Target::Local, std::env::consts::ARCH).map_err(|e| {
+        anyhow!("{e}\nbuild it next to hetero: cargo build --release -p hetero -p hetero-agent")
+    })?;
+    let out = a.out.clone();
     let model = match &a.model {
         Some(p) => p.display().to_string(),
         None => {
-            let p = d.out.join(format!("{BUNDLED_MODEL_NAME}.json"));
+            let p = out.join(format!("{BUNDLED_MODEL_NAME}.json"));
             hetero_plan::write_atomic(&p, BUNDLED_MODEL.as_bytes())?;
             p.display().to_string()
         }
     };
     println!(
         "hetero demo: profile this machine, fit, solve {model}, chart, run; everything goes to {}",
-        d.out.display()
+        out.display()
     );
+    let path = |name: &str| out.join(name).display().to_string();
+    let files = Files {
+        model,
+        dataset: path("dataset"),
+        predictor: path("predictor.ron"),
+        fit_report: path("fit-report.json"),
+        plan: path("plan.ron"),
+        charts: path("charts"),
+        prefill: path("run-prefill.json"),
+        decode: path("run-decode.json"),
+    };
+    let mut d = Demo {
+        a,
+        exe: std::env::current_exe().context("finding the hetero executable")?,
+        agent,
+        logs: out.join("logs"),
+        out,
+        files,
+        started: Instant::now(),
+        step: 0,
+        found: Vec::new(),
+        chosen: Vec::new(),
+        charts_drawn: false,
+    };
+    for step in &STEPS {
+        d.begin(&(step.title)(&d.a));
+        (step.run)(&mut d)?;
+    }
+    Ok(())
+}
 
-    d.begin("probe the processors");
-    let found = probe(&agent_path, &d.logs.join("1-probe.log"))?;
-    let chosen: Vec<String> = match &a.processors {
+/// Probes the processors and chooses those to use.
+fn probe_step(d: &mut Demo) -> Result<()> {
+    let log = d.log("probe");
+    d.found = probe(&d.agent, &log)?;
+    d.chosen = match &d.a.processors {
         Some(list) => list.split(',').map(|s| s.trim().to_string()).collect(),
-        None => found
+        None => d
+            .found
             .iter()
-            .filter(|f| a.include_simulated || f.timing == "real")
+            .filter(|f| d.a.include_simulated || f.timing == "real")
             .map(|f| f.id.clone())
             .collect(),
     };
-    if chosen.is_empty() {
+    if d.chosen.is_empty() {
         return Err(anyhow!(
             "the probe found no processor to profile; see {}",
-            d.logs.join("1-probe.log").display()
+            log.display()
         ));
     }
-    let labelled: Vec<String> = chosen
+    let labelled: Vec<String> = d
+        .chosen
         .iter()
-        .map(|id| match found.iter().find(|f| &f.id == id) {
+        .map(|id| match d.found.iter().find(|f| &f.id == id) {
             Some(f) if f.timing != "real" => format!("{id} ({})", f.timing),
             _ => id.clone(),
         })
         .collect();
     println!("  using: {}", labelled.join(", "));
-    let procs = chosen.join(",");
+    Ok(())
+}
 
-    d.begin(&format!(
-        "profile: GEMMs of the model (up to {} rows) and stage probes, {} budget, {} caches",
-        a.max_len,
-        a.budget,
-        if a.warm_cache { "warm" } else { "cold" }
-    ));
-    let dataset = d.path("dataset");
-    // `hetero profile` of the chosen processors into the dataset, with the
-    // demo's caches, then `rest`.
-    let profile = |rest: &[&str]| -> Vec<String> {
-        let agent = agent_path.display().to_string();
-        let mut args: Vec<String> = [
-            "profile",
-            "--device",
-            "local",
-            "--agent",
-            &agent,
-            "--processors",
-            &procs,
-            "--out",
-            &dataset,
-        ]
-        .iter()
-        .chain(rest)
-        .map(|s| s.to_string())
-        .collect();
-        if !a.warm_cache {
-            args.push("--cold-cache".into());
-        }
-        args
-    };
-    let max_len = a.max_len.to_string();
-    let text = d.hetero(
-        "profile",
-        &profile(&[
-            "--models",
-            &model,
-            "--budget",
-            &a.budget,
-            "--max-len",
-            &max_len,
-        ]),
-    )?;
+/// Profiles the model's GEMMs and the stage probes within the budget.
+fn profile_step(d: &mut Demo) -> Result<()> {
+    let max_len = d.a.max_len.to_string();
+    let args = d.profile_args(&[
+        "--models",
+        &d.files.model,
+        "--budget",
+        &d.a.budget,
+        "--max-len",
+        &max_len,
+    ]);
+    let text = d.hetero("profile", &args)?;
     for l in text
         .lines()
         .filter(|l| l.contains("stopped") || l.contains("rows"))
     {
         println!("  {}", l.trim());
     }
+    Ok(())
+}
 
-    d.begin("fit latency models per processor");
-    let predictor = d.path("predictor.ron");
-    let fit_report = d.path("fit-report.json");
-    let fit_args = [
-        "fit",
-        &dataset,
-        "--out",
-        &predictor,
-        "--report",
-        &fit_report,
-    ]
-    .map(String::from);
-    let text = d.hetero("fit", &fit_args)?;
+/// Fits the latency models.
+fn fit_step(d: &mut Demo) -> Result<()> {
+    let text = d.hetero("fit", &d.fit_args())?;
     for l in text.lines().take(12) {
         println!("  {l}");
     }
+    Ok(())
+}
 
-    d.begin(&format!(
-        "solve every operator at lengths 1..{} and decode",
-        a.max_len
-    ));
-    let plan = d.path("plan.ron");
-    let solve_args = [
-        "solve",
-        "--predictor",
-        &predictor,
-        "--model",
-        &model,
-        "--out",
-        &plan,
-        "--lengths",
-        &format!("1..{}", a.max_len),
-    ]
-    .map(String::from);
-    let text = d.hetero("solve", &solve_args)?;
+/// Solves the model at every length.
+fn solve_step(d: &mut Demo) -> Result<()> {
+    let text = d.hetero("solve", &d.solve_args())?;
     for l in text.lines().take(6) {
         println!("  {l}");
     }
+    Ok(())
+}
 
-    d.begin(&format!(
-        "measure the GEMMs the plan runs at prefill {} and in decode, then fit and solve again",
-        a.len
-    ));
-    if a.no_refine {
+/// Measures the GEMMs the plan runs at the demo's lengths, fits and solves
+/// again until a round finds nothing new; then keeps the plan's summary.
+fn refine_step(d: &mut Demo) -> Result<()> {
+    if d.a.no_refine {
         println!("  skipped (--no-refine): the runs are predicted from the profile's model alone");
     } else {
-        let at = format!("prefill:{},decode:1", a.len);
+        let at = format!("prefill:{},decode:1", d.a.len);
         for round in 1..=REFINE_ROUNDS {
-            let args = profile(&["--plan", &plan, "--at", &at, "--budget", "60s", "--resume"]);
+            let args = d.profile_args(&[
+                "--plan",
+                &d.files.plan,
+                "--at",
+                &at,
+                "--budget",
+                "60s",
+                "--resume",
+            ]);
             let text = d.hetero(&format!("measure-plan-{round}"), &args)?;
             let new = new_rows(&text);
             println!(
@@ -495,120 +624,99 @@ pub fn run(a: DemoArgs) -> Result<()> {
             if new == Some(0) {
                 break;
             }
-            d.hetero(&format!("fit-{round}"), &fit_args)?;
-            d.hetero(&format!("solve-{round}"), &solve_args)?;
+            d.hetero(&format!("fit-{round}"), &d.fit_args())?;
+            d.hetero(&format!("solve-{round}"), &d.solve_args())?;
         }
     }
-    d.hetero("plan-show", &["plan", "show", &plan].map(String::from))
-        .map(|t| {
-            hetero_plan::write_atomic(&d.out.join("plan-summary.txt"), t.as_bytes()).ok();
-        })?;
+    let summary = d.hetero("plan-show", &["plan", "show", &d.files.plan])?;
+    hetero_plan::write_atomic(&d.out.join("plan-summary.txt"), summary.as_bytes()).ok();
+    Ok(())
+}
 
-    d.begin("draw the charts");
-    let charts = d.path("charts");
+/// Draws the plan's, the dataset's and the fit's charts.
+fn chart_step(d: &mut Demo) -> Result<()> {
     // A machine without a font (a bare server or container) still runs the
     // plan: the charts are skipped with the reason and the way to draw them.
-    let font = crate::chart::ensure_font();
-    if let Err(e) = &font {
+    if let Err(e) = crate::chart::ensure_font() {
         println!("  skipped: {e}");
         println!(
             "  the demo goes on; once a font is there, draw them with `hetero chart` (docs/charts.md)"
         );
+        return Ok(());
     }
-    let (plan_charts, dataset_charts, fit_charts) = (
-        d.path("charts/plan"),
-        d.path("charts/dataset"),
-        d.path("charts/fit"),
-    );
-    for (name, args) in [
-        (
-            "chart-plan",
-            vec![
-                "chart",
-                &plan,
-                "--predictor",
-                &predictor,
-                "--model",
-                &model,
-                "--out",
-                &plan_charts,
-            ],
-        ),
-        (
-            "chart-dataset",
-            vec![
-                "chart",
-                &dataset,
-                "--predictor",
-                &predictor,
-                "--out",
-                &dataset_charts,
-            ],
-        ),
-        (
-            "chart-fit",
-            vec!["chart", &fit_report, "--out", &fit_charts],
-        ),
-    ] {
-        if font.is_err() {
-            break;
-        }
-        d.hetero(
-            name,
-            &args.iter().map(|s| s.to_string()).collect::<Vec<_>>(),
-        )?;
-    }
+    let f = &d.files;
+    let into = |name: &str| format!("{}/{name}", f.charts);
+    let (plan_charts, dataset_charts, fit_charts) = (into("plan"), into("dataset"), into("fit"));
+    let plan_args = [
+        "chart",
+        &f.plan,
+        "--predictor",
+        &f.predictor,
+        "--model",
+        &f.model,
+        "--out",
+        &plan_charts,
+    ];
+    let dataset_args = [
+        "chart",
+        &f.dataset,
+        "--predictor",
+        &f.predictor,
+        "--out",
+        &dataset_charts,
+    ];
+    d.hetero("chart-plan", &plan_args)?;
+    d.hetero("chart-dataset", &dataset_args)?;
+    d.hetero("chart-fit", &["chart", &f.fit_report, "--out", &fit_charts])?;
+    d.charts_drawn = true;
+    Ok(())
+}
 
-    d.begin(&format!(
-        "run the plan: prefill of {} tokens and {} decode steps, every output checked",
-        a.len, a.tokens
-    ));
-    let prefill = d.path("run-prefill.json");
-    let decode = d.path("run-decode.json");
-    let len = a.len.to_string();
-    let tokens = a.tokens.to_string();
+/// Runs the plan's prefill and decode, every output checked.
+fn run_step(d: &mut Demo) -> Result<()> {
+    let f = &d.files;
+    let len = d.a.len.to_string();
+    let tokens = d.a.tokens.to_string();
     // One layer's weights in memory, run by every layer: the GEMMs and their
     // shapes are the model's, without generating gigabytes of weights.
     let common = [
         "--model",
-        &model,
+        &f.model,
         "--predictor",
-        &predictor,
+        &f.predictor,
         "--check",
         // Three timed passes: a median of two is their mean, and one slow
         // pass moved the H100 host's prefill lm_head (run once a pass) from
-        // 193 to 308 µs (session 36).
+        // 193 to 308 µs.
         "--repeat",
         "3",
         "--share-weights",
     ];
-    let mut args = vec![
-        "run", &plan, "--phase", "prefill", "--len", &len, "--out", &prefill,
+    let prefill = [
+        "run", &f.plan, "--phase", "prefill", "--len", &len, "--out", &f.prefill,
     ];
-    args.extend(common);
-    d.hetero(
-        "run-prefill",
-        &args.iter().map(|s| s.to_string()).collect::<Vec<_>>(),
-    )?;
-    let mut args = vec![
-        "run", &plan, "--phase", "decode", "--len", "1", "--tokens", &tokens, "--out", &decode,
+    d.hetero("run-prefill", &[&prefill[..], &common[..]].concat())?;
+    let decode = [
+        "run", &f.plan, "--phase", "decode", "--len", "1", "--tokens", &tokens, "--out", &f.decode,
     ];
-    args.extend(common);
-    d.hetero(
-        "run-decode",
-        &args.iter().map(|s| s.to_string()).collect::<Vec<_>>(),
-    )?;
+    d.hetero("run-decode", &[&decode[..], &common[..]].concat())?;
+    Ok(())
+}
 
-    d.begin("predicted against measured");
+/// Prints the runs' predicted and measured times and where everything
+/// went, and keeps them in the marker file.
+fn report_step(d: &mut Demo) -> Result<()> {
+    let f = &d.files;
     let mut table = String::new();
-    for (label, path) in [("prefill", &prefill), ("decode", &decode)] {
+    for (label, path) in [("prefill", &f.prefill), ("decode", &f.decode)] {
         let text = std::fs::read_to_string(path).with_context(|| format!("reading {path}"))?;
         let r: Value = serde_json::from_str(&text).with_context(|| format!("parsing {path}"))?;
         run_table(label, &r, &mut table);
     }
-    let timings: Vec<&str> = chosen
+    let timings: Vec<&str> = d
+        .chosen
         .iter()
-        .filter_map(|id| found.iter().find(|f| &f.id == id))
+        .filter_map(|id| d.found.iter().find(|f| &f.id == id))
         .filter(|f| f.timing != "real")
         .map(|f| f.timing)
         .collect();
@@ -631,28 +739,30 @@ pub fn run(a: DemoArgs) -> Result<()> {
         "\nWhere everything went ({:.0} s in all):",
         d.started.elapsed().as_secs_f64()
     );
+    let charts = if d.charts_drawn {
+        f.charts.clone()
+    } else {
+        "not drawn: no TrueType font (step 6)".to_string()
+    };
     for (what, p) in [
-        ("dataset (measurements)", dataset.clone()),
-        ("predictor", predictor.clone()),
-        ("fit report", fit_report.clone()),
-        ("plan", plan.clone()),
-        ("plan summary", d.path("plan-summary.txt")),
+        ("dataset (measurements)", f.dataset.clone()),
+        ("predictor", f.predictor.clone()),
+        ("fit report", f.fit_report.clone()),
+        ("plan", f.plan.clone()),
         (
-            "charts (plan/, dataset/, fit/; each has index.md)",
-            match &font {
-                Ok(_) => charts.clone(),
-                Err(_) => "not drawn: no TrueType font (step 6)".to_string(),
-            },
+            "plan summary",
+            d.out.join("plan-summary.txt").display().to_string(),
         ),
-        ("run reports", format!("{prefill}, {decode}")),
+        ("charts (plan/, dataset/, fit/; each has index.md)", charts),
+        ("run reports", format!("{}, {}", f.prefill, f.decode)),
         ("logs of every step", d.logs.display().to_string()),
     ] {
         let _ = writeln!(table, "  {what:<30} {p}");
     }
     let _ = writeln!(
         table,
-        "\nNext: hetero plan explain {plan} --op ffn_down --len {}",
-        a.len
+        "\nNext: hetero plan explain {} --op ffn_down --len {}",
+        f.plan, d.a.len
     );
     print!("{table}");
     let summary = format!(
