@@ -100,7 +100,7 @@ struct Files {
 /// What the steps share: the arguments, the files, and what earlier steps
 /// found.
 struct Demo {
-    a: DemoArgs,
+    args: DemoArgs,
     exe: PathBuf,
     agent: PathBuf,
     out: PathBuf,
@@ -262,7 +262,7 @@ impl Demo {
         .chain(rest)
         .map(|s| s.to_string())
         .collect();
-        if !self.a.warm_cache {
+        if !self.args.warm_cache {
             args.push("--cold-cache".into());
         }
         args
@@ -293,7 +293,7 @@ impl Demo {
             "--out",
             &f.plan,
             "--lengths",
-            &format!("1..{}", self.a.max_len),
+            &format!("1..{}", self.args.max_len),
         ]
         .map(String::from)
         .to_vec()
@@ -509,7 +509,7 @@ pub fn run(a: DemoArgs) -> Result<()> {
         decode: path("run-decode.json"),
     };
     let mut d = Demo {
-        a,
+        args: a,
         exe: std::env::current_exe().context("finding the hetero executable")?,
         agent,
         logs: out.join("logs"),
@@ -522,7 +522,7 @@ pub fn run(a: DemoArgs) -> Result<()> {
         charts_drawn: false,
     };
     for step in &STEPS {
-        d.begin(&(step.title)(&d.a));
+        d.begin(&(step.title)(&d.args));
         (step.run)(&mut d)?;
     }
     Ok(())
@@ -532,12 +532,12 @@ pub fn run(a: DemoArgs) -> Result<()> {
 fn probe_step(d: &mut Demo) -> Result<()> {
     let log = d.log("probe");
     d.found = probe(&d.agent, &log)?;
-    d.chosen = match &d.a.processors {
+    d.chosen = match &d.args.processors {
         Some(list) => list.split(',').map(|s| s.trim().to_string()).collect(),
         None => d
             .found
             .iter()
-            .filter(|f| d.a.include_simulated || f.timing == "real")
+            .filter(|f| d.args.include_simulated || f.timing == "real")
             .map(|f| f.id.clone())
             .collect(),
     };
@@ -561,12 +561,12 @@ fn probe_step(d: &mut Demo) -> Result<()> {
 
 /// Profiles the model's GEMMs and the stage probes within the budget.
 fn profile_step(d: &mut Demo) -> Result<()> {
-    let max_len = d.a.max_len.to_string();
+    let max_len = d.args.max_len.to_string();
     let args = d.profile_args(&[
         "--models",
         &d.files.model,
         "--budget",
-        &d.a.budget,
+        &d.args.budget,
         "--max-len",
         &max_len,
     ]);
@@ -601,10 +601,10 @@ fn solve_step(d: &mut Demo) -> Result<()> {
 /// Measures the GEMMs the plan runs at the demo's lengths, fits and solves
 /// again until a round finds nothing new; then keeps the plan's summary.
 fn refine_step(d: &mut Demo) -> Result<()> {
-    if d.a.no_refine {
+    if d.args.no_refine {
         println!("  skipped (--no-refine): the runs are predicted from the profile's model alone");
     } else {
-        let at = format!("prefill:{},decode:1", d.a.len);
+        let at = format!("prefill:{},decode:1", d.args.len);
         for round in 1..=REFINE_ROUNDS {
             let args = d.profile_args(&[
                 "--plan",
@@ -675,8 +675,8 @@ fn chart_step(d: &mut Demo) -> Result<()> {
 /// Runs the plan's prefill and decode, every output checked.
 fn run_step(d: &mut Demo) -> Result<()> {
     let f = &d.files;
-    let len = d.a.len.to_string();
-    let tokens = d.a.tokens.to_string();
+    let len = d.args.len.to_string();
+    let tokens = d.args.tokens.to_string();
     // One layer's weights in memory, run by every layer: the GEMMs and their
     // shapes are the model's, without generating gigabytes of weights.
     let common = [
@@ -762,7 +762,7 @@ fn report_step(d: &mut Demo) -> Result<()> {
     let _ = writeln!(
         table,
         "\nNext: hetero plan explain {} --op ffn_down --len {}",
-        f.plan, d.a.len
+        f.plan, d.args.len
     );
     print!("{table}");
     let summary = format!(
