@@ -100,7 +100,7 @@ struct Files {
 /// What the steps share: the arguments, the files, and what earlier steps
 /// found.
 struct Demo {
-    a: DemoArgs,
+    args: DemoArgs,
     exe: PathBuf,
     agent: PathBuf,
     out: PathBuf,
@@ -111,8 +111,8 @@ struct Demo {
     /// The probe's processors, and those the demo uses.
     found: Vec<Found>,
     chosen: Vec<String>,
-    /// Why the charts were not drawn (no font), if they were not.
-    no_charts: Option<String>,
+    /// False when the charts were skipped for want of a font.
+    charts_drawn: bool,
 }
 
 /// One step of the demo: its title, made from the arguments, and its work.
@@ -262,7 +262,7 @@ impl Demo {
         .chain(rest)
         .map(|s| s.to_string())
         .collect();
-        if !self.a.warm_cache {
+        if !self.args.warm_cache {
             args.push("--cold-cache".into());
         }
         args
@@ -293,7 +293,7 @@ impl Demo {
             "--out",
             &f.plan,
             "--lengths",
-            &format!("1..{}", self.a.max_len),
+            &format!("1..{}", self.args.max_len),
         ]
         .map(String::from)
         .to_vec()
@@ -509,7 +509,7 @@ pub fn run(a: DemoArgs) -> Result<()> {
         decode: path("run-decode.json"),
     };
     let mut d = Demo {
-        a,
+        args: a,
         exe: std::env::current_exe().context("finding the hetero executable")?,
         agent,
         logs: out.join("logs"),
@@ -519,10 +519,10 @@ pub fn run(a: DemoArgs) -> Result<()> {
         step: 0,
         found: Vec::new(),
         chosen: Vec::new(),
-        no_charts: None,
+        charts_drawn: false,
     };
     for step in &STEPS {
-        d.begin(&(step.title)(&d.a));
+        d.begin(&(step.title)(&d.args));
         (step.run)(&mut d)?;
     }
     Ok(())
@@ -532,12 +532,12 @@ pub fn run(a: DemoArgs) -> Result<()> {
 fn probe_step(d: &mut Demo) -> Result<()> {
     let log = d.log("probe");
     d.found = probe(&d.agent, &log)?;
-    d.chosen = match &d.a.processors {
+    d.chosen = match &d.args.processors {
         Some(list) => list.split(',').map(|s| s.trim().to_string()).collect(),
         None => d
             .found
             .iter()
-            .filter(|f| d.a.include_simulated || f.timing == "real")
+            .filter(|f| d.args.include_simulated || f.timing == "real")
             .map(|f| f.id.clone())
             .collect(),
     };
@@ -561,12 +561,12 @@ fn probe_step(d: &mut Demo) -> Result<()> {
 
 /// Profiles the model's GEMMs and the stage probes within the budget.
 fn profile_step(d: &mut Demo) -> Result<()> {
-    let max_len = d.a.max_len.to_string();
+    let max_len = d.args.max_len.to_string();
     let args = d.profile_args(&[
         "--models",
         &d.files.model,
         "--budget",
-        &d.a.budget,
+        &d.args.budget,
         "--max-len",
         &max_len,
     ]);
@@ -601,10 +601,10 @@ fn solve_step(d: &mut Demo) -> Result<()> {
 /// Measures the GEMMs the plan runs at the demo's lengths, fits and solves
 /// again until a round finds nothing new; then keeps the plan's summary.
 fn refine_step(d: &mut Demo) -> Result<()> {
-    if d.a.no_refine {
+    if d.args.no_refine {
         println!("  skipped (--no-refine): the runs are predicted from the profile's model alone");
     } else {
-        let at = format!("prefill:{},decode:1", d.a.len);
+        let at = format!("prefill:{},decode:1", d.args.len);
         for round in 1..=REFINE_ROUNDS {
             let args = d.profile_args(&[
                 "--plan",
@@ -642,14 +642,21 @@ fn chart_step(d: &mut Demo) -> Result<()> {
         println!(
             "  the demo goes on; once a font is there, draw them with `hetero chart` (docs/charts.md)"
         );
-        d.no_charts = Some(e.to_string());
         return Ok(());
     }
     let f = &d.files;
     let into = |name: &str| format!("{}/{name}", f.charts);
     let (plan_charts, dataset_charts, fit_charts) = (into("plan"), into("dataset"), into("fit"));
-    let model_args = ["--model", &f.model, "--out", &plan_charts];
-    let plan_args = [["chart", &f.plan, "--predictor", &f.predictor], model_args].concat();
+    let plan_args = [
+        "chart",
+        &f.plan,
+        "--predictor",
+        &f.predictor,
+        "--model",
+        &f.model,
+        "--out",
+        &plan_charts,
+    ];
     let dataset_args = [
         "chart",
         &f.dataset,
@@ -661,14 +668,15 @@ fn chart_step(d: &mut Demo) -> Result<()> {
     d.hetero("chart-plan", &plan_args)?;
     d.hetero("chart-dataset", &dataset_args)?;
     d.hetero("chart-fit", &["chart", &f.fit_report, "--out", &fit_charts])?;
+    d.charts_drawn = true;
     Ok(())
 }
 
 /// Runs the plan's prefill and decode, every output checked.
 fn run_step(d: &mut Demo) -> Result<()> {
     let f = &d.files;
-    let len = d.a.len.to_string();
-    let tokens = d.a.tokens.to_string();
+    let len = d.args.len.to_string();
+    let tokens = d.args.tokens.to_string();
     // One layer's weights in memory, run by every layer: the GEMMs and their
     // shapes are the model's, without generating gigabytes of weights.
     let common = [
@@ -687,11 +695,11 @@ fn run_step(d: &mut Demo) -> Result<()> {
     let prefill = [
         "run", &f.plan, "--phase", "prefill", "--len", &len, "--out", &f.prefill,
     ];
-    d.hetero("run-prefill", &[&prefill[..], &common].concat())?;
+    d.hetero("run-prefill", &[&prefill[..], &common[..]].concat())?;
     let decode = [
         "run", &f.plan, "--phase", "decode", "--len", "1", "--tokens", &tokens, "--out", &f.decode,
     ];
-    d.hetero("run-decode", &[&decode[..], &common].concat())?;
+    d.hetero("run-decode", &[&decode[..], &common[..]].concat())?;
     Ok(())
 }
 
@@ -731,9 +739,10 @@ fn report_step(d: &mut Demo) -> Result<()> {
         "\nWhere everything went ({:.0} s in all):",
         d.started.elapsed().as_secs_f64()
     );
-    let charts = match &d.no_charts {
-        None => f.charts.clone(),
-        Some(_) => "not drawn: no TrueType font (step 6)".to_string(),
+    let charts = if d.charts_drawn {
+        f.charts.clone()
+    } else {
+        "not drawn: no TrueType font (step 6)".to_string()
     };
     for (what, p) in [
         ("dataset (measurements)", f.dataset.clone()),
@@ -753,7 +762,7 @@ fn report_step(d: &mut Demo) -> Result<()> {
     let _ = writeln!(
         table,
         "\nNext: hetero plan explain {} --op ffn_down --len {}",
-        f.plan, d.a.len
+        f.plan, d.args.len
     );
     print!("{table}");
     let summary = format!(

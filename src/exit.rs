@@ -12,6 +12,11 @@ impl std::fmt::Display for BadInput {
 
 impl std::error::Error for BadInput {}
 
+/// `msg` as a [`BadInput`] error.
+pub fn bad(msg: impl Into<String>) -> anyhow::Error {
+    BadInput(msg.into()).into()
+}
+
 /// 2 when any error in the chain is bad input, 1 otherwise.
 pub fn code_for(e: &anyhow::Error) -> u8 {
     let bad = e.chain().any(|c| {

@@ -22,7 +22,7 @@ mod run_cmd;
 mod schema_cmd;
 mod solve_cmd;
 
-pub use exit::BadInput;
+pub use exit::{BadInput, bad};
 
 /// Profile processors, fit latency models, solve partition plans for LLMs.
 #[derive(Debug, Parser)]

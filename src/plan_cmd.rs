@@ -5,7 +5,7 @@ use std::fmt::Write;
 use std::path::PathBuf;
 
 use clap::{Args, Subcommand};
-use hetero_plan::{Decision, OpPlan, Phase, Plan, Strategy};
+use hetero_plan::{Decision, OpPlan, Phase, Plan, SolverInfo, Strategy};
 use hetero_solver::settings::{fmt_bytes, fmt_us};
 use hetero_solver::{Explanation, coverage};
 use serde_json::json;
@@ -172,6 +172,36 @@ fn show_json(plan: &Plan) -> serde_json::Value {
     })
 }
 
+/// One line per graph set of the plan: its sizes, preparation time and
+/// buffers (`plan show` and `solve`'s summary).
+pub(crate) fn write_graph_sets(s: &mut String, plan: &Plan) {
+    for g in &plan.graph_sets {
+        let _ = writeln!(
+            s,
+            "graphs on {}: prefill {:?}, decode {:?}, {} row-share graphs; prepare {}, buffers {}",
+            g.processor,
+            g.sizes,
+            g.decode_sizes,
+            g.row_graphs.len(),
+            fmt_us(g.prepare_us),
+            fmt_bytes(g.bytes)
+        );
+    }
+}
+
+/// The solver's expected prefill latency over the prompt lengths, if it
+/// recorded one.
+pub(crate) fn write_expected_prefill(s: &mut String, info: &SolverInfo) {
+    if let Some(e) = info.expected_prefill_us {
+        let _ = writeln!(
+            s,
+            "expected prefill latency over {}: {}",
+            info.prompt_lengths,
+            fmt_us(e)
+        );
+    }
+}
+
 fn show_table(plan: &Plan) -> String {
     let mut s = String::new();
     let _ = writeln!(
@@ -191,27 +221,9 @@ fn show_table(plan: &Plan) -> String {
         })
         .collect();
     let _ = writeln!(s, "processors: {}", procs.join(", "));
-    for g in &plan.graph_sets {
-        let _ = writeln!(
-            s,
-            "graphs on {}: prefill {:?}, decode {:?}, {} row-share graphs; prepare {}, buffers {}",
-            g.processor,
-            g.sizes,
-            g.decode_sizes,
-            g.row_graphs.len(),
-            fmt_us(g.prepare_us),
-            fmt_bytes(g.bytes)
-        );
-    }
+    write_graph_sets(&mut s, plan);
     if let Some(info) = &plan.solver {
-        if let Some(e) = info.expected_prefill_us {
-            let _ = writeln!(
-                s,
-                "expected prefill latency over {}: {}",
-                info.prompt_lengths,
-                fmt_us(e)
-            );
-        }
+        write_expected_prefill(&mut s, info);
         if let Some(p) = info.host_probe_us {
             let _ = writeln!(
                 s,

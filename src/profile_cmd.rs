@@ -12,7 +12,7 @@ use hetero_profiler::report::parse_duration;
 use hetero_profiler::transport::{RetryPolicy, TransportOptions};
 use hetero_profiler::{ProfileOptions, Reporter, Target};
 
-use crate::BadInput;
+use crate::bad;
 
 #[derive(Debug, Args)]
 #[command(after_help = "Examples:
@@ -154,10 +154,6 @@ pub struct ProfileArgs {
     /// Print one JSON event per line on stdout instead of a summary.
     #[arg(long)]
     json: bool,
-}
-
-fn bad(msg: impl Into<String>) -> anyhow::Error {
-    BadInput(msg.into()).into()
 }
 
 /// Builds the validated options (files are read here, before connecting).

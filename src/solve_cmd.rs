@@ -5,12 +5,10 @@ use std::path::{Path, PathBuf};
 use anyhow::Context;
 use clap::{Args, ValueEnum};
 use hetero_plan::{DType, Format, ModelSpec, Phase, Plan, Predictor};
-use hetero_solver::settings::{
-    fmt_bytes, fmt_us, parse_bytes, parse_duration_us, parse_list, parse_range,
-};
+use hetero_solver::settings::{fmt_bytes, parse_bytes, parse_duration_us, parse_list, parse_range};
 use hetero_solver::{Distribution, GraphChoice, Settings};
 
-use crate::BadInput;
+use crate::bad;
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
 pub enum PhaseArg {
@@ -82,10 +80,6 @@ pub struct SolveArgs {
     /// Write the plan as JSON (the output must then be named .json).
     #[arg(long)]
     json: bool,
-}
-
-fn bad(msg: impl Into<String>) -> anyhow::Error {
-    BadInput(msg.into()).into()
 }
 
 /// Loads a model: a Hugging Face config.json, or a model spec in RON.
@@ -238,27 +232,9 @@ fn summary(plan: &Plan, out: &Path, seconds: f64, bytes: usize) -> String {
         plan.ops.len(),
         seconds
     );
-    for g in &plan.graph_sets {
-        let _ = writeln!(
-            s,
-            "graphs on {}: prefill {:?}, decode {:?}, {} row-share graphs; prepare {}, buffers {}",
-            g.processor,
-            g.sizes,
-            g.decode_sizes,
-            g.row_graphs.len(),
-            fmt_us(g.prepare_us),
-            fmt_bytes(g.bytes)
-        );
-    }
-    if let Some(info) = &plan.solver
-        && let Some(e) = info.expected_prefill_us
-    {
-        let _ = writeln!(
-            s,
-            "expected prefill latency over {}: {}",
-            info.prompt_lengths,
-            fmt_us(e)
-        );
+    crate::plan_cmd::write_graph_sets(&mut s, plan);
+    if let Some(info) = &plan.solver {
+        crate::plan_cmd::write_expected_prefill(&mut s, info);
     }
     for n in &plan.notes {
         let _ = writeln!(s, "note: {n}");

@@ -130,7 +130,18 @@ fn experts(mut o: LinearOp, experts: u32, top_k: u32) -> LinearOp {
     o
 }
 
-fn build(path: &Path, c: HfConfig, fallback_name: &str) -> Result<ModelSpec> {
+/// The layer dimensions every architecture needs.
+struct Dims {
+    hidden: u32,
+    layers: u32,
+    heads: u32,
+    kv_heads: u32,
+    head_dim: u32,
+    vocab: u32,
+}
+
+/// The config's `model_type`, which must be one of [`SUPPORTED`].
+fn model_type(path: &Path, c: &HfConfig) -> Result<String> {
     let model_type = c.model_type.clone().ok_or_else(|| Error::MissingField {
         path: path.to_path_buf(),
         field: "model_type".into(),
@@ -143,10 +154,12 @@ fn build(path: &Path, c: HfConfig, fallback_name: &str) -> Result<ModelSpec> {
             supported: SUPPORTED.to_vec(),
         });
     }
-    let need = Need {
-        path,
-        model_type: &model_type,
-    };
+    Ok(model_type)
+}
+
+/// Reads the layer dimensions; `kv_heads` defaults to `heads` and
+/// `head_dim` to `hidden / heads`.
+fn read_dims(need: &Need, c: &HfConfig) -> Result<Dims> {
     let hidden = need.get("hidden_size", c.hidden_size)?;
     let layers = need.get("num_hidden_layers", c.num_hidden_layers)?;
     let heads = need.get("num_attention_heads", c.num_attention_heads)?;
@@ -161,7 +174,7 @@ fn build(path: &Path, c: HfConfig, fallback_name: &str) -> Result<ModelSpec> {
         None if hidden % heads == 0 => hidden / heads,
         None => {
             return Err(Error::Invalid {
-                path: path.to_path_buf(),
+                path: need.path.to_path_buf(),
                 field: "num_attention_heads".into(),
                 message: format!(
                     "hidden_size {hidden} is not divisible by {heads} heads and there is no head_dim"
@@ -169,350 +182,216 @@ fn build(path: &Path, c: HfConfig, fallback_name: &str) -> Result<ModelSpec> {
             });
         }
     };
-    let q_out = heads * head_dim;
-    let kv_out = kv_heads * head_dim;
-    let l = layers;
+    Ok(Dims {
+        hidden,
+        layers,
+        heads,
+        kv_heads,
+        head_dim,
+        vocab,
+    })
+}
+
+/// The attention projections: one fused QKV GEMM (phi3, internlm2) or
+/// separate Q, K and V, then the output projection.
+fn attention(model_type: &str, d: &Dims) -> Vec<LinearOp> {
+    let (h, l) = (d.hidden, d.layers);
+    let q_out = d.heads * d.head_dim;
+    let kv_out = d.kv_heads * d.head_dim;
+    let a = OpRole::Attention;
+    let fused = |qkv: &str, o: &str| {
+        vec![
+            op("attn_qkv", qkv, a, h, q_out + 2 * kv_out, l),
+            op("attn_o", o, a, q_out, h, l),
+        ]
+    };
+    match model_type {
+        "phi3" => fused("self_attn.qkv_proj", "self_attn.o_proj"),
+        "internlm2" => fused("attention.wqkv", "attention.wo"),
+        _ => vec![
+            op("attn_q", "self_attn.q_proj", a, h, q_out, l),
+            op("attn_k", "self_attn.k_proj", a, h, kv_out, l),
+            op("attn_v", "self_attn.v_proj", a, h, kv_out, l),
+            op("attn_o", "self_attn.o_proj", a, q_out, h, l),
+        ],
+    }
+}
+
+/// A gated MLP's three GEMMs, gate, up and down, each named
+/// `(name, hf_name)`: `hidden -> inter` twice, then `inter -> hidden`.
+fn gated(
+    names: [(&str, &str); 3],
+    role: OpRole,
+    hidden: u32,
+    inter: u32,
+    layers: u32,
+) -> [LinearOp; 3] {
+    let [(g, hf_g), (u, hf_u), (d, hf_d)] = names;
+    [
+        op(g, hf_g, role, hidden, inter, layers),
+        op(u, hf_u, role, hidden, inter, layers),
+        op(d, hf_d, role, inter, hidden, layers),
+    ]
+}
+
+/// The feed-forward GEMMs of each architecture: a dense MLP, or a router
+/// and experts.
+fn feed_forward(model_type: &str, need: &Need, c: &HfConfig, d: &Dims) -> Result<Vec<LinearOp>> {
+    let (h, l) = (d.hidden, d.layers);
+    let inter = || need.get("intermediate_size", c.intermediate_size);
+    let ops = match model_type {
+        "phi3" => {
+            let inter = inter()?;
+            vec![
+                op(
+                    "ffn_gate_up",
+                    "mlp.gate_up_proj",
+                    OpRole::Mlp,
+                    h,
+                    2 * inter,
+                    l,
+                ),
+                op("ffn_down", "mlp.down_proj", OpRole::Mlp, inter, h, l),
+            ]
+        }
+        "internlm2" => {
+            let names = [
+                ("ffn_gate", "feed_forward.w1"),
+                ("ffn_up", "feed_forward.w3"),
+                ("ffn_down", "feed_forward.w2"),
+            ];
+            gated(names, OpRole::Mlp, h, inter()?, l).to_vec()
+        }
+        "mixtral" => mixtral_experts(need, c, d, inter()?)?,
+        "qwen2_moe" => qwen2_moe(need, c, d)?,
+        _ => gated(DENSE, OpRole::Mlp, h, inter()?, l).to_vec(),
+    };
+    Ok(ops)
+}
+
+/// The dense gated MLP's names in llama-like layouts.
+const DENSE: [(&str, &str); 3] = [
+    ("ffn_gate", "mlp.gate_proj"),
+    ("ffn_up", "mlp.up_proj"),
+    ("ffn_down", "mlp.down_proj"),
+];
+
+/// `experts` gated experts of which `top_k` run per token, their GEMMs
+/// named `expert_gate`, `expert_up` and `expert_down` after `hf` (the same
+/// order).
+fn routed(hf: [&str; 3], d: &Dims, inter: u32, layers: u32, e: u32, top_k: u32) -> [LinearOp; 3] {
+    let [g, u, dn] = hf;
+    let names = [("expert_gate", g), ("expert_up", u), ("expert_down", dn)];
+    gated(names, OpRole::Expert, d.hidden, inter, layers).map(|o| experts(o, e, top_k))
+}
+
+/// Mixtral: a router and `num_local_experts` gated experts in every layer.
+fn mixtral_experts(need: &Need, c: &HfConfig, d: &Dims, inter: u32) -> Result<Vec<LinearOp>> {
+    let e = need.get("num_local_experts", c.num_local_experts)?;
+    let k = need.get("num_experts_per_tok", c.num_experts_per_tok)?;
+    let (h, l) = (d.hidden, d.layers);
+    let hf = [
+        "block_sparse_moe.experts.w1",
+        "block_sparse_moe.experts.w3",
+        "block_sparse_moe.experts.w2",
+    ];
+    let mut ops = vec![op(
+        "moe_router",
+        "block_sparse_moe.gate",
+        OpRole::Router,
+        h,
+        e,
+        l,
+    )];
+    ops.extend(routed(hf, d, inter, l, e, k));
+    Ok(ops)
+}
+
+/// Qwen2-MoE: sparse layers have a router, gated experts and an optional
+/// shared expert; the other layers a dense MLP.
+fn qwen2_moe(need: &Need, c: &HfConfig, d: &Dims) -> Result<Vec<LinearOp>> {
+    let e = need.get("num_experts", c.num_experts)?;
+    let k = need.get("num_experts_per_tok", c.num_experts_per_tok)?;
+    let moe_inter = need.get("moe_intermediate_size", c.moe_intermediate_size)?;
+    let (h, l) = (d.hidden, d.layers);
+    let step = c.decoder_sparse_step.unwrap_or(1).max(1);
+    // Transformers: a layer is sparse when it is not listed in
+    // mlp_only_layers and (index + 1) is a multiple of the step.
+    let sparse = (0..l)
+        .filter(|i| !c.mlp_only_layers.contains(i) && (i + 1) % step == 0)
+        .count() as u32;
+    let dense = l - sparse;
     let mut ops = Vec::new();
-
-    // Attention.
-    match model_type.as_str() {
-        "phi3" => {
+    if dense > 0 {
+        let inter = need.get("intermediate_size", c.intermediate_size)?;
+        ops.extend(gated(DENSE, OpRole::Mlp, h, inter, dense));
+    }
+    if sparse > 0 {
+        ops.push(op("moe_router", "mlp.gate", OpRole::Router, h, e, sparse));
+        let hf = [
+            "mlp.experts.gate_proj",
+            "mlp.experts.up_proj",
+            "mlp.experts.down_proj",
+        ];
+        ops.extend(routed(hf, d, moe_inter, sparse, e, k));
+        if let Some(shared) = c.shared_expert_intermediate_size.filter(|s| *s > 0) {
+            let names = [
+                ("shared_gate", "mlp.shared_expert.gate_proj"),
+                ("shared_up", "mlp.shared_expert.up_proj"),
+                ("shared_down", "mlp.shared_expert.down_proj"),
+            ];
+            ops.extend(gated(names, OpRole::SharedExpert, h, shared, sparse));
             ops.push(op(
-                "attn_qkv",
-                "self_attn.qkv_proj",
-                OpRole::Attention,
-                hidden,
-                q_out + 2 * kv_out,
-                l,
-            ));
-            ops.push(op(
-                "attn_o",
-                "self_attn.o_proj",
-                OpRole::Attention,
-                q_out,
-                hidden,
-                l,
-            ));
-        }
-        "internlm2" => {
-            ops.push(op(
-                "attn_qkv",
-                "attention.wqkv",
-                OpRole::Attention,
-                hidden,
-                q_out + 2 * kv_out,
-                l,
-            ));
-            ops.push(op(
-                "attn_o",
-                "attention.wo",
-                OpRole::Attention,
-                q_out,
-                hidden,
-                l,
-            ));
-        }
-        _ => {
-            ops.push(op(
-                "attn_q",
-                "self_attn.q_proj",
-                OpRole::Attention,
-                hidden,
-                q_out,
-                l,
-            ));
-            ops.push(op(
-                "attn_k",
-                "self_attn.k_proj",
-                OpRole::Attention,
-                hidden,
-                kv_out,
-                l,
-            ));
-            ops.push(op(
-                "attn_v",
-                "self_attn.v_proj",
-                OpRole::Attention,
-                hidden,
-                kv_out,
-                l,
-            ));
-            ops.push(op(
-                "attn_o",
-                "self_attn.o_proj",
-                OpRole::Attention,
-                q_out,
-                hidden,
-                l,
+                "shared_expert_gate",
+                "mlp.shared_expert_gate",
+                OpRole::SharedExpert,
+                h,
+                1,
+                sparse,
             ));
         }
     }
+    Ok(ops)
+}
 
-    // Feed-forward.
-    match model_type.as_str() {
-        "phi3" => {
-            let inter = need.get("intermediate_size", c.intermediate_size)?;
-            ops.push(op(
-                "ffn_gate_up",
-                "mlp.gate_up_proj",
-                OpRole::Mlp,
-                hidden,
-                2 * inter,
-                l,
-            ));
-            ops.push(op(
-                "ffn_down",
-                "mlp.down_proj",
-                OpRole::Mlp,
-                inter,
-                hidden,
-                l,
-            ));
-        }
-        "internlm2" => {
-            let inter = need.get("intermediate_size", c.intermediate_size)?;
-            ops.push(op(
-                "ffn_gate",
-                "feed_forward.w1",
-                OpRole::Mlp,
-                hidden,
-                inter,
-                l,
-            ));
-            ops.push(op(
-                "ffn_up",
-                "feed_forward.w3",
-                OpRole::Mlp,
-                hidden,
-                inter,
-                l,
-            ));
-            ops.push(op(
-                "ffn_down",
-                "feed_forward.w2",
-                OpRole::Mlp,
-                inter,
-                hidden,
-                l,
-            ));
-        }
-        "mixtral" => {
-            let inter = need.get("intermediate_size", c.intermediate_size)?;
-            let e = need.get("num_local_experts", c.num_local_experts)?;
-            let k = need.get("num_experts_per_tok", c.num_experts_per_tok)?;
-            ops.push(op(
-                "moe_router",
-                "block_sparse_moe.gate",
-                OpRole::Router,
-                hidden,
-                e,
-                l,
-            ));
-            ops.push(experts(
-                op(
-                    "expert_gate",
-                    "block_sparse_moe.experts.w1",
-                    OpRole::Expert,
-                    hidden,
-                    inter,
-                    l,
-                ),
-                e,
-                k,
-            ));
-            ops.push(experts(
-                op(
-                    "expert_up",
-                    "block_sparse_moe.experts.w3",
-                    OpRole::Expert,
-                    hidden,
-                    inter,
-                    l,
-                ),
-                e,
-                k,
-            ));
-            ops.push(experts(
-                op(
-                    "expert_down",
-                    "block_sparse_moe.experts.w2",
-                    OpRole::Expert,
-                    inter,
-                    hidden,
-                    l,
-                ),
-                e,
-                k,
-            ));
-        }
-        "qwen2_moe" => {
-            let e = need.get("num_experts", c.num_experts)?;
-            let k = need.get("num_experts_per_tok", c.num_experts_per_tok)?;
-            let moe_inter = need.get("moe_intermediate_size", c.moe_intermediate_size)?;
-            let step = c.decoder_sparse_step.unwrap_or(1).max(1);
-            // Transformers: a layer is sparse when it is not listed in
-            // mlp_only_layers and (index + 1) is a multiple of the step.
-            let sparse = (0..l)
-                .filter(|i| !c.mlp_only_layers.contains(i) && (i + 1) % step == 0)
-                .count() as u32;
-            let dense = l - sparse;
-            if dense > 0 {
-                let inter = need.get("intermediate_size", c.intermediate_size)?;
-                ops.push(op(
-                    "ffn_gate",
-                    "mlp.gate_proj",
-                    OpRole::Mlp,
-                    hidden,
-                    inter,
-                    dense,
-                ));
-                ops.push(op(
-                    "ffn_up",
-                    "mlp.up_proj",
-                    OpRole::Mlp,
-                    hidden,
-                    inter,
-                    dense,
-                ));
-                ops.push(op(
-                    "ffn_down",
-                    "mlp.down_proj",
-                    OpRole::Mlp,
-                    inter,
-                    hidden,
-                    dense,
-                ));
-            }
-            if sparse > 0 {
-                ops.push(op(
-                    "moe_router",
-                    "mlp.gate",
-                    OpRole::Router,
-                    hidden,
-                    e,
-                    sparse,
-                ));
-                ops.push(experts(
-                    op(
-                        "expert_gate",
-                        "mlp.experts.gate_proj",
-                        OpRole::Expert,
-                        hidden,
-                        moe_inter,
-                        sparse,
-                    ),
-                    e,
-                    k,
-                ));
-                ops.push(experts(
-                    op(
-                        "expert_up",
-                        "mlp.experts.up_proj",
-                        OpRole::Expert,
-                        hidden,
-                        moe_inter,
-                        sparse,
-                    ),
-                    e,
-                    k,
-                ));
-                ops.push(experts(
-                    op(
-                        "expert_down",
-                        "mlp.experts.down_proj",
-                        OpRole::Expert,
-                        moe_inter,
-                        hidden,
-                        sparse,
-                    ),
-                    e,
-                    k,
-                ));
-                if let Some(shared) = c.shared_expert_intermediate_size.filter(|s| *s > 0) {
-                    ops.push(op(
-                        "shared_gate",
-                        "mlp.shared_expert.gate_proj",
-                        OpRole::SharedExpert,
-                        hidden,
-                        shared,
-                        sparse,
-                    ));
-                    ops.push(op(
-                        "shared_up",
-                        "mlp.shared_expert.up_proj",
-                        OpRole::SharedExpert,
-                        hidden,
-                        shared,
-                        sparse,
-                    ));
-                    ops.push(op(
-                        "shared_down",
-                        "mlp.shared_expert.down_proj",
-                        OpRole::SharedExpert,
-                        shared,
-                        hidden,
-                        sparse,
-                    ));
-                    ops.push(op(
-                        "shared_expert_gate",
-                        "mlp.shared_expert_gate",
-                        OpRole::SharedExpert,
-                        hidden,
-                        1,
-                        sparse,
-                    ));
-                }
-            }
-        }
-        _ => {
-            let inter = need.get("intermediate_size", c.intermediate_size)?;
-            ops.push(op(
-                "ffn_gate",
-                "mlp.gate_proj",
-                OpRole::Mlp,
-                hidden,
-                inter,
-                l,
-            ));
-            ops.push(op("ffn_up", "mlp.up_proj", OpRole::Mlp, hidden, inter, l));
-            ops.push(op(
-                "ffn_down",
-                "mlp.down_proj",
-                OpRole::Mlp,
-                inter,
-                hidden,
-                l,
-            ));
-        }
-    }
-
-    // The lm_head is a GEMM even when its weights are the tied embedding.
-    // During prefill only the last position's logits are needed.
-    let tied_default = matches!(model_type.as_str(), "gemma" | "gemma2");
-    let tied = c.tie_word_embeddings.unwrap_or(tied_default);
+/// The lm_head is a GEMM even when its weights are the tied embedding.
+/// During prefill only the last position's logits are needed.
+fn lm_head(model_type: &str, d: &Dims) -> LinearOp {
     let head_name = if model_type == "internlm2" {
         "output"
     } else {
         "lm_head"
     };
-    let mut head = op("lm_head", head_name, OpRole::LmHead, hidden, vocab, 1);
+    let mut head = op("lm_head", head_name, OpRole::LmHead, d.hidden, d.vocab, 1);
     head.prefill_m = MRule::LastToken;
-    ops.push(head);
+    head
+}
 
+fn build(path: &Path, c: HfConfig, fallback_name: &str) -> Result<ModelSpec> {
+    let model_type = model_type(path, &c)?;
+    let need = Need {
+        path,
+        model_type: &model_type,
+    };
+    let d = read_dims(&need, &c)?;
+    let mut ops = attention(&model_type, &d);
+    ops.extend(feed_forward(&model_type, &need, &c, &d)?);
+    ops.push(lm_head(&model_type, &d));
+    let tied_default = matches!(model_type.as_str(), "gemma" | "gemma2");
     Ok(ModelSpec {
         schema_version: SchemaVersion,
         name: c
             .name_or_path
             .filter(|s| !s.is_empty())
             .unwrap_or_else(|| fallback_name.to_string()),
+        tied_embeddings: c.tie_word_embeddings.unwrap_or(tied_default),
         model_type,
-        layers,
-        hidden,
-        heads,
-        kv_heads,
-        head_dim,
-        vocab,
-        tied_embeddings: tied,
+        layers: d.layers,
+        hidden: d.hidden,
+        heads: d.heads,
+        kv_heads: d.kv_heads,
+        head_dim: d.head_dim,
+        vocab: d.vocab,
         ops,
     })
 }

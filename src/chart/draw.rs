@@ -8,7 +8,8 @@ use plotters::prelude::*;
 
 use super::ImageFormat;
 use super::figure::{
-    Axis, Figure, Header, LegendItem, Sample, Shape, diagonal_bands, line, markers, panel, render,
+    Axis, Figure, Header, LegendItem, Sample, Shape, diagonal_bands, diagonal_legend, line,
+    markers, panel, render,
 };
 use super::inputs::StageSeries;
 use hetero_profiler::fit::Report;
@@ -222,17 +223,7 @@ struct Scatter<'a> {
 
 impl<'a> Scatter<'a> {
     fn new(r: &'a Report) -> Self {
-        let grey = RGBColor(120, 120, 120);
-        let mut legend = vec![
-            LegendItem {
-                sample: Sample::Line(grey, 1.0, 1, 0),
-                text: "exact".into(),
-            },
-            LegendItem {
-                sample: Sample::Line(grey, 1.0, 1, 1),
-                text: "±10 %".into(),
-            },
-        ];
+        let mut legend = diagonal_legend();
         for (i, e) in r.entries.iter().enumerate() {
             legend.push(LegendItem {
                 sample: Sample::Marker(PALETTE[i % PALETTE.len()], Shape::Circle),

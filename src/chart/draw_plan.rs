@@ -6,8 +6,8 @@ use plotters::prelude::*;
 
 use super::draw::{PALETTE, err};
 use super::figure::{
-    Axis, Figure, Header, LegendItem, Placer, Sample, Shape, diagonal_bands, graph_marks, grid,
-    line, markers, panel, text_size,
+    Axis, Figure, Header, LegendItem, Placer, Sample, Shape, diagonal_bands, diagonal_legend,
+    graph_marks, grid, line, markers, panel, text_size,
 };
 use super::inputs::RunReport;
 use super::plan::{
@@ -455,21 +455,11 @@ impl<'a> RunScatter<'a> {
             .collect();
         processors.sort();
         processors.dedup_by(|a, b| a.0 == b.0);
-        let grey = RGBColor(120, 120, 120);
-        let mut legend = vec![
-            LegendItem {
-                sample: Sample::Line(grey, 1.0, 1, 0),
-                text: "exact".into(),
-            },
-            LegendItem {
-                sample: Sample::Line(grey, 1.0, 1, 1),
-                text: "±10 %".into(),
-            },
-            LegendItem {
-                sample: Sample::Ring(BLACK),
-                text: "operator (all its parts, one layer)".into(),
-            },
-        ];
+        let mut legend = diagonal_legend();
+        legend.push(LegendItem {
+            sample: Sample::Ring(BLACK),
+            text: "operator (all its parts, one layer)".into(),
+        });
         legend.extend(processors.iter().enumerate().map(|(i, (p, t))| LegendItem {
             sample: Sample::Marker(PALETTE[i % PALETTE.len()], Shape::nth(i + 1)),
             text: format!("part on {p} ({})", timing_words(t)),

@@ -527,6 +527,23 @@ impl Placer {
     }
 }
 
+/// The colour of the diagonal and its bands.
+const DIAGONAL_GREY: RGBColor = RGBColor(120, 120, 120);
+
+/// The legend entries of [`diagonal_bands`]: "exact" and "±10 %".
+pub fn diagonal_legend() -> Vec<LegendItem> {
+    vec![
+        LegendItem {
+            sample: Sample::Line(DIAGONAL_GREY, 1.0, 1, 0),
+            text: "exact".into(),
+        },
+        LegendItem {
+            sample: Sample::Line(DIAGONAL_GREY, 1.0, 1, 1),
+            text: "±10 %".into(),
+        },
+    ]
+}
+
 /// Draws the diagonal y = x (solid) and the ±10 % bands y = 0.9·x and
 /// y = 1.1·x (dashed) of a predicted-against-measured panel whose two axes
 /// are both `a`. The bands stop at the frame: each runs from where it
@@ -535,7 +552,7 @@ pub fn diagonal_bands<DB: DrawingBackend>(
     chart: &mut Chart<'_, DB>,
     a: &Axis,
 ) -> anyhow::Result<()> {
-    let grey = RGBColor(120, 120, 120);
+    let grey = DIAGONAL_GREY;
     let (e0, e1) = (a.lo.max(f64::MIN_POSITIVE), a.hi);
     line(
         chart,
