@@ -13,12 +13,12 @@ fn svg_texts(path: &Path) -> String {
 
 #[test]
 fn dataset_and_fit_report_charts() {
-    let t = TempDir::new("chart");
+    let t = temp_dir("chart");
     let ds = t.path().join("ds");
     write_dataset(&ds, &staged_rows());
     let pred = t.path().join("p.ron");
     let report = t.path().join("r.json");
-    ok(&[
+    HETERO.ok(&[
         "fit",
         ds.to_str().unwrap(),
         "--out",
@@ -28,7 +28,7 @@ fn dataset_and_fit_report_charts() {
     ]);
 
     let out = t.path().join("charts");
-    let listed = ok(&[
+    let listed = HETERO.ok(&[
         "chart",
         ds.to_str().unwrap(),
         "--predictor",
@@ -53,7 +53,7 @@ fn dataset_and_fit_report_charts() {
 
     // Same input, same output.
     let again = t.path().join("again");
-    ok(&[
+    HETERO.ok(&[
         "chart",
         ds.to_str().unwrap(),
         "--predictor",
@@ -64,7 +64,7 @@ fn dataset_and_fit_report_charts() {
     assert_eq!(svg, svg_texts(&again.join("stage-00-npu-sim.svg")));
 
     let fit_out = t.path().join("fit-charts");
-    ok(&[
+    HETERO.ok(&[
         "chart",
         report.to_str().unwrap(),
         "--out",
@@ -78,11 +78,11 @@ fn dataset_and_fit_report_charts() {
 
 #[test]
 fn png_charts_render_when_a_font_exists() {
-    let t = TempDir::new("chart-png");
+    let t = temp_dir("chart-png");
     let ds = t.path().join("ds");
     write_dataset(&ds, &staged_rows());
     let out = t.path().join("png");
-    let o = hetero(&[
+    let o = HETERO.run(&[
         "chart",
         ds.to_str().unwrap(),
         "--out",
@@ -92,11 +92,11 @@ fn png_charts_render_when_a_font_exists() {
     ]);
     if !o.status.success() && stderr(&o).contains("need a TrueType font") {
         // .ci/run installs fonts-dejavu-core, so this runs there.
-        eprintln!(
-            "skipping: no TrueType font on this machine ({})",
+        skip!(
+            FONT,
+            "no TrueType font on this machine ({})",
             stderr(&o).trim()
         );
-        return;
     }
     assert!(o.status.success(), "{}", stderr(&o));
     let png = std::fs::read(out.join("stage-00-npu-sim.png")).unwrap();
@@ -105,17 +105,17 @@ fn png_charts_render_when_a_font_exists() {
 
 #[test]
 fn chart_bad_input() {
-    let t = TempDir::new("chart-bad");
+    let t = temp_dir("chart-bad");
     let junk = t.path().join("junk.json");
     std::fs::write(&junk, "{}").unwrap();
-    let e = bad_input(&[
+    let e = HETERO.bad_input(&[
         "chart",
         junk.to_str().unwrap(),
         "--out",
         t.path().join("o").to_str().unwrap(),
     ]);
     assert!(e.contains("junk.json"), "{e}");
-    bad_input(&[
+    HETERO.bad_input(&[
         "chart",
         "/nonexistent",
         "--out",
@@ -142,7 +142,7 @@ fn s(p: &Path) -> &str {
 /// decode 1..=2.
 fn soc_plan(dir: &Path) -> PathBuf {
     let plan = dir.join("plan.ron");
-    ok(&[
+    HETERO.ok(&[
         "solve",
         "--predictor",
         SOC,
@@ -237,11 +237,11 @@ fn read_dir_bytes(dir: &Path) -> Vec<(String, Vec<u8>)> {
 
 #[test]
 fn plan_partition_charts_hold_one_panel_per_operator_coloured_by_strategy() {
-    let t = TempDir::new("chart-plan");
+    let t = temp_dir("chart-plan");
     let plan_path = soc_plan(t.path());
     let plan: Plan = hetero_plan::load(&plan_path).unwrap();
     let out = t.path().join("charts");
-    let o = hetero(&["chart", s(&plan_path), "--out", s(&out)]);
+    let o = HETERO.run(&["chart", s(&plan_path), "--out", s(&out)]);
     assert!(o.status.success(), "{}", stderr(&o));
     assert!(
         stderr(&o).contains("give --predictor and --model"),
@@ -331,7 +331,7 @@ fn candidate(s: &Strategy) -> (&'static str, Vec<String>, u8) {
 
 #[test]
 fn plan_latency_curves_draw_every_candidate_and_are_deterministic() {
-    let t = TempDir::new("chart-latency");
+    let t = temp_dir("chart-latency");
     let plan_path = soc_plan(t.path());
     let plan: Plan = hetero_plan::load(&plan_path).unwrap();
     let predictor: hetero_plan::Predictor = hetero_plan::load(&root().join(SOC)).unwrap();
@@ -352,7 +352,7 @@ fn plan_latency_curves_draw_every_candidate_and_are_deterministic() {
     };
     let out = t.path().join("a");
     let a: Vec<String> = args(&out);
-    ok(&a.iter().map(String::as_str).collect::<Vec<_>>());
+    HETERO.ok(&a.iter().map(String::as_str).collect::<Vec<_>>());
 
     for phase in [Phase::Prefill, Phase::Decode] {
         let svg = svg_texts(&out.join(format!("latency-{phase}.svg")));
@@ -404,7 +404,7 @@ fn plan_latency_curves_draw_every_candidate_and_are_deterministic() {
 
     // Same input, same bytes: every file, SVG and PNG.
     let again = t.path().join("b");
-    ok(&args(&again).iter().map(String::as_str).collect::<Vec<_>>());
+    HETERO.ok(&args(&again).iter().map(String::as_str).collect::<Vec<_>>());
     let (x, y) = (read_dir_bytes(&out), read_dir_bytes(&again));
     assert_eq!(x.len(), 5);
     for ((fa, ba), (fb, bb)) in x.iter().zip(&y) {
@@ -415,17 +415,17 @@ fn plan_latency_curves_draw_every_candidate_and_are_deterministic() {
 
 #[test]
 fn plan_chart_needs_both_predictor_and_model_and_the_right_ones() {
-    let t = TempDir::new("chart-plan-bad");
+    let t = temp_dir("chart-plan-bad");
     let plan_path = soc_plan(t.path());
     let out = t.path().join("o");
-    let e = bad_input(&["chart", s(&plan_path), "--predictor", SOC, "--out", s(&out)]);
+    let e = HETERO.bad_input(&["chart", s(&plan_path), "--predictor", SOC, "--out", s(&out)]);
     assert!(e.contains("--model") && e.contains("needs both"), "{e}");
-    let e = bad_input(&["chart", s(&plan_path), "--model", QWEN3, "--out", s(&out)]);
+    let e = HETERO.bad_input(&["chart", s(&plan_path), "--model", QWEN3, "--out", s(&out)]);
     assert!(
         e.contains("--predictor") && e.contains("soc-npu-gpu.ron"),
         "{e}"
     );
-    let e = bad_input(&[
+    let e = HETERO.bad_input(&[
         "chart",
         s(&plan_path),
         "--predictor",
@@ -436,7 +436,7 @@ fn plan_chart_needs_both_predictor_and_model_and_the_right_ones() {
         s(&out),
     ]);
     assert!(e.contains("solved for predictor"), "{e}");
-    let e = bad_input(&[
+    let e = HETERO.bad_input(&[
         "chart",
         s(&plan_path),
         "--predictor",
@@ -451,9 +451,9 @@ fn plan_chart_needs_both_predictor_and_model_and_the_right_ones() {
     let broken = t.path().join("broken.ron");
     let text = std::fs::read_to_string(&plan_path).unwrap();
     std::fs::write(&broken, text.replacen("processors:", "processorz:", 1)).unwrap();
-    let e = bad_input(&["chart", s(&broken), "--out", s(&out)]);
+    let e = HETERO.bad_input(&["chart", s(&broken), "--out", s(&out)]);
     assert!(e.contains("broken.ron"), "{e}");
-    let help = ok(&["chart", "--help"]);
+    let help = HETERO.ok(&["chart", "--help"]);
     assert!(
         help.contains("--model") && help.contains("every candidate"),
         "{help}"
@@ -480,7 +480,7 @@ fn run_report(dir: &Path) -> PathBuf {
     let plan_path = dir.join("plan.ron");
     hetero_plan::save(&plan_path, &plan).unwrap();
     let report = dir.join("run.json");
-    ok(&[
+    HETERO.ok(&[
         "run",
         s(&plan_path),
         "--model",
@@ -499,7 +499,7 @@ fn run_report(dir: &Path) -> PathBuf {
 
 #[test]
 fn runtime_report_scatter_has_operators_parts_and_bands() {
-    let t = TempDir::new("chart-run");
+    let t = temp_dir("chart-run");
     let report = run_report(t.path());
     let v: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
@@ -512,7 +512,7 @@ fn runtime_report_scatter_has_operators_parts_and_bands() {
     procs.sort();
     procs.dedup();
     let out = t.path().join("charts");
-    ok(&["chart", s(&report), "--out", s(&out)]);
+    HETERO.ok(&["chart", s(&report), "--out", s(&out)]);
     let svg = svg_texts(&out.join("run-predicted-vs-measured.svg"));
     for want in [
         "exact",
@@ -553,16 +553,16 @@ fn runtime_report_scatter_has_operators_parts_and_bands() {
         "{index}"
     );
     // A report is not charted with a predictor.
-    bad_input(&["chart", s(&report), "--predictor", SOC, "--out", s(&out)]);
+    HETERO.bad_input(&["chart", s(&report), "--predictor", SOC, "--out", s(&out)]);
 }
 
 #[test]
 fn every_chart_type_renders_as_png() {
-    let t = TempDir::new("chart-png-all");
+    let t = temp_dir("chart-png-all");
     let plan_path = soc_plan(t.path());
     let report = run_report(t.path());
     let out = t.path().join("png");
-    let o = hetero(&[
+    let o = HETERO.run(&[
         "chart",
         s(&plan_path),
         "--predictor",
@@ -575,14 +575,14 @@ fn every_chart_type_renders_as_png() {
         "png",
     ]);
     if !o.status.success() && stderr(&o).contains("need a TrueType font") {
-        eprintln!(
-            "skipping: no TrueType font on this machine ({})",
+        skip!(
+            FONT,
+            "no TrueType font on this machine ({})",
             stderr(&o).trim()
         );
-        return;
     }
     assert!(o.status.success(), "{}", stderr(&o));
-    ok(&["chart", s(&report), "--out", s(&out), "--format", "png"]);
+    HETERO.ok(&["chart", s(&report), "--out", s(&out), "--format", "png"]);
     for f in [
         "partition-prefill.png",
         "partition-decode.png",

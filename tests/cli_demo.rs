@@ -40,20 +40,13 @@ fn demo_env(
             args.push(v);
         }
     }
-    std::process::Command::new(env!("CARGO_BIN_EXE_hetero"))
-        .args(&args)
-        .envs(env.iter().copied())
-        .current_dir(root())
-        .output()
-        .expect("run hetero demo")
+    HETERO.cmd().args(&args).envs(env.iter().copied()).output()
 }
 
 #[test]
 fn demo_runs_every_step_and_prints_the_table() {
-    if real_agent().is_none() {
-        return;
-    }
-    let t = TempDir::new("demo");
+    or_skip!(AGENT, real_agent());
+    let t = temp_dir("demo");
     let out = t.path().join("demo");
     let o = demo(&out, &[]);
     let text = String::from_utf8_lossy(&o.stdout).into_owned();
@@ -156,7 +149,7 @@ fn demo_runs_every_step_and_prints_the_table() {
 
 #[test]
 fn demo_refuses_a_folder_it_did_not_write_and_bad_arguments() {
-    let t = TempDir::new("demo-bad");
+    let t = temp_dir("demo-bad");
     let mine = t.path().join("mine");
     std::fs::create_dir_all(&mine).unwrap();
     std::fs::write(mine.join("notes.txt"), "keep me").unwrap();

@@ -10,12 +10,12 @@ use synthetic::*;
 
 #[test]
 fn fit_then_predict() {
-    let t = TempDir::new("fit");
+    let t = temp_dir("fit");
     let ds = t.path().join("ds");
     write_dataset(&ds, &staged_rows());
     let pred = t.path().join("p.ron");
     let report = t.path().join("r.json");
-    let out = ok(&[
+    let out = HETERO.ok(&[
         "fit",
         ds.to_str().unwrap(),
         "--out",
@@ -47,7 +47,7 @@ fn fit_then_predict() {
     assert!((prep.alpha_us - 1000.0).abs() < 1.0, "{prep:?}");
 
     let predict = |pred: &std::path::Path, shape: &str| {
-        let json = ok(&[
+        let json = HETERO.ok(&[
             "predict",
             pred.to_str().unwrap(),
             "--processor",
@@ -77,7 +77,7 @@ fn fit_then_predict() {
     assert_eq!(v["predicted_us"].as_f64(), Some(staged_us(295, 512, 512)));
     let model_us = v["model_us"].as_f64().unwrap();
     let only = t.path().join("model-only.ron");
-    ok(&[
+    HETERO.ok(&[
         "fit",
         ds.to_str().unwrap(),
         "--out",
@@ -91,10 +91,10 @@ fn fit_then_predict() {
 
 #[test]
 fn bad_datasets_exit_2_and_write_nothing() {
-    let t = TempDir::new("fit-bad");
+    let t = temp_dir("fit-bad");
     let out = t.path().join("p.ron");
     let run = |ds: &std::path::Path| {
-        bad_input(&["fit", ds.to_str().unwrap(), "--out", out.to_str().unwrap()])
+        HETERO.bad_input(&["fit", ds.to_str().unwrap(), "--out", out.to_str().unwrap()])
     };
 
     let mut rows = staged_rows();
@@ -124,7 +124,7 @@ fn bad_datasets_exit_2_and_write_nothing() {
 
 #[test]
 fn predict_bad_input() {
-    let e = bad_input(&[
+    let e = HETERO.bad_input(&[
         "predict",
         "plan-format/tests/golden/predictor.ron",
         "--processor",
@@ -133,7 +133,7 @@ fn predict_bad_input() {
         "1x2x3",
     ]);
     assert!(e.contains("gpu:9") && e.contains("cpu:0"), "{e}");
-    bad_input(&[
+    HETERO.bad_input(&[
         "predict",
         "plan-format/tests/golden/predictor.ron",
         "--processor",
@@ -141,7 +141,7 @@ fn predict_bad_input() {
         "--shape",
         "0x2x3",
     ]);
-    bad_input(&[
+    HETERO.bad_input(&[
         "predict",
         "/nonexistent.ron",
         "--processor",
@@ -153,7 +153,7 @@ fn predict_bad_input() {
 
 #[test]
 fn max_cv_leaves_noisy_rows_out_and_counts_them() {
-    let t = TempDir::new("fit-cv");
+    let t = temp_dir("fit-cv");
     let ds = t.path().join("ds");
     let mut rows = staged_rows();
     for (i, r) in rows.iter_mut().enumerate() {
@@ -163,7 +163,7 @@ fn max_cv_leaves_noisy_rows_out_and_counts_them() {
     write_dataset(&ds, &rows);
     let pred = t.path().join("p.ron");
     let report = t.path().join("r.json");
-    let out = ok(&[
+    let out = HETERO.ok(&[
         "fit",
         ds.to_str().unwrap(),
         "--out",
@@ -188,7 +188,7 @@ fn max_cv_leaves_noisy_rows_out_and_counts_them() {
     assert!(e["by_cv"].as_array().is_some_and(|b| !b.is_empty()), "{e}");
 
     for bad in ["0", "-1", "NaN"] {
-        let e = bad_input(&[
+        let e = HETERO.bad_input(&[
             "fit",
             ds.to_str().unwrap(),
             "--out",
@@ -211,14 +211,14 @@ fn retest_rows() -> Vec<MeasurementRow> {
 
 #[test]
 fn a_second_profile_is_compared_and_tests_the_predictor() {
-    let t = TempDir::new("fit-test");
+    let t = temp_dir("fit-test");
     let (a, b) = (t.path().join("a"), t.path().join("b"));
     write_dataset(&a, &staged_rows());
     write_dataset(&b, &retest_rows());
     let n = staged_rows().len();
     let slower = n.div_ceil(3);
 
-    let json = ok(&[
+    let json = HETERO.ok(&[
         "dataset",
         "compare",
         a.to_str().unwrap(),
@@ -235,7 +235,7 @@ fn a_second_profile_is_compared_and_tests_the_predictor() {
         (g["worst"][0]["diff_pct"].as_f64().unwrap() - 30.0).abs() < 1e-6,
         "{g}"
     );
-    let table = ok(&[
+    let table = HETERO.ok(&[
         "dataset",
         "compare",
         a.to_str().unwrap(),
@@ -248,7 +248,7 @@ fn a_second_profile_is_compared_and_tests_the_predictor() {
 
     let pred = t.path().join("p.ron");
     let report = t.path().join("r.json");
-    let out = ok(&[
+    let out = HETERO.ok(&[
         "fit",
         a.to_str().unwrap(),
         "--out",
@@ -283,7 +283,7 @@ fn a_second_profile_is_compared_and_tests_the_predictor() {
 
 #[test]
 fn a_second_profile_with_nothing_in_common_exits_2() {
-    let t = TempDir::new("fit-test-bad");
+    let t = temp_dir("fit-test-bad");
     let (a, b) = (t.path().join("a"), t.path().join("b"));
     write_dataset(&a, &staged_rows());
     let mut other = staged_rows();
@@ -292,7 +292,7 @@ fn a_second_profile_with_nothing_in_common_exits_2() {
         r.case_id = format!("other/{}", r.case_id);
     }
     write_dataset(&b, &other);
-    let e = bad_input(&[
+    let e = HETERO.bad_input(&[
         "dataset",
         "compare",
         a.to_str().unwrap(),
@@ -300,7 +300,7 @@ fn a_second_profile_with_nothing_in_common_exits_2() {
     ]);
     assert!(e.contains("no usable case"), "{e}");
     let pred = t.path().join("p.ron");
-    let e = bad_input(&[
+    let e = HETERO.bad_input(&[
         "fit",
         a.to_str().unwrap(),
         "--out",

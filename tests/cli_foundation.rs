@@ -7,7 +7,7 @@ use common::*;
 
 #[test]
 fn help_lists_subcommands_and_each_has_an_example() {
-    let help = ok(&["--help"]);
+    let help = HETERO.ok(&["--help"]);
     for sub in ["model", "schema", "fit", "predict", "chart"] {
         assert!(help.contains(sub), "--help lacks {sub}:\n{help}");
     }
@@ -19,7 +19,7 @@ fn help_lists_subcommands_and_each_has_an_example() {
         &["predict", "--help"][..],
         &["chart", "--help"][..],
     ] {
-        let h = ok(args);
+        let h = HETERO.ok(args);
         assert!(
             h.contains("Example"),
             "{args:?} --help has no example:\n{h}"
@@ -29,7 +29,7 @@ fn help_lists_subcommands_and_each_has_an_example() {
 
 #[test]
 fn model_show_table() {
-    let out = ok(&["model", "show", "datasets/models/qwen2.5-1.5b.json"]);
+    let out = HETERO.ok(&["model", "show", "datasets/models/qwen2.5-1.5b.json"]);
     assert!(out.contains("ffn_down"), "{out}");
     assert!(out.contains("8960"), "{out}");
     assert!(out.contains("1543569408"), "{out}");
@@ -37,7 +37,7 @@ fn model_show_table() {
 
 #[test]
 fn model_show_json_fields_and_golden() {
-    let out = ok(&[
+    let out = HETERO.ok(&[
         "model",
         "show",
         "datasets/models/qwen2.5-1.5b.json",
@@ -62,7 +62,7 @@ fn every_bundled_model_shows() {
     for entry in std::fs::read_dir(root().join("datasets/models")).unwrap() {
         let path = entry.unwrap().path();
         if path.extension().is_some_and(|e| e == "json") {
-            let out = ok(&["model", "show", path.to_str().unwrap(), "--json"]);
+            let out = HETERO.ok(&["model", "show", path.to_str().unwrap(), "--json"]);
             let v: serde_json::Value = serde_json::from_str(&out).unwrap();
             assert!(v["linear_params_per_token"].as_u64().unwrap() > 0);
         }
@@ -71,8 +71,8 @@ fn every_bundled_model_shows() {
 
 #[test]
 fn model_show_bad_input_exits_2() {
-    let t = TempDir::new("bad-model");
-    let e = bad_input(&["model", "show", "/nonexistent/config.json"]);
+    let t = temp_dir("bad-model");
+    let e = HETERO.bad_input(&["model", "show", "/nonexistent/config.json"]);
     assert!(e.contains("/nonexistent/config.json"), "{e}");
 
     let invalid = t.path().join("invalid.json");
@@ -81,12 +81,12 @@ fn model_show_bad_input_exits_2() {
         "{\n  \"model_type\": \"llama\",\n  \"hidden_size\": ,\n}",
     )
     .unwrap();
-    let e = bad_input(&["model", "show", invalid.to_str().unwrap()]);
+    let e = HETERO.bad_input(&["model", "show", invalid.to_str().unwrap()]);
     assert!(e.contains("invalid.json:3:"), "{e}");
 
     let missing = t.path().join("missing.json");
     std::fs::write(&missing, r#"{"model_type": "qwen2", "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, "intermediate_size": 128}"#).unwrap();
-    let e = bad_input(&["model", "show", missing.to_str().unwrap()]);
+    let e = HETERO.bad_input(&["model", "show", missing.to_str().unwrap()]);
     assert!(
         e.contains("missing.json") && e.contains("vocab_size"),
         "{e}"
@@ -94,7 +94,7 @@ fn model_show_bad_input_exits_2() {
 
     let unknown = t.path().join("unknown.json");
     std::fs::write(&unknown, r#"{"model_type": "gpt_neox"}"#).unwrap();
-    let e = bad_input(&["model", "show", unknown.to_str().unwrap()]);
+    let e = HETERO.bad_input(&["model", "show", unknown.to_str().unwrap()]);
     assert!(e.contains("gpt_neox") && e.contains("mixtral"), "{e}");
 
     // Nothing was written next to the inputs.
@@ -107,13 +107,13 @@ fn model_show_bad_input_exits_2() {
 
 #[test]
 fn unknown_flag_exits_2() {
-    bad_input(&["model", "show", "--frobnicate"]);
+    HETERO.bad_input(&["model", "show", "--frobnicate"]);
 }
 
 #[test]
 fn schema_exports_every_format() {
-    let t = TempDir::new("schema");
-    let out = ok(&["schema", "--out", t.path().to_str().unwrap()]);
+    let t = temp_dir("schema");
+    let out = HETERO.ok(&["schema", "--out", t.path().to_str().unwrap()]);
     assert_eq!(out.lines().count(), 9, "{out}");
     for line in out.lines() {
         let text = std::fs::read_to_string(line).unwrap();
@@ -126,8 +126,8 @@ fn schema_exports_every_format() {
             .unwrap();
         golden(&format!("schema/{name}"), &text);
     }
-    let plan = ok(&["schema", "plan"]);
+    let plan = HETERO.ok(&["schema", "plan"]);
     assert!(plan.contains("\"decisions\""));
-    bad_input(&["schema"]);
-    bad_input(&["schema", "nonsense"]);
+    HETERO.bad_input(&["schema"]);
+    HETERO.bad_input(&["schema", "nonsense"]);
 }

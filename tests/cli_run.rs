@@ -5,7 +5,7 @@ mod common;
 
 use std::path::{Path, PathBuf};
 
-use common::{TempDir, bad_input, hetero, ok, stderr};
+use common::{HETERO, require, stderr, temp_dir};
 use hetero_agent::{OpenOptions, Registry};
 use hetero_plan::{DType, Phase};
 
@@ -37,9 +37,9 @@ fn s(p: &Path) -> &str {
 
 #[test]
 fn run_prefill_with_check_prints_json_with_the_promised_fields() {
-    let dir = TempDir::new("run-prefill");
+    let dir = temp_dir("run-prefill");
     let (config, plan, pred) = setup(dir.path());
-    let out = ok(&[
+    let out = HETERO.ok(&[
         "run",
         s(&plan),
         "--model",
@@ -94,7 +94,7 @@ fn run_prefill_with_check_prints_json_with_the_promised_fields() {
         "{summed} {medians}"
     );
     // The table for people.
-    let text = ok(&[
+    let text = HETERO.ok(&[
         "run",
         s(&plan),
         "--model",
@@ -117,9 +117,9 @@ fn run_prefill_with_check_prints_json_with_the_promised_fields() {
 
 #[test]
 fn run_decode_with_block_sync_reports_tokens_per_second() {
-    let dir = TempDir::new("run-decode");
+    let dir = temp_dir("run-decode");
     let (config, plan, _) = setup(dir.path());
-    let out = ok(&[
+    let out = HETERO.ok(&[
         "run",
         s(&plan),
         "--model",
@@ -147,16 +147,16 @@ fn run_decode_with_block_sync_reports_tokens_per_second() {
 
 #[test]
 fn bad_inputs_exit_2_naming_the_mismatch() {
-    let dir = TempDir::new("run-bad");
+    let dir = temp_dir("run-bad");
     let (config, plan, _) = setup(dir.path());
     // A plan for another model.
     let other = dir.path().join("other.json");
     std::fs::write(
         &other,
-        common::TINY.replace("\"num_hidden_layers\": 2", "\"num_hidden_layers\": 3"),
+        common::TINY_LLAMA.replace("\"num_hidden_layers\": 2", "\"num_hidden_layers\": 3"),
     )
     .unwrap();
-    let e = bad_input(&[
+    let e = HETERO.bad_input(&[
         "run",
         s(&plan),
         "--model",
@@ -187,7 +187,7 @@ fn bad_inputs_exit_2_naming_the_mismatch() {
     };
     let run_bad = |plan: &Path| {
         let a = args(plan);
-        bad_input(&a.iter().map(String::as_str).collect::<Vec<_>>())
+        HETERO.bad_input(&a.iter().map(String::as_str).collect::<Vec<_>>())
     };
     let e = run_bad(&absent);
     assert!(e.contains("`cuda:7`") && e.contains("not available"), "{e}");
@@ -195,7 +195,7 @@ fn bad_inputs_exit_2_naming_the_mismatch() {
     // prepares static graphs for a dynamic-shape GPU.
     let reg = Registry::open(&OpenOptions::default(), Some(&["opencl:0:0".into()]));
     if reg.backends.is_empty() {
-        eprintln!("skipping the static-graph mismatch: no opencl:0:0 here");
+        require::OPENCL.skipping("the static-graph mismatch: no opencl:0:0 here");
     } else {
         let dynamic = dir.path().join("dynamic.ron");
         std::fs::write(&dynamic, text.replace("\"npu-sim\"", "\"opencl:0:0\"")).unwrap();
@@ -206,7 +206,7 @@ fn bad_inputs_exit_2_naming_the_mismatch() {
         );
     }
     // A length the plan does not cover.
-    let e = bad_input(&[
+    let e = HETERO.bad_input(&[
         "run",
         s(&plan),
         "--model",
@@ -219,17 +219,16 @@ fn bad_inputs_exit_2_naming_the_mismatch() {
     assert!(e.contains("1..=16"), "{e}");
     // A CPU polling hold that is not a number, from the environment.
     let a = args(&plan);
-    let o = std::process::Command::new(env!("CARGO_BIN_EXE_hetero"))
+    let e = HETERO
+        .cmd()
         .args(&a)
         .env("HETERO_CPU_POLL_US", "soon")
-        .output()
-        .unwrap();
-    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
-    assert!(stderr(&o).contains("HETERO_CPU_POLL_US"), "{}", stderr(&o));
+        .bad_input();
+    assert!(e.contains("HETERO_CPU_POLL_US"), "{e}");
     // Host cores: `rest` needs the groups; a group's core is refused.
     let mut a = args(&plan);
     a.extend(["--host-cores".into(), "rest".into()]);
-    let e = bad_input(&a.iter().map(String::as_str).collect::<Vec<_>>());
+    let e = HETERO.bad_input(&a.iter().map(String::as_str).collect::<Vec<_>>());
     assert!(
         e.contains("--host-cores") && e.contains("--cpu-groups"),
         "{e}"
@@ -242,10 +241,10 @@ fn bad_inputs_exit_2_naming_the_mismatch() {
         "--host-cores".into(),
         core,
     ]);
-    let e = bad_input(&a.iter().map(String::as_str).collect::<Vec<_>>());
+    let e = HETERO.bad_input(&a.iter().map(String::as_str).collect::<Vec<_>>());
     assert!(e.contains("is in a CPU group"), "{e}");
     // --tokens in prefill.
-    bad_input(&[
+    HETERO.bad_input(&[
         "run",
         s(&plan),
         "--model",
@@ -262,7 +261,8 @@ fn bad_inputs_exit_2_naming_the_mismatch() {
 /// Tiny-llama weights as safetensors `[N, K]` f32 tensors; `wrong` gives
 /// one tensor a bad shape.
 fn write_weights(path: &Path, wrong: Option<&str>) {
-    let model = hetero_plan::hf::from_str(Path::new("tiny.json"), common::TINY, "tiny").unwrap();
+    let model =
+        hetero_plan::hf::from_str(Path::new("tiny.json"), common::TINY_LLAMA, "tiny").unwrap();
     let mut tensors: Vec<(String, Vec<usize>, Vec<u8>)> = Vec::new();
     for op in &model.ops {
         let layers: Vec<Option<u32>> = if op.name == "lm_head" {
@@ -301,11 +301,11 @@ fn write_weights(path: &Path, wrong: Option<&str>) {
 
 #[test]
 fn real_weights_run_checked_and_mismatched_weights_exit_2() {
-    let dir = TempDir::new("run-weights");
+    let dir = temp_dir("run-weights");
     let (config, plan, _) = setup(dir.path());
     let good = dir.path().join("model.safetensors");
     write_weights(&good, None);
-    let out = ok(&[
+    let out = HETERO.ok(&[
         "run",
         s(&plan),
         "--model",
@@ -325,7 +325,7 @@ fn real_weights_run_checked_and_mismatched_weights_exit_2() {
     assert_eq!(v["check"]["passed"], 15);
     let bad = dir.path().join("bad.safetensors");
     write_weights(&bad, Some("model.layers.1.mlp.down_proj.weight"));
-    let e = bad_input(&[
+    let e = HETERO.bad_input(&[
         "run",
         s(&plan),
         "--model",
@@ -347,10 +347,10 @@ fn real_weights_run_checked_and_mismatched_weights_exit_2() {
 
 #[test]
 fn a_processor_failing_mid_run_is_a_clear_error_and_writes_nothing() {
-    let dir = TempDir::new("run-fault");
+    let dir = temp_dir("run-fault");
     let (config, plan, _) = setup(dir.path());
     let report = dir.path().join("report.json");
-    let o = hetero(&[
+    let o = HETERO.run(&[
         "run",
         s(&plan),
         "--model",
@@ -376,7 +376,7 @@ fn a_processor_failing_mid_run_is_a_clear_error_and_writes_nothing() {
 
 #[test]
 fn run_help_has_an_example() {
-    let out = ok(&["run", "--help"]);
+    let out = HETERO.ok(&["run", "--help"]);
     assert!(
         out.contains(
             "hetero run plan.ron --model config.json --phase prefill --len 300 --check --json"

@@ -23,26 +23,21 @@ fn fixtures() -> PathBuf {
     root().join("tests/fixtures/profiler")
 }
 
-fn fake_agent() -> Option<String> {
+/// The fake agent, or why it cannot run here.
+fn fake_agent() -> Result<String, &'static str> {
     let ok = Command::new("python3")
         .arg("--version")
         .output()
         .is_ok_and(|o| o.status.success());
     if !ok {
-        eprintln!("skipping: python3 is missing (the fake agent is a Python script)");
-        return None;
+        return Err("python3 is missing (the fake agent is a Python script)");
     }
-    Some(fixtures().join("fake-agent.py").display().to_string())
+    Ok(fixtures().join("fake-agent.py").display().to_string())
 }
 
 /// Runs hetero with extra environment variables.
 fn hetero_env(args: &[&str], env: &[(&str, &str)]) -> Output {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_hetero"));
-    c.args(args).current_dir(root());
-    for (k, v) in env {
-        c.env(k, v);
-    }
-    c.output().expect("run hetero")
+    HETERO.cmd().args(args).envs(env.iter().copied()).output()
 }
 
 /// `hetero fit DATASET --out PREDICTOR EXTRA...`, which must succeed; its
@@ -123,7 +118,7 @@ fn profile_and_dataset_help_have_examples() {
         &["dataset", "merge", "--help"][..],
         &["dataset", "export", "--help"][..],
     ] {
-        let h = ok(args);
+        let h = HETERO.ok(args);
         assert!(
             h.contains("Example"),
             "{args:?} --help has no example:\n{h}"
@@ -133,13 +128,13 @@ fn profile_and_dataset_help_have_examples() {
 
 #[test]
 fn bad_device_strings_exit_2_with_the_accepted_forms() {
-    let t = TempDir::new("baddev");
+    let t = temp_dir("baddev");
     let out = t.path().join("ds");
     for dev in ["phone", "pi@host", "ssh://", "adb:"] {
-        let e = bad_input(&["profile", "--device", dev, "--out", out.to_str().unwrap()]);
+        let e = HETERO.bad_input(&["profile", "--device", dev, "--out", out.to_str().unwrap()]);
         assert!(e.contains("ssh://user@host"), "{dev}: {e}");
     }
-    let e = bad_input(&[
+    let e = HETERO.bad_input(&[
         "profile",
         "--device",
         "local",
@@ -153,8 +148,8 @@ fn bad_device_strings_exit_2_with_the_accepted_forms() {
 
 #[test]
 fn local_fake_agent_end_to_end() {
-    let Some(agent) = fake_agent() else { return };
-    let t = TempDir::new("local");
+    let agent = or_skip!(PYTHON, fake_agent());
+    let t = temp_dir("local");
     let out = t.path().join("ds");
     let o = hetero_env(
         &[
@@ -337,8 +332,8 @@ fn local_fake_agent_end_to_end() {
 /// included, and says why the run stopped.
 #[test]
 fn max_cases_bounds_each_processor() {
-    let Some(agent) = fake_agent() else { return };
-    let t = TempDir::new("max-cases");
+    let agent = or_skip!(PYTHON, fake_agent());
+    let t = temp_dir("max-cases");
     let out = t.path().join("ds");
     let o = hetero_env(
         &[
@@ -394,8 +389,8 @@ fn max_cases_bounds_each_processor() {
 /// refuses 0.
 #[test]
 fn max_len_keeps_every_gemm_at_or_below_it() {
-    let Some(agent) = fake_agent() else { return };
-    let t = TempDir::new("max-len");
+    let agent = or_skip!(PYTHON, fake_agent());
+    let t = temp_dir("max-len");
     let out = t.path().join("ds");
     let o = hetero_env(
         &[
@@ -471,8 +466,8 @@ fn fake_profile(agent: &str, out: &Path, extra: &[&str]) -> Value {
 
 #[test]
 fn a_queries_profile_holds_only_its_draws_and_fit_scores_them_as_unseen() {
-    let Some(agent) = fake_agent() else { return };
-    let t = TempDir::new("queries");
+    let agent = or_skip!(PYTHON, fake_agent());
+    let t = temp_dir("queries");
     let profile = |out: &Path, extra: &[&str]| {
         let mut args = vec![
             "--processors",
@@ -546,8 +541,8 @@ fn a_queries_profile_holds_only_its_draws_and_fit_scores_them_as_unseen() {
 
 #[test]
 fn a_plan_profile_measures_the_gemms_the_plan_runs() {
-    let Some(agent) = fake_agent() else { return };
-    let t = TempDir::new("plan-profile");
+    let agent = or_skip!(PYTHON, fake_agent());
+    let t = temp_dir("plan-profile");
     let model = "datasets/models/qwen2.5-1.5b.json";
     let profile = |out: &Path, extra: &[&str]| fake_profile(&agent, out, extra);
     // A plan for the fake agent's two processors, from a short profile.
@@ -656,8 +651,8 @@ fn a_plan_profile_measures_the_gemms_the_plan_runs() {
 
 #[test]
 fn used_folders_are_refused_unless_resumed_on_the_same_device() {
-    let Some(agent) = fake_agent() else { return };
-    let t = TempDir::new("refuse");
+    let agent = or_skip!(PYTHON, fake_agent());
+    let t = temp_dir("refuse");
     let out = t.path().join("ds");
     let o = out.to_str().unwrap();
     let args = [
@@ -709,8 +704,8 @@ fn used_folders_are_refused_unless_resumed_on_the_same_device() {
 
 #[test]
 fn protocol_mismatch_is_a_clear_error() {
-    let Some(agent) = fake_agent() else { return };
-    let t = TempDir::new("proto");
+    let agent = or_skip!(PYTHON, fake_agent());
+    let t = temp_dir("proto");
     let out = t.path().join("ds");
     let e = expect_bad(
         &hetero_env(
@@ -736,8 +731,8 @@ fn protocol_mismatch_is_a_clear_error() {
 
 #[test]
 fn unknown_processor_lists_what_the_device_has() {
-    let Some(agent) = fake_agent() else { return };
-    let t = TempDir::new("proc");
+    let agent = or_skip!(PYTHON, fake_agent());
+    let t = temp_dir("proc");
     let out = t.path().join("ds");
     let e = expect_bad(
         &hetero_env(
@@ -766,8 +761,8 @@ fn unknown_processor_lists_what_the_device_has() {
 /// yields every row of an uninterrupted run, each once.
 #[test]
 fn kill_host_then_resume_yields_every_row_once() {
-    let Some(agent) = fake_agent() else { return };
-    let t = TempDir::new("kill");
+    let agent = or_skip!(PYTHON, fake_agent());
+    let t = temp_dir("kill");
     let base = [
         "profile",
         "--device",
@@ -821,8 +816,8 @@ fn kill_host_then_resume_yields_every_row_once() {
 /// with the cases left, within the same run.
 #[test]
 fn agent_killed_mid_batch_is_restarted_without_duplicates() {
-    let Some(agent) = fake_agent() else { return };
-    let t = TempDir::new("die");
+    let agent = or_skip!(PYTHON, fake_agent());
+    let t = temp_dir("die");
     let out = t.path().join("ds");
     let marker = t.path().join("died");
     let o = hetero_env(
@@ -864,7 +859,7 @@ struct FakeAdb {
 
 impl FakeAdb {
     fn new(name: &str) -> FakeAdb {
-        let dir = TempDir::new(name);
+        let dir = temp_dir(name);
         let bin = dir.path().join("bin");
         std::fs::create_dir_all(&bin).unwrap();
         std::fs::copy(fixtures().join("fake-adb"), bin.join("adb")).unwrap();
@@ -901,7 +896,7 @@ impl FakeAdb {
 
 #[test]
 fn adb_end_to_end_through_the_real_command_lines() {
-    let Some(agent) = fake_agent() else { return };
+    let agent = or_skip!(PYTHON, fake_agent());
     let adb = FakeAdb::new("adb");
     let out = adb.root().join("ds");
     let o = adb.run(
@@ -1008,7 +1003,7 @@ fn adb_end_to_end_through_the_real_command_lines() {
 
 #[test]
 fn adb_device_problems_exit_2_with_the_fix() {
-    let Some(agent) = fake_agent() else { return };
+    let agent = or_skip!(PYTHON, fake_agent());
     let adb = FakeAdb::new("adb-bad");
     let out = adb.root().join("ds");
     let run = |dev: &str, devices: &str| {
@@ -1049,7 +1044,7 @@ fn adb_device_problems_exit_2_with_the_fix() {
 
 #[test]
 fn adb_link_failures_are_retried_and_agent_refusals_bring_its_log() {
-    let Some(agent) = fake_agent() else { return };
+    let agent = or_skip!(PYTHON, fake_agent());
     let adb = FakeAdb::new("adb-flaky");
     let out = adb.root().join("ds");
     let o = adb.run(
@@ -1135,23 +1130,6 @@ impl Drop for Sshd {
     }
 }
 
-fn which(p: &str) -> Option<PathBuf> {
-    for d in [
-        "/usr/sbin",
-        "/usr/bin",
-        "/sbin",
-        "/bin",
-        "/usr/local/sbin",
-        "/usr/local/bin",
-    ] {
-        let c = Path::new(d).join(p);
-        if c.is_file() {
-            return Some(c);
-        }
-    }
-    None
-}
-
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
@@ -1165,17 +1143,19 @@ fn user() -> String {
     String::from_utf8_lossy(&o.stdout).trim().to_string()
 }
 
-/// Starts sshd on 127.0.0.1 with a temporary host key, user key and configs.
-fn start_sshd() -> Option<Sshd> {
-    let Some(sshd) = which("sshd") else {
-        eprintln!("skipping: sshd is missing (apt-get install openssh-server)");
-        return None;
+/// Starts sshd on 127.0.0.1 with a temporary host key, user key and
+/// configs; or says why it cannot.
+fn start_sshd() -> Result<Sshd, String> {
+    let Some(sshd) = find_tool("sshd") else {
+        return Err("sshd is missing (apt-get install openssh-server)".into());
     };
-    if which("ssh").is_none() || which("ssh-keygen").is_none() || which("scp").is_none() {
-        eprintln!("skipping: ssh, scp or ssh-keygen is missing (apt-get install openssh-client)");
-        return None;
+    if ["ssh", "ssh-keygen", "scp"]
+        .iter()
+        .any(|t| find_tool(t).is_none())
+    {
+        return Err("ssh, scp or ssh-keygen is missing (apt-get install openssh-client)".into());
     }
-    let dir = TempDir::new("sshd");
+    let dir = temp_dir("sshd");
     let d = dir.path().to_path_buf();
     let keygen = |file: &Path| {
         let o = Command::new("ssh-keygen")
@@ -1246,17 +1226,15 @@ fn start_sshd() -> Option<Sshd> {
             let mut err = String::new();
             use std::io::Read;
             let _ = child.stderr.take().unwrap().read_to_string(&mut err);
-            eprintln!("skipping: sshd exited at start ({status}): {err}");
-            return None;
+            return Err(format!("sshd exited at start ({status}): {err}"));
         }
         if start.elapsed() > Duration::from_secs(10) {
             let _ = child.kill();
-            eprintln!("skipping: sshd did not listen within 10 s");
-            return None;
+            return Err("sshd did not listen within 10 s".into());
         }
         std::thread::sleep(Duration::from_millis(50));
     }
-    Some(Sshd {
+    Ok(Sshd {
         child,
         port,
         config: d.join("ssh_config"),
@@ -1266,9 +1244,9 @@ fn start_sshd() -> Option<Sshd> {
 
 #[test]
 fn ssh_end_to_end_against_a_real_sshd() {
-    let Some(agent) = fake_agent() else { return };
-    let Some(sshd) = start_sshd() else { return };
-    let t = TempDir::new("ssh");
+    let agent = or_skip!(PYTHON, fake_agent());
+    let sshd = or_skip!(SSHD, start_sshd());
+    let t = temp_dir("ssh");
     let out = t.path().join("ds");
     let remote = t.path().join("remote");
     let device = format!("ssh://{}@127.0.0.1:{}", user(), sshd.port);
@@ -1312,11 +1290,10 @@ fn ssh_end_to_end_against_a_real_sshd() {
 
 #[test]
 fn unreachable_ssh_host_exits_2_with_the_command() {
-    if which("ssh").is_none() {
-        eprintln!("skipping: ssh is missing (apt-get install openssh-client)");
-        return;
+    if find_tool("ssh").is_none() {
+        skip!(SSHD, "ssh is missing (apt-get install openssh-client)");
     }
-    let t = TempDir::new("unreach");
+    let t = temp_dir("unreach");
     let port = free_port(); // nothing listens there
     let device = format!("ssh://nobody@127.0.0.1:{port}");
     let e = expect_bad(
@@ -1344,14 +1321,12 @@ fn unreachable_ssh_host_exits_2_with_the_command() {
 
 // ---------------------------------------------------------------- real agent
 
-/// The real agent next to the hetero binary (built by `cargo test
-/// --workspace`; built here otherwise).
 /// The check a user runs (`--budget 60s` shortened): the real agent on this
 /// machine's CPU, killed mid-run, then resumed: every row once.
 #[test]
 fn local_real_agent_kill_and_resume() {
-    let Some(_agent) = real_agent() else { return };
-    let t = TempDir::new("real");
+    or_skip!(AGENT, real_agent());
+    let t = temp_dir("real");
     let out = t.path().join("ds");
     let args = [
         "profile",
@@ -1371,7 +1346,7 @@ fn local_real_agent_kill_and_resume() {
         "--json",
     ];
     // Kill the host and the agent (the whole process group) after 6 rows.
-    let mut child = Command::new(env!("CARGO_BIN_EXE_hetero"))
+    let mut child = Command::new(HETERO.path)
         .args(args)
         .current_dir(root())
         .stdout(Stdio::piped())

@@ -25,7 +25,7 @@ fn solve(t: &TempDir, name: &str, extra: &[&str]) -> (String, Plan) {
         out.to_str().unwrap(),
     ];
     args.extend_from_slice(extra);
-    let stdout = ok(&args);
+    let stdout = HETERO.ok(&args);
     let plan: Plan = hetero_plan::load(&out).unwrap_or_else(|e| panic!("{e}"));
     (stdout, plan)
 }
@@ -46,19 +46,19 @@ fn every_subcommand_help_has_an_example() {
         &["plan", "show", "--help"][..],
         &["plan", "explain", "--help"][..],
     ] {
-        let h = ok(args);
+        let h = HETERO.ok(args);
         assert!(
             h.contains("Example"),
             "{args:?} --help has no example:\n{h}"
         );
     }
-    let top = ok(&["--help"]);
+    let top = HETERO.ok(&["--help"]);
     assert!(top.contains("solve") && top.contains("plan"), "{top}");
 }
 
 #[test]
 fn solve_writes_a_plan_with_fingerprints_graphs_and_decisions() {
-    let t = TempDir::new("solve");
+    let t = temp_dir("solve");
     let (stdout, plan) = solve(
         &t,
         "plan.ron",
@@ -106,7 +106,7 @@ fn solve_writes_a_plan_with_fingerprints_graphs_and_decisions() {
 
 #[test]
 fn json_plans_and_their_checks() {
-    let t = TempDir::new("json");
+    let t = temp_dir("json");
     let (_, from_json) = solve(&t, "plan.json", &["--lengths", "1..64", "--json"]);
     let (_, from_ron) = solve(&t, "plan.ron", &["--lengths", "1..64"]);
     assert_eq!(from_json, from_ron);
@@ -115,7 +115,7 @@ fn json_plans_and_their_checks() {
     assert_eq!(v["schema_version"], 1);
     // --json with a .ron name is refused before anything is solved.
     let out = t.path().join("other.ron");
-    let e = bad_input(&[
+    let e = HETERO.bad_input(&[
         "solve",
         "--predictor",
         SOC,
@@ -131,7 +131,7 @@ fn json_plans_and_their_checks() {
 
 #[test]
 fn plan_show_summarises_and_matches_its_golden() {
-    let t = TempDir::new("show");
+    let t = temp_dir("show");
     let out = t.path().join("plan.ron");
     solve(
         &t,
@@ -145,7 +145,7 @@ fn plan_show_summarises_and_matches_its_golden() {
             "attn_q,ffn_down,lm_head",
         ],
     );
-    let show = ok(&["plan", "show", out.to_str().unwrap()]);
+    let show = HETERO.ok(&["plan", "show", out.to_str().unwrap()]);
     assert!(
         show.contains("graphs on npu-sim: prefill [128, 256, 512]"),
         "{show}"
@@ -155,7 +155,7 @@ fn plan_show_summarises_and_matches_its_golden() {
         "{show}"
     );
     golden("plan-show-llama8b-soc.txt", &show);
-    let json = ok(&["plan", "show", out.to_str().unwrap(), "--json"]);
+    let json = HETERO.ok(&["plan", "show", out.to_str().unwrap(), "--json"]);
     let v: serde_json::Value = serde_json::from_str(&json).unwrap();
     assert_eq!(v["ops"].as_array().unwrap().len(), 6);
     assert!(v["prefill_us_at"]["300"].as_f64().unwrap() > 0.0);
@@ -163,7 +163,7 @@ fn plan_show_summarises_and_matches_its_golden() {
 
 #[test]
 fn explain_lists_every_candidate_with_the_predictor() {
-    let t = TempDir::new("explain");
+    let t = temp_dir("explain");
     let out = t.path().join("plan.ron");
     solve(
         &t,
@@ -179,14 +179,14 @@ fn explain_lists_every_candidate_with_the_predictor() {
     );
     let p = out.to_str().unwrap();
     // From the plan alone: the stored decision and how to see more.
-    let alone = ok(&["plan", "explain", p, "--op", "ffn_down", "--len", "300"]);
+    let alone = HETERO.ok(&["plan", "explain", p, "--op", "ffn_down", "--len", "300"]);
     assert!(
         alone.contains("decision:") && alone.contains("runner-up:"),
         "{alone}"
     );
     assert!(alone.contains("--predictor"), "{alone}");
     // With the predictor and model: every family, the winner first.
-    let full = ok(&[
+    let full = HETERO.ok(&[
         "plan",
         "explain",
         p,
@@ -202,7 +202,7 @@ fn explain_lists_every_candidate_with_the_predictor() {
     assert!(full.contains("candidates"), "{full}");
     assert!(full.contains("npu-sim padded to 512"), "{full}");
     assert!(!full.contains("warning"), "{full}");
-    let json = ok(&[
+    let json = HETERO.ok(&[
         "plan",
         "explain",
         p,
@@ -233,7 +233,7 @@ fn explain_lists_every_candidate_with_the_predictor() {
 
 #[test]
 fn a_plan_is_refused_with_another_model_or_predictor() {
-    let t = TempDir::new("mismatch");
+    let t = temp_dir("mismatch");
     let out = t.path().join("plan.ron");
     solve(
         &t,
@@ -241,7 +241,7 @@ fn a_plan_is_refused_with_another_model_or_predictor() {
         &["--lengths", "1..64", "--phase", "prefill"],
     );
     let p = out.to_str().unwrap();
-    let e = bad_input(&[
+    let e = HETERO.bad_input(&[
         "plan",
         "explain",
         p,
@@ -259,7 +259,7 @@ fn a_plan_is_refused_with_another_model_or_predictor() {
     let text = std::fs::read_to_string(root().join(SOC)).unwrap();
     let other = t.path().join("other.ron");
     std::fs::write(&other, text.replace("launch_us: 30.0", "launch_us: 31.0")).unwrap();
-    let e = bad_input(&[
+    let e = HETERO.bad_input(&[
         "plan",
         "explain",
         p,
@@ -279,7 +279,7 @@ fn a_plan_is_refused_with_another_model_or_predictor() {
     // A renamed copy of the same predictor is the same predictor.
     let copy = t.path().join("copy.ron");
     std::fs::write(&copy, &text).unwrap();
-    ok(&[
+    HETERO.ok(&[
         "plan",
         "explain",
         p,
@@ -296,14 +296,14 @@ fn a_plan_is_refused_with_another_model_or_predictor() {
 
 #[test]
 fn bad_input_exits_2_and_writes_nothing() {
-    let t = TempDir::new("bad");
+    let t = temp_dir("bad");
     let out = t.path().join("plan.ron");
     let o = out.to_str().unwrap();
     let base = ["solve", "--predictor", SOC, "--model", LLAMA, "--out", o];
     let run = |extra: &[&str], want: &str| {
         let mut args = base.to_vec();
         args.extend_from_slice(extra);
-        let e = bad_input(&args);
+        let e = HETERO.bad_input(&args);
         assert!(e.contains(want), "{extra:?}: expected `{want}` in: {e}");
         assert_empty(t.path());
     };
@@ -326,14 +326,14 @@ fn bad_input_exits_2_and_writes_nothing() {
     run(&["--prepare-budget", "soon"], "--prepare-budget");
     let hist = t.path().join("hist.csv");
     std::fs::write(&hist, "length,count\n100,3\n5000,1\n").unwrap();
-    let e = bad_input(&[&base[..], &["--prompt-lengths", hist.to_str().unwrap()]].concat());
+    let e = HETERO.bad_input(&[&base[..], &["--prompt-lengths", hist.to_str().unwrap()]].concat());
     assert!(e.contains("beyond the longest solved length"), "{e}");
     std::fs::write(&hist, "length,count\n100,3\n-4,1\n").unwrap();
-    let e = bad_input(&[&base[..], &["--prompt-lengths", hist.to_str().unwrap()]].concat());
+    let e = HETERO.bad_input(&[&base[..], &["--prompt-lengths", hist.to_str().unwrap()]].concat());
     assert!(e.contains("hist.csv:3"), "{e}");
     std::fs::remove_file(&hist).unwrap();
     // A static-graph size list on a device without an NPU.
-    let e = bad_input(&[
+    let e = HETERO.bad_input(&[
         "solve",
         "--predictor",
         DISCRETE,
@@ -346,7 +346,7 @@ fn bad_input_exits_2_and_writes_nothing() {
     ]);
     assert!(e.contains("static-graph processor"), "{e}");
     // Missing and malformed inputs.
-    let e = bad_input(&[
+    let e = HETERO.bad_input(&[
         "solve",
         "--predictor",
         "/nonexistent/p.ron",
@@ -356,7 +356,7 @@ fn bad_input_exits_2_and_writes_nothing() {
         o,
     ]);
     assert!(e.contains("/nonexistent/p.ron"), "{e}");
-    let e = bad_input(&[
+    let e = HETERO.bad_input(&[
         "solve",
         "--predictor",
         SOC,
@@ -371,7 +371,7 @@ fn bad_input_exits_2_and_writes_nothing() {
 
 #[test]
 fn explain_bad_input_exits_2() {
-    let t = TempDir::new("explain-bad");
+    let t = temp_dir("explain-bad");
     let out = t.path().join("plan.ron");
     solve(
         &t,
@@ -379,18 +379,18 @@ fn explain_bad_input_exits_2() {
         &["--lengths", "1..64", "--phase", "prefill"],
     );
     let p = out.to_str().unwrap();
-    let e = bad_input(&["plan", "explain", p, "--op", "ffn_sideways", "--len", "8"]);
+    let e = HETERO.bad_input(&["plan", "explain", p, "--op", "ffn_sideways", "--len", "8"]);
     assert!(
         e.contains("unknown operator") && e.contains("ffn_down"),
         "{e}"
     );
-    let e = bad_input(&["plan", "explain", p, "--op", "ffn_down", "--len", "65"]);
+    let e = HETERO.bad_input(&["plan", "explain", p, "--op", "ffn_down", "--len", "65"]);
     assert!(e.contains("1..=64"), "{e}");
-    let e = bad_input(&[
+    let e = HETERO.bad_input(&[
         "plan", "explain", p, "--op", "ffn_down", "--len", "1", "--phase", "decode",
     ]);
     assert!(e.contains("no decode table"), "{e}");
-    let e = bad_input(&[
+    let e = HETERO.bad_input(&[
         "plan",
         "explain",
         p,
@@ -402,15 +402,15 @@ fn explain_bad_input_exits_2() {
         SOC,
     ]);
     assert!(e.contains("--model"), "{e}");
-    let e = bad_input(&["plan", "show", "/nonexistent/plan.ron"]);
+    let e = HETERO.bad_input(&["plan", "show", "/nonexistent/plan.ron"]);
     assert!(e.contains("/nonexistent/plan.ron"), "{e}");
 }
 
 #[test]
 fn offload_mode_on_a_discrete_gpu_host() {
-    let t = TempDir::new("offload");
+    let t = temp_dir("offload");
     let out = t.path().join("plan.ron");
-    let stdout = ok(&[
+    let stdout = HETERO.ok(&[
         "solve",
         "--predictor",
         DISCRETE,
@@ -435,7 +435,7 @@ fn offload_mode_on_a_discrete_gpu_host() {
             .iter()
             .any(|d| d.strategy.kind() == StrategyKind::Offload)
     }));
-    let show = ok(&["plan", "show", out.to_str().unwrap()]);
+    let show = HETERO.ok(&["plan", "show", out.to_str().unwrap()]);
     assert!(
         show.contains("offload:") && show.contains("resident on cuda-sim"),
         "{show}"
@@ -447,7 +447,7 @@ fn offload_mode_on_a_discrete_gpu_host() {
             o.phase == Phase::Decode && o.decisions[0].strategy.kind() == StrategyKind::Offload
         })
         .expect("an offloaded decode operator");
-    let ex = ok(&[
+    let ex = HETERO.ok(&[
         "plan",
         "explain",
         out.to_str().unwrap(),
@@ -470,7 +470,7 @@ fn offload_mode_on_a_discrete_gpu_host() {
 
 #[test]
 fn prompt_length_histogram_drives_the_graph_set() {
-    let t = TempDir::new("hist");
+    let t = temp_dir("hist");
     let hist = t.path().join("prompts.csv");
     // Every prompt is 300 tokens long.
     std::fs::write(&hist, "length,count\n300,10\n").unwrap();

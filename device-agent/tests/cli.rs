@@ -2,12 +2,19 @@
 //! backends, cpu and npu-sim).
 #![cfg(all(feature = "cpu", feature = "sim"))]
 
-mod common;
-
 use std::collections::BTreeMap;
 
-use common::*;
+use hetero_test_support::{Bin, bin, json_lines, of_type, skip, temp_dir, write};
 use serde_json::Value;
+
+/// The agent under test, run in `device-agent/`.
+const AGENT: Bin = bin!("hetero-agent");
+
+/// Compares `text` with `device-agent/tests/golden/NAME`;
+/// `HETERO_BLESS=1` rewrites it.
+fn golden(name: &str, text: &str) {
+    hetero_test_support::golden(&AGENT.root().join("tests/golden").join(name), text);
+}
 
 /// Sorted keys, machine-dependent fields removed (see tests/golden/README.md).
 fn normalise(v: &Value) -> Value {
@@ -45,8 +52,8 @@ fn normalise(v: &Value) -> Value {
 
 #[test]
 fn golden_sweep_protocol() {
-    let spec = root().join("tests/golden/sweep-spec.json");
-    let out = ok(&[
+    let spec = AGENT.root().join("tests/golden/sweep-spec.json");
+    let out = AGENT.ok(&[
         "--processors",
         "cpu:0,npu-sim",
         "sweep",
@@ -54,7 +61,7 @@ fn golden_sweep_protocol() {
         spec.to_str().unwrap(),
     ]);
     let mut text = String::new();
-    for l in lines(&out) {
+    for l in json_lines(&out) {
         text.push_str(&serde_json::to_string(&normalise(&l)).unwrap());
         text.push('\n');
     }
@@ -63,19 +70,19 @@ fn golden_sweep_protocol() {
 
 #[test]
 fn version_is_a_hello_line_with_the_protocol() {
-    let out = ok(&["version", "--json"]);
-    let l = lines(&out);
+    let out = AGENT.ok(&["version", "--json"]);
+    let l = json_lines(&out);
     assert_eq!(l.len(), 1);
     assert_eq!(l[0]["type"], "hello");
     assert_eq!(l[0]["agent"], "hetero-agent");
     assert_eq!(l[0]["protocol"], hetero_agent::PROTOCOL_VERSION);
     assert_eq!(l[0]["version"], env!("CARGO_PKG_VERSION"));
-    assert!(ok(&["version"]).contains("protocol 1"));
+    assert!(AGENT.ok(&["version"]).contains("protocol 1"));
 }
 
 #[test]
 fn probe_lists_processors_and_unavailable_backends() {
-    let out = ok(&["probe", "--json"]);
+    let out = AGENT.ok(&["probe", "--json"]);
     let v: Value = serde_json::from_str(&out).unwrap();
     let procs = v["processors"].as_array().unwrap();
     let cpu = procs.iter().find(|p| p["id"] == "cpu:0").expect("cpu:0");
@@ -95,7 +102,7 @@ fn probe_lists_processors_and_unavailable_backends() {
     }
     // The filter.
     let v: Value =
-        serde_json::from_str(&ok(&["--processors", "npu-*", "probe", "--json"])).unwrap();
+        serde_json::from_str(&AGENT.ok(&["--processors", "npu-*", "probe", "--json"])).unwrap();
     let ids: Vec<&str> = v["processors"]
         .as_array()
         .unwrap()
@@ -103,12 +110,12 @@ fn probe_lists_processors_and_unavailable_backends() {
         .map(|p| p["id"].as_str().unwrap())
         .collect();
     assert_eq!(ids, vec!["npu-sim"]);
-    assert!(ok(&["probe"]).contains("cpu:0"));
+    assert!(AGENT.ok(&["probe"]).contains("cpu:0"));
 }
 
 #[test]
 fn shorthand_sweep_rows_have_the_promised_fields() {
-    let out = ok(&[
+    let out = AGENT.ok(&[
         "sweep",
         "--processor",
         "cpu:0",
@@ -121,7 +128,7 @@ fn shorthand_sweep_rows_have_the_promised_fields() {
         "--warmups",
         "1",
     ]);
-    let l = lines(&out);
+    let l = json_lines(&out);
     assert_eq!(l.first().unwrap()["type"], "hello");
     assert_eq!(l.last().unwrap()["type"], "done");
     let rows = of_type(&l, "measurement");
@@ -143,7 +150,7 @@ fn shorthand_sweep_rows_have_the_promised_fields() {
 
 #[test]
 fn shorthand_print_spec_round_trips_through_stdin() {
-    let spec = ok(&[
+    let spec = AGENT.ok(&[
         "sweep",
         "--processor",
         "npu-sim",
@@ -158,9 +165,8 @@ fn shorthand_print_spec_round_trips_through_stdin() {
         "--print-spec",
     ]);
     assert!(spec.contains("\"wt_at\""), "{spec}");
-    let o = agent_with_stdin(&["sweep", "--spec", "-"], Some(&spec));
-    assert!(o.status.success(), "{}", stderr(&o));
-    let l = lines(&stdout(&o));
+    let out = AGENT.cmd().args(["sweep", "--spec", "-"]).stdin(spec).ok();
+    let l = json_lines(&out);
     let rows = of_type(&l, "measurement");
     assert_eq!(rows.len(), 1);
     assert_eq!(rows[0]["timing"], "simulated");
@@ -171,7 +177,7 @@ fn shorthand_print_spec_round_trips_through_stdin() {
 
 #[test]
 fn malformed_specs_exit_2_naming_the_field() {
-    let dir = TempDir::new("malformed");
+    let dir = temp_dir("malformed");
     let cases = [
         (
             r#"{"schema_version": 1, "cases": [{"id": "a", "processor": "cpu:0",
@@ -199,8 +205,8 @@ fn malformed_specs_exit_2_naming_the_field() {
         (r#"{"schema_version": 2}"#, "schema_version"),
     ];
     for (i, (text, field)) in cases.iter().enumerate() {
-        let p = dir.write(&format!("spec{i}.json"), text);
-        let err = bad_input(&["sweep", "--spec", p.to_str().unwrap()]);
+        let p = write(dir.path(), &format!("spec{i}.json"), text);
+        let err = AGENT.bad_input(&["sweep", "--spec", p.to_str().unwrap()]);
         assert!(err.contains(&format!("`{field}`")), "{field}: {err}");
         assert!(
             err.contains(&format!("spec{i}.json"))
@@ -210,39 +216,36 @@ fn malformed_specs_exit_2_naming_the_field() {
         );
     }
     // Parse errors carry line:column.
-    let err = bad_input(&[
+    let err = AGENT.bad_input(&[
         "sweep",
         "--spec",
         dir.path().join("spec0.json").to_str().unwrap(),
     ]);
     assert!(err.contains("spec0.json:2:"), "{err}");
     // From stdin too.
-    let o = agent_with_stdin(
-        &["sweep", "--spec", "-"],
-        Some("{\"schema_version\": 1, \"cases\": 3}"),
-    );
-    assert_eq!(o.status.code(), Some(2));
-    assert!(
-        stderr(&o).contains("<stdin>") && stderr(&o).contains("`cases`"),
-        "{}",
-        stderr(&o)
-    );
+    let err = AGENT
+        .cmd()
+        .args(["sweep", "--spec", "-"])
+        .stdin("{\"schema_version\": 1, \"cases\": 3}")
+        .bad_input();
+    assert!(err.contains("<stdin>") && err.contains("`cases`"), "{err}");
     // Missing file, bad flags.
-    bad_input(&["sweep", "--spec", "/nonexistent/spec.json"]);
-    let e = bad_input(&["sweep", "--processor", "cpu:0", "--shapes", "1x0x3"]);
+    AGENT.bad_input(&["sweep", "--spec", "/nonexistent/spec.json"]);
+    let e = AGENT.bad_input(&["sweep", "--processor", "cpu:0", "--shapes", "1x0x3"]);
     assert!(e.contains("--shapes"), "{e}");
-    let e = bad_input(&["--cpu-groups", "0-99999", "probe"]);
+    let e = AGENT.bad_input(&["--cpu-groups", "0-99999", "probe"]);
     assert!(e.contains("--cpu-groups"), "{e}");
-    let p = dir.write("sim.ron", "(rows: 0)");
-    let e = bad_input(&["--sim-params", p.to_str().unwrap(), "probe"]);
+    let p = write(dir.path(), "sim.ron", "(rows: 0)");
+    let e = AGENT.bad_input(&["--sim-params", p.to_str().unwrap(), "probe"]);
     assert!(e.contains("`rows`"), "{e}");
-    bad_input(&["sweep", "--processor", "cpu:9", "--shapes", "2x2x2"]);
+    AGENT.bad_input(&["sweep", "--processor", "cpu:9", "--shapes", "2x2x2"]);
 }
 
 #[test]
 fn unsupported_timeout_and_resume() {
-    let dir = TempDir::new("timeout");
-    let spec = dir.write(
+    let dir = temp_dir("timeout");
+    let spec = write(
+        dir.path(),
         "spec.json",
         r#"{"schema_version": 1,
   "run": {"warmups": 0, "repetitions": 1, "timeout_ms": 60000},
@@ -253,8 +256,8 @@ fn unsupported_timeout_and_resume() {
     {"id": "after", "processor": "cpu:0", "shape": {"m": 3, "k": 5, "n": 7}, "dtype": "f32"}
   ]}"#,
     );
-    let out = ok(&["sweep", "--spec", spec.to_str().unwrap()]);
-    let l = lines(&out);
+    let out = AGENT.ok(&["sweep", "--spec", spec.to_str().unwrap()]);
+    let l = json_lines(&out);
     let rows = of_type(&l, "measurement");
     let status: Vec<&str> = rows.iter().map(|r| r["status"].as_str().unwrap()).collect();
     assert_eq!(status, vec!["unsupported", "timeout", "ok"], "{out}");
@@ -263,15 +266,15 @@ fn unsupported_timeout_and_resume() {
     assert!(rows[1]["message"].as_str().unwrap().contains("1 ms"));
     // Resume from a partial output: the first two lines only, the second cut.
     let partial: String = out.lines().take(2).collect::<Vec<_>>().join("\n") + "\n{\"type\":\"meas";
-    let prev = dir.write("prev.jsonl", &partial);
-    let out = ok(&[
+    let prev = write(dir.path(), "prev.jsonl", &partial);
+    let out = AGENT.ok(&[
         "sweep",
         "--spec",
         spec.to_str().unwrap(),
         "--resume",
         prev.to_str().unwrap(),
     ]);
-    let l = lines(&out);
+    let l = json_lines(&out);
     let ids: Vec<&str> = of_type(&l, "measurement")
         .iter()
         .map(|r| r["case_id"].as_str().unwrap())
@@ -282,7 +285,7 @@ fn unsupported_timeout_and_resume() {
 
 #[test]
 fn microbench_emits_rows_for_each_benchmark() {
-    let out = ok(&[
+    let out = AGENT.ok(&[
         "--processors",
         "cpu:0,npu-sim",
         "microbench",
@@ -295,7 +298,7 @@ fn microbench_emits_rows_for_each_benchmark() {
         "--warmups",
         "1",
     ]);
-    let l = lines(&out);
+    let l = json_lines(&out);
     let rows = of_type(&l, "microbench");
     let find = |p: &str, b: &str| -> Vec<&Value> {
         rows.iter()
@@ -362,13 +365,12 @@ fn microbench_emits_rows_for_each_benchmark() {
 fn two_cpu_groups_stream_concurrently() {
     let cores = hetero_agent::cpu::topology::allowed_cores();
     if cores.len() < 2 {
-        eprintln!("skipping: one core, cannot split into two groups");
-        return;
+        skip!("one core, cannot split into two groups");
     }
     let fmt = hetero_agent::cpu::topology::format_list;
     let half = cores.len() / 2;
     let groups = format!("{};{}", fmt(&cores[..half]), fmt(&cores[half..]));
-    let out = ok(&[
+    let out = AGENT.ok(&[
         "--cpu-groups",
         &groups,
         "--processors",
@@ -383,7 +385,7 @@ fn two_cpu_groups_stream_concurrently() {
         "--warmups",
         "1",
     ]);
-    let l = lines(&out);
+    let l = json_lines(&out);
     let rows = of_type(&l, "microbench");
     assert_eq!(rows.len(), 4, "{out}");
     for r in &rows {
@@ -408,7 +410,7 @@ fn two_cpu_groups_stream_concurrently() {
 /// reason.
 #[test]
 fn op_alone_is_unsupported_without_a_device_timer() {
-    let out = ok(&[
+    let out = AGENT.ok(&[
         "--processors",
         "cpu:0",
         "microbench",
@@ -419,7 +421,7 @@ fn op_alone_is_unsupported_without_a_device_timer() {
         "--warmups",
         "1",
     ]);
-    let l = lines(&out);
+    let l = json_lines(&out);
     let rows = of_type(&l, "microbench");
     assert_eq!(
         rows.len(),

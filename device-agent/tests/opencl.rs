@@ -1,10 +1,8 @@
 //! Tests of the OpenCL backend on whatever OpenCL devices are installed
 //! (PoCL in CI). Each test skips with a printed reason when libOpenCL or an
-//! OpenCL platform is missing; set `HETERO_REQUIRE_OPENCL=1` to make that a
+//! OpenCL platform is missing; `HETERO_REQUIRE_OPENCL=1` makes that a
 //! failure instead (CI installs PoCL, so a skip there would hide a break).
 #![cfg(feature = "opencl")]
-
-use std::path::PathBuf;
 
 use hetero_agent::opencl::{self, CANDIDATES, OpenClBackend, Tile};
 use hetero_agent::{
@@ -13,22 +11,18 @@ use hetero_agent::{
 use hetero_plan::{
     DType, GemmShape, MicrobenchKind, MicrobenchRequest, OperandOrder, ProcessorApi, WeightMode,
 };
+use hetero_test_support::{TempDir, or_skip, temp_dir};
 
-fn temp_dir(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("hetero-opencl-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
-}
-
-/// The devices, or `None` (after saying why) when OpenCL is absent here.
-fn devices(test: &str) -> Option<Vec<OpenClBackend>> {
+/// The devices, with the temporary folder that holds their tuning cache;
+/// or why there are none, when OpenCL is absent here.
+fn devices(test: &str) -> Result<(TempDir, Vec<OpenClBackend>), String> {
+    let cache = temp_dir(&format!("opencl-{test}"));
     let opts = OpenOptions {
-        cache_dir: Some(temp_dir(test)),
+        cache_dir: Some(cache.path().to_path_buf()),
         ..OpenOptions::default()
     };
     match opencl::open_devices(&opts) {
-        Ok(v) => Some(v),
+        Ok(v) => Ok((cache, v)),
         Err(e) => {
             let absent = match &e {
                 Error::Library { .. } => true,
@@ -38,11 +32,7 @@ fn devices(test: &str) -> Option<Vec<OpenClBackend>> {
             if !absent {
                 panic!("OpenCL is installed but the backend failed to open: {e}");
             }
-            if std::env::var_os("HETERO_REQUIRE_OPENCL").is_some_and(|v| v == "1") {
-                panic!("HETERO_REQUIRE_OPENCL=1 but no OpenCL device: {e}");
-            }
-            eprintln!("skipping {test}: no OpenCL device here: {e}");
-            None
+            Err(format!("no OpenCL device here: {e}"))
         }
     }
 }
@@ -133,7 +123,7 @@ fn fitting_tiles(be: &mut OpenClBackend, dtype: DType) -> Vec<Tile> {
 
 #[test]
 fn probe_describes_each_device() {
-    let Some(devs) = devices("probe") else { return };
+    let (_cache, devs) = or_skip!(OPENCL, devices("probe"));
     assert!(!devs.is_empty());
     for be in &devs {
         let p = be.processor();
@@ -165,9 +155,10 @@ fn probe_describes_each_device() {
 
 #[test]
 fn registry_opens_opencl_processors() {
-    let Some(_) = devices("registry") else { return };
+    let (_cache, _) = or_skip!(OPENCL, devices("registry"));
+    let cache = temp_dir("opencl-registry2");
     let opts = OpenOptions {
-        cache_dir: Some(temp_dir("registry2")),
+        cache_dir: Some(cache.path().to_path_buf()),
         ..OpenOptions::default()
     };
     let reg = Registry::open(&opts, Some(&["opencl:*".to_string()]));
@@ -185,9 +176,7 @@ fn registry_opens_opencl_processors() {
 
 #[test]
 fn f32_odd_shapes_both_orders_every_tile() {
-    let Some(mut devs) = devices("odd") else {
-        return;
-    };
+    let (_cache, mut devs) = or_skip!(OPENCL, devices("odd"));
     for be in &mut devs {
         let tiles = fitting_tiles(be, DType::F32);
         assert!(
@@ -212,9 +201,7 @@ fn f32_odd_shapes_both_orders_every_tile() {
 
 #[test]
 fn f16_storage_kernels_are_correct() {
-    let Some(mut devs) = devices("f16") else {
-        return;
-    };
+    let (_cache, mut devs) = or_skip!(OPENCL, devices("f16"));
     for be in &mut devs {
         if !be.processor().capabilities.dtypes.contains(&DType::F16) {
             // The kernels store f16 with vload_half/vstore_half (core
@@ -243,9 +230,7 @@ fn f16_storage_kernels_are_correct() {
 
 #[test]
 fn unsupported_dtypes_and_bad_lengths_are_errors() {
-    let Some(mut devs) = devices("bad") else {
-        return;
-    };
+    let (_cache, mut devs) = or_skip!(OPENCL, devices("bad"));
     let be = &mut devs[0];
     let tile = fitting_tiles(be, DType::F32)[0];
     be.set_tile(DType::F32, tile).unwrap();
@@ -282,8 +267,9 @@ fn unsupported_dtypes_and_bad_lengths_are_errors() {
 
 #[test]
 fn autotune_cache_round_trip() {
-    let Some(devs) = devices("tune") else { return };
-    let dir = temp_dir("tune-cache");
+    let (_cache, devs) = or_skip!(OPENCL, devices("tune"));
+    let tune_cache = temp_dir("opencl-tune-cache");
+    let dir = tune_cache.path().to_path_buf();
     let opts = OpenOptions {
         cache_dir: Some(dir.clone()),
         ..OpenOptions::default()
@@ -351,9 +337,7 @@ fn autotune_cache_round_trip() {
 
 #[test]
 fn zero_copy_inputs_are_replaced_between_runs() {
-    let Some(mut devs) = devices("zerocopy") else {
-        return;
-    };
+    let (_cache, mut devs) = or_skip!(OPENCL, devices("zerocopy"));
     for be in &mut devs {
         let p = be.processor().clone();
         if p.kind == hetero_plan::ProcessorKind::Cpu {
@@ -388,9 +372,7 @@ fn evicting_between_runs_keeps_the_product() {
     // `--cold-cache` runs the `evict` kernel on the device's queue before
     // every timed run: the GEMM after it still gives the product, and a
     // GEMM still in flight refuses it.
-    let Some(mut devs) = devices("evict") else {
-        return;
-    };
+    let (_cache, mut devs) = or_skip!(OPENCL, devices("evict"));
     for be in &mut devs {
         let id = be.processor().id.clone();
         let tile = fitting_tiles(be, DType::F32)[0];
@@ -419,9 +401,7 @@ fn evicting_between_runs_keeps_the_product() {
 
 #[test]
 fn poll_and_block_both_complete_with_correct_results() {
-    let Some(mut devs) = devices("sync") else {
-        return;
-    };
+    let (_cache, mut devs) = or_skip!(OPENCL, devices("sync"));
     for be in &mut devs {
         let id = be.processor().id.clone();
         let tile = fitting_tiles(be, DType::F32)[0];
@@ -480,9 +460,7 @@ fn poll_and_block_both_complete_with_correct_results() {
 
 #[test]
 fn microbench_rows_are_sane() {
-    let Some(mut devs) = devices("micro") else {
-        return;
-    };
+    let (_cache, mut devs) = or_skip!(OPENCL, devices("micro"));
     let be = &mut devs[0];
     let tile = fitting_tiles(be, DType::F32)[0];
     be.set_tile(DType::F32, tile).unwrap();
@@ -544,9 +522,7 @@ fn microbench_rows_are_sane() {
 /// and wait less each run's device time.
 #[test]
 fn op_alone_and_op_overhead_take_the_device_time_off() {
-    let Some(mut devs) = devices("op-alone") else {
-        return;
-    };
+    let (_cache, mut devs) = or_skip!(OPENCL, devices("op-alone"));
     let be = devs.remove(0);
     let id = be.processor().id.clone();
     let flag = be.processor().capabilities.host_flag;
@@ -598,9 +574,7 @@ fn op_alone_and_op_overhead_take_the_device_time_off() {
 #[cfg(feature = "cpu")]
 #[test]
 fn op_overhead_after_runs_the_gemms_after_the_peers_gemv() {
-    let Some(mut devs) = devices("after") else {
-        return;
-    };
+    let (_cache, mut devs) = or_skip!(OPENCL, devices("after"));
     let be = devs.remove(0);
     let id = be.processor().id.clone();
     let cpu = hetero_agent::cpu::open(&OpenOptions::default())

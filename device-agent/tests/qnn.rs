@@ -2,7 +2,8 @@
 //! (`libQnnHtp.so` holds one SoC per process, and the crate's unit tests
 //! open the library without one) and those that run the agent binary. They run when
 //! `HETERO_QNN_LIB_DIR` names a folder holding the library
-//! (`scripts/fetch-qnn.sh`) and otherwise print why they skip.
+//! (`scripts/fetch-qnn.sh`) and otherwise print why they skip
+//! (`HETERO_REQUIRE_QNN=1` makes that a failure).
 #![cfg(feature = "qnn")]
 
 use std::path::PathBuf;
@@ -14,24 +15,22 @@ use hetero_agent::qnn::{
 };
 use hetero_agent::{Error, Gemm, GemmSpec, OpenOptions};
 use hetero_plan::{DType, GemmShape, OperandOrder, WeightMode};
+use hetero_test_support::{bin, or_skip};
 
 /// One SoC at a time in this process.
 static SERIAL: Mutex<()> = Mutex::new(());
 
-fn lib_dir() -> Option<PathBuf> {
+/// The folder holding the library, or why there is none.
+fn lib_dir() -> Result<PathBuf, String> {
     match std::env::var_os(LIB_DIR_ENV).filter(|d| !d.is_empty()) {
-        Some(d) if PathBuf::from(&d).join(LIBRARY).is_file() => Some(PathBuf::from(d)),
-        Some(d) => {
-            eprintln!(
-                "skipping: {LIB_DIR_ENV}={} has no {LIBRARY}",
-                PathBuf::from(d).display()
-            );
-            None
-        }
-        None => {
-            eprintln!("skipping: {LIB_DIR_ENV} is not set (run scripts/fetch-qnn.sh)");
-            None
-        }
+        Some(d) if PathBuf::from(&d).join(LIBRARY).is_file() => Ok(PathBuf::from(d)),
+        Some(d) => Err(format!(
+            "{LIB_DIR_ENV}={} has no {LIBRARY}",
+            PathBuf::from(d).display()
+        )),
+        None => Err(format!(
+            "{LIB_DIR_ENV} is not set (run scripts/fetch-qnn.sh)"
+        )),
     }
 }
 
@@ -92,7 +91,7 @@ fn verify_loaded(entry: &GraphEntry, g: &mut QnnGemm) -> f64 {
 
 #[test]
 fn context_binary_round_trip_is_verified() {
-    let Some(dir) = lib_dir() else { return };
+    let dir = or_skip!(QNN, lib_dir());
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let out = tempfile::tempdir().unwrap();
     let opts = OpenOptions {
@@ -156,7 +155,7 @@ fn context_binary_round_trip_is_verified() {
 
 #[test]
 fn compile_cli_writes_a_loadable_folder() {
-    let Some(dir) = lib_dir() else { return };
+    let dir = or_skip!(QNN, lib_dir());
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let out = tempfile::tempdir().unwrap();
     let args = CompileArgs {
@@ -181,7 +180,7 @@ fn compile_cli_writes_a_loadable_folder() {
 
 #[test]
 fn a_second_soc_while_one_is_open_is_refused() {
-    let Some(dir) = lib_dir() else { return };
+    let dir = or_skip!(QNN, lib_dir());
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let open_soc = |soc| {
         QnnBackend::open(
@@ -210,19 +209,13 @@ fn a_second_soc_while_one_is_open_is_refused() {
 /// stdout, which landed at the end of `probe --json` and broke the JSON.
 #[test]
 fn library_prints_never_reach_the_agent_stdout() {
-    let Some(dir) = lib_dir() else { return };
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_hetero-agent"))
-        .args(["--qnn-lib-dir"])
+    let dir = or_skip!(QNN, lib_dir());
+    let text = bin!("hetero-agent")
+        .cmd()
+        .arg("--qnn-lib-dir")
         .arg(&dir)
         .args(["probe", "--json"])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let text = String::from_utf8(out.stdout).unwrap();
+        .ok();
     let v: serde_json::Value = serde_json::from_str(&text)
         .unwrap_or_else(|e| panic!("stdout is not one JSON document: {e}\n{text}"));
     let qnn = v["processors"]

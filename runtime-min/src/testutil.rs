@@ -93,9 +93,7 @@ pub fn plan_with(ops: Vec<Table<'_>>) -> Plan {
 
 /// A tiny llama: hidden 64, 2 layers, 4 heads (2 KV), FFN 96, vocab 80.
 pub fn tiny_model() -> ModelSpec {
-    let cfg = r#"{"model_type": "llama", "hidden_size": 64, "num_hidden_layers": 2,
-        "num_attention_heads": 4, "num_key_value_heads": 2, "intermediate_size": 96,
-        "vocab_size": 80, "_name_or_path": "tiny-llama"}"#;
+    let cfg = hetero_test_support::TINY_LLAMA;
     hetero_plan::hf::from_str(std::path::Path::new("tiny.json"), cfg, "tiny").unwrap()
 }
 

@@ -8,7 +8,7 @@ use hetero_runtime::{Error, RunSpec, Runtime, RuntimeOptions, SyncChoice};
 
 #[test]
 fn a_solved_plan_runs_every_phase_and_passes_the_check() {
-    let dir = common::Tmp::new("solved");
+    let dir = hetero_test_support::temp_dir("solved");
     let (config, plan, pred) = common::solved(dir.path());
     let model = hetero_plan::hf::load_config(&config).unwrap();
     let p: hetero_plan::Plan = hetero_plan::load(&plan).unwrap();
@@ -56,7 +56,7 @@ fn a_solved_plan_runs_every_phase_and_passes_the_check() {
 
 #[test]
 fn a_predictor_other_than_the_plans_is_refused() {
-    let dir = common::Tmp::new("otherpred");
+    let dir = hetero_test_support::temp_dir("otherpred");
     let (config, plan, pred) = common::solved(dir.path());
     let mut p: hetero_plan::Predictor = hetero_plan::load(&pred).unwrap();
     p.overheads.clear();

@@ -9,37 +9,7 @@ use hetero_plan::{
     DType, LatencyModel, Overheads, Phase, Plan, Predictor, ProcessorModel, SchemaVersion, Score,
 };
 use hetero_solver::{GraphChoice, Settings};
-
-pub const TINY_CONFIG: &str = r#"{"model_type": "llama", "hidden_size": 64, "num_hidden_layers": 2,
-  "num_attention_heads": 4, "num_key_value_heads": 2, "intermediate_size": 96,
-  "vocab_size": 80, "_name_or_path": "tiny-llama"}"#;
-
-/// A fresh folder, removed when dropped.
-pub struct Tmp(pub PathBuf);
-
-impl Tmp {
-    pub fn new(name: &str) -> Tmp {
-        let p = std::env::temp_dir().join(format!(
-            "hetero-rt-it-{name}-{}-{}",
-            std::process::id(),
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .unwrap()
-                .as_nanos()
-        ));
-        std::fs::create_dir_all(&p).unwrap();
-        Tmp(p)
-    }
-    pub fn path(&self) -> &Path {
-        &self.0
-    }
-}
-
-impl Drop for Tmp {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
+use hetero_test_support::TINY_LLAMA;
 
 /// A predictor for cpu:0 and npu-sim as opened here (roofline models with
 /// made-up constants: the plan's predictions are not expected to hold).
@@ -87,11 +57,11 @@ pub fn predictor() -> Predictor {
     }
 }
 
-/// Writes the tiny config, a predictor and a plan solved for lengths
+/// Writes the tiny llama config, a predictor and a plan solved for lengths
 /// 1..=16 (prefill) and 1, 2 (decode); returns (config, plan, predictor).
 pub fn solved(dir: &Path) -> (PathBuf, PathBuf, PathBuf) {
     let config = dir.join("config.json");
-    std::fs::write(&config, TINY_CONFIG).unwrap();
+    std::fs::write(&config, TINY_LLAMA).unwrap();
     let model = hetero_plan::hf::load_config(&config).unwrap();
     let pred = predictor();
     let pred_path = dir.join("predictor.ron");
