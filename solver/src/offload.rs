@@ -70,9 +70,10 @@ impl OpCtx<'_, '_> {
     /// runtime-min keeps activations, and scatters its columns into the
     /// merged output ([`OpCtx::part_copy_us`]); the CPU part's output is
     /// scattered last. ScheInfer's own timeline keeps activations on the
-    /// GPU and overlaps the CG copy with the GG rows; an H100 host's
-    /// replay of that model ran prefill 300 at 3.0× and prefill 16 at 1.4×
-    /// its prediction (`docs/benchmarks.md`, Runtime, "Session 39").
+    /// GPU and overlaps the CG copy with the GG rows; on an H100 host,
+    /// runtime-min ran offload plans costed on that timeline at 3.0× their
+    /// prediction at prefill 300 and 1.4× at prefill 16
+    /// (`docs/benchmarks.md`, offload).
     /// `g_gg` is the GPU time of the resident rows.
     fn offload_cost_with(&self, m: u32, gg: u32, cc: u32, ng: u32, g_gg: f64) -> Cand {
         let o = self.setup.offload.as_ref().expect("offload mode");
@@ -120,7 +121,7 @@ impl OpCtx<'_, '_> {
             } else {
                 0.0
             };
-            let (cpu_time, copies) = beside_each_other(
+            let (cpu_time, copies) = concurrent_cpu_and_copies(
                 self.time(cpu, mc, cc),
                 gg_step,
                 copying,
@@ -228,8 +229,8 @@ impl OpCtx<'_, '_> {
 /// memory, and the GPU's copies beside the CPU's GEMV), 1 where not
 /// measured. On an H100 host, beside each other at decode's `ffn_gate`
 /// shares, the CPU part ran at 0.86–0.89 of its speed alone and the copies
-/// at 0.57–0.62 (`docs/benchmarks.md`, Runtime, "Session 43").
-pub(crate) fn beside_each_other(
+/// at 0.57–0.62 (`docs/benchmarks.md`, offload).
+pub(crate) fn concurrent_cpu_and_copies(
     cpu: f64,
     start: f64,
     copying: f64,

@@ -1235,7 +1235,7 @@ fn the_order_with_the_cheaper_read_back_wins_when_the_gemms_tie() {
 }
 
 /// A CPU whose `aw` GEMMs take 4× its `wt_at` ones up to 32 rows, as long
-/// at 128 and 0.91× from 512 (the 2-core VM's `ffn_down`, session 46).
+/// at 128 and 0.91× from 512 (`ffn_down` on a 2-core x86-64 machine).
 struct OrderTradeOff(Synthetic);
 
 struct TradeOffModel;
@@ -1543,35 +1543,38 @@ fn a_part_of_some_columns_pays_the_host_scatter() {
 
 #[test]
 fn a_cpu_part_beside_weight_copies_runs_at_its_concurrent_factor() {
-    use crate::offload::beside_each_other;
+    use crate::offload::concurrent_cpu_and_copies;
     let close = |a: (f64, f64), b: (f64, f64)| (a.0 - b.0).abs() < 1e-9 && (a.1 - b.1).abs() < 1e-9;
     // No copy, or the part done before the copies start: both alone.
-    assert_eq!(beside_each_other(100.0, 0.0, 0.0, 0.5, 0.5), (100.0, 0.0));
     assert_eq!(
-        beside_each_other(100.0, 150.0, 500.0, 0.5, 0.5),
+        concurrent_cpu_and_copies(100.0, 0.0, 0.0, 0.5, 0.5),
+        (100.0, 0.0)
+    );
+    assert_eq!(
+        concurrent_cpu_and_copies(100.0, 150.0, 500.0, 0.5, 0.5),
         (100.0, 500.0)
     );
     // Wholly inside copies that keep their speed: alone / factor.
     assert!(close(
-        beside_each_other(100.0, 0.0, 500.0, 0.5, 1.0),
+        concurrent_cpu_and_copies(100.0, 0.0, 500.0, 0.5, 1.0),
         (200.0, 500.0)
     ));
     // 20 µs before them, 50 µs of work during 100 µs of copies, the last
     // 30 µs after: 20 + 100 + 30.
     assert!(close(
-        beside_each_other(100.0, 20.0, 100.0, 0.5, 1.0),
+        concurrent_cpu_and_copies(100.0, 20.0, 100.0, 0.5, 1.0),
         (150.0, 100.0)
     ));
     // Both slowed: the CPU's 100 µs at 0.8 end after 125 µs, in which the
     // copies at 0.5 did 62.5 of their 200; the other 137.5 alone.
     assert!(close(
-        beside_each_other(100.0, 0.0, 200.0, 0.8, 0.5),
+        concurrent_cpu_and_copies(100.0, 0.0, 200.0, 0.8, 0.5),
         (125.0, 262.5)
     ));
     // The copies' 50 µs at 0.5 end after 100 µs, in which the CPU at 0.8
     // did 80 of its 300; the other 220 alone.
     assert!(close(
-        beside_each_other(300.0, 0.0, 50.0, 0.8, 0.5),
+        concurrent_cpu_and_copies(300.0, 0.0, 50.0, 0.8, 0.5),
         (320.0, 100.0)
     ));
 
