@@ -189,33 +189,29 @@ impl OpCtx<'_, '_> {
         }
         let align = self.align();
         let g_gg = self.gg_time(m, gg);
-        let search_cc = |ng: u32| -> Option<Cand> {
-            let steps = free / align;
-            let cc_at = |j: u32| if j >= steps { free } else { j * align };
-            let side = |j: u32| {
-                let c = self.offload_cost_with(m, gg, cc_at(j), ng, g_gg);
-                // CPU compute rises with CC, the GPU's falls.
-                c.parts[0] - c.parts[1]
-            };
-            let (mut lo, mut hi) = (0u32, steps);
-            while lo < hi {
-                let mid = (lo + hi) / 2;
-                if side(mid) >= 0.0 {
-                    hi = mid;
-                } else {
-                    lo = mid + 1;
-                }
-            }
-            let mut js: Vec<u32> = (lo.saturating_sub(2)..=(lo + 1).min(steps)).collect();
-            js.extend([0, steps]);
-            // All rows on the CPU is the CPU alone, not an offload.
-            js.into_iter()
-                .filter(|&j| !(gg == 0 && ng == 0 && cc_at(j) == free))
-                .map(|j| self.offload_cost_with(m, gg, cc_at(j), ng, g_gg))
-                .min_by(|a, b| a.total.total_cmp(&b.total))
+        let steps = free / align;
+        let cc_at = |j: u32| if j >= steps { free } else { j * align };
+        let side = |j: u32| {
+            let c = self.offload_cost_with(m, gg, cc_at(j), 0, g_gg);
+            // CPU compute rises with CC, the GPU's falls.
+            c.parts[0] - c.parts[1]
         };
-        let best = search_cc(0)?;
-        Some(best)
+        let (mut lo, mut hi) = (0u32, steps);
+        while lo < hi {
+            let mid = (lo + hi) / 2;
+            if side(mid) >= 0.0 {
+                hi = mid;
+            } else {
+                lo = mid + 1;
+            }
+        }
+        let mut js: Vec<u32> = (lo.saturating_sub(2)..=(lo + 1).min(steps)).collect();
+        js.extend([0, steps]);
+        // All rows on the CPU is the CPU alone, not an offload.
+        js.into_iter()
+            .filter(|&j| !(gg == 0 && cc_at(j) == free))
+            .map(|j| self.offload_cost_with(m, gg, cc_at(j), 0, g_gg))
+            .min_by(|a, b| a.total.total_cmp(&b.total))
     }
 }
 

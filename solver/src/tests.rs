@@ -63,6 +63,14 @@ fn rows_of(s: &Strategy, processor: &str) -> u32 {
     }
 }
 
+/// A copy line of `alpha_us` fixed cost at 10 GB/s.
+fn line(alpha_us: f64) -> hetero_plan::LinearCost {
+    hetero_plan::LinearCost {
+        alpha_us,
+        beta_us_per_byte: 1.0 / 10e3,
+    }
+}
+
 fn check_plan(plan: &Plan) {
     plan.validate()
         .unwrap_or_else(|e| panic!("invalid plan: {e:?}"));
@@ -1081,10 +1089,6 @@ fn a_discrete_processor_alone_pays_its_staging_and_host_overheads() {
 #[test]
 fn staged_costs_replace_the_dma_copies_in_the_planned_order() {
     let mut dev = synthetic::discrete_cpu_gpu();
-    let line = |alpha_us: f64| hetero_plan::LinearCost {
-        alpha_us,
-        beta_us_per_byte: 1.0 / 10e3,
-    };
     let mut s = prefill(128..=128, &[], &["attn_q"]);
     s.graphs = GraphChoice::None;
     s.processors = vec!["cuda".into()];
@@ -1111,10 +1115,6 @@ fn staged_costs_replace_the_dma_copies_in_the_planned_order() {
 #[test]
 fn sizes_that_cross_inside_the_launch_take_their_own_staged_lines() {
     let mut dev = synthetic::discrete_cpu_gpu();
-    let line = |alpha_us: f64| hetero_plan::LinearCost {
-        alpha_us,
-        beta_us_per_byte: 1.0 / 10e3,
-    };
     {
         let o = dev.overheads_mut("cuda").unwrap();
         o.stage_in = Some(line(15.0));
@@ -1160,10 +1160,6 @@ fn a_unified_processor_pays_the_staged_copies_it_measured_and_no_dma() {
     // copies cost nothing, as before profiles measured them; with its
     // staged lines (runtime-min copies into the cpu backend's buffers) a
     // run alone pays them; a DMA line alone is never charged there.
-    let line = |alpha_us: f64| hetero_plan::LinearCost {
-        alpha_us,
-        beta_us_per_byte: 1.0 / 10e3,
-    };
     let k = 4096.0;
     let (bytes_in, bytes_out) = (128.0 * k * 4.0, 128.0 * k * 4.0);
     let copy_at = |dev: &Synthetic| {
@@ -1200,10 +1196,6 @@ fn a_unified_processor_pays_the_staged_copies_it_measured_and_no_dma() {
 fn the_order_with_the_cheaper_read_back_wins_when_the_gemms_tie() {
     // The synthetic GPU's GEMM takes as long in either order, so only the
     // staged read-back tells the orders apart.
-    let line = |alpha_us: f64| hetero_plan::LinearCost {
-        alpha_us,
-        beta_us_per_byte: 1.0 / 10e3,
-    };
     for (aw, wt_at, want) in [
         (21.0, 16.0, OperandOrder::WtAt),
         (16.0, 21.0, OperandOrder::Aw),

@@ -1,7 +1,7 @@
 //! Candidates on dynamic processors: each alone, and row cuts among them.
 
 use super::cand::second_family_best;
-use super::{Cand, INF, OpCtx, Shape};
+use super::{Cand, OpCtx, Shape};
 
 impl OpCtx<'_, '_> {
     /// One dynamic processor alone: its GEMM, plus what runtime-min adds
@@ -58,13 +58,9 @@ impl OpCtx<'_, '_> {
                 }
             })
             .unzip();
-        let procs = &self.setup.procs;
         let hopeless = |out: &[Cand], ps: &[(usize, u32)]| {
             let slowest = ps.iter().map(|&(p, _)| tmin[p]).fold(0.0, f64::max);
-            let sync = ps
-                .iter()
-                .map(|&(p, _)| procs[p].sync_us)
-                .fold(INF, f64::min);
+            let sync = self.least_sync(ps);
             let copies: f64 = ps.iter().map(|&(p, _)| copy[p]).sum();
             self.prune && slowest + sync + copies >= second_family_best(out, m)
         };

@@ -236,13 +236,18 @@ impl OpCtx<'_, '_> {
     /// copies at the cheaper end of the shares it can get (a copy's cost is
     /// linear in the rows).
     fn split_overhead_floor(&self, ps: &[(usize, u32)]) -> f64 {
-        let procs = &self.setup.procs;
-        let sync = ps
-            .iter()
-            .map(|&(p, _)| procs[p].sync_us)
-            .fold(INF, f64::min);
+        let sync = self.least_sync(ps);
         let copy: f64 = ps.iter().map(|&(p, m)| self.copy_floor(p, m)).sum();
         sync + copy
+    }
+
+    /// The cheapest sync among the processors of `ps`: a split pays at
+    /// least that.
+    pub(super) fn least_sync(&self, ps: &[(usize, u32)]) -> f64 {
+        let procs = &self.setup.procs;
+        ps.iter()
+            .map(|&(p, _)| procs[p].sync_us)
+            .fold(INF, f64::min)
     }
 
     /// The least copy cost of a part on `p` at M = `m`, over its shares.
