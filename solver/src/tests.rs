@@ -1330,7 +1330,7 @@ fn first_crossing_returns_a_crossing_of_any_test() {
 }
 
 #[test]
-fn a_blocking_wait_is_costed_beside_the_polling_one() {
+fn a_blocking_wait_is_costed_alongside_the_polling_one() {
     // A split: the side that ends last is waited for, by polling where it
     // has a host flag (the plan's total), by blocking where the runtime
     // is asked to (`sync_block_us`, the synthetic NPU's and GPU's 100 and
@@ -1534,7 +1534,7 @@ fn a_part_of_some_columns_pays_the_host_scatter() {
 }
 
 #[test]
-fn a_cpu_part_beside_weight_copies_runs_at_its_concurrent_factor() {
+fn a_cpu_part_concurrent_with_weight_copies_runs_at_its_concurrent_factor() {
     use crate::offload::concurrent_cpu_and_copies;
     let close = |a: (f64, f64), b: (f64, f64)| (a.0 - b.0).abs() < 1e-9 && (a.1 - b.1).abs() < 1e-9;
     // No copy, or the part done before the copies start: both alone.
