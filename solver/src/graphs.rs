@@ -17,31 +17,9 @@ use rayon::prelude::*;
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use crate::engine::{INF, OpCtx, Setup, Tables};
+use crate::engine::{INF, OpCtx, Setup, Tables, last_token_only};
 use crate::settings::{MAX_AUTO_GRAPHS, fmt_bytes, fmt_us};
 use crate::{Error, Result};
-
-/// Prepare time and buffer memory of graphs on a static processor.
-pub(crate) struct GraphCosts {
-    /// One full-N graph of every operator (the op's weights as graph
-    /// inputs, so one graph serves every layer).
-    pub prepare_full_us: f64,
-    /// Activation buffers of every operator's full-N graph at M = 1, bytes
-    /// (scale by M).
-    pub bytes_per_m: f64,
-}
-
-pub(crate) fn graph_costs(setup: &Setup, s: usize, ops: &[&LinearOp]) -> GraphCosts {
-    let p = &setup.procs[s];
-    let prep = |k: u32, n: u32| {
-        p.prepare
-            .map_or(0.0, |c| c.at(k as f64 * n as f64 * p.wbytes()))
-    };
-    GraphCosts {
-        prepare_full_us: ops.iter().map(|o| prep(o.k, o.n)).sum(),
-        bytes_per_m: ops.iter().map(|o| (o.k + o.n) as f64 * p.abytes()).sum(),
-    }
-}
 
 /// Prepare time and buffer bytes of the graphs every plan needs on static
 /// processor `gi`: the decode sizes, and the M = 1 graph of operators that
@@ -56,10 +34,6 @@ pub(crate) fn reserved(
 ) -> (f64, f64) {
     let g = &setup.graphs[gi];
     let p = &setup.procs[g.p];
-    let prep = |k: u32, n: u32| {
-        p.prepare
-            .map_or(0.0, |c| c.at(k as f64 * n as f64 * p.wbytes()))
-    };
     let (mut us, mut bytes) = (0.0, 0.0);
     let mut add = |cx: &OpCtx, op: &LinearOp, sizes: &[u32]| {
         let st = cx
@@ -68,11 +42,11 @@ pub(crate) fn reserved(
             .find(|st| st.p == g.p)
             .expect("static context");
         for &m in sizes {
-            us += prep(op.k, op.n);
-            bytes += m as f64 * (op.k + op.n) as f64 * p.abytes();
+            us += p.prepare_us(op.k, op.n);
+            bytes += p.graph_bytes(m, op.k, op.n);
             if let Some((r, _)) = st.row_share.get(m) {
-                us += prep(op.k, r);
-                bytes += m as f64 * (op.k + r) as f64 * p.abytes();
+                us += p.prepare_us(op.k, r);
+                bytes += p.graph_bytes(m, op.k, r);
             }
         }
     };
@@ -82,10 +56,7 @@ pub(crate) fn reserved(
             let cx = OpCtx::new(setup, op, Phase::Decode, max);
             add(&cx, op, &g.decode);
         }
-        if has_prefill
-            && crate::engine::last_token_only(op, Phase::Prefill)
-            && !g.decode.contains(&1)
-        {
+        if has_prefill && last_token_only(op, Phase::Prefill) && !g.decode.contains(&1) {
             let cx = OpCtx::new(setup, op, Phase::Prefill, 1);
             add(&cx, op, &[1]);
         }
@@ -137,11 +108,6 @@ pub(crate) fn sample(points: &[(u32, f64)], solved: &[u32], max_samples: usize) 
     out
 }
 
-/// The result of a choice.
-pub(crate) struct Chosen {
-    pub sizes: Vec<u32>,
-}
-
 /// The candidate sizes for a static processor: multiples of its tile up to
 /// the longest length, at most 256 of them.
 pub(crate) fn pool(max_len: u32, tile: u32) -> Vec<u32> {
@@ -155,9 +121,9 @@ pub(crate) fn pool(max_len: u32, tile: u32) -> Vec<u32> {
 }
 
 /// Chooses the prefill sizes of static processor `s` (index into
-/// `setup.procs`; its entry in `setup.graphs` is `gi`). `reserved_us` and
-/// `reserved_bytes` are already spent on decode graphs. `tables` holds the
-/// prefill predictions of every operator.
+/// `setup.procs`; its entry in `setup.graphs` is `gi`), sorted. `reserved_us`
+/// and `reserved_bytes` are already spent on decode graphs. `tables` holds
+/// the prefill predictions of every operator.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn choose(
     setup: &Setup,
@@ -170,32 +136,62 @@ pub(crate) fn choose(
     mem_budget: Option<u64>,
     reserved_us: f64,
     reserved_bytes: f64,
-) -> Result<Chosen> {
+) -> Result<Vec<u32>> {
     let s = setup.graphs[gi].p;
-    let sp = &setup.procs[s];
     let max_len = *solved.last().expect("lengths checked non-empty");
-    let pool = pool(max_len, sp.tile);
-    let mut tmp = setup.clone();
-    for (j, g) in tmp.graphs.iter_mut().enumerate() {
-        if j == gi {
-            g.prefill = pool.clone();
-        }
-    }
+    let pool = pool(max_len, setup.procs[s].tile);
     let samples = sample(dist, solved, 1024);
-    let costs = graph_costs(setup, s, ops);
-    // Per op: weighted dynamic-only cost per sample, and per size the
-    // weighted cost when that size is prepared.
-    struct Terms {
-        /// Per sample: the dynamic processors' best.
-        base: Vec<f64>,
-        /// Per candidate size, per sample: the best with that size.
-        with: Vec<Vec<f32>>,
-        rows_at: Vec<bool>,
-    }
-    let terms: Vec<Terms> = ops
-        .par_iter()
+    let terms = size_terms(
+        &with_pool(setup, gi, &pool),
+        s,
+        ops,
+        tables,
+        &samples,
+        &pool,
+    );
+    let costs = SizeCosts::new(setup, s, ops, &terms, &pool);
+    let budget = Budget {
+        prepare_us: prepare_budget_us,
+        bytes: mem_budget.map(|b| b as f64).unwrap_or(INF),
+    };
+    costs.check_any_fits(&setup.procs[s].id, &budget, reserved_us, reserved_bytes)?;
+    let chosen = greedy(&terms, &costs, &budget, reserved_us, reserved_bytes);
+    let mut sizes: Vec<u32> = chosen.into_iter().map(|ci| pool[ci]).collect();
+    sizes.sort_unstable();
+    Ok(sizes)
+}
+
+/// The setup with every candidate size prepared on static processor `gi`.
+fn with_pool<'a>(setup: &Setup<'a>, gi: usize, pool: &[u32]) -> Setup<'a> {
+    let mut tmp = setup.clone();
+    tmp.graphs[gi].prefill = pool.to_vec();
+    tmp
+}
+
+/// One operator's weighted costs over the samples.
+struct Terms {
+    /// Per sample: the dynamic processors' best.
+    base: Vec<f64>,
+    /// Per candidate size, per sample: the best with that size.
+    with: Vec<Vec<f32>>,
+    /// Per candidate size: a row cut can use a row-share graph there.
+    rows_at: Vec<bool>,
+}
+
+/// Per operator: the weighted dynamic-only cost per sample, and per
+/// candidate size the weighted cost when that size is prepared. `setup`
+/// has every size of `pool` prepared on static processor `s`.
+fn size_terms(
+    setup: &Setup,
+    s: usize,
+    ops: &[&LinearOp],
+    tables: &HashMap<String, Arc<Tables>>,
+    samples: &[(u32, f64)],
+    pool: &[u32],
+) -> Vec<Terms> {
+    ops.par_iter()
         .map(|op| {
-            let cx = OpCtx::with_tables(&tmp, op, Phase::Prefill, tables[&op.name].clone());
+            let cx = OpCtx::with_tables(setup, op, Phase::Prefill, tables[&op.name].clone());
             let st = cx
                 .statics
                 .iter()
@@ -236,67 +232,108 @@ pub(crate) fn choose(
                 rows_at,
             }
         })
-        .collect();
+        .collect()
+}
 
-    // Conservative costs: a full graph per operator, plus a row-share
-    // graph wherever a row cut could use one.
-    let row_ops: Vec<f64> = (0..pool.len())
-        .map(|ci| {
-            ops.iter()
-                .zip(&terms)
-                .filter(|(_, t)| t.rows_at[ci])
-                .map(|(o, _)| {
-                    sp.prepare
-                        .map_or(0.0, |c| c.at(o.k as f64 * o.n as f64 * sp.wbytes()))
-                })
-                .sum()
-        })
-        .collect();
-    let prep: Vec<f64> = (0..pool.len())
-        .map(|ci| costs.prepare_full_us + row_ops[ci])
-        .collect();
-    let mem: Vec<f64> = pool
-        .iter()
-        .map(|&c| 2.0 * c as f64 * costs.bytes_per_m)
-        .collect();
-    let mem_budget = mem_budget.map(|b| b as f64).unwrap_or(INF);
+/// The prepare-time and memory budgets of a static processor.
+struct Budget {
+    prepare_us: f64,
+    bytes: f64,
+}
 
-    let fits = |ci: usize, sp_us: f64, sp_b: f64| {
-        sp_us + prep[ci] <= prepare_budget_us && sp_b + mem[ci] <= mem_budget
-    };
-    if !pool.is_empty() && !(0..pool.len()).any(|ci| fits(ci, reserved_us, reserved_bytes)) {
-        let (ci, _) = prep
+/// Per candidate size, what preparing it costs.
+struct SizeCosts {
+    /// Prepare time, µs.
+    prep: Vec<f64>,
+    /// Buffer memory, bytes.
+    mem: Vec<f64>,
+}
+
+impl SizeCosts {
+    /// Conservative costs: a full graph per operator, plus a row-share
+    /// graph wherever a row cut could use one; buffers for input and output
+    /// of every operator's full graph.
+    fn new(setup: &Setup, s: usize, ops: &[&LinearOp], terms: &[Terms], pool: &[u32]) -> Self {
+        let sp = &setup.procs[s];
+        let prepare_full_us: f64 = ops.iter().map(|o| sp.prepare_us(o.k, o.n)).sum();
+        let bytes_per_m: f64 = ops.iter().map(|o| sp.graph_bytes(1, o.k, o.n)).sum();
+        let prep = (0..pool.len())
+            .map(|ci| {
+                let row_ops: f64 = ops
+                    .iter()
+                    .zip(terms)
+                    .filter(|(_, t)| t.rows_at[ci])
+                    .map(|(o, _)| sp.prepare_us(o.k, o.n))
+                    .sum();
+                prepare_full_us + row_ops
+            })
+            .collect();
+        let mem = pool.iter().map(|&c| 2.0 * c as f64 * bytes_per_m).collect();
+        SizeCosts { prep, mem }
+    }
+
+    /// Size `ci` fits beside `spent_us` and `spent_bytes` already spent.
+    fn fits(&self, ci: usize, budget: &Budget, spent_us: f64, spent_bytes: f64) -> bool {
+        spent_us + self.prep[ci] <= budget.prepare_us && spent_bytes + self.mem[ci] <= budget.bytes
+    }
+
+    /// Refuses budgets that leave room for no size at all, naming the
+    /// budget that is short and what the cheapest size needs.
+    fn check_any_fits(
+        &self,
+        processor: &str,
+        budget: &Budget,
+        reserved_us: f64,
+        reserved_bytes: f64,
+    ) -> Result<()> {
+        let n = self.prep.len();
+        if n == 0 || (0..n).any(|ci| self.fits(ci, budget, reserved_us, reserved_bytes)) {
+            return Ok(());
+        }
+        let (ci, _) = self
+            .prep
             .iter()
             .enumerate()
             .min_by(|a, b| a.1.total_cmp(b.1))
             .expect("pool is not empty");
-        if reserved_us + prep[ci] > prepare_budget_us {
+        if reserved_us + self.prep[ci] > budget.prepare_us {
             return Err(Error::BudgetTooSmall {
                 what: "prepare-time",
-                processor: sp.id.clone(),
-                need: fmt_us(reserved_us + prep[ci]),
-                budget: fmt_us(prepare_budget_us),
+                processor: processor.into(),
+                need: fmt_us(reserved_us + self.prep[ci]),
+                budget: fmt_us(budget.prepare_us),
             });
         }
-        let ci = (0..pool.len())
-            .min_by(|&a, &b| mem[a].total_cmp(&mem[b]))
+        let ci = (0..n)
+            .min_by(|&a, &b| self.mem[a].total_cmp(&self.mem[b]))
             .expect("pool is not empty");
-        return Err(Error::BudgetTooSmall {
+        Err(Error::BudgetTooSmall {
             what: "memory",
-            processor: sp.id.clone(),
-            need: fmt_bytes((reserved_bytes + mem[ci]) as u64),
-            budget: fmt_bytes(mem_budget as u64),
-        });
+            processor: processor.into(),
+            need: fmt_bytes((reserved_bytes + self.mem[ci]) as u64),
+            budget: fmt_bytes(budget.bytes as u64),
+        })
     }
+}
 
+/// The greedy choice: from no size, add the size that lowers the expected
+/// latency most while both budgets hold, until no size gains. Returns the
+/// chosen indices into the pool, in the order chosen.
+fn greedy(
+    terms: &[Terms],
+    costs: &SizeCosts,
+    budget: &Budget,
+    reserved_us: f64,
+    reserved_bytes: f64,
+) -> Vec<usize> {
     let mut cur: Vec<Vec<f64>> = terms.iter().map(|t| t.base.clone()).collect();
     let total = |cur: &Vec<Vec<f64>>| cur.iter().flatten().sum::<f64>();
     let mut chosen: Vec<usize> = vec![];
     let (mut spent_us, mut spent_b) = (reserved_us, reserved_bytes);
     while chosen.len() < MAX_AUTO_GRAPHS {
-        let gains: Vec<(usize, f64)> = (0..pool.len())
+        let gains: Vec<(usize, f64)> = (0..costs.prep.len())
             .into_par_iter()
-            .filter(|ci| !chosen.contains(ci) && fits(*ci, spent_us, spent_b))
+            .filter(|ci| !chosen.contains(ci) && costs.fits(*ci, budget, spent_us, spent_b))
             .map(|ci| {
                 let g: f64 = terms
                     .iter()
@@ -327,13 +364,11 @@ pub(crate) fn choose(
                 *now = now.min(w as f64);
             }
         }
-        spent_us += prep[ci];
-        spent_b += mem[ci];
+        spent_us += costs.prep[ci];
+        spent_b += costs.mem[ci];
         chosen.push(ci);
     }
-    let mut sizes: Vec<u32> = chosen.into_iter().map(|ci| pool[ci]).collect();
-    sizes.sort_unstable();
-    Ok(Chosen { sizes })
+    chosen
 }
 
 #[cfg(test)]

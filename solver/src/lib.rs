@@ -50,19 +50,5 @@ pub use oracle::{GemmModel, LatencyOracle};
 pub use settings::{Distribution, GraphChoice, Settings};
 pub use solve::solve;
 
-use hetero_plan::{FingerprintMismatch, ModelSpec, Plan, Predictor};
-
-/// Refuses a plan solved for another predictor or model; the runtime calls
-/// this before following a plan. `predictor_name` is only for messages.
-pub fn check_plan(
-    plan: &Plan,
-    predictor: Option<(&Predictor, &str)>,
-    model: Option<&ModelSpec>,
-) -> std::result::Result<(), FingerprintMismatch> {
-    let p = predictor.map(|(p, name)| p.fingerprint(name));
-    let m = model.map(ModelSpec::fingerprint);
-    plan.check_inputs(p.as_ref(), m.as_ref())
-}
-
 #[cfg(test)]
 mod tests;

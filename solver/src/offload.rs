@@ -70,9 +70,10 @@ impl OpCtx<'_, '_> {
     /// runtime-min keeps activations, and scatters its columns into the
     /// merged output ([`OpCtx::part_copy_us`]); the CPU part's output is
     /// scattered last. ScheInfer's own timeline keeps activations on the
-    /// GPU and overlaps the CG copy with the GG rows; an H100 host's
-    /// replay of that model ran prefill 300 at 3.0× and prefill 16 at 1.4×
-    /// its prediction (`docs/benchmarks.md`, Runtime, "Session 39").
+    /// GPU and overlaps the CG copy with the GG rows; on an H100 host,
+    /// runtime-min ran offload plans costed on that timeline at 3.0× their
+    /// prediction at prefill 300 and 1.4× at prefill 16
+    /// (`docs/benchmarks.md`, offload).
     /// `g_gg` is the GPU time of the resident rows.
     fn offload_cost_with(&self, m: u32, gg: u32, cc: u32, ng: u32, g_gg: f64) -> Cand {
         let o = self.setup.offload.as_ref().expect("offload mode");
@@ -120,7 +121,7 @@ impl OpCtx<'_, '_> {
             } else {
                 0.0
             };
-            let (cpu_time, copies) = beside_each_other(
+            let (cpu_time, copies) = concurrent_cpu_and_copies(
                 self.time(cpu, mc, cc),
                 gg_step,
                 copying,
@@ -188,33 +189,29 @@ impl OpCtx<'_, '_> {
         }
         let align = self.align();
         let g_gg = self.gg_time(m, gg);
-        let search_cc = |ng: u32| -> Option<Cand> {
-            let steps = free / align;
-            let cc_at = |j: u32| if j >= steps { free } else { j * align };
-            let side = |j: u32| {
-                let c = self.offload_cost_with(m, gg, cc_at(j), ng, g_gg);
-                // CPU compute rises with CC, the GPU's falls.
-                c.parts[0] - c.parts[1]
-            };
-            let (mut lo, mut hi) = (0u32, steps);
-            while lo < hi {
-                let mid = (lo + hi) / 2;
-                if side(mid) >= 0.0 {
-                    hi = mid;
-                } else {
-                    lo = mid + 1;
-                }
-            }
-            let mut js: Vec<u32> = (lo.saturating_sub(2)..=(lo + 1).min(steps)).collect();
-            js.extend([0, steps]);
-            // All rows on the CPU is the CPU alone, not an offload.
-            js.into_iter()
-                .filter(|&j| !(gg == 0 && ng == 0 && cc_at(j) == free))
-                .map(|j| self.offload_cost_with(m, gg, cc_at(j), ng, g_gg))
-                .min_by(|a, b| a.total.total_cmp(&b.total))
+        let steps = free / align;
+        let cc_at = |j: u32| if j >= steps { free } else { j * align };
+        let side = |j: u32| {
+            let c = self.offload_cost_with(m, gg, cc_at(j), 0, g_gg);
+            // CPU compute rises with CC, the GPU's falls.
+            c.parts[0] - c.parts[1]
         };
-        let best = search_cc(0)?;
-        Some(best)
+        let (mut lo, mut hi) = (0u32, steps);
+        while lo < hi {
+            let mid = (lo + hi) / 2;
+            if side(mid) >= 0.0 {
+                hi = mid;
+            } else {
+                lo = mid + 1;
+            }
+        }
+        let mut js: Vec<u32> = (lo.saturating_sub(2)..=(lo + 1).min(steps)).collect();
+        js.extend([0, steps]);
+        // All rows on the CPU is the CPU alone, not an offload.
+        js.into_iter()
+            .filter(|&j| !(gg == 0 && cc_at(j) == free))
+            .map(|j| self.offload_cost_with(m, gg, cc_at(j), 0, g_gg))
+            .min_by(|a, b| a.total.total_cmp(&b.total))
     }
 }
 
@@ -228,8 +225,8 @@ impl OpCtx<'_, '_> {
 /// memory, and the GPU's copies beside the CPU's GEMV), 1 where not
 /// measured. On an H100 host, beside each other at decode's `ffn_gate`
 /// shares, the CPU part ran at 0.86–0.89 of its speed alone and the copies
-/// at 0.57–0.62 (`docs/benchmarks.md`, Runtime, "Session 43").
-pub(crate) fn beside_each_other(
+/// at 0.57–0.62 (`docs/benchmarks.md`, offload).
+pub(crate) fn concurrent_cpu_and_copies(
     cpu: f64,
     start: f64,
     copying: f64,

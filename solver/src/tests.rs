@@ -63,6 +63,14 @@ fn rows_of(s: &Strategy, processor: &str) -> u32 {
     }
 }
 
+/// A copy line of `alpha_us` fixed cost at 10 GB/s.
+fn line(alpha_us: f64) -> hetero_plan::LinearCost {
+    hetero_plan::LinearCost {
+        alpha_us,
+        beta_us_per_byte: 1.0 / 10e3,
+    }
+}
+
 fn check_plan(plan: &Plan) {
     plan.validate()
         .unwrap_or_else(|e| panic!("invalid plan: {e:?}"));
@@ -1081,10 +1089,6 @@ fn a_discrete_processor_alone_pays_its_staging_and_host_overheads() {
 #[test]
 fn staged_costs_replace_the_dma_copies_in_the_planned_order() {
     let mut dev = synthetic::discrete_cpu_gpu();
-    let line = |alpha_us: f64| hetero_plan::LinearCost {
-        alpha_us,
-        beta_us_per_byte: 1.0 / 10e3,
-    };
     let mut s = prefill(128..=128, &[], &["attn_q"]);
     s.graphs = GraphChoice::None;
     s.processors = vec!["cuda".into()];
@@ -1111,10 +1115,6 @@ fn staged_costs_replace_the_dma_copies_in_the_planned_order() {
 #[test]
 fn sizes_that_cross_inside_the_launch_take_their_own_staged_lines() {
     let mut dev = synthetic::discrete_cpu_gpu();
-    let line = |alpha_us: f64| hetero_plan::LinearCost {
-        alpha_us,
-        beta_us_per_byte: 1.0 / 10e3,
-    };
     {
         let o = dev.overheads_mut("cuda").unwrap();
         o.stage_in = Some(line(15.0));
@@ -1160,10 +1160,6 @@ fn a_unified_processor_pays_the_staged_copies_it_measured_and_no_dma() {
     // copies cost nothing, as before profiles measured them; with its
     // staged lines (runtime-min copies into the cpu backend's buffers) a
     // run alone pays them; a DMA line alone is never charged there.
-    let line = |alpha_us: f64| hetero_plan::LinearCost {
-        alpha_us,
-        beta_us_per_byte: 1.0 / 10e3,
-    };
     let k = 4096.0;
     let (bytes_in, bytes_out) = (128.0 * k * 4.0, 128.0 * k * 4.0);
     let copy_at = |dev: &Synthetic| {
@@ -1200,10 +1196,6 @@ fn a_unified_processor_pays_the_staged_copies_it_measured_and_no_dma() {
 fn the_order_with_the_cheaper_read_back_wins_when_the_gemms_tie() {
     // The synthetic GPU's GEMM takes as long in either order, so only the
     // staged read-back tells the orders apart.
-    let line = |alpha_us: f64| hetero_plan::LinearCost {
-        alpha_us,
-        beta_us_per_byte: 1.0 / 10e3,
-    };
     for (aw, wt_at, want) in [
         (21.0, 16.0, OperandOrder::WtAt),
         (16.0, 21.0, OperandOrder::Aw),
@@ -1235,7 +1227,7 @@ fn the_order_with_the_cheaper_read_back_wins_when_the_gemms_tie() {
 }
 
 /// A CPU whose `aw` GEMMs take 4× its `wt_at` ones up to 32 rows, as long
-/// at 128 and 0.91× from 512 (the 2-core VM's `ffn_down`, session 46).
+/// at 128 and 0.91× from 512 (`ffn_down` on a 2-core x86-64 machine).
 struct OrderTradeOff(Synthetic);
 
 struct TradeOffModel;
@@ -1338,7 +1330,7 @@ fn first_crossing_returns_a_crossing_of_any_test() {
 }
 
 #[test]
-fn a_blocking_wait_is_costed_beside_the_polling_one() {
+fn a_blocking_wait_is_costed_alongside_the_polling_one() {
     // A split: the side that ends last is waited for, by polling where it
     // has a host flag (the plan's total), by blocking where the runtime
     // is asked to (`sync_block_us`, the synthetic NPU's and GPU's 100 and
@@ -1542,36 +1534,39 @@ fn a_part_of_some_columns_pays_the_host_scatter() {
 }
 
 #[test]
-fn a_cpu_part_beside_weight_copies_runs_at_its_concurrent_factor() {
-    use crate::offload::beside_each_other;
+fn a_cpu_part_concurrent_with_weight_copies_runs_at_its_concurrent_factor() {
+    use crate::offload::concurrent_cpu_and_copies;
     let close = |a: (f64, f64), b: (f64, f64)| (a.0 - b.0).abs() < 1e-9 && (a.1 - b.1).abs() < 1e-9;
     // No copy, or the part done before the copies start: both alone.
-    assert_eq!(beside_each_other(100.0, 0.0, 0.0, 0.5, 0.5), (100.0, 0.0));
     assert_eq!(
-        beside_each_other(100.0, 150.0, 500.0, 0.5, 0.5),
+        concurrent_cpu_and_copies(100.0, 0.0, 0.0, 0.5, 0.5),
+        (100.0, 0.0)
+    );
+    assert_eq!(
+        concurrent_cpu_and_copies(100.0, 150.0, 500.0, 0.5, 0.5),
         (100.0, 500.0)
     );
     // Wholly inside copies that keep their speed: alone / factor.
     assert!(close(
-        beside_each_other(100.0, 0.0, 500.0, 0.5, 1.0),
+        concurrent_cpu_and_copies(100.0, 0.0, 500.0, 0.5, 1.0),
         (200.0, 500.0)
     ));
     // 20 µs before them, 50 µs of work during 100 µs of copies, the last
     // 30 µs after: 20 + 100 + 30.
     assert!(close(
-        beside_each_other(100.0, 20.0, 100.0, 0.5, 1.0),
+        concurrent_cpu_and_copies(100.0, 20.0, 100.0, 0.5, 1.0),
         (150.0, 100.0)
     ));
     // Both slowed: the CPU's 100 µs at 0.8 end after 125 µs, in which the
     // copies at 0.5 did 62.5 of their 200; the other 137.5 alone.
     assert!(close(
-        beside_each_other(100.0, 0.0, 200.0, 0.8, 0.5),
+        concurrent_cpu_and_copies(100.0, 0.0, 200.0, 0.8, 0.5),
         (125.0, 262.5)
     ));
     // The copies' 50 µs at 0.5 end after 100 µs, in which the CPU at 0.8
     // did 80 of its 300; the other 220 alone.
     assert!(close(
-        beside_each_other(300.0, 0.0, 50.0, 0.8, 0.5),
+        concurrent_cpu_and_copies(300.0, 0.0, 50.0, 0.8, 0.5),
         (320.0, 100.0)
     ));
 

@@ -1,0 +1,384 @@
+//! One operator in one phase: its tables, the state of every static-graph
+//! processor, the contention and sync rules that assemble a candidate, and
+//! the cell of candidates at one length.
+
+use hetero_plan::{LinearOp, OperandOrder, Phase, ProcessorKind};
+
+use super::cand::FamilyKey;
+use super::proc::CORE_SHARE;
+use super::{Cand, INF, Setup, Shape, Small, Tables, Times, last_token_only, predict, table_top};
+
+/// The row share prepared at each size, sorted by size: `(size, rows, the
+/// static part's time at that share)`.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct RowShares(pub Vec<(u32, u32, f64)>);
+
+impl RowShares {
+    pub fn get(&self, size: u32) -> Option<(u32, f64)> {
+        self.0
+            .binary_search_by_key(&size, |x| x.0)
+            .ok()
+            .map(|i| (self.0[i].1, self.0[i].2))
+    }
+}
+
+/// Per-static-processor state of one operator.
+pub(crate) struct StaticCtx {
+    pub p: usize,
+    /// Prepared sizes (M), increasing.
+    pub sizes: Vec<u32>,
+    /// `exact[t]`: least time to run exactly `t` tokens as prepared graphs
+    /// one after the other (INF when no combination adds up to `t`).
+    pub exact: Vec<f64>,
+    /// The last graph of that combination.
+    pub back: Vec<u32>,
+    /// Values of `t` with a finite `exact[t]`, increasing.
+    pub reach: Vec<u32>,
+    /// The row share prepared at each size (when a row cut can use it) and
+    /// the static part's time at that share.
+    pub row_share: RowShares,
+}
+
+impl StaticCtx {
+    pub fn smallest_ge(&self, m: u32) -> Option<u32> {
+        let i = self.sizes.partition_point(|&g| g < m);
+        self.sizes.get(i).copied()
+    }
+
+    pub fn has(&self, m: u32) -> bool {
+        self.sizes.binary_search(&m).is_ok()
+    }
+
+    pub fn graphs_for(&self, mut t: u32) -> Vec<u32> {
+        let mut v = vec![];
+        while t > 0 {
+            let g = self.back[t as usize];
+            v.push(g);
+            t -= g;
+        }
+        v.sort_unstable_by(|a, b| b.cmp(a));
+        v
+    }
+}
+
+/// One operator in one phase: prediction tables and candidate generation.
+pub(crate) struct OpCtx<'s, 'a> {
+    pub setup: &'s Setup<'a>,
+    pub op: &'s LinearOp,
+    pub phase: Phase,
+    pub k: u32,
+    pub n: u32,
+    pub tables: std::sync::Arc<Tables>,
+    pub statics: Vec<StaticCtx>,
+    /// Offload mode: rows resident on the GPU.
+    pub resident: Option<u32>,
+    /// Offload mode: the CC rows of the one-token decode slicing.
+    pub decode_cc: std::sync::OnceLock<Option<u32>>,
+    /// Skip candidates that can be neither winner nor runner-up (off when
+    /// explaining, which lists every family).
+    pub prune: bool,
+}
+
+/// The candidates of one cell.
+pub(crate) struct Cell {
+    pub m: u32,
+    pub instances: u32,
+    /// Best candidate per family, cheapest first.
+    pub cands: Vec<Cand>,
+}
+
+impl<'s, 'a> OpCtx<'s, 'a> {
+    /// Builds the tables up to M = `max_m` (and every graph size).
+    pub fn new(setup: &'s Setup<'a>, op: &'s LinearOp, phase: Phase, max_m: u32) -> Self {
+        let top = table_top(setup, phase, max_m);
+        let t = Tables::new(setup, op, phase, top, max_m, None, None);
+        Self::with_tables(setup, op, phase, std::sync::Arc::new(t))
+    }
+
+    /// Builds the context on tables made earlier.
+    pub fn with_tables(
+        setup: &'s Setup<'a>,
+        op: &'s LinearOp,
+        phase: Phase,
+        tables: std::sync::Arc<Tables>,
+    ) -> Self {
+        let mut cx = OpCtx {
+            setup,
+            op,
+            phase,
+            k: op.k,
+            n: op.n,
+            tables,
+            statics: vec![],
+            resident: setup
+                .offload
+                .as_ref()
+                .map(|o| o.resident.get(&op.name).copied().unwrap_or(0)),
+            prune: true,
+            decode_cc: std::sync::OnceLock::new(),
+        };
+        if setup.offload.is_none() {
+            for g in &setup.graphs {
+                let sizes = if last_token_only(op, phase) {
+                    vec![1]
+                } else {
+                    g.sizes(phase).to_vec()
+                };
+                let top = cx
+                    .tables
+                    .full
+                    .first()
+                    .map_or(1, |v| v.len() - 1)
+                    .max(sizes.last().copied().unwrap_or(0) as usize);
+                let st = cx.static_ctx(g.p, sizes, top);
+                cx.statics.push(st);
+            }
+        }
+        cx
+    }
+
+    /// The operand order of processor `p`.
+    pub fn order(&self, p: usize) -> OperandOrder {
+        self.tables.orders[p]
+    }
+
+    /// Time of the whole operator at M = m on `p` (from the table when it
+    /// covers `m`).
+    pub fn full(&self, p: usize, m: u32) -> f64 {
+        match self.tables.full[p].get(m as usize) {
+            Some(t) if !t.is_nan() => *t,
+            _ => predict(&self.setup.procs[p], m, self.k, self.n, self.order(p)),
+        }
+    }
+
+    fn static_ctx(&self, p: usize, sizes: Vec<u32>, top: usize) -> StaticCtx {
+        let mut exact = vec![INF; top + 1];
+        let mut back = vec![0u32; top + 1];
+        exact[0] = 0.0;
+        // Larger graphs first: on ties, fewer graphs.
+        let graph_us: Vec<(usize, u32, f64)> = sizes
+            .iter()
+            .rev()
+            .map(|&g| (g as usize, g, self.full(p, g)))
+            .collect();
+        for t in 1..=top {
+            for &(gu, g, tg) in &graph_us {
+                if gu <= t && exact[t - gu].is_finite() {
+                    let c = exact[t - gu] + tg;
+                    if c < exact[t] {
+                        exact[t] = c;
+                        back[t] = g;
+                    }
+                }
+            }
+        }
+        let reach = (1..=top as u32)
+            .filter(|&t| exact[t as usize].is_finite())
+            .collect();
+        let mut st = StaticCtx {
+            p,
+            sizes: sizes.clone(),
+            exact,
+            back,
+            reach,
+            row_share: RowShares::default(),
+        };
+        // A row-share graph is prepared only where a row cut beats the
+        // static processor alone at that very size.
+        for &g in &sizes {
+            if let Some(c) = self.best_free_rows(p, g)
+                && c.total < self.full(p, g)
+            {
+                let (_, rows) = match &c.shape {
+                    Shape::Rows { parts, .. } => *parts.iter().find(|x| x.0 == p).unwrap(),
+                    _ => unreachable!(),
+                };
+                st.row_share.0.push((g, rows, self.time(p, g, rows)));
+            }
+        }
+        st
+    }
+
+    /// The share of its speed alone that `p` keeps while it runs a part of
+    /// a split beside the processors in `with`. Two processors on the same
+    /// host cores (a cpu-backend group and an OpenCL CPU device such as
+    /// PoCL, which takes every core) time-share them: at most
+    /// [`CORE_SHARE`] each, in every phase. Otherwise the parts share
+    /// memory bandwidth, which matters in decode: the measured concurrent
+    /// factor there, 1 in prefill. A discrete GPU's resident weights are in
+    /// memory of its own, which no other processor reads: 1. Its measured
+    /// factor is about its weight copies from host memory
+    /// (`bandwidth_concurrent`), which offload's CG rows make
+    /// ([`crate::offload::concurrent_cpu_and_copies`]).
+    pub fn contention(&self, p: usize, with: impl IntoIterator<Item = usize>) -> f64 {
+        let procs = &self.setup.procs;
+        let cpu = |q: usize| procs[q].kind == ProcessorKind::Cpu;
+        let mut others: Small<usize, 8> = Small::new();
+        for q in with.into_iter().filter(|&q| q != p) {
+            others.push(q);
+        }
+        let shares_cores = cpu(p)
+            && others
+                .iter()
+                .any(|&q| cpu(q) && (procs[p].on_all_host_cores || procs[q].on_all_host_cores));
+        if shares_cores {
+            procs[p].concurrent.min(CORE_SHARE)
+        } else if self.phase == Phase::Decode
+            && !procs[p].discrete_gpu()
+            && !(procs[p].host_memory() && others.iter().all(|&q| procs[q].discrete_gpu()))
+        {
+            procs[p].concurrent
+        } else {
+            // Beside discrete GPUs whose weights are resident, a processor
+            // on host memory shares no bandwidth: its measured factor is
+            // about those GPUs copying from host memory
+            // (`bandwidth_concurrent`), which only offload's CG rows do.
+            1.0
+        }
+    }
+
+    /// Time of M = m over `rows` output rows on processor `p`, µs.
+    pub fn time(&self, p: usize, m: u32, rows: u32) -> f64 {
+        if rows == self.n {
+            return self.full(p, m);
+        }
+        predict(&self.setup.procs[p], m, self.k, rows, self.order(p))
+    }
+
+    pub fn dynamic(&self) -> impl Iterator<Item = usize> + '_ {
+        (0..self.setup.procs.len()).filter(|&p| !self.setup.procs[p].static_graphs)
+    }
+
+    /// The dynamic processors that can take part in a split.
+    pub fn splittable_dynamic(&self) -> impl Iterator<Item = usize> + '_ {
+        self.dynamic().filter(|&d| self.setup.procs[d].can_split)
+    }
+
+    /// Row alignment for this operator (halved until two parts fit).
+    pub fn align(&self) -> u32 {
+        let mut a = self.setup.row_align.max(1);
+        while a > 1 && self.n < 2 * a {
+            a /= 2;
+        }
+        a
+    }
+
+    /// Assembles a candidate: `max(parts) + sync + copy`, with each part of
+    /// a split slowed by its [`contention`](Self::contention).
+    pub fn finish(&self, shape: Shape, raw: &[(usize, f64)], copy: f64) -> Cand {
+        let procs = &self.setup.procs;
+        let split = raw.len() > 1;
+        let mut parts = Times::new();
+        for &(p, t) in raw {
+            parts.push(if split {
+                t / self.contention(p, raw.iter().map(|&(q, _)| q))
+            } else {
+                t
+            });
+        }
+        let ((sync, sync_block), rule) = if split {
+            let dom = (0..parts.len())
+                .max_by(|&a, &b| parts[a].total_cmp(&parts[b]))
+                .unwrap();
+            let dp = &procs[raw[dom].0];
+            let submits: f64 = raw
+                .iter()
+                .enumerate()
+                .filter(|&(i, &(p, _))| i != dom && procs[p].queue)
+                .map(|(_, &(p, _))| procs[p].submit_us)
+                .sum();
+            let rule = if submits > 0.0 {
+                "sync on the dominant side + resubmission of the queued side"
+            } else if dp.queue {
+                "queue-dominant: sync on it, no resubmission"
+            } else {
+                "sync on the dominant side"
+            };
+            ((dp.sync_us + submits, dp.sync_block_us + submits), rule)
+        } else {
+            ((0.0, 0.0), "")
+        };
+        let max = parts.iter().cloned().fold(0.0, f64::max);
+        Cand {
+            shape,
+            total: max + sync + copy,
+            parts,
+            sync,
+            sync_block,
+            copy,
+            sync_rule: rule,
+        }
+    }
+
+    /// Every candidate family at one length, best of each family first.
+    pub fn cell(&self, len: u32) -> Cell {
+        let (m, instances) = self.rows(len);
+        self.cell_at(m, instances)
+    }
+
+    /// Rows per instance and instances at a length.
+    pub fn rows(&self, len: u32) -> (u32, u32) {
+        let (shape, instances) = self
+            .op
+            .gemms(self.phase, len)
+            .expect("operator dimensions are positive");
+        (shape.m.get(), instances)
+    }
+
+    /// The cell of `instances` GEMMs of M = `m` (lengths with the same rows
+    /// share it: the lm_head in prefill, routed experts).
+    pub fn cell_at(&self, m: u32, instances: u32) -> Cell {
+        let mut cands = if self.setup.offload.is_some() {
+            self.offload_cands(m)
+        } else {
+            self.cands(m)
+        };
+        cands.retain(|c| c.total.is_finite());
+        let mut best: Vec<(FamilyKey, Cand)> = Vec::with_capacity(cands.len());
+        for c in cands {
+            let key = c.family(m);
+            match best.iter_mut().find(|(k, _)| *k == key) {
+                Some((_, b)) if b.total <= c.total => {}
+                Some((_, b)) => *b = c,
+                None => best.push((key, c)),
+            }
+        }
+        let mut cands: Vec<Cand> = best
+            .into_iter()
+            .map(|(_, c)| c.scale(instances as f64))
+            .collect();
+        // Ties are broken by family, so the order never depends on hashing.
+        let key = |c: &Cand| {
+            let (kind, procs, variant) = c.family(m);
+            (kind as u8, procs, variant)
+        };
+        cands.sort_by(|a, b| {
+            a.total
+                .total_cmp(&b.total)
+                .then_with(|| key(a).cmp(&key(b)))
+        });
+        Cell {
+            m,
+            instances,
+            cands,
+        }
+    }
+
+    /// Every candidate outside offload mode: the dynamic processors' ones,
+    /// then each static-graph processor alone and beside them, then online
+    /// prepare (the order matters: pruning compares against the families
+    /// already found).
+    fn cands(&self, m: u32) -> Vec<Cand> {
+        let mut out = self.dyn_cands(m);
+        for st in &self.statics {
+            self.static_alone(st, m, &mut out);
+            if self.setup.procs[st.p].can_split {
+                self.static_splits(st, m, &mut out);
+            }
+        }
+        for st in &self.statics {
+            self.online_prepare(st, m, &mut out);
+        }
+        out
+    }
+}

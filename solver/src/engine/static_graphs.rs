@@ -1,0 +1,225 @@
+//! Candidates on a static-graph processor (an NPU): padded to a prepared
+//! size, chunked, a multi-graph sequence, online prepare, and its splits
+//! with dynamic processors (sequence cut, row cut at a prepared size,
+//! hybrid).
+
+use super::cand::second_family_best;
+use super::{Cand, INF, OpCtx, Shape, Small, StaticCtx};
+
+impl OpCtx<'_, '_> {
+    /// The cheapest use of one prepared size `c` at M = `m` (padding,
+    /// one-graph sequence cut, chunks, hybrid), as the graph-set choice
+    /// estimates it. INF when `c` cannot serve `m`.
+    pub fn static_term(&self, st: &StaticCtx, c: u32, m: u32, hybrid: bool) -> f64 {
+        let s = st.p;
+        let t_c = self.full(s, c);
+        let mut best = INF;
+        if c >= m {
+            best = best.min(t_c);
+            if hybrid
+                && self.setup.procs[s].can_split
+                && let Some((r, t_r)) = st.row_share.get(c)
+            {
+                for d in self.splittable_dynamic() {
+                    let raw = [(s, t_r), (d, self.time(d, m, self.n - r))];
+                    let copy = self.rows_copy(m, &[(s, r), (d, self.n - r)]);
+                    let cand = self.finish(
+                        Shape::Rows {
+                            parts: Small::new(),
+                            graph: Some(c),
+                        },
+                        &raw,
+                        copy,
+                    );
+                    best = best.min(cand.total);
+                }
+            }
+        } else {
+            best = best.min(m.div_ceil(c) as f64 * t_c);
+            if self.setup.procs[s].can_split {
+                let rest = m - c;
+                for d in self.splittable_dynamic() {
+                    let copy = self.part_copy_us(d, rest, self.n);
+                    let cand = self.finish(
+                        Shape::Chunked {
+                            s,
+                            chunk: c,
+                            chunks: 1,
+                        },
+                        &[(s, t_c), (d, self.time(d, rest, self.n))],
+                        copy,
+                    );
+                    best = best.min(cand.total);
+                }
+            }
+        }
+        if m == c {
+            best = best.min(t_c);
+        }
+        best
+    }
+
+    /// The static processor alone: padded to the smallest prepared size at
+    /// or above M, in chunks of each smaller size, and on an exact
+    /// combination of several prepared sizes (multi-graph sequence).
+    pub(super) fn static_alone(&self, st: &StaticCtx, m: u32, out: &mut Vec<Cand>) {
+        let s = st.p;
+        if let Some(g) = st.smallest_ge(m) {
+            out.push(self.finish(
+                Shape::Single {
+                    p: s,
+                    padded_to: Some(g),
+                    online: false,
+                },
+                &[(s, self.full(s, g))],
+                0.0,
+            ));
+        }
+        for &c in st.sizes.iter().filter(|&&c| c < m) {
+            let chunks = m.div_ceil(c);
+            out.push(self.finish(
+                Shape::Chunked {
+                    s,
+                    chunk: c,
+                    chunks,
+                },
+                &[(s, chunks as f64 * self.full(s, c))],
+                0.0,
+            ));
+        }
+        if (m as usize) < st.exact.len() && st.exact[m as usize].is_finite() {
+            let graphs = st.graphs_for(m);
+            if graphs.len() > 1 {
+                out.push(self.finish(
+                    Shape::Seq {
+                        s,
+                        graphs,
+                        d: None,
+                        rest: 0,
+                    },
+                    &[(s, st.exact[m as usize])],
+                    0.0,
+                ));
+            }
+        }
+    }
+
+    /// The static processor beside dynamic ones: a sequence cut with each,
+    /// and, where M is a prepared size, a row cut free to take any share;
+    /// else a hybrid cut padded to the prepared row-share graph.
+    pub(super) fn static_splits(&self, st: &StaticCtx, m: u32, out: &mut Vec<Cand>) {
+        let s = st.p;
+        let dy_split: Vec<usize> = self.splittable_dynamic().collect();
+        for &d in &dy_split {
+            out.extend(self.seq_cut(st, d, m));
+        }
+        if st.has(m) {
+            let limit = if self.prune {
+                second_family_best(out, m)
+            } else {
+                INF
+            };
+            out.extend(self.free_rows_with(s, m, limit));
+        } else if let Some(g) = st.smallest_ge(m)
+            && let Some((r, t_r)) = st.row_share.get(g)
+        {
+            self.hybrid(m, s, g, (r, t_r), &dy_split, out);
+        }
+    }
+
+    /// Hybrid: the prepared row-share graph of size `g` (`r` rows taking
+    /// `t_r`) padded, the rest of the rows on one or two dynamic processors.
+    fn hybrid(
+        &self,
+        m: u32,
+        s: usize,
+        g: u32,
+        (r, t_r): (u32, f64),
+        dy_split: &[usize],
+        out: &mut Vec<Cand>,
+    ) {
+        let rest = self.n - r;
+        for &d in dy_split {
+            let t_d = self.time(d, m, rest);
+            out.push(self.rows_cand_t(m, &[(s, r), (d, rest)], &[t_r, t_d], Some(g)));
+        }
+        for (i, &d1) in dy_split.iter().enumerate() {
+            for &d2 in &dy_split[i + 1..] {
+                out.extend(self.row2(m, d1, d2, rest, &[(s, r)], Some(g)));
+            }
+        }
+    }
+
+    /// Online prepare of the exact shape, where M is no prepared size. Its
+    /// prepare share is a lower bound, and when two other families already
+    /// beat it, it can be neither the winner nor the runner-up, so its GEMM
+    /// need not be predicted: it comes after every other candidate.
+    pub(super) fn online_prepare(&self, st: &StaticCtx, m: u32, out: &mut Vec<Cand>) {
+        let s = st.p;
+        let sp = &self.setup.procs[s];
+        if st.has(m) {
+            return;
+        }
+        let Some(prep) = sp.prepare else { return };
+        let bytes = self.k as f64 * self.n as f64 * sp.wbytes();
+        let share = prep.at(bytes) / self.op.layers.max(1) as f64;
+        if self.prune && share >= second_family_best(out, m) {
+            return;
+        }
+        let t = self.full(s, m) + share;
+        out.push(self.finish(
+            Shape::Single {
+                p: s,
+                padded_to: None,
+                online: true,
+            },
+            &[(s, t)],
+            0.0,
+        ));
+    }
+
+    /// Sequence cut: prepared graphs on `st` adding up to `t`, the other
+    /// `m - t` tokens on `d`. Scans `t` downwards and stops once the dynamic
+    /// side alone costs more than the best found.
+    fn seq_cut(&self, st: &StaticCtx, d: usize, m: u32) -> Option<Cand> {
+        let s = st.p;
+        let procs = &self.setup.procs;
+        let fd = self.contention(d, [s, d]);
+        let dp = &procs[d];
+        let fs = self.contention(s, [s, d]);
+        // The same total as `finish` for two parts, without allocating.
+        let sp = &procs[s];
+        let total = |ts: f64, td: f64, copy: f64| {
+            let (ts, td) = (ts / fs, td / fd);
+            let (dom, other) = if ts > td { (sp, dp) } else { (dp, sp) };
+            let submit = if other.queue { other.submit_us } else { 0.0 };
+            ts.max(td) + dom.sync_us + submit + copy
+        };
+        let end = st.reach.partition_point(|&t| t < m);
+        let mut best: Option<(f64, u32, f64)> = None;
+        for &t in st.reach[..end].iter().rev() {
+            let rest = m - t;
+            let td = self.time(d, rest, self.n);
+            if best.is_some_and(|(b, _, _)| td / fd >= b) {
+                break;
+            }
+            let copy = self.part_copy_us(d, rest, self.n);
+            let c = total(st.exact[t as usize], td, copy);
+            if best.is_none_or(|(b, _, _)| c < b) {
+                best = Some((c, t, copy));
+            }
+        }
+        let (_, t, dp_copy) = best?;
+        let rest = m - t;
+        Some(self.finish(
+            Shape::Seq {
+                s,
+                graphs: st.graphs_for(t),
+                d: Some(d),
+                rest,
+            },
+            &[(s, st.exact[t as usize]), (d, self.time(d, rest, self.n))],
+            dp_copy,
+        ))
+    }
+}

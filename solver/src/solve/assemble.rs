@@ -1,0 +1,230 @@
+//! The assembly step: graph sets, the offload placement, the expected
+//! prefill latency and the notes, written down as the plan.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use hetero_plan::{
+    Fingerprint, GraphSet, LinearOp, ModelSpec, OffloadPlacement, OpPlan, Phase, Plan,
+    ProcessorDType, Resident, RowGraph, SchemaVersion, SolverInfo, Strategy,
+};
+
+use super::graph_sets::prepare_budget;
+use super::round2;
+use crate::engine::{OffloadSetup, Proc, Setup, StaticGraphs, last_token_only};
+use crate::oracle::LatencyOracle;
+use crate::settings::{Distribution, Settings, fmt_bytes};
+
+/// What the plan is assembled from.
+pub(super) struct Solved<'x, 'a> {
+    pub setup: &'x Setup<'a>,
+    pub ops: &'x [&'x LinearOp],
+    pub plan_ops: Vec<OpPlan>,
+    pub dist: Option<Distribution>,
+    pub notes: Vec<String>,
+}
+
+/// Writes the plan down.
+pub(super) fn plan<O: LatencyOracle + ?Sized>(
+    oracle: &O,
+    predictor: Fingerprint,
+    model: &ModelSpec,
+    settings: &Settings,
+    solved: Solved,
+) -> Plan {
+    let Solved {
+        setup,
+        ops,
+        plan_ops,
+        dist,
+        mut notes,
+    } = solved;
+    let graph_sets = setup
+        .graphs
+        .iter()
+        .map(|g| graph_set(setup, g, ops, &plan_ops))
+        .collect();
+    let expected = dist
+        .as_ref()
+        .map(|d| expected_prefill(&plan_ops, d, &settings.prefill_lengths));
+    let offload = setup
+        .offload
+        .as_ref()
+        .map(|o| offload_placement(setup, o, ops, settings));
+    if let Some(o) = &offload {
+        notes.push(format!(
+            "offload: {} of weights resident on {} (budget {})",
+            fmt_bytes(o.resident_bytes),
+            o.gpu,
+            fmt_bytes(o.gpu_mem_budget)
+        ));
+    } else if setup.procs.iter().any(|p| !p.unified && !p.static_graphs) {
+        notes.push("discrete processors are assumed to hold every weight; give --gpu-mem-budget for offload mode".into());
+    }
+    let mut seen = BTreeSet::new();
+    notes.retain(|n| seen.insert(n.clone()));
+    let procs = &setup.procs;
+    Plan {
+        schema_version: SchemaVersion,
+        model: model.fingerprint(),
+        predictor,
+        processors: procs.iter().map(|p| p.id.clone()).collect(),
+        dtypes: procs
+            .iter()
+            .map(|p| ProcessorDType {
+                processor: p.id.clone(),
+                dtype: p.dtype,
+            })
+            .collect(),
+        solver: Some(SolverInfo {
+            version: env!("CARGO_PKG_VERSION").into(),
+            row_align: settings.row_align,
+            prompt_lengths: dist.as_ref().map_or_else(String::new, |d| d.name.clone()),
+            expected_prefill_us: expected.map(round2),
+            prepare_budget_us: (!setup.graphs.is_empty()).then_some(prepare_budget(settings)),
+            graph_mem_budget: settings.graph_mem_budget,
+            offload,
+            host_probe_us: host_probe_us(oracle, procs),
+            mean_over_median: procs
+                .iter()
+                .filter_map(|p| {
+                    let f = oracle.overheads(&p.id).mean_over_median?;
+                    Some((p.id.clone(), (f * 1e4).round() / 1e4))
+                })
+                .collect(),
+        }),
+        notes,
+        graph_sets,
+        ops: plan_ops,
+    }
+}
+
+/// The host's speed probe behind the plan: the median over the plan's
+/// processors of their profiles' probes (`None` where no profile had one).
+fn host_probe_us<O: LatencyOracle + ?Sized>(oracle: &O, procs: &[Proc]) -> Option<f64> {
+    let probes: Vec<f64> = procs
+        .iter()
+        .filter_map(|p| oracle.overheads(&p.id).host_probe_us)
+        .collect();
+    hetero_plan::Stats::from_samples(&probes).map(|s| round2(s.median_us))
+}
+
+/// Offload mode's placement: the rows of each operator resident on the GPU
+/// and the bytes they take.
+fn offload_placement(
+    setup: &Setup,
+    o: &OffloadSetup,
+    ops: &[&LinearOp],
+    settings: &Settings,
+) -> OffloadPlacement {
+    let gp = &setup.procs[o.gpu];
+    let mut resident: Vec<Resident> = ops
+        .iter()
+        .filter_map(|op| {
+            o.resident.get(&op.name).map(|&rows| Resident {
+                op: op.name.clone(),
+                rows,
+            })
+        })
+        .collect();
+    resident.retain(|r| r.rows > 0);
+    let resident_bytes = ops
+        .iter()
+        .map(|op| {
+            o.resident.get(&op.name).copied().unwrap_or(0) as f64
+                * op.k as f64
+                * gp.wbytes()
+                * op.count as f64
+                * op.layers as f64
+        })
+        .sum::<f64>() as u64;
+    OffloadPlacement {
+        cpu: setup.procs[o.cpu].id.clone(),
+        gpu: gp.id.clone(),
+        gpu_mem_budget: settings.gpu_mem_budget.unwrap_or(0),
+        resident_bytes,
+        resident,
+    }
+}
+
+/// The graphs a static processor must prepare: a full graph of every
+/// operator at every size, plus the row-share graphs decisions use.
+fn graph_set(setup: &Setup, g: &StaticGraphs, ops: &[&LinearOp], plan_ops: &[OpPlan]) -> GraphSet {
+    let sp = &setup.procs[g.p];
+    let mut rows: BTreeMap<(String, Phase, u32), u32> = BTreeMap::new();
+    for op in plan_ops {
+        for d in &op.decisions {
+            if let Strategy::RowCut { parts } | Strategy::Hybrid { parts, .. } = &d.strategy {
+                for p in parts.iter().filter(|p| p.processor == sp.id) {
+                    if let Some(size) = p.graph {
+                        rows.insert((op.op.clone(), op.phase, size), p.rows);
+                    }
+                }
+            }
+        }
+    }
+    let mut prepare_us = 0.0;
+    let mut bytes = 0.0;
+    let prefill_planned = plan_ops.iter().any(|o| o.phase == Phase::Prefill);
+    for o in ops {
+        let mut sizes: Vec<u32> = g.decode.clone();
+        if prefill_planned {
+            if last_token_only(o, Phase::Prefill) {
+                sizes.push(1);
+            } else {
+                sizes.extend(&g.prefill);
+            }
+        }
+        sizes.sort_unstable();
+        sizes.dedup();
+        for m in sizes {
+            prepare_us += sp.prepare_us(o.k, o.n);
+            bytes += sp.graph_bytes(m, o.k, o.n);
+        }
+    }
+    let row_graphs: Vec<RowGraph> = rows
+        .into_iter()
+        .map(|((op, phase, size), r)| {
+            let o = ops.iter().find(|o| o.name == op).expect("planned op");
+            prepare_us += sp.prepare_us(o.k, r);
+            bytes += sp.graph_bytes(size, o.k, r);
+            RowGraph {
+                op,
+                phase,
+                size,
+                rows: r,
+            }
+        })
+        .collect();
+    GraphSet {
+        processor: sp.id.clone(),
+        sizes: g.prefill.clone(),
+        decode_sizes: g.decode.clone(),
+        row_graphs,
+        prepare_us: round2(prepare_us),
+        bytes: bytes as u64,
+    }
+}
+
+/// Expected prefill latency: over the distribution, the sum over every
+/// operator and layer of the decision the runtime would use (the next
+/// solved length at or above the prompt's).
+fn expected_prefill(ops: &[OpPlan], dist: &Distribution, solved: &[u32]) -> f64 {
+    let per_len: HashMap<u32, f64> = solved
+        .iter()
+        .map(|&l| {
+            let t: f64 = ops
+                .iter()
+                .filter(|o| o.phase == Phase::Prefill)
+                .filter_map(|o| o.at(l).map(|d| d.cost.total_us * o.layers as f64))
+                .sum();
+            (l, t)
+        })
+        .collect();
+    dist.points
+        .iter()
+        .filter_map(|&(l, p)| {
+            let i = solved.partition_point(|&s| s < l);
+            solved.get(i).map(|s| p * per_len[s])
+        })
+        .sum()
+}

@@ -1,0 +1,198 @@
+//! The cells step: every operator × phase × length solved in parallel,
+//! each distinct (rows, instances) once, and the decisions written per
+//! operator.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use hetero_plan::{
+    CostBreakdown, Decision, LinearOp, OpPlan, OperandOrder, Phase, ProcessorOrder, RunnerUp,
+};
+use rayon::prelude::*;
+
+use super::round2;
+use super::tables::{max_m_of, twin_key, twins};
+use crate::engine::{Cell, OpCtx, Proc, Setup, Tables};
+use crate::settings::Settings;
+use crate::{Error, Result};
+
+/// An operator in a phase, with the lengths it is solved at.
+type Task<'o, 's> = (&'o LinearOp, Phase, &'s [u32]);
+
+/// A solved task's context and the (rows, instances) of each length
+/// (lengths with the same rows share a cell).
+type Context<'s, 'a> = (OpCtx<'s, 'a>, Vec<(u32, u32)>);
+
+/// Solves every operator in every phase at every length, in plan order
+/// (phase, then operator).
+pub(super) fn solve_ops(
+    setup: &Setup,
+    ops: &[&LinearOp],
+    prefill_tables: &HashMap<String, Arc<Tables>>,
+    settings: &Settings,
+) -> Result<Vec<OpPlan>> {
+    let tasks = tasks(ops, settings);
+    // A task whose operator has an earlier twin in the same phase copies
+    // its decisions instead of solving them again.
+    let twin_of = twins(&tasks, |&(op, phase, _)| twin_key(setup, op, phase));
+    let reps: Vec<usize> = (0..tasks.len()).filter(|&i| twin_of[i] == i).collect();
+    let contexts = contexts(setup, &tasks, &reps, prefill_tables);
+    let cells = solve_cells(&contexts);
+    let solved: Vec<Result<OpPlan>> = reps
+        .par_iter()
+        .zip(&contexts)
+        .zip(&cells)
+        .map(|((&t, (cx, rows)), cells)| op_plan(&setup.procs, tasks[t], cx, rows, cells))
+        .collect();
+    let mut by_task: Vec<Option<Result<OpPlan>>> = tasks.iter().map(|_| None).collect();
+    for (&t, r) in reps.iter().zip(solved) {
+        by_task[t] = Some(r);
+    }
+    let mut plan_ops: Vec<OpPlan> = Vec::with_capacity(tasks.len());
+    for (i, s) in by_task.into_iter().enumerate() {
+        let op_plan = match s {
+            Some(r) => r?,
+            None => OpPlan {
+                op: tasks[i].0.name.clone(),
+                ..plan_ops[twin_of[i]].clone()
+            },
+        };
+        plan_ops.push(op_plan);
+    }
+    Ok(plan_ops)
+}
+
+/// Every operator in every phase asked for, phase first.
+fn tasks<'o, 's>(ops: &[&'o LinearOp], settings: &'s Settings) -> Vec<Task<'o, 's>> {
+    let mut tasks = vec![];
+    for phase in [Phase::Prefill, Phase::Decode] {
+        if !settings.phases.contains(&phase) {
+            continue;
+        }
+        let lens: &[u32] = match phase {
+            Phase::Prefill => &settings.prefill_lengths,
+            Phase::Decode => &settings.decode_lengths,
+        };
+        for op in ops {
+            tasks.push((*op, phase, lens));
+        }
+    }
+    tasks
+}
+
+/// The context of each task solved (`reps`): on the prefill tables made
+/// earlier, else on tables of its own.
+fn contexts<'s, 'a>(
+    setup: &'s Setup<'a>,
+    tasks: &[Task<'s, '_>],
+    reps: &[usize],
+    prefill_tables: &HashMap<String, Arc<Tables>>,
+) -> Vec<Context<'s, 'a>> {
+    reps.par_iter()
+        .map(|&i| {
+            let (op, phase, lens) = tasks[i];
+            let cx = match prefill_tables.get(&op.name) {
+                Some(t) if phase == Phase::Prefill => {
+                    OpCtx::with_tables(setup, op, phase, t.clone())
+                }
+                _ => OpCtx::new(setup, op, phase, max_m_of(op, phase, lens)),
+            };
+            let rows = lens.iter().map(|&l| cx.rows(l)).collect();
+            (cx, rows)
+        })
+        .collect()
+}
+
+/// The cell of every distinct (rows, instances) of every context. Cells
+/// are solved in order of M, then operator: a thread solves one M for
+/// several operators in a row, so a compiled model's per-thread memo also
+/// serves the shapes that operators with the same K share at that M.
+fn solve_cells(contexts: &[Context]) -> Vec<HashMap<(u32, u32), Cell>> {
+    let mut work: Vec<(u32, u32, usize)> = vec![];
+    for (j, (_, rows)) in contexts.iter().enumerate() {
+        let mut keys = rows.clone();
+        keys.sort_unstable();
+        keys.dedup();
+        work.extend(keys.into_iter().map(|(m, i)| (m, i, j)));
+    }
+    work.sort_unstable();
+    let solved_cells: Vec<Cell> = work
+        .par_iter()
+        .map(|&(m, i, j)| contexts[j].0.cell_at(m, i))
+        .collect();
+    let mut cells: Vec<HashMap<(u32, u32), Cell>> =
+        contexts.iter().map(|_| HashMap::new()).collect();
+    for (&(m, i, j), cell) in work.iter().zip(solved_cells) {
+        cells[j].insert((m, i), cell);
+    }
+    cells
+}
+
+/// A task's plan: its decision at every length, and the operand order of
+/// every processor that does not run it in `aw`.
+fn op_plan(
+    procs: &[Proc],
+    (op, phase, lens): Task,
+    cx: &OpCtx,
+    rows: &[(u32, u32)],
+    cells: &HashMap<(u32, u32), Cell>,
+) -> Result<OpPlan> {
+    let decisions = lens
+        .iter()
+        .zip(rows)
+        .map(|(&len, key)| {
+            decision(procs, len, &cells[key]).ok_or_else(|| {
+                Error::arg(
+                    "predictor",
+                    format!(
+                        "no processor predicts a finite time for `{}` ({phase}) at length {len}",
+                        op.name
+                    ),
+                )
+            })
+        })
+        .collect::<Result<_>>()?;
+    Ok(OpPlan {
+        op: op.name.clone(),
+        phase,
+        k: op.k,
+        n: op.n,
+        layers: op.layers,
+        orders: procs
+            .iter()
+            .zip(&cx.tables.orders)
+            .filter(|(_, o)| **o != OperandOrder::Aw)
+            .map(|(p, o)| ProcessorOrder {
+                processor: p.id.clone(),
+                order: *o,
+            })
+            .collect(),
+        decisions,
+    })
+}
+
+/// Builds the decision of a cell: the cheapest candidate, and the cheapest
+/// of another family as the runner-up.
+pub(crate) fn decision(procs: &[Proc], len: u32, cell: &Cell) -> Option<Decision> {
+    let w = cell.cands.first()?;
+    let m = cell.m;
+    Some(Decision {
+        len,
+        m: (m != len).then_some(m),
+        instances: cell.instances,
+        strategy: w.strategy(procs, m),
+        cost: CostBreakdown {
+            parts_us: w.parts.iter().map(|&x| round2(x)).collect(),
+            sync_us: round2(w.sync),
+            sync_block_us: (round2(w.sync_block) != round2(w.sync)).then(|| round2(w.sync_block)),
+            copy_us: round2(w.copy),
+            total_us: round2(w.total),
+        },
+        runner_up: cell.cands.get(1).map(|r| RunnerUp {
+            kind: r.kind(m),
+            label: r.label(procs, m),
+            total_us: round2(r.total),
+            margin_us: round2(r.total - w.total),
+        }),
+    })
+}

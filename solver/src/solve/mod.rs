@@ -1,0 +1,67 @@
+//! The top level, as a list of steps: resolve the processors, set up the
+//! device (offload residency, static-graph processors), build the prefill
+//! tables, choose the graph sets, solve every operator × phase × length in
+//! parallel, and assemble the plan.
+
+mod assemble;
+mod cells;
+mod graph_sets;
+mod procs;
+mod tables;
+
+use hetero_plan::{Fingerprint, ModelSpec, Plan};
+
+use crate::Result;
+use crate::oracle::LatencyOracle;
+use crate::settings::Settings;
+
+pub(crate) use cells::decision;
+pub(crate) use procs::{build_procs, launch_after_host, select_ops};
+
+/// Solves a model on a device: every operator in every phase at every length.
+///
+/// `predictor` is the fingerprint recorded in the plan (use
+/// [`hetero_plan::Predictor::fingerprint`] for a predictor file).
+pub fn solve<O: LatencyOracle + ?Sized>(
+    oracle: &O,
+    predictor: Fingerprint,
+    model: &ModelSpec,
+    settings: &Settings,
+) -> Result<Plan> {
+    settings.check()?;
+    let ops = select_ops(model, &settings.ops)?;
+    let mut notes = vec![];
+    let procs = build_procs(
+        oracle,
+        &settings.processors,
+        &settings.dtypes,
+        &settings.phases,
+        &mut notes,
+    )?;
+    let (procs, offload) = procs::offload_mode(procs, settings, &mut notes)?;
+    let mut setup = procs::device_setup(procs, offload, &ops, settings, &mut notes)?;
+    let dist = graph_sets::prompt_distribution(settings)?;
+    let prefill_tables = tables::prefill_tables(&setup, &ops, settings);
+    graph_sets::choose_graph_sets(
+        oracle,
+        &mut setup,
+        &ops,
+        &prefill_tables,
+        dist.as_ref(),
+        settings,
+    )?;
+    let plan_ops = cells::solve_ops(&setup, &ops, &prefill_tables, settings)?;
+    let solved = assemble::Solved {
+        setup: &setup,
+        ops: &ops,
+        plan_ops,
+        dist,
+        notes,
+    };
+    Ok(assemble::plan(oracle, predictor, model, settings, solved))
+}
+
+/// Rounds to hundredths, as the plan writes times.
+fn round2(x: f64) -> f64 {
+    (x * 100.0).round() / 100.0
+}
