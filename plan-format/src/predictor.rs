@@ -723,6 +723,15 @@ mod tests {
     }
 
     #[test]
+    fn overheads_of_older_files_load_without_their_op_alone() {
+        let json = r#"{"processor": "cuda:0", "op_overhead_us": 6.5,
+            "op_alone": {"alpha_us": 31.0, "beta_us_per_byte": 0.001}}"#;
+        let o: Overheads = serde_json::from_str(json).unwrap();
+        assert_eq!(o.op_overhead_us, Some(6.5));
+        assert!(!serde_json::to_string(&o).unwrap().contains("op_alone"));
+    }
+
+    #[test]
     fn features_have_names_and_stage_counts() {
         let f = features(shape(33, 64, 256), DType::F16, OperandOrder::WtAt);
         let get = |name: &str| f[FEATURE_NAMES.iter().position(|n| *n == name).unwrap()];

@@ -569,6 +569,24 @@ mod tests {
     }
 
     #[test]
+    fn older_microbench_rows_load() {
+        // An `op_alone` row, of a benchmark no longer measured, and a
+        // bandwidth row without the stream fields.
+        let old = r#"{"case_id": "mb/cuda:0/op_alone/8192", "processor": "cuda:0",
+            "bench": "op_alone", "bytes": 8192, "status": "ok", "timing": "real",
+            "conditions": {"timestamp_ms": 1}}"#;
+        let r: MicrobenchRow = serde_json::from_str(old).unwrap();
+        assert_eq!(r.bench, MicrobenchKind::Retired);
+        assert_eq!(
+            serde_json::to_value(r.bench).unwrap(),
+            serde_json::json!("op_alone")
+        );
+        let old = old.replace("op_alone", "bandwidth_concurrent");
+        let r: MicrobenchRow = serde_json::from_str(&old).unwrap();
+        assert_eq!((r.stream, r.peer_stream), (None, None));
+    }
+
+    #[test]
     fn stats_of_known_sample() {
         let s = Stats::from_samples(&[5.0, 1.0, 3.0, 2.0, 4.0]).unwrap();
         assert_eq!(s.median_us, 3.0);
