@@ -246,14 +246,15 @@ const SLOW_HOST_PROBE: f64 = 1.5;
 /// Each processor's concurrent-bandwidth factor, which the solver slows a
 /// part beside another processor's traffic by, and a warning for each
 /// bandwidth row behind it that was taken while the host ran slow: one such
-/// row of a few runs can steer a plan (an H100 host's CPU read 0.17 beside
-/// its GPU's copies once, with the probe at twice its median, and about 1
-/// on other machines; `docs/benchmarks.md`, Runtime, "Session 40").
+/// row of a few runs can steer a plan (the CPU of a host with one H100 read
+/// 0.17 beside its GPU's copies once, with the probe at twice its median,
+/// and about 1 on other machines).
 ///
 /// A discrete GPU's bandwidth GEMV copies its weights from page-locked host
-/// memory at every run where its backend can, and its rows' notes (`notes`,
-/// by case id) say so: its factor is then its weight copies' (offload's CG
-/// rows), as the line says.
+/// memory at every run where its backend can, and its rows say so
+/// ([`GemvStream::host_weights`](hetero_plan::GemvStream); the notes,
+/// `notes` by case id, of rows from older agents): its factor is then its
+/// weight copies' (offload's CG rows), as the line says.
 fn bandwidth_notes(
     overheads: &[Overheads],
     micro: &[MicrobenchRow],
@@ -264,15 +265,13 @@ fn bandwidth_notes(
         let Some(factor) = o.concurrent_factor else {
             continue;
         };
-        // The timed side of the note, before the peer's.
         let copies = micro.iter().any(|r| {
             r.processor == o.processor
                 && r.bench == MicrobenchKind::BandwidthConcurrent
-                && notes.get(&r.case_id).is_some_and(|n| {
-                    n.split("; peer")
-                        .next()
-                        .is_some_and(|timed| timed.contains(hetero_agent::sweep::HOST_WEIGHTS_NOTE))
-                })
+                && match r.stream {
+                    Some(timed) => timed.host_weights,
+                    None => legacy_note_says_host_weights(notes.get(&r.case_id)),
+                }
         });
         let what = if copies {
             " (its weight copies from host memory)"
@@ -315,6 +314,15 @@ fn bandwidth_notes(
         }
     }
     out
+}
+
+/// Whether the note of a bandwidth row from an older agent, which lacks
+/// [`MicrobenchRow::stream`], says that the timed GEMV copied its weights
+/// from host memory: the note's timed side, before `"; peer"`, holds
+/// [`HOST_WEIGHTS_NOTE`](hetero_agent::sweep::HOST_WEIGHTS_NOTE).
+fn legacy_note_says_host_weights(note: Option<&String>) -> bool {
+    note.and_then(|n| n.split("; peer").next())
+        .is_some_and(|timed| timed.contains(hetero_agent::sweep::HOST_WEIGHTS_NOTE))
 }
 
 /// Scores `predictor` on the profile in `dir` and compares that profile's
@@ -440,6 +448,8 @@ mod tests {
             timing: Timing::Real,
             stats: Stats::from_samples(&[1000.0]),
             gbps: None,
+            stream: None,
+            peer_stream: None,
             message: None,
             conditions: Conditions {
                 host_probe_us: Some(probe),
@@ -518,8 +528,9 @@ mod tests {
         assert!(
             bandwidth_notes(&[above], &calm, &none_said)[0].ends_with("the solver takes it as 1")
         );
-        // A discrete GPU whose row's note says it copied its weights from
-        // host memory: its line says its factor is its copies'.
+        // A discrete GPU whose row (of an older agent, without the field)
+        // says in its note that it copied its weights from host memory:
+        // its line says its factor is its copies'.
         let copies = Overheads {
             processor: "cuda:0".into(),
             concurrent_factor: Some(0.6),
@@ -557,5 +568,37 @@ mod tests {
             notes[0].starts_with("  bandwidth cuda:0: 0.60"),
             "{notes:?}"
         );
+    }
+
+    #[test]
+    fn a_bandwidth_rows_field_says_whether_it_copied_its_weights() {
+        let o = Overheads {
+            processor: "cuda:0".into(),
+            concurrent_factor: Some(0.6),
+            ..Default::default()
+        };
+        let stream = |host_weights| hetero_plan::GemvStream {
+            copies: 9,
+            host_weights,
+            runs: None,
+        };
+        let mut r = row(MicrobenchKind::BandwidthConcurrent, 9.0);
+        r.processor = "cuda:0".into();
+        r.stream = Some(stream(true));
+        // The peer's copies are not the timed side's.
+        r.peer_stream = Some(stream(false));
+        let none = std::collections::BTreeMap::new();
+        let line = |r: &MicrobenchRow, notes| {
+            bandwidth_notes(std::slice::from_ref(&o), std::slice::from_ref(r), notes)[0].clone()
+        };
+        assert!(line(&r, &none).contains("(its weight copies from host memory)"));
+        // The field wins over the words of the note.
+        r.stream = Some(stream(false));
+        r.peer_stream = Some(stream(true));
+        let said = std::collections::BTreeMap::from([(
+            r.case_id.clone(),
+            hetero_agent::sweep::HOST_WEIGHTS_NOTE.to_string(),
+        )]);
+        assert!(line(&r, &said).starts_with("  bandwidth cuda:0: 0.60"));
     }
 }

@@ -56,8 +56,8 @@ pub use predictor::{
 pub use processor::{Capabilities, Processor, ProcessorApi, ProcessorKind, Timing};
 pub use profile::{AgentInfo, DeviceProfile, HostInfo};
 pub use sweep::{
-    Conditions, DEFAULT_WARMUP_MS, MeasurementRow, MicrobenchKind, MicrobenchRequest,
-    MicrobenchRow, OP_ALONE_BYTES, RowStatus, RunFlags, RunParams, Stats, SweepCase, SweepSpec,
+    Conditions, DEFAULT_WARMUP_MS, GemvStream, MeasurementRow, MicrobenchKind, MicrobenchRequest,
+    MicrobenchRow, RowStatus, RunFlags, RunParams, Stats, SweepCase, SweepSpec,
 };
 pub use version::{SCHEMA_VERSION, SchemaVersion};
 

@@ -2,8 +2,9 @@
 //! `microbench.parquet`.
 //!
 //! The Parquet columns are the flat fields of [`MeasurementRow`] and
-//! [`MicrobenchRow`] (nested `conditions` and `stats` are flattened, enums are
-//! their lowercase names), so the files open in any Parquet reader. A folder
+//! [`MicrobenchRow`] (nested `conditions`, `stats` and the bandwidth rows'
+//! `stream` and `peer_stream` are flattened, enums are their lowercase
+//! names), so the files open in any Parquet reader. A folder
 //! without Parquet files loads from its JSON Lines files (`*.jsonl`, the
 //! agent's own output format, `journal.jsonl` included), so a sweep
 //! captured by hand with `hetero-agent sweep > measurements.jsonl` is a
@@ -14,8 +15,8 @@ use std::io::Cursor;
 use std::path::{Path, PathBuf};
 
 use hetero_plan::{
-    Conditions, DeviceProfile, Fingerprint, GemmShape, MeasurementRow, MicrobenchRow, RowStatus,
-    Stats, Timing,
+    Conditions, DeviceProfile, Fingerprint, GemmShape, GemvStream, MeasurementRow, MicrobenchRow,
+    RowStatus, Stats, Timing,
 };
 use polars::prelude::*;
 use serde::de::DeserializeOwned;
@@ -747,6 +748,28 @@ fn measurements_frame(rows: &[MeasurementRow], path: &Path) -> Result<DataFrame>
     )
 }
 
+/// A [`GemvStream`] field as the columns `{prefix}_copies`,
+/// `{prefix}_host_weights` and `{prefix}_runs`.
+fn stream_columns(prefix: &str, v: impl Iterator<Item = Option<GemvStream>>) -> [Column; 3] {
+    let v: Vec<Option<GemvStream>> = v.collect();
+    [
+        col(
+            &format!("{prefix}_copies"),
+            v.iter().map(|s| s.map(|s| s.copies)).collect::<Vec<_>>(),
+        ),
+        col(
+            &format!("{prefix}_host_weights"),
+            v.iter()
+                .map(|s| s.map(|s| s.host_weights))
+                .collect::<Vec<_>>(),
+        ),
+        col(
+            &format!("{prefix}_runs"),
+            v.iter().map(|s| s.and_then(|s| s.runs)).collect::<Vec<_>>(),
+        ),
+    ]
+}
+
 fn microbench_frame(
     rows: &[MicrobenchRow],
     notes: &BTreeMap<String, String>,
@@ -778,6 +801,14 @@ fn microbench_frame(
             col("cv", of(|r| r.stats.map(|s| s.cv))),
             col("mean_us", of(|r| r.stats.and_then(|s| s.mean_us))),
             col("gbps", of(|r| r.gbps)),
+        ]
+        .into_iter()
+        .chain(stream_columns("stream", rows.iter().map(|r| r.stream)))
+        .chain(stream_columns(
+            "peer_stream",
+            rows.iter().map(|r| r.peer_stream),
+        ))
+        .chain([
             col(
                 "message",
                 rows.iter().map(|r| r.message.clone()).collect::<Vec<_>>(),
@@ -797,7 +828,8 @@ fn microbench_frame(
             col("cpu_mhz", of(|r| r.conditions.cpu_mhz)),
             col("temp_c", of(|r| r.conditions.temp_c)),
             col("host_probe_us", of(|r| r.conditions.host_probe_us)),
-        ],
+        ])
+        .collect(),
     )
 }
 
@@ -881,6 +913,22 @@ impl<'a> Reader<'a> {
             Some(c) => c.f64().map_err(polars_err(self.path))?.iter().collect(),
             None => vec![None; n],
         })
+    }
+
+    /// The [`GemvStream`] columns of [`stream_columns`] under `prefix`.
+    fn streams(&self, prefix: &str) -> Result<Vec<Option<GemvStream>>> {
+        let copies = self.u32s(&format!("{prefix}_copies"), false)?;
+        let host_weights = self.bools(&format!("{prefix}_host_weights"))?;
+        let runs = self.u64s(&format!("{prefix}_runs"))?;
+        Ok((0..self.df.height())
+            .map(|i| {
+                copies[i].map(|copies| GemvStream {
+                    copies,
+                    host_weights: host_weights[i],
+                    runs: runs[i],
+                })
+            })
+            .collect())
     }
 
     fn bools(&self, name: &str) -> Result<Vec<bool>> {
@@ -1019,6 +1067,9 @@ pub fn read_microbench(path: &Path) -> Result<(Vec<MicrobenchRow>, BTreeMap<Stri
     let mean = r.f64s("mean_us")?;
     let message = r.strs("message", false)?;
     let note = r.strs("note", false)?;
+    // Absent from datasets of older agents, whose notes say it in words.
+    let stream = r.streams("stream")?;
+    let peer_stream = r.streams("peer_stream")?;
     let ts = r.u64s("timestamp_ms")?;
     let mut out = Vec::with_capacity(df.height());
     let mut notes = BTreeMap::new();
@@ -1057,6 +1108,8 @@ pub fn read_microbench(path: &Path) -> Result<(Vec<MicrobenchRow>, BTreeMap<Stri
             },
             stats,
             gbps: gbps[i],
+            stream: stream[i],
+            peer_stream: peer_stream[i],
             message: message[i].clone(),
             conditions: Conditions {
                 timestamp_ms: ts[i].unwrap_or(0),
@@ -1126,6 +1179,16 @@ pub(crate) mod tests {
             timing: Timing::Real,
             stats: Stats::from_samples(&[1.0, 2.0, 3.5]),
             gbps: Some(12.5),
+            stream: Some(GemvStream {
+                copies: 9,
+                host_weights: false,
+                runs: None,
+            }),
+            peer_stream: Some(GemvStream {
+                copies: 9,
+                host_weights: true,
+                runs: Some(30),
+            }),
             message: None,
             conditions: Conditions {
                 timestamp_ms: 5,

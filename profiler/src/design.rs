@@ -365,8 +365,8 @@ pub fn microbench(processors: &[Processor]) -> Vec<MicrobenchRequest> {
         // together. On unified memory too: runtime-min's backends copy
         // there as well (the cpu backend into its GEMM's own buffers, an
         // OpenCL CPU device into its buffers with the operand order's
-        // transpose), about 13 % of a 64-token prefill on this project's
-        // VM where the plan had charged nothing. Not on static-graph
+        // transpose), about 13 % of a 64-token prefill on a 2-core x86-64
+        // machine where the plan had charged nothing. Not on static-graph
         // processors (every size would be a graph to prepare) or simulated
         // ones (their copies are not modelled).
         let staged: &[MicrobenchKind] =
@@ -421,17 +421,6 @@ pub fn microbench(processors: &[Processor]) -> Vec<MicrobenchRequest> {
                 out.push(MicrobenchRequest {
                     bytes: Some(bytes),
                     ..req(p, bench)
-                });
-            }
-        }
-        // The operator alone as one piece, where its staged copies,
-        // launch path and round trip would otherwise be summed.
-        // Only where a device timer separates the kernel from the rest.
-        if !staged.is_empty() && p.capabilities.device_timer && !p.simulated && !p.emulated {
-            for bytes in hetero_plan::OP_ALONE_BYTES {
-                out.push(MicrobenchRequest {
-                    bytes: Some(bytes),
-                    ..req(p, MicrobenchKind::OpAlone)
                 });
             }
         }
@@ -509,7 +498,7 @@ pub fn microbench(processors: &[Processor]) -> Vec<MicrobenchRequest> {
 /// runs at one speed per process: on an H100 host, 24 processes of one
 /// decode plan ran at 0.74-0.94 of its prediction, the launch, copy and
 /// submit costs together, whatever core, address layout or huge-page
-/// setting (`datasets/gpu-host-replay-h100/session24`). Measured in one
+/// setting. Measured in one
 /// process, the fixed costs of every plan rest on one such draw; the fit
 /// takes the median over the processes ([`crate::fit`]).
 pub const MICRO_PROCESSES: usize = 4;
@@ -518,8 +507,9 @@ pub const MICRO_PROCESSES: usize = 4;
 /// fixed cost dominates (decode and short prefills).
 pub const REPEAT_MAX_BYTES: u64 = 256 << 10;
 
-/// The host-path microbenchmarks of [`microbench`] (copies, staged copies
-/// and operators alone up to [`REPEAT_MAX_BYTES`], submit and sync), once per repeat
+/// The host-path microbenchmarks of [`microbench`] (copies and staged
+/// copies up to [`REPEAT_MAX_BYTES`], submit, sync and the operator
+/// overheads), once per repeat
 /// round `2..=MICRO_PROCESSES`, each id with `@round` added.
 pub fn microbench_repeats(processors: &[Processor]) -> Vec<Vec<MicrobenchRequest>> {
     let host_path: Vec<MicrobenchRequest> = microbench(processors)
@@ -529,8 +519,7 @@ pub fn microbench_repeats(processors: &[Processor]) -> Vec<Vec<MicrobenchRequest
             | MicrobenchKind::CopyD2h
             | MicrobenchKind::StageIn
             | MicrobenchKind::StageOut
-            | MicrobenchKind::StageOutAw
-            | MicrobenchKind::OpAlone => r.bytes.is_some_and(|b| b <= REPEAT_MAX_BYTES),
+            | MicrobenchKind::StageOutAw => r.bytes.is_some_and(|b| b <= REPEAT_MAX_BYTES),
             MicrobenchKind::SubmitEmpty
             | MicrobenchKind::SubmitBusy
             | MicrobenchKind::SyncBlock
@@ -1098,9 +1087,9 @@ mod tests {
     #[test]
     fn host_path_microbenchmarks_repeat_once_per_round() {
         // A discrete processor (no unified memory) stages its copies too,
-        // and with a device timer times an operator alone (3 sizes) and
-        // the host's overhead around it, per wait (blocking; polling too
-        // where it has a host flag).
+        // and with a device timer times the host's overhead around an
+        // operator, per wait (blocking; polling too where it has a host
+        // flag).
         let overheads = |reqs: &[MicrobenchRequest]| -> Vec<MicrobenchKind> {
             reqs.iter()
                 .map(|r| r.bench)
@@ -1120,13 +1109,13 @@ mod tests {
         let timerless = microbench_repeats(&procs)[0].len();
         assert_eq!(overheads(&microbench(&procs)), []);
         procs[0].capabilities.device_timer = true;
-        assert_eq!(microbench_repeats(&procs)[0].len(), timerless + 4);
+        assert_eq!(microbench_repeats(&procs)[0].len(), timerless + 1);
         assert_eq!(
             overheads(&microbench(&procs)),
             [MicrobenchKind::OpOverheadBlock]
         );
         procs[0].capabilities.host_flag = true;
-        assert_eq!(microbench_repeats(&procs)[0].len(), timerless + 5);
+        assert_eq!(microbench_repeats(&procs)[0].len(), timerless + 2);
         assert_eq!(
             overheads(&microbench(&procs)),
             [
@@ -1140,10 +1129,9 @@ mod tests {
         let first: HashSet<&str> = once.iter().map(|r| r.id.as_str()).collect();
         for (i, round) in rounds.iter().enumerate() {
             let suffix = format!("@{}", i + 2);
-            // 5 copy kinds at 4 sizes up to 256 KiB, the operator alone at
-            // 3 (8, 64 and 256 KiB), submit, sync and the operator's
-            // overhead per wait.
-            assert_eq!(round.len(), 5 * 4 + 3 + 4 + 2, "{round:?}");
+            // 5 copy kinds at 4 sizes up to 256 KiB, submit, sync and the
+            // operator's overhead per wait.
+            assert_eq!(round.len(), 5 * 4 + 4 + 2, "{round:?}");
             assert_eq!(overheads(round).len(), 2);
             for r in round {
                 let base = r.id.strip_suffix(&suffix).expect("the round in the id");

@@ -263,6 +263,8 @@ mod tests {
             timing: Timing::Real,
             stats: Stats::from_samples(&[1.0, 2.0]),
             gbps: Some(1.0),
+            stream: None,
+            peer_stream: None,
             message: None,
             conditions: Conditions::default(),
         };

@@ -525,7 +525,6 @@ fn microbench(o: &OpenArgs, a: MicrobenchArgs) -> Result<()> {
         MicrobenchKind::StageIn,
         MicrobenchKind::StageOut,
         MicrobenchKind::StageOutAw,
-        MicrobenchKind::OpAlone,
         MicrobenchKind::OpOverheadBlock,
         MicrobenchKind::OpOverheadPoll,
         MicrobenchKind::OpOverheadAfter,
@@ -609,17 +608,6 @@ fn microbench(o: &OpenArgs, a: MicrobenchArgs) -> Result<()> {
                     while b <= max {
                         push(&p.id, k, Some(b), None, None);
                         b *= 4;
-                    }
-                }
-                MicrobenchKind::OpAlone => {
-                    // A separate-memory processor's operator alone, at the
-                    // sizes `hetero profile` asks for (input and output
-                    // together: one row of 1024, then 8, 32 and 128 rows).
-                    if p.capabilities.unified_memory && a.bench.is_none() {
-                        continue;
-                    }
-                    for b in hetero_plan::OP_ALONE_BYTES {
-                        push(&p.id, k, Some(b), None, None);
                     }
                 }
                 MicrobenchKind::BandwidthAlone => push(&p.id, k, Some(a.stream_bytes), None, None),
