@@ -203,10 +203,10 @@ impl Dataset {
                 }
                 rows.duplicates += part.duplicates;
                 for r in part.measurements {
-                    rows.push(crate::protocol::Line::Measurement(Box::new(r)));
+                    rows.push_measurement(r);
                 }
                 for r in part.microbench {
-                    rows.push(crate::protocol::Line::Microbench(Box::new(r)));
+                    rows.push_microbench(r);
                 }
                 ds.notes.extend(read_notes(&text));
             }

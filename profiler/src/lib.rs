@@ -6,7 +6,7 @@
 //!   `adb[:SERIAL]`); [`transport::Transport`] runs the real `ssh`/`scp`/`adb`
 //!   programs, retrying failures of the link with backoff;
 //! - [`agent`] picks the agent binary for the target's `uname -m`;
-//!   [`protocol`] is the host's side of the agent's JSON Lines;
+//!   [`hetero_plan::protocol`] types the agent's JSON Lines;
 //! - [`design`] plans the sweep (model shapes, stage probes, a coarse grid,
 //!   microbenchmarks, then refinement where [`quick`]'s held-out error is
 //!   high);
@@ -35,7 +35,6 @@ mod error;
 pub mod fit;
 pub mod journal;
 pub mod profile;
-pub mod protocol;
 pub mod quick;
 pub mod report;
 mod target;

@@ -17,11 +17,11 @@ use crate::agent::{self, AgentSource};
 use crate::dataset::{self, DEVICE_FILE, Dataset, MEASUREMENTS_FILE, MICROBENCH_FILE};
 use crate::design::{self, Group, Item, Planned, REFINE_THRESHOLD};
 use crate::journal::{Journal, Rows};
-use crate::protocol::{Hello, Line, ProbeReport};
 use crate::quick::{HeldOut, Point, Quick};
 use crate::report::{Event, Reporter};
 use crate::transport::{self, RetryPolicy, Transport, TransportOptions, spawn_piped, tail};
 use crate::{Error, Result, Target};
+use hetero_plan::protocol::{AgentLine, Hello, ProbeReport};
 
 /// Everything `hetero profile` needs, validated.
 #[derive(Debug, Clone)]
@@ -383,8 +383,8 @@ pub fn profile(opts: ProfileOptions, rep: Arc<Reporter>) -> Result<Outcome> {
     let hello = o
         .stdout_text()
         .lines()
-        .filter_map(|l| match Line::parse(l) {
-            Ok(Line::Hello(h)) => Some(h),
+        .filter_map(|l| match AgentLine::parse(l) {
+            Ok(Some(AgentLine::Hello(h))) => Some(h),
             _ => None,
         })
         .next_back();
@@ -1161,8 +1161,8 @@ fn run_batch(
                     }
                     continue;
                 }
-                match Line::parse(&text) {
-                    Ok(Line::Hello(h)) => {
+                match AgentLine::parse(&text) {
+                    Ok(Some(AgentLine::Hello(h))) => {
                         cost.startup = 0.5 * cost.startup + 0.5 * started.elapsed().as_secs_f64();
                         last_row_at = Some(Instant::now());
                         if let Err(m) = h.check() {
@@ -1174,9 +1174,9 @@ fn run_batch(
                             });
                         }
                     }
-                    Ok(Line::Done(_)) => end.done_line = true,
-                    Ok(Line::Other(_)) => {}
-                    Ok(line) => {
+                    Ok(Some(AgentLine::Done(_))) => end.done_line = true,
+                    Ok(None) => {}
+                    Ok(Some(line)) => {
                         let id = line.case_id().expect("a row").to_string();
                         let Some(item) = items.get(&id) else {
                             rep.emit(&Event::Warning {
@@ -1189,10 +1189,14 @@ fn run_batch(
                         }
                         journal.append(&text)?;
                         let (processor, status, median) = match &line {
-                            Line::Measurement(r) => (r.processor.clone(), r.status, r.median_us),
-                            Line::Microbench(r) => {
-                                (r.processor.clone(), r.status, r.stats.map(|s| s.median_us))
+                            AgentLine::Measurement(r) => {
+                                (r.processor.clone(), r.status, r.median_us)
                             }
+                            AgentLine::Microbench(l) => (
+                                l.row.processor.clone(),
+                                l.row.status,
+                                l.row.stats.map(|s| s.median_us),
+                            ),
                             _ => unreachable!("rows only"),
                         };
                         rows.push(line);
@@ -1285,12 +1289,7 @@ mod tests {
         // cpu:0 has two rows measured already: one more case fits a cap of 3.
         let mut rows = Rows::default();
         for id in ["a", "b"] {
-            rows.push(Line::Measurement(Box::new(dataset::tests::mrow(
-                id,
-                "cpu:0",
-                7,
-                Some(1.0),
-            ))));
+            rows.push_measurement(dataset::tests::mrow(id, "cpu:0", 7, Some(1.0)));
         }
         let dropped = cap_cases(&mut pending, &rows, 3);
         let ids: Vec<&str> = pending.iter().map(|p| p.item.id()).collect();

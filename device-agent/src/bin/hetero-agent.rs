@@ -11,7 +11,7 @@ use std::process::ExitCode;
 
 use anyhow::{Context, Result};
 use clap::{Args, Parser, Subcommand};
-use hetero_agent::protocol::{AgentLine, Hello, ProbeReport};
+use hetero_agent::protocol::{self, AgentLine};
 use hetero_agent::sweep::{SweepOptions, Sweeper};
 use hetero_agent::{Error as AgentError, OpenOptions, Registry};
 use hetero_plan::{
@@ -233,7 +233,7 @@ fn main() -> ExitCode {
 fn run(cli: Cli) -> Result<()> {
     match cli.command {
         Command::Version { json } => {
-            let h = Hello::current();
+            let h = protocol::hello();
             if json {
                 println!("{}", AgentLine::Hello(h).to_json());
             } else {
@@ -320,7 +320,7 @@ fn compile(o: &OpenArgs, args: hetero_agent::qnn::CompileArgs) -> Result<()> {
 
 fn probe(o: &OpenArgs, json: bool) -> Result<()> {
     let reg = open_registry(o, true)?;
-    let report = ProbeReport::of(&reg);
+    let report = protocol::probe_report(&reg);
     if json {
         println!("{}", serde_json::to_string_pretty(&report)?);
         return Ok(());
@@ -482,7 +482,7 @@ fn run_spec(o: &OpenArgs, spec: &SweepSpec, skip: HashSet<String>) -> Result<()>
         }
         Ok(())
     };
-    emit(&AgentLine::Hello(Hello::current())).context("writing to stdout")?;
+    emit(&AgentLine::Hello(protocol::hello())).context("writing to stdout")?;
     let done = sweeper
         .run(spec, &opts, &mut emit)
         .context("writing to stdout")?;
@@ -541,7 +541,7 @@ fn microbench(o: &OpenArgs, a: MicrobenchArgs) -> Result<()> {
                     let known: Vec<String> = all
                         .iter()
                         .chain(&named_only)
-                        .map(|&k| hetero_agent::protocol::bench_name(k))
+                        .map(|&k| protocol::bench_name(k))
                         .collect();
                     bad(format!(
                         "--bench: unknown benchmark `{n}`; expected {}",
