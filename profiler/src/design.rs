@@ -22,7 +22,7 @@
 //! measured once, and the rows saved go to as many more random queries.
 //! Within a stratum the order is coarse to fine (the ends of each range
 //! first, then midpoints), so an early stop still spans the range.
-//! Refinement then adds shapes where the quick predictor's leave-one-out
+//! Refinement then adds shapes where the throughput guide's leave-one-out
 //! error is above the threshold (nn-Meter's adaptive sampling): the
 //! geometric midpoints between a badly predicted point and its nearest
 //! measured neighbours.
@@ -38,7 +38,7 @@ use hetero_plan::{
 };
 use serde::Serialize;
 
-use crate::quick::Quick;
+use crate::guide::ThroughputGuide;
 
 /// Prefill sequence lengths (1..4096, denser where models switch regimes).
 pub const PREFILL_LENGTHS: [u32; 20] = [
@@ -709,7 +709,7 @@ fn interleave(per_proc: Vec<Vec<Planned>>, out: &mut Vec<Planned>) {
     }
 }
 
-/// The key a quick predictor is kept per: processor, dtype, operand order.
+/// The key a throughput guide is kept per: processor, dtype, operand order.
 pub type Group = (String, DType, OperandOrder);
 
 /// New shapes where a group's held-out error is above `threshold`: the
@@ -717,12 +717,12 @@ pub type Group = (String, DType, OperandOrder);
 /// neighbours, worst points first, at most `limit`, none in `known`.
 pub fn refine(
     group: &Group,
-    quick: &Quick,
+    guide: &ThroughputGuide,
     threshold: f64,
     known: &HashSet<String>,
     limit: usize,
 ) -> Vec<SweepCase> {
-    let mut bad: Vec<_> = quick
+    let mut bad: Vec<_> = guide
         .held_out()
         .into_iter()
         .filter(|(_, e)| *e > threshold)
@@ -732,7 +732,7 @@ pub fn refine(
     let mut out: BTreeMap<String, SweepCase> = BTreeMap::new();
     let mut ordered = Vec::new();
     'points: for (p, _) in bad {
-        for q in quick.neighbours(&p.shape, 3) {
+        for q in guide.neighbours(&p.shape, 3) {
             let mid = |a: std::num::NonZeroU32, b: std::num::NonZeroU32| {
                 ((a.get() as f64) * (b.get() as f64)).sqrt().round() as u32
             };
@@ -770,7 +770,7 @@ mod tests {
     use hetero_plan::{Capabilities, ProcessorApi, ProcessorKind};
 
     use super::*;
-    use crate::quick::Point;
+    use crate::guide::Point;
 
     fn cpu() -> Processor {
         Processor {
@@ -1195,7 +1195,7 @@ mod tests {
                 us: s.flops() / tput,
             });
         }
-        let q = Quick::new(pts);
+        let q = ThroughputGuide::new(pts);
         let group = ("cpu:0".to_string(), DType::F32, OperandOrder::Aw);
         let new = refine(&group, &q, REFINE_THRESHOLD, &HashSet::new(), 8);
         assert!(!new.is_empty());
