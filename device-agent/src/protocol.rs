@@ -3,7 +3,7 @@
 //! `docs/agent-protocol.md` is the full specification.
 
 pub use hetero_plan::protocol::{
-    AgentLine, Done, Hello, MicrobenchLine, PROTOCOL_VERSION, ProbeReport, UnavailableBackend,
+    AgentLine, Done, Hello, MicrobenchLine, ProbeReport, UnavailableBackend,
 };
 
 use crate::{Error, Registry};

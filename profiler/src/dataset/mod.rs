@@ -66,8 +66,9 @@ pub struct Sources {
 }
 
 /// A `device.json` of another shape that carries the agent's handshake
-/// (`agent`) and `probe --json` report (`probe`), as the GPU-host script
-/// writes it: the profile is rebuilt from those.
+/// (`agent`) and `probe --json` report (`probe`), as
+/// `scripts/gpu-host-profile.sh` writes it: the profile is rebuilt from
+/// those.
 fn adapt_foreign_device(path: &Path) -> Option<DeviceProfile> {
     let text = std::fs::read_to_string(path).ok()?;
     let v: serde_json::Value = serde_json::from_str(&text).ok()?;
@@ -594,8 +595,8 @@ pub(crate) mod tests {
         assert!(e.is_bad_input(), "{e}");
     }
 
-    /// The first real dataset (issue 5) is JSON Lines with a device.json of
-    /// the GPU-host script's shape: it loads, and survives Parquet.
+    /// `datasets/gpu-host-h200` is JSON Lines with a device.json of
+    /// `scripts/gpu-host-profile.sh`'s shape: it loads, and survives Parquet.
     #[test]
     fn gpu_host_jsonl_dataset_loads_and_round_trips() {
         let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../datasets/gpu-host-h200");

@@ -1,11 +1,12 @@
 //! `hetero profile`: measure a device within a time budget and keep the
 //! rows as a dataset.
 //!
-//! A run is a list of steps, one module each: [connect](connect) to the
-//! device and install the agent, [handshake](handshake), [probe](probe) its
-//! processors, [design](queue) the sweep, [run batches](batches) of it
-//! within the budget, [refine](refine) where the throughput guide is
-//! inaccurate, and [finish](finish) by writing the dataset.
+//! A run is a list of steps, one module each: connect to the device and
+//! install the agent (`connect`), check its handshake (`handshake`), probe
+//! its processors (`probe`), design the sweep (`queue`), run batches of it
+//! within the budget (`batches`, one agent process each in `agent_run`),
+//! refine where the throughput guide is inaccurate (`refine`), and finish
+//! by writing the dataset (`finish`).
 
 mod agent_run;
 mod batches;
@@ -161,7 +162,9 @@ pub fn profile(opts: ProfileOptions, rep: Arc<Reporter>) -> Result<Outcome> {
     let hello = handshake::handshake(&mut link, &opts.agent_args, &rep)?;
     let probed = probe::probe(&mut link, &opts, &rep)?;
     let profile = probe::device_profile(&link, &hello, &probed, &opts, old_profile.as_ref())?;
+    // Opens the journal and designs the sweep.
     let mut run = Run::start(opts, rep, link, probed.selected, profile, old_profile, t0)?;
+    // Runs batches, refining once the design is measured.
     let stopped = run.run_batches()?;
     run.finish(stopped)
 }
