@@ -34,6 +34,7 @@ mod plan;
 pub mod predictor;
 mod processor;
 mod profile;
+pub mod protocol;
 mod sweep;
 mod version;
 
