@@ -460,7 +460,7 @@ pub unsafe extern "C" fn hetero_linear_ex(
     output: *mut f32,
 ) -> c_int {
     guard(|| {
-        with_runtime(rt, "hetero_linear", |h| {
+        with_runtime(rt, "hetero_linear_ex", |h| {
             // SAFETY: forwarded from this function's contract.
             unsafe { linear(h, op, phase, layer, seq_len, input, output) }
         })
