@@ -465,8 +465,8 @@ pub fn run(a: DemoArgs) -> Result<()> {
         Err(e) => {
             staging.fail();
             Err(e.context(format!(
-                "the demo stopped: {} keeps what it wrote (the next demo replaces it), \
-                 and {} is as it was",
+                "the demo stopped (what it wrote is kept in {}, which the next demo \
+                 replaces; {} is as it was)",
                 staging.work.display(),
                 staging.out.display()
             )))

@@ -7,18 +7,13 @@
 
 use std::path::{Component, Path, PathBuf};
 
-use hetero_profiler::dataset::{DEVICE_FILE, MEASUREMENTS_FILE, MICROBENCH_FILE};
+use hetero_profiler::dataset::DEVICE_FILE;
 
 use crate::bad;
 
-/// Files beside `device.json` that make a folder a dataset: the journal of
-/// rows, the Parquet tables, or JSON Lines rows.
-const ROW_FILES: [&str; 4] = [
-    "journal.jsonl",
-    MEASUREMENTS_FILE,
-    MICROBENCH_FILE,
-    "measurements.jsonl",
-];
+/// Extensions of the files beside `device.json` that make a folder a
+/// dataset: the journal and other JSON Lines rows, the Parquet tables.
+const ROW_EXTENSIONS: [&str; 2] = ["jsonl", "parquet"];
 
 /// One path a command reads, named by its argument (`--predictor`, or
 /// `DATASET` for a positional one).
@@ -163,7 +158,14 @@ pub fn resolve(p: &Path) -> PathBuf {
 
 /// True when `dir` holds a hetero dataset: `device.json` and rows.
 pub fn is_dataset(dir: &Path) -> bool {
-    dir.join(DEVICE_FILE).is_file() && ROW_FILES.iter().any(|f| dir.join(f).is_file())
+    let rows = |e: std::fs::DirEntry| {
+        let p = e.path();
+        p.extension()
+            .is_some_and(|x| ROW_EXTENSIONS.iter().any(|r| x == *r))
+            && p.is_file()
+    };
+    dir.join(DEVICE_FILE).is_file()
+        && std::fs::read_dir(dir).is_ok_and(|mut d| d.any(|e| e.is_ok_and(rows)))
 }
 
 /// The dataset folder `out` would write into, if any: for a file, any
