@@ -263,7 +263,7 @@ const SLOW_HOST_PROBE: f64 = 1.5;
 /// bandwidth row behind it that was taken while the host ran slow: one such
 /// row of a few runs can steer a plan (an H100 host's CPU read 0.17 beside
 /// its GPU's copies once, with the probe at twice its median, and about 1
-/// on other machines; `docs/benchmarks.md`, Runtime, "Session 40").
+/// on other machines; `docs/benchmarks.md`, Runtime).
 ///
 /// A discrete GPU's bandwidth GEMV copies its weights from page-locked host
 /// memory at every run where its backend can, and its rows' notes (`notes`,
