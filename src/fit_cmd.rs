@@ -9,6 +9,7 @@ use hetero_plan::{
 use hetero_profiler::fit::{self, FitError, FitParams, Report, TestRun};
 
 use crate::BadInput;
+use crate::outpath::{self, Output};
 
 #[derive(Debug, Args)]
 #[command(after_help = "Examples:
@@ -169,6 +170,7 @@ pub fn run(args: FitArgs) -> anyhow::Result<()> {
     {
         return Err(BadInput(format!("--max-cv: must be a positive number, got {c}")).into());
     }
+    check_outputs(&args)?;
     let data = load_dataset(&args.dataset)?;
     let params = FitParams {
         folds: args.folds,
@@ -217,6 +219,19 @@ pub fn run(args: FitArgs) -> anyhow::Result<()> {
     }
     println!("predictor: {}", args.out.display());
     Ok(())
+}
+
+/// Refuses outputs over the inputs or into a dataset folder (exit 2).
+fn check_outputs(args: &FitArgs) -> anyhow::Result<()> {
+    let mut inputs = vec![("DATASET", args.dataset.as_path())];
+    if let Some(t) = &args.test {
+        inputs.push(("--test", t));
+    }
+    let mut outputs = vec![Output::file("--out", &args.out)];
+    if let Some(r) = &args.report {
+        outputs.push(Output::file("--report", r));
+    }
+    outpath::check(&inputs, &outputs)
 }
 
 /// Each device-timed processor's launch overhead beside the one after a

@@ -110,6 +110,9 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
         }
         (Phase::Prefill, None) => 1,
     };
+    if let Some(out) = &args.out {
+        check_output(&args, out)?;
+    }
     let fail_after = match &args.inject_fault {
         Some(s) => {
             let (p, n) = s
@@ -184,4 +187,20 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
         .into());
     }
     Ok(())
+}
+
+/// Refuses a report path over one of the run's inputs (exit 2).
+fn check_output(args: &RunArgs, out: &std::path::Path) -> anyhow::Result<()> {
+    let mut inputs = vec![("PLAN", args.plan.as_path()), ("--model", &args.model)];
+    let optional = [
+        ("--weights", &args.weights),
+        ("--predictor", &args.predictor),
+        ("--sim-params", &args.sim_params),
+    ];
+    inputs.extend(
+        optional
+            .iter()
+            .filter_map(|(f, p)| Some((*f, p.as_deref()?))),
+    );
+    crate::outpath::check(&inputs, &[crate::outpath::Output::file("--out", out)])
 }
