@@ -1,7 +1,7 @@
 //! The sweep runner: measures each case of a [`SweepSpec`] on its processor
 //! and hands back one row per case, as soon as it is measured.
 //!
-//! **Per case**: inputs from [`verify::inputs`]; `prepare` (its time is the
+//! **Per case**: inputs from [`verify::inputs`](crate::verify::inputs); `prepare` (its time is the
 //! row's `prepare_us` on static-graph processors); one untimed run whose
 //! output is checked against the CPU f64 reference; `warmups` untimed runs,
 //! and more until `warmup_ms` has passed (a GPU or a phone leaves its idle
@@ -20,17 +20,17 @@
 //! there are `repetitions` samples and, for short ones, up to 64 or 20 ms
 //! of them: see [`MICRO_MAX_SAMPLES`]). The others are written once here
 //! on top of [`Gemm`](crate::Gemm), so every backend gets them, one module
-//! each: [`graph_prepare`], [`stage`] (the staged copies), [`op_overhead`]
-//! and [`op_overhead_after`] (the host's cost around one operator), and
-//! [`bandwidth`]: `bandwidth_alone` times a memory-bound GEMV (`1×K×N`,
+//! each: `graph_prepare`, `stage` (the staged copies), `op_overhead`
+//! and `op_overhead_after` (the host's cost around one operator), and
+//! `bandwidth`: `bandwidth_alone` times a memory-bound GEMV (`1×K×N`,
 //! weights of `bytes`), `bandwidth_concurrent` times the same GEMV while
 //! the `peer` processor streams its own GEMV in a loop (a
-//! [`BackgroundStream`](background_stream::BackgroundStream); a discrete GPU peer of a processor on host memory
+//! `BackgroundStream`; a discrete GPU peer of a processor on host memory
 //! copies that GEMV's weights from page-locked host memory at every run:
 //! its traffic on the memory the timed processor reads).
 //!
 //! The runner (this module) owns the processors and the worker threads;
-//! [`case`] measures one GEMM case and [`micro`] dispatches a
+//! `case` measures one GEMM case and `micro` dispatches a
 //! microbenchmark and holds the sampling rules they share.
 
 mod background_stream;
