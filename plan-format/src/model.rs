@@ -195,12 +195,47 @@ impl ModelSpec {
     }
 }
 
+/// Refuses attention heads that grouped-query attention cannot share out:
+/// every key/value head serves the same number of query heads, so `heads`
+/// must be a multiple of `kv_heads`.
+pub fn check_heads(heads: u32, kv_heads: u32) -> Result<(), String> {
+    if kv_heads == 0 || heads % kv_heads != 0 {
+        return Err(format!(
+            "{heads} attention heads cannot be grouped over {kv_heads} key/value heads: the attention heads must be a multiple of the key/value heads"
+        ));
+    }
+    Ok(())
+}
+
 impl Validate for ModelSpec {
     fn validate(&self) -> Result<(), (String, String)> {
+        for (field, v) in [
+            ("layers", self.layers),
+            ("hidden", self.hidden),
+            ("heads", self.heads),
+            ("kv_heads", self.kv_heads),
+            ("head_dim", self.head_dim),
+            ("vocab", self.vocab),
+        ] {
+            if v == 0 {
+                return Err((field.into(), "must be at least 1".into()));
+            }
+        }
+        check_heads(self.heads, self.kv_heads).map_err(|m| ("kv_heads".to_string(), m))?;
         if self.ops.is_empty() {
             return Err(("ops".into(), "a model needs at least one operator".into()));
         }
         for (i, op) in self.ops.iter().enumerate() {
+            for (phase, rule) in [("prefill_m", op.prefill_m), ("decode_m", op.decode_m)] {
+                if let MRule::Routed { top_k, experts } = rule
+                    && (top_k == 0 || top_k > experts)
+                {
+                    return Err((
+                        format!("ops[{i}].{phase}.top_k"),
+                        format!("must be between 1 and the {experts} experts"),
+                    ));
+                }
+            }
             for (field, v) in [
                 ("k", op.k),
                 ("n", op.n),

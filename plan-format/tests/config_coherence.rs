@@ -1,0 +1,140 @@
+//! A `config.json` whose sizes cannot describe a model is refused with exit
+//! code 2 (bad input), naming the file and the config's field.
+
+use std::path::Path;
+
+use hetero_plan::{Error, Validate, hf};
+
+/// A llama config with `extra` fields replacing the defaults.
+fn llama(extra: &[(&str, serde_json::Value)]) -> String {
+    let mut v = serde_json::json!({
+        "model_type": "llama", "hidden_size": 768, "num_hidden_layers": 2,
+        "num_attention_heads": 12, "num_key_value_heads": 4,
+        "intermediate_size": 2048, "vocab_size": 1000
+    });
+    for (k, x) in extra {
+        v[*k] = x.clone();
+    }
+    v.to_string()
+}
+
+/// The error of loading `text` as `cfg.json`: its field and message.
+fn refused(text: &str) -> (String, String) {
+    let e = hf::from_str(Path::new("cfg.json"), text, "x").unwrap_err();
+    assert!(e.is_bad_input(), "{e}");
+    let msg = e.to_string();
+    assert!(msg.contains("cfg.json"), "{msg}");
+    match e {
+        Error::Invalid { field, message, .. } => (field, message),
+        e => panic!("unexpected {e}"),
+    }
+}
+
+#[test]
+fn heads_not_divisible_by_kv_heads_are_refused() {
+    let (field, message) = refused(&llama(&[("num_key_value_heads", 7.into())]));
+    assert_eq!(field, "num_key_value_heads");
+    assert!(message.contains("12") && message.contains('7'), "{message}");
+    // More KV heads than heads cannot be grouped either.
+    let (field, _) = refused(&llama(&[("num_key_value_heads", 24.into())]));
+    assert_eq!(field, "num_key_value_heads");
+    // Divisors load: 12 over 4, 6, 12 and 1 (multi-query).
+    for kv in [1, 4, 6, 12] {
+        hf::from_str(
+            Path::new("cfg.json"),
+            &llama(&[("num_key_value_heads", kv.into())]),
+            "x",
+        )
+        .unwrap_or_else(|e| panic!("{kv} KV heads: {e}"));
+    }
+}
+
+#[test]
+fn zero_sizes_and_hidden_not_divisible_by_heads_are_refused() {
+    for field in [
+        "hidden_size",
+        "num_hidden_layers",
+        "num_attention_heads",
+        "num_key_value_heads",
+        "intermediate_size",
+        "vocab_size",
+        "head_dim",
+    ] {
+        let (f, message) = refused(&llama(&[(field, 0.into())]));
+        assert_eq!(f, field, "{message}");
+    }
+    let (f, message) = refused(&llama(&[("hidden_size", 770.into())]));
+    assert_eq!(f, "num_attention_heads");
+    assert!(message.contains("head_dim"), "{message}");
+    // An explicit head_dim makes the quotient irrelevant.
+    hf::from_str(
+        Path::new("cfg.json"),
+        &llama(&[("hidden_size", 770.into()), ("head_dim", 64.into())]),
+        "x",
+    )
+    .unwrap();
+}
+
+#[test]
+fn sizes_beyond_a_gemm_dimension_are_refused_not_wrapped() {
+    // 12 heads × 400 000 000 overflows 32 bits.
+    let (f, message) = refused(&llama(&[("head_dim", 400_000_000u32.into())]));
+    assert_eq!(f, "num_attention_heads");
+    assert!(message.contains("4800000000"), "{message}");
+    // phi3 fuses gate and up: 2 × intermediate_size.
+    let phi3 = llama(&[
+        ("model_type", "phi3".into()),
+        ("intermediate_size", 4_000_000_000u32.into()),
+    ]);
+    let (f, message) = refused(&phi3);
+    assert_eq!(f, "intermediate_size");
+    assert!(message.contains("8000000000"), "{message}");
+    // A large but representable size still loads: memory is the runtime's
+    // concern, which knows the machine.
+    let spec = hf::from_str(
+        Path::new("cfg.json"),
+        &llama(&[("intermediate_size", 4_000_000_000u32.into())]),
+        "x",
+    )
+    .unwrap();
+    assert_eq!(spec.op("ffn_up").unwrap().n, 4_000_000_000);
+}
+
+#[test]
+fn more_experts_per_token_than_experts_are_refused() {
+    let mixtral = llama(&[
+        ("model_type", "mixtral".into()),
+        ("num_local_experts", 8.into()),
+        ("num_experts_per_tok", 9.into()),
+    ]);
+    let (f, message) = refused(&mixtral);
+    assert_eq!(f, "num_experts_per_tok");
+    assert!(message.contains("num_local_experts"), "{message}");
+}
+
+#[test]
+fn a_model_spec_checks_its_heads_and_routing_itself() {
+    let text = llama(&[
+        ("model_type", "mixtral".into()),
+        ("num_local_experts", 8.into()),
+        ("num_experts_per_tok", 2.into()),
+    ]);
+    let good = hf::from_str(Path::new("cfg.json"), &text, "x").unwrap();
+    good.validate().unwrap();
+    let mut bad = good.clone();
+    bad.kv_heads = 5;
+    assert_eq!(bad.validate().unwrap_err().0, "kv_heads");
+    let mut bad = good.clone();
+    bad.head_dim = 0;
+    assert_eq!(bad.validate().unwrap_err().0, "head_dim");
+    let mut bad = good.clone();
+    let i = bad.ops.iter().position(|o| o.name == "expert_up").unwrap();
+    bad.ops[i].decode_m = hetero_plan::MRule::Routed {
+        top_k: 9,
+        experts: 8,
+    };
+    assert_eq!(
+        bad.validate().unwrap_err().0,
+        format!("ops[{i}].decode_m.top_k")
+    );
+}
