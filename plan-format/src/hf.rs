@@ -368,9 +368,15 @@ fn qwen2_moe(need: &Need, c: &HfConfig, d: &Dims) -> Result<Vec<LinearOp>> {
     let step = c.decoder_sparse_step.unwrap_or(1).max(1);
     // Transformers: a layer is sparse when it is not listed in
     // mlp_only_layers and (index + 1) is a multiple of the step.
-    let sparse = (0..l)
-        .filter(|i| !c.mlp_only_layers.contains(i) && (i + 1) % step == 0)
+    // Counted, not enumerated: a config may claim billions of layers.
+    let mut dense_only: Vec<u32> = c.mlp_only_layers.clone();
+    dense_only.sort_unstable();
+    dense_only.dedup();
+    let listed = dense_only
+        .iter()
+        .filter(|&&i| i < l && (i as u64 + 1) % step as u64 == 0)
         .count() as u32;
+    let sparse = l / step - listed;
     let dense = l - sparse;
     let mut ops = Vec::new();
     if dense > 0 {

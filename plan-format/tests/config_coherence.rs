@@ -138,3 +138,33 @@ fn a_model_spec_checks_its_heads_and_routing_itself() {
         format!("ops[{i}].decode_m.top_k")
     );
 }
+
+#[test]
+fn sparse_layers_are_counted_without_walking_every_layer() {
+    let qwen2_moe = |layers: u32, step: u32, dense: &[u32]| {
+        llama(&[
+            ("model_type", "qwen2_moe".into()),
+            ("num_hidden_layers", layers.into()),
+            ("num_experts", 4.into()),
+            ("num_experts_per_tok", 2.into()),
+            ("moe_intermediate_size", 128.into()),
+            ("decoder_sparse_step", step.into()),
+            ("mlp_only_layers", dense.into()),
+        ])
+    };
+    let layers_of = |text: &str, op: &str| {
+        let spec = hf::from_str(Path::new("cfg.json"), text, "x").unwrap();
+        spec.op(op).map_or(0, |o| o.layers)
+    };
+    // Step 2 over 6 layers: 1, 3 and 5 are sparse; 1 and 3 are listed
+    // dense (3 twice), 100 is past the end.
+    let text = qwen2_moe(6, 2, &[1, 3, 3, 100]);
+    assert_eq!(layers_of(&text, "expert_up"), 1);
+    assert_eq!(layers_of(&text, "ffn_up"), 5);
+    // A claimed four billion layers loads at once.
+    let t = std::time::Instant::now();
+    let text = qwen2_moe(4_000_000_000, 1, &[0]);
+    assert_eq!(layers_of(&text, "expert_up"), 3_999_999_999);
+    assert_eq!(layers_of(&text, "ffn_up"), 1);
+    assert!(t.elapsed().as_secs() < 5, "{:?}", t.elapsed());
+}
