@@ -168,3 +168,38 @@ fn sparse_layers_are_counted_without_walking_every_layer() {
     assert_eq!(layers_of(&text, "ffn_up"), 1);
     assert!(t.elapsed().as_secs() < 5, "{:?}", t.elapsed());
 }
+
+#[test]
+fn weights_beyond_64_bits_are_refused_and_counts_never_overflow() {
+    let absurd = llama(&[
+        ("model_type", "mixtral".into()),
+        ("num_hidden_layers", 4_000_000_000u32.into()),
+        ("hidden_size", 4_000_000_000u32.into()),
+        ("head_dim", 1.into()),
+        ("num_local_experts", 4_000_000_000u32.into()),
+        ("num_experts_per_tok", 2.into()),
+    ]);
+    let (f, message) = refused(&absurd);
+    assert_eq!(f, "ops");
+    assert!(message.contains("64 bits"), "{message}");
+    let big = hf::from_str(
+        Path::new("cfg.json"),
+        &llama(&[("intermediate_size", 4_000_000_000u32.into())]),
+        "x",
+    )
+    .unwrap();
+    assert_eq!(
+        big.op("ffn_up").unwrap().params_stored(),
+        768 * 4_000_000_000 * 2
+    );
+    assert!(big.linear_params_stored() >= big.linear_params_per_token());
+    // Built in code, unvalidated: the counts saturate instead of panicking.
+    let mut raw = big.clone();
+    raw.ops[0].k = u32::MAX;
+    raw.ops[0].n = u32::MAX;
+    raw.ops[0].count = u32::MAX;
+    raw.ops[0].active = u32::MAX;
+    raw.ops[0].layers = u32::MAX;
+    assert_eq!(raw.linear_params_stored(), u64::MAX);
+    assert_eq!(raw.linear_params_per_token(), u64::MAX);
+}
