@@ -303,7 +303,6 @@ fn a_model_too_large_for_this_machine_is_refused_before_it_allocates() {
         "4",
     ]);
     let e = stderr(&o);
-    eprintln!("{e}");
     assert_eq!(o.status.code(), Some(2), "{e}");
     assert!(!e.contains("memory allocation of"), "{e}");
     assert!(!e.contains("panicked"), "{e}");
