@@ -154,13 +154,21 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
         fail_after,
     };
     let mut rt = Runtime::open(&args.plan, model, opts)?;
-    let mut report = rt.run(&RunSpec {
-        phase: args.phase,
-        len: args.len,
-        steps,
-        repeat: args.repeat,
-        check: args.check,
-    })?;
+    let mut report = rt
+        .run(&RunSpec {
+            phase: args.phase,
+            len: args.len,
+            steps,
+            repeat: args.repeat,
+            check: args.check,
+        })
+        .map_err(|e| match e {
+            hetero_runtime::Error::Memory(_) => anyhow::Error::new(e).context(format!(
+                "{}: the model is too large for this machine",
+                args.model.display()
+            )),
+            e => e.into(),
+        })?;
     if args.tree {
         report.tree = Some(rt.tree_agreement(args.phase, args.tree_depth));
     }
