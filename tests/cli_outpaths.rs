@@ -36,12 +36,12 @@ fn snapshot(dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
 
 #[test]
 fn solve_refuses_to_write_the_plan_over_its_predictor() {
-    let t = TempDir::new("out-solve");
+    let t = temp_dir("out-solve");
     let p = t.path().join("p.ron");
     std::fs::copy(root().join(SOC), &p).unwrap();
     let before = std::fs::read(&p).unwrap();
     let ps = p.to_str().unwrap();
-    let e = bad_input(&["solve", "--predictor", ps, "--model", LLAMA, "--out", ps]);
+    let e = HETERO.bad_input(&["solve", "--predictor", ps, "--model", LLAMA, "--out", ps]);
     assert!(e.contains("--out") && e.contains("--predictor"), "{e}");
     assert!(e.contains(ps), "{e}");
     assert_eq!(std::fs::read(&p).unwrap(), before, "the predictor changed");
@@ -50,12 +50,12 @@ fn solve_refuses_to_write_the_plan_over_its_predictor() {
         let link = t.path().join("link.ron");
         std::os::unix::fs::symlink(&p, &link).unwrap();
         let ls = link.to_str().unwrap();
-        let e = bad_input(&["solve", "--predictor", ps, "--model", LLAMA, "--out", ls]);
+        let e = HETERO.bad_input(&["solve", "--predictor", ps, "--model", LLAMA, "--out", ls]);
         assert!(e.contains(ls) && e.contains(ps), "{e}");
         let hard = t.path().join("hard.ron");
         std::fs::hard_link(&p, &hard).unwrap();
         let hs = hard.to_str().unwrap();
-        let e = bad_input(&["solve", "--predictor", hs, "--model", LLAMA, "--out", ps]);
+        let e = HETERO.bad_input(&["solve", "--predictor", hs, "--model", LLAMA, "--out", ps]);
         assert!(e.contains(hs) && e.contains(ps), "{e}");
         assert_eq!(std::fs::read(&p).unwrap(), before, "the predictor changed");
     }
@@ -63,10 +63,10 @@ fn solve_refuses_to_write_the_plan_over_its_predictor() {
     let model = t.path().join("config.json");
     std::fs::copy(root().join(LLAMA), &model).unwrap();
     let ms = model.to_str().unwrap();
-    let e = bad_input(&["solve", "--predictor", ps, "--model", ms, "--out", ms]);
+    let e = HETERO.bad_input(&["solve", "--predictor", ps, "--model", ms, "--out", ms]);
     assert!(e.contains("--model"), "{e}");
     let plan = t.path().join("plan.ron");
-    ok(&[
+    HETERO.ok(&[
         "solve",
         "--predictor",
         ps,
@@ -81,41 +81,41 @@ fn solve_refuses_to_write_the_plan_over_its_predictor() {
 
 #[test]
 fn fit_refuses_to_write_into_the_dataset() {
-    let t = TempDir::new("out-fit");
+    let t = temp_dir("out-fit");
     let ds = t.path().join("ds");
     write_dataset(&ds, &staged_rows());
     let before = snapshot(&ds);
     let d = ds.to_str().unwrap();
     for out in ["device.json", "predictor.ron"] {
         let out = ds.join(out);
-        let e = bad_input(&["fit", d, "--out", out.to_str().unwrap()]);
+        let e = HETERO.bad_input(&["fit", d, "--out", out.to_str().unwrap()]);
         assert!(e.contains("dataset folder") && e.contains(d), "{e}");
     }
     // The report too, and the two outputs may not be one file.
     let p = t.path().join("p.ron");
     let (ps, report) = (p.to_str().unwrap(), ds.join("r.json"));
-    let e = bad_input(&["fit", d, "--out", ps, "--report", report.to_str().unwrap()]);
+    let e = HETERO.bad_input(&["fit", d, "--out", ps, "--report", report.to_str().unwrap()]);
     assert!(e.contains("--report"), "{e}");
-    let e = bad_input(&["fit", d, "--out", ps, "--report", ps]);
+    let e = HETERO.bad_input(&["fit", d, "--out", ps, "--report", ps]);
     assert!(e.contains("--out") && e.contains("--report"), "{e}");
     assert_eq!(snapshot(&ds), before, "the dataset changed");
     assert!(!p.exists());
     // The dataset still loads, and a predictor beside it is written.
-    ok(&["dataset", "show", d]);
-    ok(&["fit", d, "--out", ps]);
+    HETERO.ok(&["dataset", "show", d]);
+    HETERO.ok(&["fit", d, "--out", ps]);
 }
 
 #[test]
 fn chart_and_run_outputs_are_guarded_too() {
-    let t = TempDir::new("out-chart");
+    let t = temp_dir("out-chart");
     let ds = t.path().join("ds");
     write_dataset(&ds, &staged_rows());
     let before = snapshot(&ds);
     let d = ds.to_str().unwrap();
     let charts = ds.join("charts");
-    let e = bad_input(&["chart", d, "--out", charts.to_str().unwrap()]);
+    let e = HETERO.bad_input(&["chart", d, "--out", charts.to_str().unwrap()]);
     assert!(e.contains("dataset folder"), "{e}");
-    let e = bad_input(&[
+    let e = HETERO.bad_input(&[
         "dataset",
         "export",
         d,
@@ -125,13 +125,13 @@ fn chart_and_run_outputs_are_guarded_too() {
     ]);
     assert!(e.contains("dataset folder"), "{e}");
     let merged = ds.join("merged");
-    let e = bad_input(&["dataset", "merge", "--out", merged.to_str().unwrap(), d, d]);
+    let e = HETERO.bad_input(&["dataset", "merge", "--out", merged.to_str().unwrap(), d, d]);
     assert!(e.contains("dataset folder"), "{e}");
     assert_eq!(snapshot(&ds), before, "the dataset changed");
     // A run report over the plan it runs.
     let plan = t.path().join("plan.ron");
     let pl = plan.to_str().unwrap();
-    ok(&[
+    HETERO.ok(&[
         "solve",
         "--predictor",
         SOC,
@@ -142,7 +142,7 @@ fn chart_and_run_outputs_are_guarded_too() {
         "--lengths",
         "1..8",
     ]);
-    let e = bad_input(&[
+    let e = HETERO.bad_input(&[
         "run", pl, "--model", LLAMA, "--phase", "prefill", "--len", "4", "--out", pl,
     ]);
     assert!(e.contains("PLAN") && e.contains(pl), "{e}");
@@ -152,7 +152,7 @@ fn chart_and_run_outputs_are_guarded_too() {
 /// right after preparing its folder, in well under a second.
 fn failing_demo(out: &Path) -> std::process::Output {
     let missing = out.with_file_name("no-such-agent");
-    hetero(&[
+    HETERO.run(&[
         "demo",
         "--out",
         out.to_str().unwrap(),
@@ -165,7 +165,7 @@ fn failing_demo(out: &Path) -> std::process::Output {
 
 #[test]
 fn demo_refuses_a_folder_with_the_users_files_beside_a_demo_md() {
-    let t = TempDir::new("out-demo-mine");
+    let t = temp_dir("out-demo-mine");
     let mine = t.path().join("mine");
     std::fs::create_dir_all(&mine).unwrap();
     std::fs::write(mine.join("DEMO.md"), "# my notes on the demo").unwrap();
@@ -182,7 +182,7 @@ fn demo_refuses_a_folder_with_the_users_files_beside_a_demo_md() {
 
 #[test]
 fn demo_keeps_the_earlier_demo_when_the_new_one_fails() {
-    let t = TempDir::new("out-demo-keep");
+    let t = temp_dir("out-demo-keep");
     let out = t.path().join("demo");
     let partial = t.path().join("demo.partial");
     // A demo that fails leaves what it wrote beside --out, named .partial,
@@ -214,7 +214,7 @@ fn demo_keeps_the_earlier_demo_when_the_new_one_fails() {
     assert_eq!(snapshot(&out), before, "the earlier demo changed");
     // A model inside the folder the demo would replace is refused.
     let model = out.join("config.json");
-    let e = bad_input(&[
+    let e = HETERO.bad_input(&[
         "demo",
         "--out",
         out.to_str().unwrap(),

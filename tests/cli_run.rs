@@ -5,7 +5,7 @@ mod common;
 
 use std::path::{Path, PathBuf};
 
-use common::{HETERO, require, stderr, temp_dir};
+use common::{HETERO, TINY_LLAMA, require, stderr, temp_dir};
 use hetero_agent::{OpenOptions, Registry};
 use hetero_plan::{DType, Phase};
 
@@ -153,7 +153,7 @@ fn bad_inputs_exit_2_naming_the_mismatch() {
     let other = dir.path().join("other.json");
     std::fs::write(
         &other,
-        common::TINY_LLAMA.replace("\"num_hidden_layers\": 2", "\"num_hidden_layers\": 3"),
+        TINY_LLAMA.replace("\"num_hidden_layers\": 2", "\"num_hidden_layers\": 3"),
     )
     .unwrap();
     let e = HETERO.bad_input(&[
@@ -262,21 +262,21 @@ fn bad_inputs_exit_2_naming_the_mismatch() {
 fn a_model_too_large_for_this_machine_is_refused_before_it_allocates() {
     // intermediate_size 4 000 000 000 is a valid u32: the config loads and
     // solves, but its FFN weights (64 × 4e9 f32 per layer) fit no machine.
-    let dir = TempDir::new("run-huge");
+    let dir = temp_dir("run-huge");
     let (_, _, pred) = setup(dir.path());
     let config = dir.path().join("huge.json");
     std::fs::write(
         &config,
-        common::TINY.replace(
+        TINY_LLAMA.replace(
             "\"intermediate_size\": 96",
             "\"intermediate_size\": 4000000000",
         ),
     )
     .unwrap();
-    let shown = ok(&["model", "show", s(&config)]);
+    let shown = HETERO.ok(&["model", "show", s(&config)]);
     assert!(shown.contains("4000000000"), "{shown}");
     let plan = dir.path().join("huge.ron");
-    ok(&[
+    HETERO.ok(&[
         "solve",
         "--predictor",
         s(&pred),
@@ -291,7 +291,7 @@ fn a_model_too_large_for_this_machine_is_refused_before_it_allocates() {
         "--dtype",
         "f32",
     ]);
-    let o = hetero(&[
+    let o = HETERO.run(&[
         "run",
         s(&plan),
         "--model",
@@ -321,8 +321,7 @@ fn a_model_too_large_for_this_machine_is_refused_before_it_allocates() {
 /// Tiny-llama weights as safetensors `[N, K]` f32 tensors; `wrong` gives
 /// one tensor a bad shape.
 fn write_weights(path: &Path, wrong: Option<&str>) {
-    let model =
-        hetero_plan::hf::from_str(Path::new("tiny.json"), common::TINY_LLAMA, "tiny").unwrap();
+    let model = hetero_plan::hf::from_str(Path::new("tiny.json"), TINY_LLAMA, "tiny").unwrap();
     let mut tensors: Vec<(String, Vec<usize>, Vec<u8>)> = Vec::new();
     for op in &model.ops {
         let layers: Vec<Option<u32>> = if op.name == "lm_head" {
