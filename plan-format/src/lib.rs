@@ -22,6 +22,7 @@ fn is_zero<T: Default + PartialEq>(v: &T) -> bool {
     *v == T::default()
 }
 
+mod checked;
 mod compiled;
 mod duration;
 mod error;
@@ -42,7 +43,7 @@ pub use duration::parse_duration;
 pub use error::{Error, Result};
 pub use fingerprint::Fingerprint;
 pub use gemm::{DType, GemmShape, OperandOrder, WeightMode};
-pub use io::{Format, load, load_str, save, to_string, to_string_depth, write_atomic};
+pub use io::{Format, load, load_str, read_text, save, to_string, to_string_depth, write_atomic};
 pub use model::{LinearOp, MRule, ModelSpec, OpRole, Phase};
 pub use plan::{
     CostBreakdown, Decision, FingerprintMismatch, GraphSet, OffloadPlacement, OpPlan, Plan,

@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 
 use hetero_plan::{
     Conditions, DeviceProfile, Fingerprint, GemmShape, MeasurementRow, MicrobenchRow, RowStatus,
-    Stats, Timing,
+    Stats, Timing, Validate,
 };
 use polars::prelude::*;
 use serde::de::DeserializeOwned;
@@ -195,8 +195,11 @@ impl Dataset {
             files.sort();
             let mut rows = Rows::default();
             for f in &files {
-                let text = std::fs::read_to_string(f).map_err(|e| Error::io(f, e))?;
+                let text = hetero_plan::read_text(f)?;
                 let part = Rows::parse(&text);
+                if let Some((line, why)) = part.invalid.first() {
+                    return Err(Error::dataset(f, format!("line {line}: {why}")));
+                }
                 for (line, why) in &part.skipped_lines {
                     src.skipped_lines
                         .push(format!("{}:{line}: {why}", f.display()));
@@ -981,6 +984,8 @@ pub fn read_measurements(path: &Path) -> Result<Vec<MeasurementRow>> {
                 host_probe_us: probe[i],
             },
         });
+        let checked = out[i].validate();
+        checked.map_err(|(f, why)| Error::dataset(path, format!("row {i}: field `{f}`: {why}")))?;
     }
     Ok(out)
 }

@@ -15,7 +15,7 @@ use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use hetero_plan::{MeasurementRow, MicrobenchRow};
+use hetero_plan::{MeasurementRow, MicrobenchRow, Validate};
 
 use crate::protocol::Line;
 use crate::{Error, Result};
@@ -31,6 +31,9 @@ pub struct Rows {
     pub skipped_lines: Vec<(usize, String)>,
     /// Rows dropped because their case id came earlier in the file.
     pub duplicates: usize,
+    /// Rows that parsed but contradict themselves (a verified row above
+    /// its tolerance), with the line and the reason; not added.
+    pub invalid: Vec<(usize, String)>,
     ids: HashSet<String>,
 }
 
@@ -82,6 +85,13 @@ impl Rows {
             }
             match Line::parse(l) {
                 Ok(line @ (Line::Measurement(_) | Line::Microbench(_))) => {
+                    if let Line::Measurement(r) = &line
+                        && let Err((field, why)) = r.validate()
+                    {
+                        rows.invalid
+                            .push((i + 1, format!("field `{field}`: {why}")));
+                        continue;
+                    }
                     rows.push(line);
                 }
                 Ok(_) => {}
@@ -93,7 +103,7 @@ impl Rows {
 
     /// Reads a JSON Lines file.
     pub fn read(path: &Path) -> Result<Rows> {
-        let text = std::fs::read_to_string(path).map_err(|e| Error::io(path, e))?;
+        let text = hetero_plan::read_text(path)?;
         Ok(Rows::parse(&text))
     }
 }
