@@ -8,6 +8,7 @@ use hetero_profiler::dataset::{DEVICE_FILE, MEASUREMENTS_FILE, MICROBENCH_FILE, 
 use hetero_profiler::fit::agreement;
 
 use crate::BadInput;
+use crate::outpath::{self, Input, Output};
 
 #[derive(Debug, Subcommand)]
 pub enum DatasetCmd {
@@ -207,6 +208,8 @@ fn table(s: &Summary) -> String {
 }
 
 fn merge(a: MergeArgs) -> anyhow::Result<()> {
+    let inputs: Vec<Input<'_>> = a.inputs.iter().map(|p| ("DATASET", p.as_path())).collect();
+    outpath::check(&inputs, &[Output::dataset("--out", &a.out)])?;
     if a.out.exists()
         && std::fs::read_dir(&a.out)
             .map(|mut d| d.next().is_some())
@@ -240,7 +243,10 @@ fn merge(a: MergeArgs) -> anyhow::Result<()> {
 fn export(a: ExportArgs) -> anyhow::Result<()> {
     debug_assert!(a.csv, "clap requires --csv");
     let ds = Dataset::load(&a.dir)?;
+    // The CSV files go beside the dataset's rows by default; the guard
+    // keeps them out of any other dataset's subfolders.
     let out = a.out.unwrap_or_else(|| a.dir.clone());
+    outpath::check(&[], &[Output::dataset("--out", &out)])?;
     for f in ds.export_csv(&out)? {
         println!("wrote {}", f.display());
     }

@@ -17,14 +17,16 @@ use hetero_profiler::agent::{self, AgentSource};
 use serde_json::Value;
 
 use crate::BadInput;
+use crate::demo_folder::Staging;
+use crate::outpath::Input;
 
 /// The model solved when `--model` is not given (Qwen2.5-1.5B, the
 /// smallest bundled config), built in so the demo runs from any folder.
 const BUNDLED_MODEL: &str = include_str!("../datasets/models/qwen2.5-1.5b.json");
 const BUNDLED_MODEL_NAME: &str = "qwen2.5-1.5b";
 
-/// Marks a folder as a demo's output, so a second demo may replace it.
-const MARKER: &str = "DEMO.md";
+/// The summary of the demo's results, in its folder.
+const SUMMARY: &str = "DEMO.md";
 
 const EXAMPLES: &str = "\
 Examples:
@@ -36,8 +38,11 @@ Examples:
 #[derive(Debug, Args)]
 #[command(after_help = EXAMPLES)]
 pub struct DemoArgs {
-    /// Folder for everything the demo writes (replaced if an earlier demo
-    /// wrote it; any other non-empty folder is refused).
+    /// Folder for everything the demo writes. It is written beside, as
+    /// OUT.partial, and renamed to OUT once every step has succeeded; an
+    /// earlier demo's folder is then replaced if nothing in it changed (its
+    /// demo-manifest.json says what it wrote); any other non-empty folder is
+    /// refused.
     #[arg(long, default_value = "hetero-demo")]
     out: PathBuf,
     /// Hugging Face config.json to solve (default: the bundled Qwen2.5-1.5B).
@@ -103,7 +108,10 @@ struct Demo {
     args: DemoArgs,
     exe: PathBuf,
     agent: PathBuf,
+    /// The folder the steps write (OUT.partial).
     out: PathBuf,
+    /// Where it goes when every step has succeeded (--out).
+    shown_out: PathBuf,
     logs: PathBuf,
     files: Files,
     started: Instant,
@@ -193,6 +201,15 @@ impl Demo {
             STEPS.len(),
             self.started.elapsed().as_secs_f64()
         );
+    }
+
+    /// Where `path`, written under the staging folder, is once the demo
+    /// has finished.
+    fn shown(&self, path: &str) -> String {
+        match Path::new(path).strip_prefix(&self.out) {
+            Ok(rest) => self.shown_out.join(rest).display().to_string(),
+            Err(_) => path.to_string(),
+        }
     }
 
     /// The current step's log named `name`.
@@ -298,43 +315,6 @@ impl Demo {
         .map(String::from)
         .to_vec()
     }
-}
-
-/// Creates `out`, replacing an earlier demo's output; refuses any other
-/// non-empty folder.
-fn prepare_out(out: &Path) -> Result<()> {
-    if out.exists() {
-        if !out.is_dir() {
-            return Err(BadInput(format!(
-                "--out {}: exists and is not a folder",
-                out.display()
-            ))
-            .into());
-        }
-        let empty = std::fs::read_dir(out)
-            .with_context(|| format!("reading {}", out.display()))?
-            .next()
-            .is_none();
-        if !empty {
-            if !out.join(MARKER).is_file() {
-                return Err(BadInput(format!(
-                    "--out {}: the folder is not empty and no earlier demo wrote it \
-                     (it has no {MARKER}); choose another folder",
-                    out.display()
-                ))
-                .into());
-            }
-            std::fs::remove_dir_all(out).with_context(|| format!("removing {}", out.display()))?;
-        }
-    }
-    std::fs::create_dir_all(out.join("logs"))
-        .with_context(|| format!("creating {}", out.display()))?;
-    // The marker goes first, so an interrupted demo's folder can be replaced too.
-    hetero_plan::write_atomic(
-        &out.join(MARKER),
-        b"# hetero demo\n\nWritten by `hetero demo`; a later demo with the same --out replaces this folder.\n",
-    )?;
-    Ok(())
 }
 
 /// Runs the agent's probe and lists what it found.
@@ -476,7 +456,27 @@ pub fn run(a: DemoArgs) -> Result<()> {
     if a.tokens == 0 {
         return Err(BadInput("--tokens must be at least 1".into()).into());
     }
-    prepare_out(&a.out)?;
+    let mut inputs: Vec<Input<'_>> = Vec::new();
+    inputs.extend(a.model.as_deref().map(|p| ("--model", p)));
+    inputs.extend(a.agent.as_deref().map(|p| ("--agent", p)));
+    let staging = Staging::prepare(&a.out, &inputs)?;
+    match run_steps(a, &staging) {
+        Ok(()) => staging.finish(),
+        Err(e) => {
+            staging.fail();
+            Err(e.context(format!(
+                "the demo stopped (what it wrote is kept in {}, which the next demo \
+                 replaces; {} is as it was)",
+                staging.work.display(),
+                staging.out.display()
+            )))
+        }
+    }
+}
+
+/// Runs the steps into the staging folder, listing what they wrote after
+/// each one.
+fn run_steps(a: DemoArgs, staging: &Staging) -> Result<()> {
     let source = match &a.agent {
         Some(p) => AgentSource::Path(p.clone()),
         None => AgentSource::Auto,
@@ -484,7 +484,7 @@ pub fn run(a: DemoArgs) -> Result<()> {
     let agent = agent::select(&source, &Target::Local, std::env::consts::ARCH).map_err(|e| {
         anyhow!("{e}\nbuild it next to hetero: cargo build --release -p hetero -p hetero-agent")
     })?;
-    let out = a.out.clone();
+    let out = staging.work.clone();
     let model = match &a.model {
         Some(p) => p.display().to_string(),
         None => {
@@ -494,7 +494,9 @@ pub fn run(a: DemoArgs) -> Result<()> {
         }
     };
     println!(
-        "hetero demo: profile this machine, fit, solve {model}, chart, run; everything goes to {}",
+        "hetero demo: profile this machine, fit, solve {model}, chart, run; everything goes to {} \
+         (written in {} and moved there when every step has succeeded)",
+        staging.out.display(),
         out.display()
     );
     let path = |name: &str| out.join(name).display().to_string();
@@ -514,6 +516,7 @@ pub fn run(a: DemoArgs) -> Result<()> {
         agent,
         logs: out.join("logs"),
         out,
+        shown_out: staging.out.clone(),
         files,
         started: Instant::now(),
         step: 0,
@@ -524,6 +527,7 @@ pub fn run(a: DemoArgs) -> Result<()> {
     for step in &STEPS {
         d.begin(&(step.title)(&d.args));
         (step.run)(&mut d)?;
+        staging.checkpoint()?;
     }
     Ok(())
 }
@@ -740,36 +744,45 @@ fn report_step(d: &mut Demo) -> Result<()> {
         d.started.elapsed().as_secs_f64()
     );
     let charts = if d.charts_drawn {
-        f.charts.clone()
+        d.shown(&f.charts)
     } else {
         "not drawn: no TrueType font (step 6)".to_string()
     };
     for (what, p) in [
-        ("dataset (measurements)", f.dataset.clone()),
-        ("predictor", f.predictor.clone()),
-        ("fit report", f.fit_report.clone()),
-        ("plan", f.plan.clone()),
+        ("dataset (measurements)", d.shown(&f.dataset)),
+        ("predictor", d.shown(&f.predictor)),
+        ("fit report", d.shown(&f.fit_report)),
+        ("plan", d.shown(&f.plan)),
         (
             "plan summary",
-            d.out.join("plan-summary.txt").display().to_string(),
+            d.shown_out.join("plan-summary.txt").display().to_string(),
         ),
         ("charts (plan/, dataset/, fit/; each has index.md)", charts),
-        ("run reports", format!("{}, {}", f.prefill, f.decode)),
-        ("logs of every step", d.logs.display().to_string()),
+        (
+            "run reports",
+            format!("{}, {}", d.shown(&f.prefill), d.shown(&f.decode)),
+        ),
+        (
+            "logs of every step",
+            d.shown_out.join("logs").display().to_string(),
+        ),
     ] {
         let _ = writeln!(table, "  {what:<30} {p}");
     }
     let _ = writeln!(
         table,
         "\nNext: hetero plan explain {} --op ffn_down --len {}",
-        f.plan, d.args.len
+        d.shown(&f.plan),
+        d.args.len
     );
     print!("{table}");
     let summary = format!(
-        "# hetero demo\n\nWritten by `hetero demo`; a later demo with the same --out replaces this folder.\n\n```\n{}\n```\n",
+        "# hetero demo\n\nWritten by `hetero demo`; a later demo with the same --out replaces this \
+         folder while nothing in it changes ({}).\n\n```\n{}\n```\n",
+        crate::demo_folder::MANIFEST,
         table.trim()
     );
-    hetero_plan::write_atomic(&d.out.join(MARKER), summary.as_bytes())?;
+    hetero_plan::write_atomic(&d.out.join(SUMMARY), summary.as_bytes())?;
     Ok(())
 }
 

@@ -9,6 +9,7 @@ use hetero_plan::{
 use hetero_profiler::fit::{self, FitError, FitParams, Report, TestRun};
 
 use crate::BadInput;
+use crate::outpath::{self, Output};
 
 #[derive(Debug, Args)]
 #[command(after_help = "Examples:
@@ -169,6 +170,7 @@ pub fn run(args: FitArgs) -> anyhow::Result<()> {
     {
         return Err(BadInput(format!("--max-cv: must be a positive number, got {c}")).into());
     }
+    check_outputs(&args)?;
     let data = load_dataset(&args.dataset)?;
     let params = FitParams {
         folds: args.folds,
@@ -219,6 +221,19 @@ pub fn run(args: FitArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Refuses outputs over the inputs or into a dataset folder (exit 2).
+fn check_outputs(args: &FitArgs) -> anyhow::Result<()> {
+    let mut inputs = vec![("DATASET", args.dataset.as_path())];
+    if let Some(t) = &args.test {
+        inputs.push(("--test", t));
+    }
+    let mut outputs = vec![Output::file("--out", &args.out)];
+    if let Some(r) = &args.report {
+        outputs.push(Output::file("--report", r));
+    }
+    outpath::check(&inputs, &outputs)
+}
+
 /// Each device-timed processor's launch overhead beside the one after a
 /// processor on host memory has run, where both were measured: the solver
 /// charges the difference to its operators alone in offload mode.
@@ -246,14 +261,15 @@ const SLOW_HOST_PROBE: f64 = 1.5;
 /// Each processor's concurrent-bandwidth factor, which the solver slows a
 /// part beside another processor's traffic by, and a warning for each
 /// bandwidth row behind it that was taken while the host ran slow: one such
-/// row of a few runs can steer a plan (an H100 host's CPU read 0.17 beside
-/// its GPU's copies once, with the probe at twice its median, and about 1
-/// on other machines; `docs/benchmarks.md`, Runtime, "Session 40").
+/// row of a few runs can steer a plan (the CPU of a host with one H100 read
+/// 0.17 beside its GPU's copies once, with the probe at twice its median,
+/// and about 1 on other machines).
 ///
 /// A discrete GPU's bandwidth GEMV copies its weights from page-locked host
-/// memory at every run where its backend can, and its rows' notes (`notes`,
-/// by case id) say so: its factor is then its weight copies' (offload's CG
-/// rows), as the line says.
+/// memory at every run where its backend can, and its rows say so
+/// ([`GemvStream::host_weights`](hetero_plan::GemvStream); the notes,
+/// `notes` by case id, of rows from older agents): its factor is then its
+/// weight copies' (offload's CG rows), as the line says.
 fn bandwidth_notes(
     overheads: &[Overheads],
     micro: &[MicrobenchRow],
@@ -264,15 +280,13 @@ fn bandwidth_notes(
         let Some(factor) = o.concurrent_factor else {
             continue;
         };
-        // The timed side of the note, before the peer's.
         let copies = micro.iter().any(|r| {
             r.processor == o.processor
                 && r.bench == MicrobenchKind::BandwidthConcurrent
-                && notes.get(&r.case_id).is_some_and(|n| {
-                    n.split("; peer")
-                        .next()
-                        .is_some_and(|timed| timed.contains(hetero_agent::sweep::HOST_WEIGHTS_NOTE))
-                })
+                && match r.stream {
+                    Some(timed) => timed.host_weights,
+                    None => legacy_note_says_host_weights(notes.get(&r.case_id)),
+                }
         });
         let what = if copies {
             " (its weight copies from host memory)"
@@ -315,6 +329,15 @@ fn bandwidth_notes(
         }
     }
     out
+}
+
+/// Whether the note of a bandwidth row from an older agent, which lacks
+/// [`MicrobenchRow::stream`], says that the timed GEMV copied its weights
+/// from host memory: the note's timed side, before `"; peer"`, holds
+/// [`HOST_WEIGHTS_NOTE`](hetero_agent::sweep::HOST_WEIGHTS_NOTE).
+fn legacy_note_says_host_weights(note: Option<&String>) -> bool {
+    note.and_then(|n| n.split("; peer").next())
+        .is_some_and(|timed| timed.contains(hetero_agent::sweep::HOST_WEIGHTS_NOTE))
 }
 
 /// Scores `predictor` on the profile in `dir` and compares that profile's
@@ -440,6 +463,8 @@ mod tests {
             timing: Timing::Real,
             stats: Stats::from_samples(&[1000.0]),
             gbps: None,
+            stream: None,
+            peer_stream: None,
             message: None,
             conditions: Conditions {
                 host_probe_us: Some(probe),
@@ -518,8 +543,9 @@ mod tests {
         assert!(
             bandwidth_notes(&[above], &calm, &none_said)[0].ends_with("the solver takes it as 1")
         );
-        // A discrete GPU whose row's note says it copied its weights from
-        // host memory: its line says its factor is its copies'.
+        // A discrete GPU whose row (of an older agent, without the field)
+        // says in its note that it copied its weights from host memory:
+        // its line says its factor is its copies'.
         let copies = Overheads {
             processor: "cuda:0".into(),
             concurrent_factor: Some(0.6),
@@ -557,5 +583,37 @@ mod tests {
             notes[0].starts_with("  bandwidth cuda:0: 0.60"),
             "{notes:?}"
         );
+    }
+
+    #[test]
+    fn a_bandwidth_rows_field_says_whether_it_copied_its_weights() {
+        let o = Overheads {
+            processor: "cuda:0".into(),
+            concurrent_factor: Some(0.6),
+            ..Default::default()
+        };
+        let stream = |host_weights| hetero_plan::GemvStream {
+            copies: 9,
+            host_weights,
+            runs: None,
+        };
+        let mut r = row(MicrobenchKind::BandwidthConcurrent, 9.0);
+        r.processor = "cuda:0".into();
+        r.stream = Some(stream(true));
+        // The peer's copies are not the timed side's.
+        r.peer_stream = Some(stream(false));
+        let none = std::collections::BTreeMap::new();
+        let line = |r: &MicrobenchRow, notes| {
+            bandwidth_notes(std::slice::from_ref(&o), std::slice::from_ref(r), notes)[0].clone()
+        };
+        assert!(line(&r, &none).contains("(its weight copies from host memory)"));
+        // The field wins over the words of the note.
+        r.stream = Some(stream(false));
+        r.peer_stream = Some(stream(true));
+        let said = std::collections::BTreeMap::from([(
+            r.case_id.clone(),
+            hetero_agent::sweep::HOST_WEIGHTS_NOTE.to_string(),
+        )]);
+        assert!(line(&r, &said).starts_with("  bandwidth cuda:0: 0.60"));
     }
 }

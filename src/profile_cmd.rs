@@ -159,6 +159,14 @@ pub struct ProfileArgs {
 /// Builds the validated options (files are read here, before connecting).
 fn options(a: ProfileArgs) -> anyhow::Result<(ProfileOptions, bool)> {
     let target: Target = a.device.parse()?;
+    let mut inputs: Vec<_> = a.models.iter().map(|m| ("--models", m.as_path())).collect();
+    let files = [
+        ("--plan", &a.plan),
+        ("--agent", &a.agent),
+        ("--ssh-config", &a.ssh_config),
+    ];
+    inputs.extend(files.iter().filter_map(|(f, p)| Some((*f, p.as_deref()?))));
+    crate::outpath::check(&inputs, &[crate::outpath::Output::dataset("--out", &a.out)])?;
     let budget = parse_duration(&a.budget).map_err(|e| bad(format!("--budget: {e}")))?;
     let dtypes = match &a.dtypes {
         None => None,

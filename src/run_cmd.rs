@@ -110,6 +110,9 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
         }
         (Phase::Prefill, None) => 1,
     };
+    if let Some(out) = &args.out {
+        check_output(&args, out)?;
+    }
     let fail_after = match &args.inject_fault {
         Some(s) => {
             let (p, n) = s
@@ -151,13 +154,21 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
         fail_after,
     };
     let mut rt = Runtime::open(&args.plan, model, opts)?;
-    let mut report = rt.run(&RunSpec {
-        phase: args.phase,
-        len: args.len,
-        steps,
-        repeat: args.repeat,
-        check: args.check,
-    })?;
+    let mut report = rt
+        .run(&RunSpec {
+            phase: args.phase,
+            len: args.len,
+            steps,
+            repeat: args.repeat,
+            check: args.check,
+        })
+        .map_err(|e| match e {
+            hetero_runtime::Error::Memory(_) => anyhow::Error::new(e).context(format!(
+                "{}: the model is too large for this machine",
+                args.model.display()
+            )),
+            e => e.into(),
+        })?;
     if args.tree {
         report.tree = Some(rt.tree_agreement(args.phase, args.tree_depth));
     }
@@ -184,4 +195,20 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
         .into());
     }
     Ok(())
+}
+
+/// Refuses a report path over one of the run's inputs (exit 2).
+fn check_output(args: &RunArgs, out: &std::path::Path) -> anyhow::Result<()> {
+    let mut inputs = vec![("PLAN", args.plan.as_path()), ("--model", &args.model)];
+    let optional = [
+        ("--weights", &args.weights),
+        ("--predictor", &args.predictor),
+        ("--sim-params", &args.sim_params),
+    ];
+    inputs.extend(
+        optional
+            .iter()
+            .filter_map(|(f, p)| Some((*f, p.as_deref()?))),
+    );
+    crate::outpath::check(&inputs, &[crate::outpath::Output::file("--out", out)])
 }

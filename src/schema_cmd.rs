@@ -54,6 +54,7 @@ pub fn run(args: SchemaArgs) -> anyhow::Result<()> {
     };
     match &args.out {
         Some(dir) => {
+            crate::outpath::check(&[], &[crate::outpath::Output::folder("--out", dir)])?;
             std::fs::create_dir_all(dir)?;
             for name in names {
                 let path = dir.join(format!("{name}.schema.json"));

@@ -9,6 +9,7 @@ use hetero_solver::settings::{fmt_bytes, parse_bytes, parse_duration_us, parse_l
 use hetero_solver::{Distribution, GraphChoice, Settings};
 
 use crate::bad;
+use crate::outpath::{self, Output};
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
 pub enum PhaseArg {
@@ -206,6 +207,14 @@ fn out_format(args: &SolveArgs) -> anyhow::Result<Format> {
 
 pub fn run(args: SolveArgs) -> anyhow::Result<()> {
     let format = out_format(&args)?;
+    let mut inputs = vec![
+        ("--predictor", args.predictor.as_path()),
+        ("--model", &args.model),
+    ];
+    if let Some(p) = &args.prompt_lengths {
+        inputs.push(("--prompt-lengths", p));
+    }
+    outpath::check(&inputs, &[Output::file("--out", &args.out)])?;
     let settings = settings(&args)?;
     let model = load_model(&args.model)?;
     let (predictor, fp) = load_predictor(&args.predictor)?;

@@ -1,6 +1,6 @@
 //! `hetero demo` end to end on this machine's CPU: every step runs, every
-//! file it names exists, a second demo replaces the first, and a folder the
-//! demo did not write is refused.
+//! file it names exists, a second demo replaces the first (and a failed one
+//! does not), and a folder the demo did not write is refused.
 
 mod common;
 
@@ -66,6 +66,7 @@ fn demo_runs_every_step_and_prints_the_table() {
     assert!(text.contains("check: "), "{text}");
     for f in [
         "DEMO.md",
+        "demo-manifest.json",
         "dataset/device.json",
         "predictor.ron",
         "fit-report.json",
@@ -101,6 +102,11 @@ fn demo_runs_every_step_and_prints_the_table() {
     assert!((speed - then.unwrap() / now.unwrap()).abs() < 1e-9, "{h}");
     let summary = std::fs::read_to_string(out.join("DEMO.md")).unwrap();
     assert!(summary.contains("Where everything went"), "{summary}");
+    // The demo was written beside --out and moved there; the paths it
+    // printed are the final ones.
+    assert!(!out.with_file_name("demo.partial").exists());
+    let plan = out.join("plan.ron");
+    assert!(summary.contains(&plan.display().to_string()), "{summary}");
     // Step 5 measured the GEMMs the plan runs at --len 24 into the
     // dataset (`hetero profile --plan`) before the plan was solved again.
     assert!(text.contains("round 1: "), "{text}");
@@ -118,7 +124,19 @@ fn demo_runs_every_step_and_prints_the_table() {
     // 5 s in a test build on a host with a large cache.
     // Without a usable font (a bare server: the GPU host had none), the
     // charts are skipped with the reason and the demo runs the plan.
-    std::fs::write(out.join("stale.txt"), "old").unwrap();
+    // A file the demo did not write keeps the folder from being replaced.
+    std::fs::write(out.join("stale.txt"), "mine").unwrap();
+    let o = demo(&out, &[("--budget", "5s")]);
+    assert_eq!(o.status.code(), Some(2));
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert!(e.contains("stale.txt"), "{e}");
+    std::fs::remove_file(out.join("stale.txt")).unwrap();
+    // A demo that fails leaves the earlier one as it was.
+    let plan_text = std::fs::read(&plan).unwrap();
+    let o = demo(&out, &[("--agent", "/nonexistent/hetero-agent")]);
+    assert!(!o.status.success());
+    assert_eq!(std::fs::read(&plan).unwrap(), plan_text);
+    assert!(out.join("run-prefill.json").is_file());
     let o = demo_env(
         &out,
         &[
@@ -134,7 +152,7 @@ fn demo_runs_every_step_and_prints_the_table() {
         "{text}\n{}",
         String::from_utf8_lossy(&o.stderr)
     );
-    assert!(!out.join("stale.txt").exists());
+    assert!(!out.with_file_name("demo.partial").exists());
     assert!(text.contains("skipped (--no-refine)"), "{text}");
     assert!(
         text.contains("skipped: HETERO_FONT=/nonexistent/font.ttf"),

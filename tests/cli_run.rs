@@ -258,6 +258,66 @@ fn bad_inputs_exit_2_naming_the_mismatch() {
     ]);
 }
 
+#[test]
+fn a_model_too_large_for_this_machine_is_refused_before_it_allocates() {
+    // intermediate_size 4 000 000 000 is a valid u32: the config loads and
+    // solves, but its FFN weights (64 × 4e9 f32 per layer) fit no machine.
+    let dir = TempDir::new("run-huge");
+    let (_, _, pred) = setup(dir.path());
+    let config = dir.path().join("huge.json");
+    std::fs::write(
+        &config,
+        common::TINY.replace(
+            "\"intermediate_size\": 96",
+            "\"intermediate_size\": 4000000000",
+        ),
+    )
+    .unwrap();
+    let shown = ok(&["model", "show", s(&config)]);
+    assert!(shown.contains("4000000000"), "{shown}");
+    let plan = dir.path().join("huge.ron");
+    ok(&[
+        "solve",
+        "--predictor",
+        s(&pred),
+        "--model",
+        s(&config),
+        "--out",
+        s(&plan),
+        "--lengths",
+        "1..4",
+        "--npu-graphs",
+        "none",
+        "--dtype",
+        "f32",
+    ]);
+    let o = hetero(&[
+        "run",
+        s(&plan),
+        "--model",
+        s(&config),
+        "--phase",
+        "prefill",
+        "--len",
+        "4",
+    ]);
+    let e = stderr(&o);
+    assert_eq!(o.status.code(), Some(2), "{e}");
+    assert!(!e.contains("memory allocation of"), "{e}");
+    assert!(!e.contains("panicked"), "{e}");
+    for part in [
+        s(&config),
+        s(&plan),
+        "too large for this machine",
+        "needs ",
+        "GiB",
+        "4000000000",
+        "available",
+    ] {
+        assert!(e.contains(part), "{part} missing: {e}");
+    }
+}
+
 /// Tiny-llama weights as safetensors `[N, K]` f32 tensors; `wrong` gives
 /// one tensor a bad shape.
 fn write_weights(path: &Path, wrong: Option<&str>) {

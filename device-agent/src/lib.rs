@@ -52,4 +52,4 @@ pub use registry::{OpenOptions, Registry, Unavailable, id_matches};
 
 /// The sweep protocol version this agent speaks; the host checks it in the
 /// handshake.
-pub const PROTOCOL_VERSION: u32 = 1;
+pub use hetero_plan::protocol::PROTOCOL_VERSION;

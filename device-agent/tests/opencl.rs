@@ -516,13 +516,10 @@ fn microbench_rows_are_sane() {
     assert!(matches!(err, Error::Unsupported { .. }), "{err}");
 }
 
-/// `op_alone` times the runtime's whole sequence for one operator
-/// (`write_input`, `submit`, blocking `wait`, `read_output`) and takes the
-/// GEMM's device-timed kernel off each round; `op_overhead` times submit
-/// and wait less each run's device time.
+/// `op_overhead` times submit and wait less each run's device time.
 #[test]
-fn op_alone_and_op_overhead_take_the_device_time_off() {
-    let (_cache, mut devs) = or_skip!(OPENCL, devices("op-alone"));
+fn op_overhead_takes_the_device_time_off() {
+    let (_cache, mut devs) = or_skip!(OPENCL, devices("op-overhead"));
     let be = devs.remove(0);
     let id = be.processor().id.clone();
     let flag = be.processor().capabilities.host_flag;
@@ -533,18 +530,8 @@ fn op_alone_and_op_overhead_take_the_device_time_off() {
         ..Default::default()
     };
     // Runs one benchmark; its note and statistics, once it passed.
-    let mut measure = |bench, bytes: Option<u64>| {
-        hetero_agent::conformance::microbench_ok(&mut s, &id, bench, bytes, &run)
-    };
-    for bytes in [
-        hetero_plan::OP_ALONE_BYTES[0],
-        hetero_plan::OP_ALONE_BYTES[2],
-    ] {
-        let (note, _) = measure(MicrobenchKind::OpAlone, Some(bytes));
-        assert!(note.contains("taken off each round"), "{note}");
-        let rows = bytes / 8192;
-        assert!(note.contains(&format!("{rows}x1024x1024")), "{note}");
-    }
+    let mut measure =
+        |bench| hetero_agent::conformance::microbench_ok(&mut s, &id, bench, None, &run);
     // The operator overhead: submit and wait of one GEMM less each run's
     // device time, every sample positive (the device's interval lies
     // inside the host's). Blocking; polling where the device has a host
@@ -557,7 +544,7 @@ fn op_alone_and_op_overhead_take_the_device_time_off() {
         if kind == MicrobenchKind::OpOverheadPoll && !flag {
             continue;
         }
-        let (note, stats) = measure(kind, None);
+        let (note, stats) = measure(kind);
         assert!(stats.min_us > 0.0, "{kind:?}: {stats:?}");
         assert!(note.contains("1x1024x1024"), "{note}");
         let expect = kind != MicrobenchKind::OpOverhead || flag;

@@ -101,6 +101,35 @@ impl Need<'_> {
             }),
         }
     }
+
+    /// The experts of a layer (read from `field`) and the experts each
+    /// token picks (`num_experts_per_tok`), which cannot be more.
+    fn routing(&self, field: &str, experts: Option<u32>, top_k: Option<u32>) -> Result<(u32, u32)> {
+        let e = self.get(field, experts)?;
+        let k = self.get("num_experts_per_tok", top_k)?;
+        if k > e {
+            return Err(Error::Invalid {
+                path: self.path.to_path_buf(),
+                field: "num_experts_per_tok".into(),
+                message: format!("{k} experts per token, but {field} is {e}"),
+            });
+        }
+        Ok((e, k))
+    }
+
+    /// A size derived from the config (`what`, computed in 64 bits), or an
+    /// error naming `field` when it does not fit the 32 bits of a GEMM
+    /// dimension.
+    fn size(&self, field: &str, what: &str, value: u64) -> Result<u32> {
+        u32::try_from(value).map_err(|_| Error::Invalid {
+            path: self.path.to_path_buf(),
+            field: field.into(),
+            message: format!(
+                "{what} = {value} is more than a GEMM dimension holds ({})",
+                u32::MAX
+            ),
+        })
+    }
 }
 
 fn op(name: &str, hf_name: &str, role: OpRole, k: u32, n: u32, layers: u32) -> LinearOp {
@@ -165,6 +194,11 @@ fn read_dims(need: &Need, c: &HfConfig) -> Result<Dims> {
         Some(_) => need.get("num_key_value_heads", c.num_key_value_heads)?,
         None => heads,
     };
+    crate::model::check_heads(heads, kv_heads).map_err(|message| Error::Invalid {
+        path: need.path.to_path_buf(),
+        field: "num_key_value_heads".into(),
+        message,
+    })?;
     // An explicit head_dim wins (Gemma 2 2B: 8 heads × 256 = 2048 ≠ 2304).
     let head_dim = match c.head_dim {
         Some(_) => need.get("head_dim", c.head_dim)?,
@@ -191,27 +225,37 @@ fn read_dims(need: &Need, c: &HfConfig) -> Result<Dims> {
 
 /// The attention projections: one fused QKV GEMM (phi3, internlm2) or
 /// separate Q, K and V, then the output projection.
-fn attention(model_type: &str, d: &Dims) -> Vec<LinearOp> {
+fn attention(need: &Need, model_type: &str, d: &Dims) -> Result<Vec<LinearOp>> {
     let (h, l) = (d.hidden, d.layers);
-    let q_out = d.heads * d.head_dim;
-    let kv_out = d.kv_heads * d.head_dim;
+    let heads = |n: u32| n as u64 * d.head_dim as u64;
+    let q_out = need.size("num_attention_heads", "heads × head_dim", heads(d.heads))?;
+    let kv_out = need.size(
+        "num_key_value_heads",
+        "key/value heads × head_dim",
+        heads(d.kv_heads),
+    )?;
     let a = OpRole::Attention;
-    let fused = |qkv: &str, o: &str| {
-        vec![
-            op("attn_qkv", qkv, a, h, q_out + 2 * kv_out, l),
+    let fused = |qkv: &str, o: &str| -> Result<Vec<LinearOp>> {
+        let qkv_out = need.size(
+            "num_attention_heads",
+            "the fused QKV projection's outputs",
+            q_out as u64 + 2 * kv_out as u64,
+        )?;
+        Ok(vec![
+            op("attn_qkv", qkv, a, h, qkv_out, l),
             op("attn_o", o, a, q_out, h, l),
-        ]
+        ])
     };
-    match model_type {
-        "phi3" => fused("self_attn.qkv_proj", "self_attn.o_proj"),
-        "internlm2" => fused("attention.wqkv", "attention.wo"),
+    Ok(match model_type {
+        "phi3" => fused("self_attn.qkv_proj", "self_attn.o_proj")?,
+        "internlm2" => fused("attention.wqkv", "attention.wo")?,
         _ => vec![
             op("attn_q", "self_attn.q_proj", a, h, q_out, l),
             op("attn_k", "self_attn.k_proj", a, h, kv_out, l),
             op("attn_v", "self_attn.v_proj", a, h, kv_out, l),
             op("attn_o", "self_attn.o_proj", a, q_out, h, l),
         ],
-    }
+    })
 }
 
 /// A gated MLP's three GEMMs, gate, up and down, each named
@@ -239,13 +283,18 @@ fn feed_forward(model_type: &str, need: &Need, c: &HfConfig, d: &Dims) -> Result
     let ops = match model_type {
         "phi3" => {
             let inter = inter()?;
+            let gate_up = need.size(
+                "intermediate_size",
+                "the fused gate and up projections' outputs (2 × intermediate_size)",
+                2 * inter as u64,
+            )?;
             vec![
                 op(
                     "ffn_gate_up",
                     "mlp.gate_up_proj",
                     OpRole::Mlp,
                     h,
-                    2 * inter,
+                    gate_up,
                     l,
                 ),
                 op("ffn_down", "mlp.down_proj", OpRole::Mlp, inter, h, l),
@@ -284,8 +333,11 @@ fn routed(hf: [&str; 3], d: &Dims, inter: u32, layers: u32, e: u32, top_k: u32) 
 
 /// Mixtral: a router and `num_local_experts` gated experts in every layer.
 fn mixtral_experts(need: &Need, c: &HfConfig, d: &Dims, inter: u32) -> Result<Vec<LinearOp>> {
-    let e = need.get("num_local_experts", c.num_local_experts)?;
-    let k = need.get("num_experts_per_tok", c.num_experts_per_tok)?;
+    let (e, k) = need.routing(
+        "num_local_experts",
+        c.num_local_experts,
+        c.num_experts_per_tok,
+    )?;
     let (h, l) = (d.hidden, d.layers);
     let hf = [
         "block_sparse_moe.experts.w1",
@@ -307,16 +359,21 @@ fn mixtral_experts(need: &Need, c: &HfConfig, d: &Dims, inter: u32) -> Result<Ve
 /// Qwen2-MoE: sparse layers have a router, gated experts and an optional
 /// shared expert; the other layers a dense MLP.
 fn qwen2_moe(need: &Need, c: &HfConfig, d: &Dims) -> Result<Vec<LinearOp>> {
-    let e = need.get("num_experts", c.num_experts)?;
-    let k = need.get("num_experts_per_tok", c.num_experts_per_tok)?;
+    let (e, k) = need.routing("num_experts", c.num_experts, c.num_experts_per_tok)?;
     let moe_inter = need.get("moe_intermediate_size", c.moe_intermediate_size)?;
     let (h, l) = (d.hidden, d.layers);
     let step = c.decoder_sparse_step.unwrap_or(1).max(1);
     // Transformers: a layer is sparse when it is not listed in
     // mlp_only_layers and (index + 1) is a multiple of the step.
-    let sparse = (0..l)
-        .filter(|i| !c.mlp_only_layers.contains(i) && (i + 1) % step == 0)
+    // Counted, not enumerated: a config may claim billions of layers.
+    let mut dense_only: Vec<u32> = c.mlp_only_layers.clone();
+    dense_only.sort_unstable();
+    dense_only.dedup();
+    let listed = dense_only
+        .iter()
+        .filter(|&&i| i < l && (i as u64 + 1) % step as u64 == 0)
         .count() as u32;
+    let sparse = l / step - listed;
     let dense = l - sparse;
     let mut ops = Vec::new();
     if dense > 0 {
@@ -371,7 +428,7 @@ fn build(path: &Path, c: HfConfig, fallback_name: &str) -> Result<ModelSpec> {
         model_type: &model_type,
     };
     let d = read_dims(&need, &c)?;
-    let mut ops = attention(&model_type, &d);
+    let mut ops = attention(&need, &model_type, &d)?;
     ops.extend(feed_forward(&model_type, &need, &c, &d)?);
     ops.push(lm_head(&model_type, &d));
     let tied_default = matches!(model_type.as_str(), "gemma" | "gemma2");

@@ -37,6 +37,7 @@ mod plan;
 pub mod predictor;
 mod processor;
 mod profile;
+pub mod protocol;
 mod sweep;
 mod version;
 
@@ -59,8 +60,8 @@ pub use predictor::{
 pub use processor::{Capabilities, Processor, ProcessorApi, ProcessorKind, Timing};
 pub use profile::{AgentInfo, DeviceProfile, HostInfo};
 pub use sweep::{
-    Conditions, DEFAULT_WARMUP_MS, MeasurementRow, MicrobenchKind, MicrobenchRequest,
-    MicrobenchRow, OP_ALONE_BYTES, RowStatus, RunFlags, RunParams, Stats, SweepCase, SweepSpec,
+    Conditions, DEFAULT_WARMUP_MS, GemvStream, MeasurementRow, MicrobenchKind, MicrobenchRequest,
+    MicrobenchRow, RowStatus, RunFlags, RunParams, Stats, SweepCase, SweepSpec,
 };
 pub use version::{SCHEMA_VERSION, SchemaVersion};
 

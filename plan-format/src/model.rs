@@ -126,14 +126,21 @@ impl LinearOp {
         Some((GemmShape::new(m, self.k, self.n)?, instances))
     }
 
-    /// Weights a token multiplies through in this operator, over all layers.
+    /// Weights a token multiplies through in this operator, over all layers
+    /// (at most `u64::MAX`; a validated model never reaches it).
     pub fn params_per_token(&self) -> u64 {
-        self.k as u64 * self.n as u64 * self.active as u64 * self.layers as u64
+        saturating_u64(self.weights(self.active))
     }
 
-    /// Weights stored for this operator, over all layers.
+    /// Weights stored for this operator, over all layers (at most
+    /// `u64::MAX`; a validated model never reaches it).
     pub fn params_stored(&self) -> u64 {
-        self.k as u64 * self.n as u64 * self.count as u64 * self.layers as u64
+        saturating_u64(self.weights(self.count))
+    }
+
+    /// `K × N × instances × layers`, exact: four 32-bit factors fit 128 bits.
+    fn weights(&self, instances: u32) -> u128 {
+        self.k as u128 * self.n as u128 * instances as u128 * self.layers as u128
     }
 }
 
@@ -186,21 +193,74 @@ impl ModelSpec {
 
     /// Weights a token multiplies through: active experts only, lm_head included.
     pub fn linear_params_per_token(&self) -> u64 {
-        self.ops.iter().map(LinearOp::params_per_token).sum()
+        self.ops
+            .iter()
+            .map(LinearOp::params_per_token)
+            .fold(0, u64::saturating_add)
     }
 
     /// Weights of every linear operator, all experts, lm_head included.
     pub fn linear_params_stored(&self) -> u64 {
-        self.ops.iter().map(LinearOp::params_stored).sum()
+        self.ops
+            .iter()
+            .map(LinearOp::params_stored)
+            .fold(0, u64::saturating_add)
     }
+
+    /// Every operator's stored weights added exactly, or `None` past 128
+    /// bits.
+    fn weights_stored(&self) -> Option<u128> {
+        self.ops
+            .iter()
+            .try_fold(0u128, |sum, o| sum.checked_add(o.weights(o.count)))
+    }
+}
+
+fn saturating_u64(v: u128) -> u64 {
+    u64::try_from(v).unwrap_or(u64::MAX)
+}
+
+/// Refuses attention heads that grouped-query attention cannot share out:
+/// every key/value head serves the same number of query heads, so `heads`
+/// must be a multiple of `kv_heads`.
+pub fn check_heads(heads: u32, kv_heads: u32) -> Result<(), String> {
+    if kv_heads == 0 || heads % kv_heads != 0 {
+        return Err(format!(
+            "{heads} attention heads cannot be grouped over {kv_heads} key/value heads: the attention heads must be a multiple of the key/value heads"
+        ));
+    }
+    Ok(())
 }
 
 impl Validate for ModelSpec {
     fn validate(&self) -> Result<(), (String, String)> {
+        for (field, v) in [
+            ("layers", self.layers),
+            ("hidden", self.hidden),
+            ("heads", self.heads),
+            ("kv_heads", self.kv_heads),
+            ("head_dim", self.head_dim),
+            ("vocab", self.vocab),
+        ] {
+            if v == 0 {
+                return Err((field.into(), "must be at least 1".into()));
+            }
+        }
+        check_heads(self.heads, self.kv_heads).map_err(|m| ("kv_heads".to_string(), m))?;
         if self.ops.is_empty() {
             return Err(("ops".into(), "a model needs at least one operator".into()));
         }
         for (i, op) in self.ops.iter().enumerate() {
+            for (phase, rule) in [("prefill_m", op.prefill_m), ("decode_m", op.decode_m)] {
+                if let MRule::Routed { top_k, experts } = rule
+                    && (top_k == 0 || top_k > experts)
+                {
+                    return Err((
+                        format!("ops[{i}].{phase}.top_k"),
+                        format!("must be between 1 and the {experts} experts"),
+                    ));
+                }
+            }
             for (field, v) in [
                 ("k", op.k),
                 ("n", op.n),
@@ -223,6 +283,12 @@ impl Validate for ModelSpec {
                     format!("duplicate operator `{}`", op.name),
                 ));
             }
+        }
+        if self.weights_stored().is_none_or(|w| w > u64::MAX as u128) {
+            return Err((
+                "ops".into(),
+                "the operators' weights (K × N × instances × layers, added) are more than 64 bits count: no machine holds such a model".into(),
+            ));
         }
         Ok(())
     }

@@ -518,16 +518,6 @@ pub struct Overheads {
     /// larger sizes only.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stage_small: Option<StageSmall>,
-    /// What one operator run alone costs the host beyond its kernel
-    /// ([`MicrobenchKind::OpAlone`](crate::MicrobenchKind)): input staged,
-    /// launch, blocking wait, output read back, against the f32 bytes of
-    /// input and output together. Recorded for comparison; the solver
-    /// sums the staged copies, the launch path and the host's overhead
-    /// around the device time (`op_overhead_us`, else one round trip): an
-    /// H100 replay was closer to that sum (`docs/benchmarks.md`,
-    /// "Session 25").
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub op_alone: Option<LinearCost>,
     /// What the host adds to one operator run alone beyond its device time
     /// and its staged copies ([`MicrobenchKind::OpOverhead`](crate::MicrobenchKind)),
     /// µs, with the wait the solver plans for: polling where the processor
@@ -588,8 +578,8 @@ pub struct Overheads {
     pub host_probe_us: Option<f64>,
     /// Mean over median of this processor's GEMM runs: the median of its
     /// rows' `mean_us / median_us` (absent when fewer than
-    /// [`MEAN_ROWS_MIN`] rows have a mean; predictors fitted before
-    /// session 45 hold their summed means over their summed medians).
+    /// [`MEAN_ROWS_MIN`] rows have a mean; older predictors may hold their
+    /// summed means over their summed medians instead).
     /// The latency models predict medians, which a few runs far slower
     /// than the rest (a core taken away for a while) leave out; a total of
     /// many operators grows with the mean. `hetero run` scales its
@@ -754,6 +744,15 @@ mod tests {
 
     fn shape(m: u32, k: u32, n: u32) -> GemmShape {
         GemmShape::new(m, k, n).unwrap()
+    }
+
+    #[test]
+    fn overheads_of_older_files_load_without_their_op_alone() {
+        let json = r#"{"processor": "cuda:0", "op_overhead_us": 6.5,
+            "op_alone": {"alpha_us": 31.0, "beta_us_per_byte": 0.001}}"#;
+        let o: Overheads = serde_json::from_str(json).unwrap();
+        assert_eq!(o.op_overhead_us, Some(6.5));
+        assert!(!serde_json::to_string(&o).unwrap().contains("op_alone"));
     }
 
     #[test]

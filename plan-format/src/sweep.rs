@@ -162,22 +162,15 @@ pub enum MicrobenchKind {
     StageOut,
     /// The same in `aw` order, whose output a GPU may have to transpose.
     StageOutAw,
-    /// One operator run alone as the runtime runs it (`write_input`,
-    /// `submit`, a blocking `wait`, `read_output`) on a small GEMM whose
-    /// input and output together are `bytes` of f32 values; the samples are
-    /// the host clock over the whole sequence less the GEMM's kernel time:
-    /// the host path one operator pays beyond its kernel, measured as one
-    /// piece rather than summed from the parts above.
-    OpAlone,
     /// What the host adds around the device-timed part of one operator: a
     /// prepared `1×1024×1024` GEMM is submitted and waited for (blocking
     /// and polling waits alternately, where the processor has a host flag);
     /// each sample is the host clock from `submit` to the wait's return
     /// less that run's device time. Through the backend's own launch path,
     /// so that it is the cost runtime-min meets, beyond the device time
-    /// and the staged copies, for one operator run alone. Profiles before
-    /// the two kinds below measured both waits in one row; the fit still
-    /// reads such rows where a dataset has nothing newer.
+    /// and the staged copies, for one operator run alone. The two kinds
+    /// below measure each wait apart; the fit reads this one where a
+    /// dataset has neither.
     OpOverhead,
     /// [`OpOverhead`](Self::OpOverhead) with every wait blocking: what a
     /// runtime that waits with `--sync block` pays.
@@ -194,17 +187,18 @@ pub enum MicrobenchKind {
     /// measured alone and warm, so that a device timer stretched by a slow
     /// launch counts too. The peer's workers still polling for work, its
     /// weights gone through the host's caches, and each operator's own
-    /// launch state cold: on an H100 host the runtime's GPU-alone operators
-    /// paid 3–5 µs more per launch than [`OpOverhead`](Self::OpOverhead)
-    /// beside a CPU pool (`docs/benchmarks.md`, Runtime, "Session 44").
+    /// launch state cold: on a host with one H100 the runtime's GPU-alone
+    /// operators paid 3–5 µs more per launch than
+    /// [`OpOverhead`](Self::OpOverhead) beside a CPU pool.
     OpOverheadAfter,
+    /// `op_alone`, one operator timed as one piece (staged copies, launch,
+    /// wait), which is no longer measured: the solver sums those parts
+    /// instead. Rows of it in older datasets still load, and nothing reads
+    /// them.
+    #[serde(rename = "op_alone")]
+    #[schemars(skip)]
+    Retired,
 }
-
-/// The sizes `op_alone` is measured at: the f32 bytes of input and output
-/// together of a `R×1024×1024` GEMM with R = 1, 8, 32 and 128 rows (decode
-/// of a 1.5B model moves about 12 KiB per operator, prefills of 16 to 128
-/// tokens 0.1 to 5 MiB).
-pub const OP_ALONE_BYTES: [u64; 4] = [8 << 10, 64 << 10, 256 << 10, 1 << 20];
 
 impl MicrobenchKind {
     /// Runs with a second processor, the request's `peer`.
@@ -551,11 +545,36 @@ pub struct MicrobenchRow {
     /// Achieved bandwidth, GB/s, for copies and streams.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gbps: Option<f64>,
+    /// How the timed GEMV of a bandwidth row read its weights (absent from
+    /// other benchmarks and from the rows of older agents, whose note says
+    /// it in words).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stream: Option<GemvStream>,
+    /// How the peer's GEMV of a `bandwidth_concurrent` row read its weights
+    /// while the timed one ran.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub peer_stream: Option<GemvStream>,
     /// What went wrong, for rows that are not `ok`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
     /// Measurement conditions.
     pub conditions: Conditions,
+}
+
+/// How a bandwidth benchmark's GEMV read its weights.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
+pub struct GemvStream {
+    /// Copies of the GEMV, each with its own weights, run in turn so that
+    /// each finds its weights gone from the host's caches (1: one copy).
+    pub copies: u32,
+    /// Each run first copied the weights in from page-locked host memory:
+    /// a discrete GPU's traffic on the memory that processors on the host
+    /// read. Otherwise the GEMV read weights kept where it runs.
+    #[serde(default)]
+    pub host_weights: bool,
+    /// Runs while the other side's timed runs went on (the peer's stream).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub runs: Option<u64>,
 }
 
 #[cfg(test)]
@@ -580,6 +599,24 @@ mod tests {
         assert!(e.starts_with("--reps"), "{e}");
         let e = RunParams::from_flags(RunFlags { timeout_ms: 0, ..f }).unwrap_err();
         assert!(e.starts_with("--timeout-ms"), "{e}");
+    }
+
+    #[test]
+    fn older_microbench_rows_load() {
+        // An `op_alone` row, of a benchmark no longer measured, and a
+        // bandwidth row without the stream fields.
+        let old = r#"{"case_id": "mb/cuda:0/op_alone/8192", "processor": "cuda:0",
+            "bench": "op_alone", "bytes": 8192, "status": "ok", "timing": "real",
+            "conditions": {"timestamp_ms": 1}}"#;
+        let r: MicrobenchRow = serde_json::from_str(old).unwrap();
+        assert_eq!(r.bench, MicrobenchKind::Retired);
+        assert_eq!(
+            serde_json::to_value(r.bench).unwrap(),
+            serde_json::json!("op_alone")
+        );
+        let old = old.replace("op_alone", "bandwidth_concurrent");
+        let r: MicrobenchRow = serde_json::from_str(&old).unwrap();
+        assert_eq!((r.stream, r.peer_stream), (None, None));
     }
 
     #[test]

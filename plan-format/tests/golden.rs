@@ -243,14 +243,35 @@ fn golden_rows() {
         timing: Timing::Real,
         stats: Stats::from_samples(&[0.5, 0.25, 0.75]),
         gbps: Some(8.2),
+        stream: None,
+        peer_stream: None,
         message: None,
         conditions: conditions(),
+    };
+    let stream = MicrobenchRow {
+        case_id: "cuda:0/bandwidth_concurrent/67108864/cpu:0".into(),
+        processor: "cuda:0".into(),
+        bench: MicrobenchKind::BandwidthConcurrent,
+        bytes: Some(64 << 20),
+        peer: Some("cpu:0".into()),
+        gbps: Some(25.5),
+        stream: Some(GemvStream {
+            copies: 9,
+            host_weights: true,
+            runs: None,
+        }),
+        peer_stream: Some(GemvStream {
+            copies: 9,
+            host_weights: false,
+            runs: Some(30),
+        }),
+        ..bench.clone()
     };
     check(
         "rows",
         &Rows {
             measurements: vec![ok, unsupported, sim],
-            microbench: vec![bench],
+            microbench: vec![bench, stream],
         },
     );
 }

@@ -1,6 +1,6 @@
 //! How each model family predicts past the longest sequence it was fitted
 //! on: fit on the rows with M ≤ `--train-max-m`, score on the rows with
-//! M ≥ `--test-min-m` (`docs/benchmarks.md`, "Predictors (issue 7)").
+//! M ≥ `--test-min-m` (`docs/benchmarks.md`, predictor accuracy).
 //!
 //! ```text
 //! cargo run --release -p hetero-profiler --example extrapolate -- DATASET_DIR [TRAIN_MAX_M [TEST_MIN_M]]

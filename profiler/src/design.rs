@@ -22,7 +22,7 @@
 //! measured once, and the rows saved go to as many more random queries.
 //! Within a stratum the order is coarse to fine (the ends of each range
 //! first, then midpoints), so an early stop still spans the range.
-//! Refinement then adds shapes where the quick predictor's leave-one-out
+//! Refinement then adds shapes where the throughput guide's leave-one-out
 //! error is above the threshold (nn-Meter's adaptive sampling): the
 //! geometric midpoints between a badly predicted point and its nearest
 //! measured neighbours.
@@ -38,7 +38,7 @@ use hetero_plan::{
 };
 use serde::Serialize;
 
-use crate::quick::Quick;
+use crate::guide::ThroughputGuide;
 
 /// Prefill sequence lengths (1..4096, denser where models switch regimes).
 pub const PREFILL_LENGTHS: [u32; 20] = [
@@ -350,176 +350,190 @@ pub fn dtypes_for(p: &Processor, wanted: Option<&[DType]>) -> Vec<DType> {
 
 /// The microbenchmarks of a set of processors.
 pub fn microbench(processors: &[Processor]) -> Vec<MicrobenchRequest> {
-    let req = |p: &Processor, bench: MicrobenchKind| MicrobenchRequest {
-        id: String::new(),
-        processor: p.id.clone(),
-        bench,
-        bytes: None,
-        peer: None,
-        shape: None,
-    };
     let mut out = Vec::new();
     for p in processors {
-        // GEMM inputs and outputs staged as the runtime does (`write_input`,
-        // `read_output`): conversion, transpose, DMA and synchronisation
-        // together. On unified memory too: runtime-min's backends copy
-        // there as well (the cpu backend into its GEMM's own buffers, an
-        // OpenCL CPU device into its buffers with the operand order's
-        // transpose), about 13 % of a 64-token prefill on this project's
-        // VM where the plan had charged nothing. Not on static-graph
-        // processors (every size would be a graph to prepare) or simulated
-        // ones (their copies are not modelled).
-        let staged: &[MicrobenchKind] =
-            if p.simulated || (p.capabilities.unified_memory && p.capabilities.static_graphs) {
-                &[]
-            } else {
-                &[
-                    MicrobenchKind::StageIn,
-                    MicrobenchKind::StageOut,
-                    MicrobenchKind::StageOutAw,
-                ]
-            };
-        // Up to 64 MiB: prefill activations of a 1.5B model at 2048 tokens
-        // are 73 MB, and a line fitted below 16 MiB was seen 15 % off there.
-        // Four sizes below 1 MiB, where decode and short prefills copy
-        // (6 KB to 800 KB for that model), so that the fixed cost does not
-        // rest on one point: a single 4 KiB point 3x too slow once doubled
-        // the fitted fixed cost of an H100 profile. Where a CUDA device
-        // copies inside its launch (`launch_copy_max_bytes`), the staged
-        // sizes up to that bound take a line of their own, so the bound
-        // itself is measured too: the line then reaches the largest such
-        // copy. Two between 1 and 16 MiB, where prefill copies of 128 to
-        // 1000 rows fall: with none, an H100's 1.8 MB copies ran 5-11 %
-        // over the line, against 2-3 % at 12 MB.
-        const SIZES: [u64; 9] = [
-            4 << 10,
-            16 << 10,
-            64 << 10,
-            256 << 10,
-            1 << 20,
-            2 << 20,
-            6 << 20,
-            16 << 20,
-            64 << 20,
-        ];
-        let mut staged_sizes = SIZES.to_vec();
-        if let Some(max) = p.capabilities.launch_copy_max_bytes {
-            if let Err(at) = staged_sizes.binary_search(&max) {
-                staged_sizes.insert(at, max);
-            }
-        }
-        for &bench in [MicrobenchKind::CopyH2d, MicrobenchKind::CopyD2h]
-            .iter()
-            .chain(staged)
-        {
-            let sizes = if staged.contains(&bench) {
-                &staged_sizes[..]
-            } else {
-                &SIZES[..]
-            };
-            for &bytes in sizes {
-                out.push(MicrobenchRequest {
-                    bytes: Some(bytes),
-                    ..req(p, bench)
-                });
-            }
-        }
-        // The operator alone as one piece, where its staged copies,
-        // launch path and round trip would otherwise be summed.
-        // Only where a device timer separates the kernel from the rest.
-        if !staged.is_empty() && p.capabilities.device_timer && !p.simulated && !p.emulated {
-            for bytes in hetero_plan::OP_ALONE_BYTES {
-                out.push(MicrobenchRequest {
-                    bytes: Some(bytes),
-                    ..req(p, MicrobenchKind::OpAlone)
-                });
-            }
-        }
+        let staged = staged_kinds(p);
+        transfers(p, staged, &mut out);
         for bench in [
             MicrobenchKind::SubmitEmpty,
             MicrobenchKind::SubmitBusy,
             MicrobenchKind::SyncBlock,
             MicrobenchKind::SyncPoll,
         ] {
-            out.push(req(p, bench));
+            out.push(bench_request(p, bench));
         }
-        // What the host adds around a device-timed operator, through the
-        // backend's own launch path, per wait: the solver's cost of one
-        // launch and completion notice where measured.
-        if p.capabilities.device_timer && !p.simulated && !p.emulated {
-            out.push(req(p, MicrobenchKind::OpOverheadBlock));
-            if p.capabilities.host_flag {
-                out.push(req(p, MicrobenchKind::OpOverheadPoll));
-            }
-            // The same after each processor on host memory has run (the
-            // solver's cost of the operators alone in offload mode, which
-            // only a discrete GPU takes part in).
-            for q in processors.iter().filter(|q| {
-                !p.capabilities.unified_memory
-                    && q.id != p.id
-                    && !q.simulated
-                    && !q.emulated
-                    && (q.kind == hetero_plan::ProcessorKind::Cpu || q.capabilities.unified_memory)
-            }) {
-                out.push(MicrobenchRequest {
-                    peer: Some(q.id.clone()),
-                    ..req(p, MicrobenchKind::OpOverheadAfter)
-                });
-            }
-        }
+        launch_overheads(p, processors, &mut out);
         out.push(MicrobenchRequest {
             bytes: Some(64 << 20),
-            ..req(p, MicrobenchKind::BandwidthAlone)
+            ..bench_request(p, MicrobenchKind::BandwidthAlone)
         });
         for q in processors.iter().filter(|q| q.id != p.id) {
             out.push(MicrobenchRequest {
                 bytes: Some(64 << 20),
                 peer: Some(q.id.clone()),
-                ..req(p, MicrobenchKind::BandwidthConcurrent)
+                ..bench_request(p, MicrobenchKind::BandwidthConcurrent)
             });
         }
         if p.capabilities.static_graphs {
             for shape in [(128, 2048, 2048), (1024, 2048, 8192)] {
                 out.push(MicrobenchRequest {
                     shape: GemmShape::new(shape.0, shape.1, shape.2),
-                    ..req(p, MicrobenchKind::GraphPrepare)
+                    ..bench_request(p, MicrobenchKind::GraphPrepare)
                 });
             }
         }
     }
     for r in &mut out {
-        let mut id = format!("mb/{}/{}", r.processor, crate::dataset::enum_str(&r.bench));
-        if let Some(b) = r.bytes {
-            id.push_str(&format!("/{b}"));
-        }
-        if let Some(p) = &r.peer {
-            id.push_str(&format!("/{p}"));
-        }
-        if let Some(s) = r.shape {
-            id.push_str(&format!("/{s}"));
-        }
-        r.id = id;
+        r.id = bench_id(r);
     }
     out
+}
+
+/// A request of `bench` on `p` without arguments, and without its id yet.
+fn bench_request(p: &Processor, bench: MicrobenchKind) -> MicrobenchRequest {
+    MicrobenchRequest {
+        id: String::new(),
+        processor: p.id.clone(),
+        bench,
+        bytes: None,
+        peer: None,
+        shape: None,
+    }
+}
+
+/// A microbenchmark's id: `mb/`, the processor, the benchmark and its
+/// arguments (`mb/cpu:0/copy_h2d/4096`).
+fn bench_id(r: &MicrobenchRequest) -> String {
+    let mut id = format!("mb/{}/{}", r.processor, crate::dataset::enum_str(&r.bench));
+    if let Some(b) = r.bytes {
+        id.push_str(&format!("/{b}"));
+    }
+    if let Some(p) = &r.peer {
+        id.push_str(&format!("/{p}"));
+    }
+    if let Some(s) = r.shape {
+        id.push_str(&format!("/{s}"));
+    }
+    id
+}
+
+/// The staged transfers a processor is measured with: GEMM inputs and
+/// outputs staged as the runtime does (`write_input`, `read_output`):
+/// conversion, transpose, DMA and synchronisation together. On unified
+/// memory too: runtime-min's backends copy there as well (the cpu backend
+/// into its GEMM's own buffers, an OpenCL CPU device into its buffers with
+/// the operand order's transpose), about 13 % of a 64-token prefill on a
+/// 2-core x86-64 machine where the plan had charged nothing. Not on
+/// static-graph processors (every size would be a graph to prepare) or
+/// simulated ones (their copies are not modelled).
+fn staged_kinds(p: &Processor) -> &'static [MicrobenchKind] {
+    if p.simulated || (p.capabilities.unified_memory && p.capabilities.static_graphs) {
+        &[]
+    } else {
+        &[
+            MicrobenchKind::StageIn,
+            MicrobenchKind::StageOut,
+            MicrobenchKind::StageOutAw,
+        ]
+    }
+}
+
+/// Plain copies and the `staged` transfers, at every size of [`SIZES`]
+/// (and, for staged ones, the bound of a CUDA device's launch copy).
+fn transfers(p: &Processor, staged: &[MicrobenchKind], out: &mut Vec<MicrobenchRequest>) {
+    // Where a CUDA device copies inside its launch (`launch_copy_max_bytes`),
+    // the staged sizes up to that bound take a line of their own, so the
+    // bound itself is measured too: the line then reaches the largest such
+    // copy.
+    let mut staged_sizes = SIZES.to_vec();
+    if let Some(max) = p.capabilities.launch_copy_max_bytes
+        && let Err(at) = staged_sizes.binary_search(&max)
+    {
+        staged_sizes.insert(at, max);
+    }
+    for &bench in [MicrobenchKind::CopyH2d, MicrobenchKind::CopyD2h]
+        .iter()
+        .chain(staged)
+    {
+        let sizes = if staged.contains(&bench) {
+            &staged_sizes[..]
+        } else {
+            &SIZES[..]
+        };
+        for &bytes in sizes {
+            out.push(MicrobenchRequest {
+                bytes: Some(bytes),
+                ..bench_request(p, bench)
+            });
+        }
+    }
+}
+
+/// Copy sizes. Up to 64 MiB: prefill activations of a 1.5B model at 2048
+/// tokens are 73 MB, and a line fitted below 16 MiB was seen 15 % off
+/// there. Four sizes below 1 MiB, where decode and short prefills copy
+/// (6 KB to 800 KB for that model), so that the fixed cost does not rest on
+/// one point: a single 4 KiB point 3x too slow once doubled the fitted
+/// fixed cost of an H100 profile. Two between 1 and 16 MiB, where prefill
+/// copies of 128 to 1000 rows fall: with none, an H100's 1.8 MB copies ran
+/// 5-11 % over the line, against 2-3 % at 12 MB.
+const SIZES: [u64; 9] = [
+    4 << 10,
+    16 << 10,
+    64 << 10,
+    256 << 10,
+    1 << 20,
+    2 << 20,
+    6 << 20,
+    16 << 20,
+    64 << 20,
+];
+
+/// What the host adds around a device-timed operator, through the
+/// backend's own launch path, per wait: the solver's cost of one launch
+/// and completion notice where measured.
+fn launch_overheads(p: &Processor, processors: &[Processor], out: &mut Vec<MicrobenchRequest>) {
+    if !p.capabilities.device_timer || p.simulated || p.emulated {
+        return;
+    }
+    out.push(bench_request(p, MicrobenchKind::OpOverheadBlock));
+    if p.capabilities.host_flag {
+        out.push(bench_request(p, MicrobenchKind::OpOverheadPoll));
+    }
+    // The same after each processor on host memory has run (the solver's
+    // cost of the operators alone in offload mode, which only a discrete
+    // GPU takes part in).
+    for q in processors.iter().filter(|q| {
+        !p.capabilities.unified_memory
+            && q.id != p.id
+            && !q.simulated
+            && !q.emulated
+            && (q.kind == hetero_plan::ProcessorKind::Cpu || q.capabilities.unified_memory)
+    }) {
+        out.push(MicrobenchRequest {
+            peer: Some(q.id.clone()),
+            ..bench_request(p, MicrobenchKind::OpOverheadAfter)
+        });
+    }
 }
 
 /// Agent processes that measure the host-path microbenchmarks: the first
 /// batch, then one repeat in each of the next `MICRO_PROCESSES - 1`
 /// batches (each batch is its own agent process). The host's CUDA path
-/// runs at one speed per process: on an H100 host, 24 processes of one
-/// decode plan ran at 0.74-0.94 of its prediction, the launch, copy and
-/// submit costs together, whatever core, address layout or huge-page
-/// setting (`datasets/gpu-host-replay-h100/session24`). Measured in one
-/// process, the fixed costs of every plan rest on one such draw; the fit
-/// takes the median over the processes ([`crate::fit`]).
+/// runs at one speed per process: on a 16-core Xeon host with one H100,
+/// 24 processes of one decode plan ran at 0.74-0.94 of its prediction, the
+/// launch, copy and submit costs together, whatever core, address layout or
+/// huge-page setting. Measured in one process, the fixed costs of every
+/// plan rest on one such draw; the fit takes the median over the processes
+/// ([`crate::fit`]).
 pub const MICRO_PROCESSES: usize = 4;
 
 /// Largest copy repeated by [`microbench_repeats`]: the sizes where the
 /// fixed cost dominates (decode and short prefills).
 pub const REPEAT_MAX_BYTES: u64 = 256 << 10;
 
-/// The host-path microbenchmarks of [`microbench`] (copies, staged copies
-/// and operators alone up to [`REPEAT_MAX_BYTES`], submit and sync), once per repeat
+/// The host-path microbenchmarks of [`microbench`] (copies and staged
+/// copies up to [`REPEAT_MAX_BYTES`], submit and sync), once per repeat
 /// round `2..=MICRO_PROCESSES`, each id with `@round` added.
 pub fn microbench_repeats(processors: &[Processor]) -> Vec<Vec<MicrobenchRequest>> {
     let host_path: Vec<MicrobenchRequest> = microbench(processors)
@@ -529,8 +543,7 @@ pub fn microbench_repeats(processors: &[Processor]) -> Vec<Vec<MicrobenchRequest
             | MicrobenchKind::CopyD2h
             | MicrobenchKind::StageIn
             | MicrobenchKind::StageOut
-            | MicrobenchKind::StageOutAw
-            | MicrobenchKind::OpAlone => r.bytes.is_some_and(|b| b <= REPEAT_MAX_BYTES),
+            | MicrobenchKind::StageOutAw => r.bytes.is_some_and(|b| b <= REPEAT_MAX_BYTES),
             MicrobenchKind::SubmitEmpty
             | MicrobenchKind::SubmitBusy
             | MicrobenchKind::SyncBlock
@@ -709,7 +722,7 @@ fn interleave(per_proc: Vec<Vec<Planned>>, out: &mut Vec<Planned>) {
     }
 }
 
-/// The key a quick predictor is kept per: processor, dtype, operand order.
+/// The key a throughput guide is kept per: processor, dtype, operand order.
 pub type Group = (String, DType, OperandOrder);
 
 /// New shapes where a group's held-out error is above `threshold`: the
@@ -717,12 +730,12 @@ pub type Group = (String, DType, OperandOrder);
 /// neighbours, worst points first, at most `limit`, none in `known`.
 pub fn refine(
     group: &Group,
-    quick: &Quick,
+    guide: &ThroughputGuide,
     threshold: f64,
     known: &HashSet<String>,
     limit: usize,
 ) -> Vec<SweepCase> {
-    let mut bad: Vec<_> = quick
+    let mut bad: Vec<_> = guide
         .held_out()
         .into_iter()
         .filter(|(_, e)| *e > threshold)
@@ -732,7 +745,7 @@ pub fn refine(
     let mut out: BTreeMap<String, SweepCase> = BTreeMap::new();
     let mut ordered = Vec::new();
     'points: for (p, _) in bad {
-        for q in quick.neighbours(&p.shape, 3) {
+        for q in guide.neighbours(&p.shape, 3) {
             let mid = |a: std::num::NonZeroU32, b: std::num::NonZeroU32| {
                 ((a.get() as f64) * (b.get() as f64)).sqrt().round() as u32
             };
@@ -770,7 +783,7 @@ mod tests {
     use hetero_plan::{Capabilities, ProcessorApi, ProcessorKind};
 
     use super::*;
-    use crate::quick::Point;
+    use crate::guide::Point;
 
     fn cpu() -> Processor {
         Processor {
@@ -1098,9 +1111,9 @@ mod tests {
     #[test]
     fn host_path_microbenchmarks_repeat_once_per_round() {
         // A discrete processor (no unified memory) stages its copies too,
-        // and with a device timer times an operator alone (3 sizes) and
-        // the host's overhead around it, per wait (blocking; polling too
-        // where it has a host flag).
+        // and with a device timer times the host's overhead around an
+        // operator, per wait (blocking; polling too where it has a host
+        // flag).
         let overheads = |reqs: &[MicrobenchRequest]| -> Vec<MicrobenchKind> {
             reqs.iter()
                 .map(|r| r.bench)
@@ -1120,13 +1133,13 @@ mod tests {
         let timerless = microbench_repeats(&procs)[0].len();
         assert_eq!(overheads(&microbench(&procs)), []);
         procs[0].capabilities.device_timer = true;
-        assert_eq!(microbench_repeats(&procs)[0].len(), timerless + 4);
+        assert_eq!(microbench_repeats(&procs)[0].len(), timerless + 1);
         assert_eq!(
             overheads(&microbench(&procs)),
             [MicrobenchKind::OpOverheadBlock]
         );
         procs[0].capabilities.host_flag = true;
-        assert_eq!(microbench_repeats(&procs)[0].len(), timerless + 5);
+        assert_eq!(microbench_repeats(&procs)[0].len(), timerless + 2);
         assert_eq!(
             overheads(&microbench(&procs)),
             [
@@ -1140,10 +1153,9 @@ mod tests {
         let first: HashSet<&str> = once.iter().map(|r| r.id.as_str()).collect();
         for (i, round) in rounds.iter().enumerate() {
             let suffix = format!("@{}", i + 2);
-            // 5 copy kinds at 4 sizes up to 256 KiB, the operator alone at
-            // 3 (8, 64 and 256 KiB), submit, sync and the operator's
-            // overhead per wait.
-            assert_eq!(round.len(), 5 * 4 + 3 + 4 + 2, "{round:?}");
+            // 5 copy kinds at 4 sizes up to 256 KiB, submit, sync and the
+            // operator's overhead per wait.
+            assert_eq!(round.len(), 5 * 4 + 4 + 2, "{round:?}");
             assert_eq!(overheads(round).len(), 2);
             for r in round {
                 let base = r.id.strip_suffix(&suffix).expect("the round in the id");
@@ -1195,7 +1207,7 @@ mod tests {
                 us: s.flops() / tput,
             });
         }
-        let q = Quick::new(pts);
+        let q = ThroughputGuide::new(pts);
         let group = ("cpu:0".to_string(), DType::F32, OperandOrder::Aw);
         let new = refine(&group, &q, REFINE_THRESHOLD, &HashSet::new(), 8);
         assert!(!new.is_empty());

@@ -15,9 +15,9 @@ use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use hetero_plan::protocol::AgentLine;
 use hetero_plan::{MeasurementRow, MicrobenchRow, Validate};
 
-use crate::protocol::Line;
 use crate::{Error, Result};
 
 /// Rows read from a JSON Lines file, each case id once.
@@ -60,20 +60,38 @@ impl Rows {
 
     /// Adds a parsed line; returns false (and adds nothing) for a line that
     /// is not a row or whose case id is already present.
-    pub fn push(&mut self, line: Line) -> bool {
-        let Some(id) = line.case_id() else {
-            return false;
-        };
-        if !self.ids.insert(id.to_string()) {
-            self.duplicates += 1;
-            return false;
-        }
+    pub fn push(&mut self, line: AgentLine) -> bool {
         match line {
-            Line::Measurement(r) => self.measurements.push(*r),
-            Line::Microbench(r) => self.microbench.push(*r),
-            _ => unreachable!("only rows have a case id"),
+            AgentLine::Measurement(r) => self.push_measurement(r),
+            AgentLine::Microbench(l) => self.push_microbench(l.row),
+            _ => false,
         }
-        true
+    }
+
+    /// Adds a GEMM row unless its case id is already present.
+    pub fn push_measurement(&mut self, row: MeasurementRow) -> bool {
+        let new = self.insert_id(&row.case_id);
+        if new {
+            self.measurements.push(row);
+        }
+        new
+    }
+
+    /// Adds a microbenchmark row unless its case id is already present.
+    pub fn push_microbench(&mut self, row: MicrobenchRow) -> bool {
+        let new = self.insert_id(&row.case_id);
+        if new {
+            self.microbench.push(row);
+        }
+        new
+    }
+
+    fn insert_id(&mut self, id: &str) -> bool {
+        let new = self.ids.insert(id.to_string());
+        if !new {
+            self.duplicates += 1;
+        }
+        new
     }
 
     /// Parses JSON Lines text.
@@ -83,9 +101,9 @@ impl Rows {
             if l.trim().is_empty() {
                 continue;
             }
-            match Line::parse(l) {
-                Ok(line @ (Line::Measurement(_) | Line::Microbench(_))) => {
-                    if let Line::Measurement(r) = &line
+            match AgentLine::parse(l) {
+                Ok(Some(line)) => {
+                    if let AgentLine::Measurement(r) = &line
                         && let Err((field, why)) = r.validate()
                     {
                         rows.invalid
@@ -94,7 +112,7 @@ impl Rows {
                     }
                     rows.push(line);
                 }
-                Ok(_) => {}
+                Ok(None) => {}
                 Err(e) => rows.skipped_lines.push((i + 1, e)),
             }
         }

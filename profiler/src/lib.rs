@@ -6,9 +6,9 @@
 //!   `adb[:SERIAL]`); [`transport::Transport`] runs the real `ssh`/`scp`/`adb`
 //!   programs, retrying failures of the link with backoff;
 //! - [`agent`] picks the agent binary for the target's `uname -m`;
-//!   [`protocol`] is the host's side of the agent's JSON Lines;
+//!   [`hetero_plan::protocol`] types the agent's JSON Lines;
 //! - [`design`] plans the sweep (model shapes, stage probes, a coarse grid,
-//!   microbenchmarks, then refinement where [`quick`]'s held-out error is
+//!   microbenchmarks, then refinement where the [`guide`]'s held-out error is
 //!   high);
 //! - [`journal`] appends every row as it arrives; [`dataset`] writes and
 //!   reads the Parquet dataset ([`Dataset::load`] is what fitting calls);
@@ -33,10 +33,9 @@ pub mod dataset;
 pub mod design;
 mod error;
 pub mod fit;
+pub mod guide;
 pub mod journal;
 pub mod profile;
-pub mod protocol;
-pub mod quick;
 pub mod report;
 mod target;
 pub mod transport;

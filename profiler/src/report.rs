@@ -106,7 +106,7 @@ pub enum Event {
         /// Wait before the restart, ms.
         restart_in_ms: u64,
     },
-    /// Refinement added cases where the quick predictor is inaccurate.
+    /// Refinement added cases where the throughput guide is inaccurate.
     Refine {
         /// Processor.
         processor: String,

@@ -23,6 +23,12 @@
 #define HETERO_BAD_INPUT 2
 
 /*
+ The runtime handle is NULL, already closed, or was never returned by
+ `hetero_runtime_open`.
+ */
+#define HETERO_BAD_HANDLE 3
+
+/*
  The prompt phase: M is the sequence length.
  */
 #define HETERO_PREFILL 0
@@ -44,6 +50,16 @@
 
 /*
  An open runtime (opaque to C).
+
+ A `HeteroRuntime *` is a handle, not an address: a number that the
+ library's registry maps to the open runtime, never dereferenced. Any
+ value may be passed to any function without undefined behaviour: NULL,
+ a closed handle and a value never returned by `hetero_runtime_open` are
+ refused with `HETERO_BAD_HANDLE` and a message in `hetero_last_error`.
+ Handles are never reused, so a closed one stays refused after later
+ opens. Calls on one handle from several threads are safe and take
+ turns; `hetero_runtime_close` waits for a call in progress on the
+ handle, and calls that come after it are refused.
  */
 typedef struct HeteroRuntime HeteroRuntime;
 
@@ -126,7 +142,9 @@ const char *hetero_last_error(void);
 
 /*
  Opens a plan for the model of `options->model_config` on this
- machine's processors. Returns NULL on error (see [`hetero_last_error`]).
+ machine's processors. Returns a handle for the other functions, valid
+ until [`hetero_runtime_close`], or NULL on error (see
+ [`hetero_last_error`]).
 
  # Safety
  `plan_path` is a NUL-terminated string; `options` points to a valid
@@ -142,12 +160,11 @@ struct HeteroRuntime *hetero_runtime_open(const char *plan_path,
  `instances × M × K` floats and `output` receives `instances × M × N`
  (row-major; see [`hetero_op_dims`]: M is `seq_len` except where the
  plan says otherwise, as for the lm_head in prefill). `output` is written
- only on success.
+ only on success. A handle that is not open gives `HETERO_BAD_HANDLE`.
 
  # Safety
- `rt` comes from [`hetero_runtime_open`] and is not used by another
- thread at the same time; `op` is NUL-terminated; `input` and `output`
- point to buffers of the sizes above.
+ `op` is NUL-terminated; `input` and `output` point to buffers of the
+ sizes above. `rt` may be any value.
  */
 int hetero_linear(struct HeteroRuntime *rt,
                   const char *op,
@@ -175,8 +192,8 @@ int hetero_linear_ex(struct HeteroRuntime *rt,
  input features `k`, output features `n`, instances per layer.
 
  # Safety
- `rt` comes from [`hetero_runtime_open`]; `op` is NUL-terminated; the
- four outputs are valid pointers.
+ `op` is NUL-terminated; the four outputs are valid pointers. `rt` may be
+ any value.
  */
 int hetero_op_dims(const struct HeteroRuntime *rt,
                    const char *op,
@@ -191,17 +208,19 @@ int hetero_op_dims(const struct HeteroRuntime *rt,
  Copies the times of the last successful `hetero_linear` into `out`.
 
  # Safety
- `rt` comes from [`hetero_runtime_open`]; `out` is a valid pointer.
+ `out` is a valid pointer. `rt` may be any value.
  */
 int hetero_last_timing(const struct HeteroRuntime *rt, struct HeteroTiming *out);
 
 /*
- Closes a runtime; NULL is ignored.
-
- # Safety
- `rt` comes from [`hetero_runtime_open`] and is not used afterwards.
+ Closes a runtime: waits for a call in progress on `rt` (from another
+ thread), then frees it. Returns `HETERO_OK`; NULL is ignored (also
+ `HETERO_OK`). A handle already closed, or never returned by
+ [`hetero_runtime_open`], gives `HETERO_BAD_HANDLE` and changes nothing.
+ Every later call with `rt` gives `HETERO_BAD_HANDLE`. (Code written
+ when this function returned `void` ignores the code and still works.)
  */
-void hetero_runtime_close(struct HeteroRuntime *rt);
+int hetero_runtime_close(struct HeteroRuntime *rt);
 
 #ifdef __cplusplus
 }  // extern "C"

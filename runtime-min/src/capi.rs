@@ -11,16 +11,23 @@
 //!
 //! Every function returns [`HETERO_OK`], [`HETERO_BAD_INPUT`] (a plan for
 //! another model, an absent processor, an unknown operator, mismatched
-//! weights) or [`HETERO_FAILED`] (a processor failed); the message of the
-//! last error on the calling thread is [`hetero_last_error`]. No function
-//! unwinds into C: a panic becomes [`HETERO_FAILED`]. The header
+//! weights), [`HETERO_FAILED`] (a processor failed) or
+//! [`HETERO_BAD_HANDLE`] (the runtime handle is NULL, closed, or was never
+//! opened); the message of the last error on the calling thread is
+//! [`hetero_last_error`]. No function unwinds into C: a panic becomes
+//! [`HETERO_FAILED`].
+//!
+//! A `HeteroRuntime *` is a checked handle ([`HeteroRuntime`] says how).
+//! The header
 //! `include/hetero_runtime.h` is generated from this file by cbindgen (a
 //! test fails when it is out of date; `HETERO_BLESS=1` rewrites it).
 
 use std::cell::RefCell;
+use std::collections::BTreeMap;
 use std::ffi::{CStr, CString, c_char, c_int};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::PathBuf;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use hetero_agent::OpenOptions;
 use hetero_plan::Phase;
@@ -33,6 +40,9 @@ pub const HETERO_OK: c_int = 0;
 pub const HETERO_FAILED: c_int = 1;
 /// Bad input: a file, a plan for another model or device, an argument.
 pub const HETERO_BAD_INPUT: c_int = 2;
+/// The runtime handle is NULL, already closed, or was never returned by
+/// `hetero_runtime_open`.
+pub const HETERO_BAD_HANDLE: c_int = 3;
 
 /// The prompt phase: M is the sequence length.
 pub const HETERO_PREFILL: u32 = 0;
@@ -82,10 +92,110 @@ pub struct HeteroTiming {
 }
 
 /// An open runtime (opaque to C).
+///
+/// A `HeteroRuntime *` is a handle, not an address: a number that the
+/// library's registry maps to the open runtime, never dereferenced. Any
+/// value may be passed to any function without undefined behaviour: NULL,
+/// a closed handle and a value never returned by `hetero_runtime_open` are
+/// refused with `HETERO_BAD_HANDLE` and a message in `hetero_last_error`.
+/// Handles are never reused, so a closed one stays refused after later
+/// opens. Calls on one handle from several threads are safe and take
+/// turns; `hetero_runtime_close` waits for a call in progress on the
+/// handle, and calls that come after it are refused.
 pub struct HeteroRuntime {
     rt: Runtime,
     phase: Phase,
     last: HeteroTiming,
+}
+
+/// Where a handle's runtime lives: `None` once closed. Calls on the handle
+/// hold the lock, so they take turns and a close waits for them.
+type Slot = Arc<Mutex<Option<HeteroRuntime>>>;
+
+/// The open runtimes by handle value, and the count of handles given out.
+struct Registry {
+    given: usize,
+    open: BTreeMap<usize, Slot>,
+}
+
+static REGISTRY: Mutex<Registry> = Mutex::new(Registry {
+    given: 0,
+    open: BTreeMap::new(),
+});
+
+/// The high bits of every handle on a 64-bit machine, so that a small
+/// integer or an address is never a live handle by accident.
+const HANDLE_TAG: usize = if usize::BITS >= 64 {
+    0x4e7e << (usize::BITS - 16)
+} else {
+    0
+};
+/// The most handles one process can open (never reused).
+const HANDLE_COUNT_MAX: usize = if usize::BITS >= 64 {
+    (1 << (usize::BITS - 16)) - 1
+} else {
+    usize::MAX
+};
+
+/// A lock that a panic while it was held does not make unusable: the
+/// registry's operations cannot leave it half-changed, and a runtime stays
+/// as usable as it was before the panic reached C.
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// Registers `h` and returns its handle.
+fn register(h: HeteroRuntime) -> Result<*mut HeteroRuntime, String> {
+    let mut reg = lock(&REGISTRY);
+    if reg.given >= HANDLE_COUNT_MAX {
+        return Err(format!(
+            "hetero_runtime_open: this process has opened {} runtimes, the most it can",
+            reg.given
+        ));
+    }
+    reg.given += 1;
+    let id = HANDLE_TAG | reg.given;
+    reg.open.insert(id, Arc::new(Mutex::new(Some(h))));
+    Ok(std::ptr::without_provenance_mut(id))
+}
+
+/// Why `rt` is not an open runtime, for `func`'s message.
+fn handle_problem(rt: *const HeteroRuntime, func: &str) -> String {
+    let id = rt.addr();
+    if id == 0 {
+        return format!("{func}: rt is NULL");
+    }
+    let given = lock(&REGISTRY).given;
+    if id & HANDLE_TAG == HANDLE_TAG && (1..=given).contains(&(id & !HANDLE_TAG)) {
+        format!("{func}: rt {id:#x} was closed")
+    } else {
+        format!("{func}: rt {id:#x} is not a runtime from hetero_runtime_open")
+    }
+}
+
+/// Sets the message of a bad handle and returns `HETERO_BAD_HANDLE`.
+fn bad_handle(rt: *const HeteroRuntime, func: &str) -> c_int {
+    set_error(&handle_problem(rt, func));
+    HETERO_BAD_HANDLE
+}
+
+/// Runs `f` on the runtime of handle `rt`, holding its lock; any handle
+/// that is not open gives `HETERO_BAD_HANDLE`. Never dereferences `rt`.
+fn with_runtime(
+    rt: *const HeteroRuntime,
+    func: &str,
+    f: impl FnOnce(&mut HeteroRuntime) -> c_int,
+) -> c_int {
+    let slot = lock(&REGISTRY).open.get(&rt.addr()).cloned();
+    let Some(slot) = slot else {
+        return bad_handle(rt, func);
+    };
+    let mut guard = lock(&slot);
+    match guard.as_mut() {
+        Some(h) => f(h),
+        // Closed while this call waited for the lock.
+        None => bad_handle(rt, func),
+    }
 }
 
 thread_local! {
@@ -214,7 +324,9 @@ pub extern "C" fn hetero_last_error() -> *const c_char {
 }
 
 /// Opens a plan for the model of `options->model_config` on this
-/// machine's processors. Returns NULL on error (see [`hetero_last_error`]).
+/// machine's processors. Returns a handle for the other functions, valid
+/// until [`hetero_runtime_close`], or NULL on error (see
+/// [`hetero_last_error`]).
 ///
 /// # Safety
 /// `plan_path` is a NUL-terminated string; `options` points to a valid
@@ -263,15 +375,23 @@ pub unsafe extern "C" fn hetero_runtime_open(
             Ok(s) => s,
             Err(e) => return fail(&e),
         };
-        match Runtime::open(std::path::Path::new(&plan), spec, opts) {
-            Ok(rt) => {
-                out = Box::into_raw(Box::new(HeteroRuntime {
-                    rt,
-                    phase,
-                    last: HeteroTiming::default(),
-                }));
-                HETERO_OK
-            }
+        let opened =
+            Runtime::open(std::path::Path::new(&plan), spec, opts).map(|rt| HeteroRuntime {
+                rt,
+                phase,
+                last: HeteroTiming::default(),
+            });
+        match opened {
+            Ok(h) => match register(h) {
+                Ok(handle) => {
+                    out = handle;
+                    HETERO_OK
+                }
+                Err(e) => {
+                    set_error(&e);
+                    HETERO_FAILED
+                }
+            },
             Err(e) => fail(&e),
         }
     });
@@ -299,12 +419,11 @@ fn split_op(op: &str) -> (&str, u32) {
 /// `instances × M × K` floats and `output` receives `instances × M × N`
 /// (row-major; see [`hetero_op_dims`]: M is `seq_len` except where the
 /// plan says otherwise, as for the lm_head in prefill). `output` is written
-/// only on success.
+/// only on success. A handle that is not open gives `HETERO_BAD_HANDLE`.
 ///
 /// # Safety
-/// `rt` comes from [`hetero_runtime_open`] and is not used by another
-/// thread at the same time; `op` is NUL-terminated; `input` and `output`
-/// point to buffers of the sizes above.
+/// `op` is NUL-terminated; `input` and `output` point to buffers of the
+/// sizes above. `rt` may be any value.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn hetero_linear(
     rt: *mut HeteroRuntime,
@@ -313,17 +432,16 @@ pub unsafe extern "C" fn hetero_linear(
     input: *const f32,
     output: *mut f32,
 ) -> c_int {
-    if rt.is_null() {
-        return bad("hetero_linear: rt is NULL");
-    }
-    // SAFETY: the caller passes a live runtime.
-    let phase = unsafe { (*rt).phase };
-    let p = match phase {
-        Phase::Prefill => HETERO_PREFILL,
-        Phase::Decode => HETERO_DECODE,
-    };
-    // SAFETY: forwarded from this function's contract.
-    unsafe { hetero_linear_ex(rt, op, p, u32::MAX, seq_len, input, output) }
+    guard(|| {
+        with_runtime(rt, "hetero_linear", |h| {
+            let phase = match h.phase {
+                Phase::Prefill => HETERO_PREFILL,
+                Phase::Decode => HETERO_DECODE,
+            };
+            // SAFETY: forwarded from this function's contract.
+            unsafe { linear(h, op, phase, u32::MAX, seq_len, input, output) }
+        })
+    })
 }
 
 /// [`hetero_linear`] with the phase and layer given; `layer` `UINT32_MAX`
@@ -342,59 +460,76 @@ pub unsafe extern "C" fn hetero_linear_ex(
     output: *mut f32,
 ) -> c_int {
     guard(|| {
-        if rt.is_null() || op.is_null() || input.is_null() || output.is_null() {
-            return bad("hetero_linear: rt, op, input and output must not be NULL");
-        }
-        // SAFETY: non-NULL, and the caller passes a live runtime used by one thread.
-        let h = unsafe { &mut *rt };
-        // SAFETY: non-NULL; the caller promises a NUL-terminated string.
-        let (name, phase) = match unsafe { op_and_phase(op, phase) } {
-            Ok(x) => x,
-            Err(e) => return bad(&e),
-        };
-        let (base, prefixed) = split_op(&name);
-        let layer = if layer == u32::MAX { prefixed } else { layer };
-        let (m, k, n, inst) = match h.rt.op_dims(base, phase, seq_len) {
-            Ok(d) => d,
-            Err(e) => return fail(&e),
-        };
-        let (ilen, olen) = (
-            (inst * m) as usize * k as usize,
-            (inst * m) as usize * n as usize,
-        );
-        // SAFETY: the caller promises buffers of these sizes.
-        let (a, c) = unsafe {
-            (
-                std::slice::from_raw_parts(input, ilen),
-                std::slice::from_raw_parts_mut(output, olen),
-            )
-        };
-        match h.rt.linear(base, phase, layer, seq_len, a, c) {
-            Ok(LinearTiming {
+        with_runtime(rt, "hetero_linear_ex", |h| {
+            // SAFETY: forwarded from this function's contract.
+            unsafe { linear(h, op, phase, layer, seq_len, input, output) }
+        })
+    })
+}
+
+/// The body of [`hetero_linear_ex`] on an open runtime.
+///
+/// # Safety
+/// As for [`hetero_linear`].
+unsafe fn linear(
+    h: &mut HeteroRuntime,
+    op: *const c_char,
+    phase: u32,
+    layer: u32,
+    seq_len: u32,
+    input: *const f32,
+    output: *mut f32,
+) -> c_int {
+    if op.is_null() || input.is_null() || output.is_null() {
+        return bad("hetero_linear: op, input and output must not be NULL");
+    }
+    // SAFETY: non-NULL; the caller promises a NUL-terminated string.
+    let (name, phase) = match unsafe { op_and_phase(op, phase) } {
+        Ok(x) => x,
+        Err(e) => return bad(&e),
+    };
+    let (base, prefixed) = split_op(&name);
+    let layer = if layer == u32::MAX { prefixed } else { layer };
+    let (m, k, n, inst) = match h.rt.op_dims(base, phase, seq_len) {
+        Ok(d) => d,
+        Err(e) => return fail(&e),
+    };
+    let (ilen, olen) = (
+        (inst * m) as usize * k as usize,
+        (inst * m) as usize * n as usize,
+    );
+    // SAFETY: the caller promises buffers of these sizes.
+    let (a, c) = unsafe {
+        (
+            std::slice::from_raw_parts(input, ilen),
+            std::slice::from_raw_parts_mut(output, olen),
+        )
+    };
+    match h.rt.linear(base, phase, layer, seq_len, a, c) {
+        Ok(LinearTiming {
+            measured_us,
+            wall_us,
+            dispatch_us,
+            predicted_us,
+        }) => {
+            h.last = HeteroTiming {
                 measured_us,
                 wall_us,
                 dispatch_us,
                 predicted_us,
-            }) => {
-                h.last = HeteroTiming {
-                    measured_us,
-                    wall_us,
-                    dispatch_us,
-                    predicted_us,
-                };
-                HETERO_OK
-            }
-            Err(e) => fail(&e),
+            };
+            HETERO_OK
         }
-    })
+        Err(e) => fail(&e),
+    }
 }
 
 /// The dimensions of `op` at `seq_len` in `phase`: rows per instance `m`,
 /// input features `k`, output features `n`, instances per layer.
 ///
 /// # Safety
-/// `rt` comes from [`hetero_runtime_open`]; `op` is NUL-terminated; the
-/// four outputs are valid pointers.
+/// `op` is NUL-terminated; the four outputs are valid pointers. `rt` may be
+/// any value.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn hetero_op_dims(
     rt: *const HeteroRuntime,
@@ -407,64 +542,75 @@ pub unsafe extern "C" fn hetero_op_dims(
     instances: *mut u32,
 ) -> c_int {
     guard(|| {
-        if rt.is_null()
-            || op.is_null()
-            || m.is_null()
-            || k.is_null()
-            || n.is_null()
-            || instances.is_null()
-        {
-            return bad("hetero_op_dims: no argument may be NULL");
-        }
-        // SAFETY: non-NULL; the caller passes a live runtime and a C string.
-        let (h, name_phase) = unsafe { (&*rt, op_and_phase(op, phase)) };
-        let (name, phase) = match name_phase {
-            Ok(x) => x,
-            Err(e) => return bad(&e),
-        };
-        match h.rt.op_dims(split_op(&name).0, phase, seq_len) {
-            Ok((dm, dk, dn, di)) => {
-                // SAFETY: non-NULL, and the caller promises valid pointers.
-                unsafe {
-                    *m = dm;
-                    *k = dk;
-                    *n = dn;
-                    *instances = di;
-                }
-                HETERO_OK
+        with_runtime(rt, "hetero_op_dims", |h| {
+            if op.is_null() || m.is_null() || k.is_null() || n.is_null() || instances.is_null() {
+                return bad("hetero_op_dims: op and the four outputs must not be NULL");
             }
-            Err(e) => fail(&e),
-        }
+            // SAFETY: non-NULL; the caller promises a NUL-terminated string.
+            let (name, phase) = match unsafe { op_and_phase(op, phase) } {
+                Ok(x) => x,
+                Err(e) => return bad(&e),
+            };
+            match h.rt.op_dims(split_op(&name).0, phase, seq_len) {
+                Ok((dm, dk, dn, di)) => {
+                    // SAFETY: non-NULL, and the caller promises valid pointers.
+                    unsafe {
+                        *m = dm;
+                        *k = dk;
+                        *n = dn;
+                        *instances = di;
+                    }
+                    HETERO_OK
+                }
+                Err(e) => fail(&e),
+            }
+        })
     })
 }
 
 /// Copies the times of the last successful `hetero_linear` into `out`.
 ///
 /// # Safety
-/// `rt` comes from [`hetero_runtime_open`]; `out` is a valid pointer.
+/// `out` is a valid pointer. `rt` may be any value.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn hetero_last_timing(
     rt: *const HeteroRuntime,
     out: *mut HeteroTiming,
 ) -> c_int {
-    if rt.is_null() || out.is_null() {
-        return bad("hetero_last_timing: rt and out must not be NULL");
-    }
-    // SAFETY: non-NULL and valid, as the caller promises.
-    unsafe { *out = (*rt).last };
-    HETERO_OK
+    guard(|| {
+        with_runtime(rt, "hetero_last_timing", |h| {
+            if out.is_null() {
+                return bad("hetero_last_timing: out must not be NULL");
+            }
+            // SAFETY: non-NULL and valid, as the caller promises.
+            unsafe { *out = h.last };
+            HETERO_OK
+        })
+    })
 }
 
-/// Closes a runtime; NULL is ignored.
-///
-/// # Safety
-/// `rt` comes from [`hetero_runtime_open`] and is not used afterwards.
+/// Closes a runtime: waits for a call in progress on `rt` (from another
+/// thread), then frees it. Returns `HETERO_OK`; NULL is ignored (also
+/// `HETERO_OK`). A handle already closed, or never returned by
+/// [`hetero_runtime_open`], gives `HETERO_BAD_HANDLE` and changes nothing.
+/// Every later call with `rt` gives `HETERO_BAD_HANDLE`. (Code written
+/// when this function returned `void` ignores the code and still works.)
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn hetero_runtime_close(rt: *mut HeteroRuntime) {
-    if !rt.is_null() {
-        // SAFETY: the pointer came from Box::into_raw in hetero_runtime_open.
-        let _ = catch_unwind(AssertUnwindSafe(|| drop(unsafe { Box::from_raw(rt) })));
+pub extern "C" fn hetero_runtime_close(rt: *mut HeteroRuntime) -> c_int {
+    if rt.is_null() {
+        return HETERO_OK;
     }
+    guard(|| {
+        let slot = lock(&REGISTRY).open.remove(&rt.addr());
+        let Some(slot) = slot else {
+            return bad_handle(rt, "hetero_runtime_close");
+        };
+        // Waits for a call in progress; calls waiting behind this one find
+        // the slot empty.
+        let h = lock(&slot).take();
+        drop(h);
+        HETERO_OK
+    })
 }
 
 #[cfg(test)]
@@ -508,8 +654,45 @@ mod tests {
                 std::ptr::null_mut(),
             )
         };
-        assert_eq!(rc, HETERO_BAD_INPUT);
-        // SAFETY: NULL is ignored.
-        unsafe { hetero_runtime_close(std::ptr::null_mut()) };
+        assert_eq!(rc, HETERO_BAD_HANDLE);
+        assert_eq!(hetero_runtime_close(std::ptr::null_mut()), HETERO_OK);
+    }
+
+    fn last_error() -> String {
+        // SAFETY: the library returns a NUL-terminated string.
+        unsafe { CStr::from_ptr(hetero_last_error()) }
+            .to_string_lossy()
+            .into_owned()
+    }
+
+    #[test]
+    fn any_handle_value_is_refused_without_being_read() {
+        let mut t = HeteroTiming::default();
+        let mut on_stack = 0u64;
+        let values = [
+            1usize,
+            0x1234,
+            usize::MAX,
+            HANDLE_TAG,
+            HANDLE_TAG | HANDLE_COUNT_MAX,
+            (&raw mut on_stack).addr(),
+        ];
+        for v in values {
+            let rt = std::ptr::without_provenance_mut::<HeteroRuntime>(v);
+            // SAFETY: `out` is valid; `rt` may be any value.
+            let rc = unsafe { hetero_last_timing(rt, &mut t) };
+            assert_eq!(rc, HETERO_BAD_HANDLE, "{v:#x}");
+            assert!(
+                last_error().contains("is not a runtime"),
+                "{}",
+                last_error()
+            );
+            assert_eq!(hetero_runtime_close(rt), HETERO_BAD_HANDLE, "{v:#x}");
+        }
+        assert_eq!(on_stack, 0);
+        // SAFETY: `out` is valid; NULL is refused.
+        let rc = unsafe { hetero_last_timing(std::ptr::null(), &mut t) };
+        assert_eq!(rc, HETERO_BAD_HANDLE);
+        assert!(last_error().contains("rt is NULL"), "{}", last_error());
     }
 }

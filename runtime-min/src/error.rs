@@ -83,6 +83,10 @@ pub enum Error {
         /// What is wrong.
         message: String,
     },
+    /// Preparing the plan would need more memory than the host or a
+    /// processor has: refused before anything is allocated.
+    #[error("{0}")]
+    Memory(Box<MemoryShortfall>),
     /// A processor failed while the plan ran.
     #[error("{processor} failed running `{op}` (layer {layer}, {phase} length {len}): {source}")]
     Processor {
@@ -134,6 +138,7 @@ impl Error {
             | Error::NoDecision { .. }
             | Error::PlanModel { .. }
             | Error::Weights { .. }
+            | Error::Memory(_)
             | Error::BadArgument { .. } => true,
             Error::Processor { .. } | Error::Prepare { .. } | Error::CheckFailed { .. } => false,
         }
@@ -144,5 +149,48 @@ impl Error {
             what: what.into(),
             message: message.into(),
         }
+    }
+}
+
+/// What [`Error::Memory`] reports: where memory is short, for what, and
+/// both figures.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MemoryShortfall {
+    /// The plan file.
+    pub plan: PathBuf,
+    /// The model's name.
+    pub model: String,
+    /// The phase being prepared.
+    pub phase: Phase,
+    /// Its length.
+    pub len: u32,
+    /// Where the memory is short: the host, or a processor's own.
+    pub place: String,
+    /// Bytes needed there.
+    pub needed: u128,
+    /// What needs them, in words (the largest operator named).
+    pub what: String,
+    /// Bytes the place has.
+    pub available: u64,
+    /// Where that figure comes from.
+    pub basis: String,
+}
+
+impl std::fmt::Display for MemoryShortfall {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{}: model `{}`, {} at length {}, needs {} on {} for {}, but {} has {} {}",
+            self.plan.display(),
+            self.model,
+            self.phase,
+            self.len,
+            crate::runtime::bytes(self.needed),
+            self.place,
+            self.what,
+            self.place,
+            crate::runtime::bytes(self.available as u128),
+            self.basis
+        )
     }
 }

@@ -34,7 +34,7 @@ mod testutil;
 mod weights;
 
 pub use decider::Decider;
-pub use error::{Error, Result};
+pub use error::{Error, MemoryShortfall, Result};
 pub use exec::SyncChoice;
 pub use graphs::{GraphRequest, GraphSource, Preloaded, Prepare};
 pub use report::Report;

@@ -91,6 +91,13 @@ pub fn run(args: ChartArgs) -> anyhow::Result<()> {
     if args.samples < 2 {
         return Err(BadInput("--samples must be at least 2".into()).into());
     }
+    let mut given = vec![("INPUT", args.input.as_path())];
+    given.extend(args.predictor.as_deref().map(|p| ("--predictor", p)));
+    given.extend(args.model.as_deref().map(|p| ("--model", p)));
+    crate::outpath::check(
+        &given,
+        &[crate::outpath::Output::folder("--out", &args.out)],
+    )?;
     let input = inputs::Input::detect(
         &args.input,
         args.predictor.as_deref(),

@@ -11,12 +11,12 @@ use std::process::ExitCode;
 
 use anyhow::{Context, Result};
 use clap::{Args, Parser, Subcommand};
-use hetero_agent::protocol::{AgentLine, Hello, ProbeReport};
+use hetero_agent::protocol::{self, AgentLine};
 use hetero_agent::sweep::{SweepOptions, Sweeper};
 use hetero_agent::{Error as AgentError, OpenOptions, Registry};
 use hetero_plan::{
-    DType, Format, GemmShape, MicrobenchKind, MicrobenchRequest, OperandOrder, RunFlags, RunParams,
-    SchemaVersion, SweepCase, SweepSpec, WeightMode,
+    DType, Format, GemmShape, MicrobenchKind, MicrobenchRequest, OperandOrder, Processor, RunFlags,
+    RunParams, SchemaVersion, SweepCase, SweepSpec, WeightMode,
 };
 
 #[derive(Parser)]
@@ -233,7 +233,7 @@ fn main() -> ExitCode {
 fn run(cli: Cli) -> Result<()> {
     match cli.command {
         Command::Version { json } => {
-            let h = Hello::current();
+            let h = protocol::hello();
             if json {
                 println!("{}", AgentLine::Hello(h).to_json());
             } else {
@@ -320,7 +320,7 @@ fn compile(o: &OpenArgs, args: hetero_agent::qnn::CompileArgs) -> Result<()> {
 
 fn probe(o: &OpenArgs, json: bool) -> Result<()> {
     let reg = open_registry(o, true)?;
-    let report = ProbeReport::of(&reg);
+    let report = protocol::probe_report(&reg);
     if json {
         println!("{}", serde_json::to_string_pretty(&report)?);
         return Ok(());
@@ -482,7 +482,7 @@ fn run_spec(o: &OpenArgs, spec: &SweepSpec, skip: HashSet<String>) -> Result<()>
         }
         Ok(())
     };
-    emit(&AgentLine::Hello(Hello::current())).context("writing to stdout")?;
+    emit(&AgentLine::Hello(protocol::hello())).context("writing to stdout")?;
     let done = sweeper
         .run(spec, &opts, &mut emit)
         .context("writing to stdout")?;
@@ -511,51 +511,99 @@ fn sweep(o: &OpenArgs, a: SweepArgs) -> Result<()> {
     run_spec(o, &spec, skip)
 }
 
+/// The benchmarks `microbench` runs when `--bench` names none.
+const DEFAULT_BENCHES: [MicrobenchKind; 15] = [
+    MicrobenchKind::CopyH2d,
+    MicrobenchKind::CopyD2h,
+    MicrobenchKind::SubmitEmpty,
+    MicrobenchKind::SubmitBusy,
+    MicrobenchKind::SyncBlock,
+    MicrobenchKind::SyncPoll,
+    MicrobenchKind::BandwidthAlone,
+    MicrobenchKind::BandwidthConcurrent,
+    MicrobenchKind::GraphPrepare,
+    MicrobenchKind::StageIn,
+    MicrobenchKind::StageOut,
+    MicrobenchKind::StageOutAw,
+    MicrobenchKind::OpOverheadBlock,
+    MicrobenchKind::OpOverheadPoll,
+    MicrobenchKind::OpOverheadAfter,
+];
+
+/// Asked for by name only: both waits in one row, as older profiles had.
+const NAMED_ONLY: [MicrobenchKind; 1] = [MicrobenchKind::OpOverhead];
+
 fn microbench(o: &OpenArgs, a: MicrobenchArgs) -> Result<()> {
-    let all = [
-        MicrobenchKind::CopyH2d,
-        MicrobenchKind::CopyD2h,
-        MicrobenchKind::SubmitEmpty,
-        MicrobenchKind::SubmitBusy,
-        MicrobenchKind::SyncBlock,
-        MicrobenchKind::SyncPoll,
-        MicrobenchKind::BandwidthAlone,
-        MicrobenchKind::BandwidthConcurrent,
-        MicrobenchKind::GraphPrepare,
-        MicrobenchKind::StageIn,
-        MicrobenchKind::StageOut,
-        MicrobenchKind::StageOutAw,
-        MicrobenchKind::OpAlone,
-        MicrobenchKind::OpOverheadBlock,
-        MicrobenchKind::OpOverheadPoll,
-        MicrobenchKind::OpOverheadAfter,
-    ];
-    // Asked for by name only: both waits in one row, as older profiles had.
-    let named_only = [MicrobenchKind::OpOverhead];
-    let kinds: Vec<MicrobenchKind> = match &a.bench {
-        None => all.to_vec(),
-        Some(names) => names
-            .iter()
-            .map(|n| {
-                serde_json::from_value(serde_json::Value::String(n.clone())).map_err(|_| {
-                    let known: Vec<String> = all
-                        .iter()
-                        .chain(&named_only)
-                        .map(|&k| hetero_agent::protocol::bench_name(k))
-                        .collect();
-                    bad(format!(
-                        "--bench: unknown benchmark `{n}`; expected {}",
-                        known.join(", ")
-                    ))
-                })
-            })
-            .collect::<Result<_>>()?,
-    };
+    let kinds = bench_kinds(a.bench.as_deref())?;
     let reg = open_registry(o, true)?;
     let procs = reg.processors();
     drop(reg);
-    let mut reqs = Vec::new();
-    let mut push = |p: &str, bench, bytes, peer: Option<String>, shape| {
+    let mut reqs = Requests::default();
+    for p in &procs {
+        for &k in &kinds {
+            reqs.add(p, k, &procs, &a);
+        }
+    }
+    let spec = SweepSpec {
+        schema_version: SchemaVersion,
+        run: RunParams {
+            warmups: a.warmups,
+            warmup_ms: a.warmup_ms,
+            repetitions: a.reps.max(1),
+            timeout_ms: a.timeout_ms.max(1),
+            cold_cache: false,
+            rotate_weights: false,
+            kernel_timer: false,
+        },
+        cases: Vec::new(),
+        microbench: reqs.0,
+    };
+    if a.print_spec {
+        print!("{}", hetero_plan::to_string(&spec, Format::Json)?);
+        return Ok(());
+    }
+    run_spec(o, &spec, HashSet::new())
+}
+
+/// The benchmarks `--bench` names (every default one when `None`); an
+/// unknown name is bad input that lists the known ones.
+fn bench_kinds(names: Option<&[String]>) -> Result<Vec<MicrobenchKind>> {
+    let Some(names) = names else {
+        return Ok(DEFAULT_BENCHES.to_vec());
+    };
+    names
+        .iter()
+        .map(|n| {
+            serde_json::from_value(serde_json::Value::String(n.clone())).map_err(|_| {
+                let known: Vec<String> = DEFAULT_BENCHES
+                    .iter()
+                    .chain(&NAMED_ONLY)
+                    .map(|&k| protocol::bench_name(k))
+                    .collect();
+                bad(format!(
+                    "--bench: unknown benchmark `{n}`; expected {}",
+                    known.join(", ")
+                ))
+            })
+        })
+        .collect()
+}
+
+/// The microbenchmark requests of a `microbench` run.
+#[derive(Default)]
+struct Requests(Vec<MicrobenchRequest>);
+
+impl Requests {
+    /// One request; its id names the processor, the benchmark and its
+    /// arguments (`cpu:0/copy_h2d/4096`).
+    fn push(
+        &mut self,
+        p: &str,
+        bench: MicrobenchKind,
+        bytes: Option<u64>,
+        peer: Option<String>,
+        shape: Option<GemmShape>,
+    ) {
         let mut id = format!(
             "{p}/{}",
             serde_json::to_value(bench)
@@ -572,7 +620,7 @@ fn microbench(o: &OpenArgs, a: MicrobenchArgs) -> Result<()> {
         if let Some(s) = shape {
             id.push_str(&format!("/{s}"));
         }
-        reqs.push(MicrobenchRequest {
+        self.0.push(MicrobenchRequest {
             id,
             processor: p.to_string(),
             bench,
@@ -580,111 +628,84 @@ fn microbench(o: &OpenArgs, a: MicrobenchArgs) -> Result<()> {
             peer,
             shape,
         });
-    };
-    for p in &procs {
-        for &k in &kinds {
-            // The simulator models GEMMs (so a stream) and graph prepare only.
-            let modelled = matches!(
-                k,
-                MicrobenchKind::BandwidthAlone | MicrobenchKind::GraphPrepare
-            );
-            if p.simulated && !modelled {
-                continue;
+    }
+
+    /// The requests of benchmark `k` on processor `p`, among `procs`.
+    fn add(&mut self, p: &Processor, k: MicrobenchKind, procs: &[Processor], a: &MicrobenchArgs) {
+        // The simulator models GEMMs (so a stream) and graph prepare only.
+        let modelled = matches!(
+            k,
+            MicrobenchKind::BandwidthAlone | MicrobenchKind::GraphPrepare
+        );
+        if p.simulated && !modelled {
+            return;
+        }
+        match k {
+            k if k.is_transfer() => self.transfers(p, k, a),
+            MicrobenchKind::BandwidthAlone => self.push(&p.id, k, Some(a.stream_bytes), None, None),
+            MicrobenchKind::BandwidthConcurrent => {
+                let peers: Vec<&str> = procs
+                    .iter()
+                    .filter(|q| q.id != p.id && !q.simulated)
+                    .map(|q| q.id.as_str())
+                    .collect();
+                if p.simulated {
+                    return;
+                }
+                if peers.is_empty() {
+                    // Emits an `unsupported` row that says why.
+                    self.push(&p.id, k, Some(a.stream_bytes), Some(p.id.clone()), None);
+                }
+                for q in peers {
+                    self.push(&p.id, k, Some(a.stream_bytes), Some(q.to_string()), None);
+                }
             }
-            match k {
-                k if k.is_transfer() => {
-                    // The staged data path prepares a GEMM per size: by
-                    // default only where copies cross to separate memory
-                    // (as `hetero profile` asks), and at most 64 MiB.
-                    let staged = !matches!(k, MicrobenchKind::CopyH2d | MicrobenchKind::CopyD2h);
-                    if staged && p.capabilities.unified_memory && a.bench.is_none() {
-                        continue;
-                    }
-                    let max = if staged {
-                        a.max_copy_bytes.min(64 << 20)
-                    } else {
-                        a.max_copy_bytes
-                    };
-                    let mut b = 4096u64;
-                    while b <= max {
-                        push(&p.id, k, Some(b), None, None);
-                        b *= 4;
-                    }
+            MicrobenchKind::OpOverheadAfter => {
+                // A device-timed processor after each processor on host
+                // memory (`hetero profile` asks the same).
+                if !p.capabilities.device_timer || p.simulated {
+                    return;
                 }
-                MicrobenchKind::OpAlone => {
-                    // A separate-memory processor's operator alone, at the
-                    // sizes `hetero profile` asks for (input and output
-                    // together: one row of 1024, then 8, 32 and 128 rows).
-                    if p.capabilities.unified_memory && a.bench.is_none() {
-                        continue;
-                    }
-                    for b in hetero_plan::OP_ALONE_BYTES {
-                        push(&p.id, k, Some(b), None, None);
-                    }
+                for q in procs.iter().filter(|q| {
+                    q.id != p.id
+                        && !q.simulated
+                        && (q.kind == hetero_plan::ProcessorKind::Cpu
+                            || q.capabilities.unified_memory)
+                }) {
+                    self.push(&p.id, k, None, Some(q.id.clone()), None);
                 }
-                MicrobenchKind::BandwidthAlone => push(&p.id, k, Some(a.stream_bytes), None, None),
-                MicrobenchKind::BandwidthConcurrent => {
-                    let peers: Vec<&str> = procs
-                        .iter()
-                        .filter(|q| q.id != p.id && !q.simulated)
-                        .map(|q| q.id.as_str())
-                        .collect();
-                    if p.simulated {
-                        continue;
-                    }
-                    if peers.is_empty() {
-                        // Emits an `unsupported` row that says why.
-                        push(&p.id, k, Some(a.stream_bytes), Some(p.id.clone()), None);
-                    }
-                    for q in peers {
-                        push(&p.id, k, Some(a.stream_bytes), Some(q.to_string()), None);
-                    }
-                }
-                MicrobenchKind::OpOverheadAfter => {
-                    // A device-timed processor after each processor on host
-                    // memory (`hetero profile` asks the same).
-                    if !p.capabilities.device_timer || p.simulated {
-                        continue;
-                    }
-                    for q in procs.iter().filter(|q| {
-                        q.id != p.id
-                            && !q.simulated
-                            && (q.kind == hetero_plan::ProcessorKind::Cpu
-                                || q.capabilities.unified_memory)
-                    }) {
-                        push(&p.id, k, None, Some(q.id.clone()), None);
-                    }
-                }
-                MicrobenchKind::GraphPrepare => {
-                    if p.capabilities.static_graphs {
-                        for s in ["32x4096x4096", "128x4096x4096", "512x4096x4096"] {
-                            push(&p.id, k, None, None, Some(s.parse().expect("valid")));
-                        }
-                    }
-                }
-                _ => push(&p.id, k, None, None, None),
             }
+            MicrobenchKind::GraphPrepare => {
+                if p.capabilities.static_graphs {
+                    for s in ["32x4096x4096", "128x4096x4096", "512x4096x4096"] {
+                        self.push(&p.id, k, None, None, Some(s.parse().expect("valid")));
+                    }
+                }
+            }
+            _ => self.push(&p.id, k, None, None, None),
         }
     }
-    let spec = SweepSpec {
-        schema_version: SchemaVersion,
-        run: RunParams {
-            warmups: a.warmups,
-            warmup_ms: a.warmup_ms,
-            repetitions: a.reps.max(1),
-            timeout_ms: a.timeout_ms.max(1),
-            cold_cache: false,
-            rotate_weights: false,
-            kernel_timer: false,
-        },
-        cases: Vec::new(),
-        microbench: reqs,
-    };
-    if a.print_spec {
-        print!("{}", hetero_plan::to_string(&spec, Format::Json)?);
-        return Ok(());
+
+    /// A copy or staged transfer at every size from 4 KiB up by 4x.
+    fn transfers(&mut self, p: &Processor, k: MicrobenchKind, a: &MicrobenchArgs) {
+        // The staged data path prepares a GEMM per size: by default only
+        // where copies cross to separate memory (as `hetero profile` asks),
+        // and at most 64 MiB.
+        let staged = !matches!(k, MicrobenchKind::CopyH2d | MicrobenchKind::CopyD2h);
+        if staged && p.capabilities.unified_memory && a.bench.is_none() {
+            return;
+        }
+        let max = if staged {
+            a.max_copy_bytes.min(64 << 20)
+        } else {
+            a.max_copy_bytes
+        };
+        let mut b = 4096u64;
+        while b <= max {
+            self.push(&p.id, k, Some(b), None, None);
+            b *= 4;
+        }
     }
-    run_spec(o, &spec, HashSet::new())
 }
 
 #[cfg(feature = "cpu")]

@@ -2,10 +2,13 @@
 
 use std::time::Duration;
 
-use hetero_plan::{Capabilities, ProcessorKind, SchemaVersion};
+use hetero_plan::{
+    Capabilities, DType, GemmShape, OperandOrder, ProcessorApi, ProcessorKind, SchemaVersion,
+    WeightMode,
+};
 
 use super::*;
-use crate::{Gemm, Timed};
+use crate::{Gemm, GemmSpec, Timed};
 
 #[derive(Clone, Copy, PartialEq)]
 enum Fault {
@@ -577,11 +580,21 @@ fn a_discrete_gpu_streams_by_copying_its_weights_from_host_memory() {
     let r = run(3, 10_000);
     let cpu = s.run_microbench(&req("t:0", "g:0"), &r);
     assert_eq!(cpu.row.status, RowStatus::Ok, "{:?}", cpu.row.message);
+    // The row's fields say it; the note says it in words.
+    let host_weights = |row: &MicrobenchRow| {
+        (
+            row.stream.unwrap().host_weights,
+            row.peer_stream.unwrap().host_weights,
+        )
+    };
+    assert_eq!(host_weights(&cpu.row), (false, true));
+    assert!(cpu.row.peer_stream.unwrap().runs.unwrap() >= 1);
     let note = cpu.note.unwrap();
     let (timed, peer) = note.split_once("; peer").unwrap();
     assert!(!timed.contains(copying) && peer.contains(copying), "{note}");
     let gpus = s.run_microbench(&req("h:0", "g:0"), &r);
     assert_eq!(gpus.row.status, RowStatus::Ok, "{:?}", gpus.row.message);
+    assert_eq!(host_weights(&gpus.row), (true, true));
     let note = gpus.note.unwrap();
     let (timed, peer) = note.split_once("; peer").unwrap();
     assert!(timed.contains(copying) && peer.contains(copying), "{note}");

@@ -176,7 +176,6 @@ pub fn fit_overheads(
                 stage_out: staged(MicrobenchKind::StageOut, false),
                 stage_out_aw: staged(MicrobenchKind::StageOutAw, false),
                 stage_small,
-                op_alone: fit_linear_cost(&points(MicrobenchKind::OpAlone)),
                 op_overhead_us,
                 op_overhead_block_us,
                 op_overhead_after_us: median(medians(MicrobenchKind::OpOverheadAfter)),
@@ -225,6 +224,8 @@ mod tests {
             timing: hetero_plan::Timing::Real,
             stats: Stats::from_samples(&[us]),
             gbps: None,
+            stream: None,
+            peer_stream: None,
             message: None,
             conditions: Default::default(),
         }
@@ -247,8 +248,8 @@ mod tests {
     fn each_size_takes_the_median_over_its_processes() {
         // Three agent processes measured 4 and 64 KiB: one ran the host
         // path 60 % slower. Two large sizes were measured once. The same
-        // for the staged input and for the operator alone.
-        for bench in [MicrobenchKind::StageIn, MicrobenchKind::OpAlone] {
+        // for the staged input and output.
+        for bench in [MicrobenchKind::StageIn, MicrobenchKind::StageOut] {
             let row = |id: &str, bytes: u64, us: f64| micro_row(id, bench, Some(bytes), us);
             let line = |b: f64| 10.0 + b / 20_000.0;
             let mut micro = Vec::new();
@@ -262,14 +263,39 @@ mod tests {
             }
             let o = &fit_overheads(&[gpu()], &[], &micro)[0];
             let (c, other) = match bench {
-                MicrobenchKind::StageIn => (o.stage_in, o.op_alone),
-                _ => (o.op_alone, o.stage_in),
+                MicrobenchKind::StageIn => (o.stage_in, o.stage_out),
+                _ => (o.stage_out, o.stage_in),
             };
             let c = c.expect("a line");
             assert!((c.alpha_us - 10.0).abs() < 1e-6, "{bench:?}: {c:?}");
             assert!((c.beta_us_per_byte * 20_000.0 - 1.0).abs() < 1e-6);
             assert_eq!(other, None, "{bench:?} fits its own line only");
         }
+    }
+
+    #[test]
+    fn rows_of_a_retired_benchmark_change_nothing() {
+        let line = |b: u64| 10.0 + b as f64 / 20_000.0;
+        let staged: Vec<MicrobenchRow> = [4096u64, 65536]
+            .map(|b| micro_row(&format!("s/{b}"), MicrobenchKind::StageIn, Some(b), line(b)))
+            .to_vec();
+        let mut with_old = staged.clone();
+        with_old.push(micro_row(
+            "o/8192",
+            MicrobenchKind::Retired,
+            Some(8192),
+            31.0,
+        ));
+        with_old.push(micro_row(
+            "o/65536",
+            MicrobenchKind::Retired,
+            Some(65536),
+            45.0,
+        ));
+        assert_eq!(
+            fit_overheads(&[gpu()], &[], &with_old),
+            fit_overheads(&[gpu()], &[], &staged)
+        );
     }
 
     #[test]

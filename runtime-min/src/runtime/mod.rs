@@ -7,11 +7,14 @@
 //! - [`layout`] and [`prepare`]: turn a decision into parts and steps, then
 //!   prepare one GEMM per step (shared between lengths and layers where
 //!   they match) and the activation pool;
+//! - [`memory`]: before anything is prepared, the bytes it will take
+//!   against what the host and each processor can hold;
 //! - [`execute`]: run an operator, a layer or a whole phase;
 //! - [`report`]: predicted against measured, per operator and in total.
 
 mod execute;
 mod layout;
+mod memory;
 mod open;
 mod prepare;
 mod report;
@@ -30,6 +33,7 @@ use crate::weights::{WeightSource, Weights};
 use crate::{Error, Result};
 
 pub use layout::{PlanGemm, label, plan_gemms};
+pub(crate) use memory::bytes;
 use prepare::{GemmKey, PrepStat, Prepared};
 
 /// How to open a runtime.

@@ -24,8 +24,8 @@ pub(super) struct GemmKey {
     op: String,
     layer: u32,
     instance: u32,
-    proc: usize,
-    spec: GemmSpec,
+    pub proc: usize,
+    pub spec: GemmSpec,
     first_col: u32,
     upload: bool,
 }
@@ -53,18 +53,18 @@ pub(super) struct PrepStat {
 }
 
 /// The operator being prepared.
-struct OpTarget<'a> {
+pub(super) struct OpTarget<'a> {
     /// The plan operator's index.
-    oi: usize,
-    op: &'a str,
-    phase: Phase,
-    len: u32,
-    lop: &'a LinearOp,
+    pub oi: usize,
+    pub op: &'a str,
+    pub phase: Phase,
+    pub len: u32,
+    pub lop: &'a LinearOp,
 }
 
 /// One part's processor while its steps are prepared.
-struct PartTarget {
-    proc: usize,
+pub(super) struct PartTarget {
+    pub proc: usize,
     id: String,
     dtype: DType,
     order: OperandOrder,
@@ -99,9 +99,13 @@ impl InstanceWeights<'_> {
 
 impl Runtime {
     /// Prepares every operator of a phase at a length (all layers and
-    /// instances); later runs at that length reuse it all.
+    /// instances); later runs at that length reuse it all. Refuses first,
+    /// allocating nothing, when it would need more memory than the host or
+    /// a processor has ([`Error::Memory`]).
     pub fn prepare(&mut self, phase: Phase, len: u32) -> Result<()> {
-        for oi in self.phase_ops(phase) {
+        let ops = self.phase_ops(phase);
+        self.check_memory(phase, len, &ops)?;
+        for oi in ops {
             let name = self.plan.ops[oi].op.clone();
             self.prepare_op(&name, phase, len)?;
         }
@@ -113,6 +117,7 @@ impl Runtime {
         if self.prepared.contains_key(&(oi, len)) {
             return Ok(());
         }
+        self.check_memory(phase, len, &[oi])?;
         let d = self.plan.ops[oi].decisions[di].clone();
         let lop: LinearOp = self.model.ops[mi].clone();
         let target = OpTarget {
@@ -173,22 +178,7 @@ impl Runtime {
         w: &mut InstanceWeights<'_>,
     ) -> Result<Part> {
         let proc = pl.proc;
-        let id = self.plan.processors[proc].clone();
-        let dtype = self.plan.dtype(&id).unwrap_or_else(|| {
-            let caps = &self.backends[proc].processor().capabilities.dtypes;
-            if caps.contains(&DType::F32) || caps.is_empty() {
-                DType::F32
-            } else {
-                caps[0]
-            }
-        });
-        let order = self.plan.ops[op.oi].order(&id);
-        let target = PartTarget {
-            proc,
-            id,
-            dtype,
-            order,
-        };
+        let target = self.part_target(op.oi, proc);
         let steps = pl
             .steps
             .iter()
@@ -203,6 +193,27 @@ impl Runtime {
         })
     }
 
+    /// The processor, dtype and operand order of a part of `plan.ops[oi]`
+    /// on `plan.processors[proc]`.
+    pub(super) fn part_target(&self, oi: usize, proc: usize) -> PartTarget {
+        let id = self.plan.processors[proc].clone();
+        let dtype = self.plan.dtype(&id).unwrap_or_else(|| {
+            let caps = &self.backends[proc].processor().capabilities.dtypes;
+            if caps.contains(&DType::F32) || caps.is_empty() {
+                DType::F32
+            } else {
+                caps[0]
+            }
+        });
+        let order = self.plan.ops[oi].order(&id);
+        PartTarget {
+            proc,
+            id,
+            dtype,
+            order,
+        }
+    }
+
     /// One step: its GEMM (shared or prepared now), the weights it copies
     /// every run, and staging buffers large enough for it.
     fn prepare_step(
@@ -213,29 +224,7 @@ impl Runtime {
         w: &mut InstanceWeights<'_>,
     ) -> Result<Step> {
         let k = op.lop.k as usize;
-        let shape =
-            GemmShape::new(sl.pad_to as u32, k as u32, sl.cols.len() as u32).ok_or_else(|| {
-                Error::PlanModel {
-                    op: op.op.into(),
-                    phase: op.phase,
-                    message: format!("an empty part on `{}` at length {}", part.id, op.len),
-                }
-            })?;
-        let spec = GemmSpec {
-            shape,
-            dtype: part.dtype,
-            order: part.order,
-            weights: WeightMode::Static,
-        };
-        let key = GemmKey {
-            op: op.op.into(),
-            layer: w.layer,
-            instance: w.instance,
-            proc: part.proc,
-            spec,
-            first_col: sl.cols.start as u32,
-            upload: sl.upload,
-        };
+        let key = op.step_key(part, sl, w.layer, w.instance)?;
         let gi = match self.shared.get(&key) {
             Some(&gi) => gi,
             None => {
@@ -358,9 +347,42 @@ impl Runtime {
 }
 
 impl OpTarget<'_> {
+    /// The GEMM a step runs in `layer` and `instance`, as the key it is
+    /// shared under.
+    pub(super) fn step_key(
+        &self,
+        part: &PartTarget,
+        sl: &StepLayout,
+        layer: u32,
+        instance: u32,
+    ) -> Result<GemmKey> {
+        let shape = GemmShape::new(sl.pad_to as u32, self.lop.k, sl.cols.len() as u32).ok_or_else(
+            || Error::PlanModel {
+                op: self.op.into(),
+                phase: self.phase,
+                message: format!("an empty part on `{}` at length {}", part.id, self.len),
+            },
+        )?;
+        let spec = GemmSpec {
+            shape,
+            dtype: part.dtype,
+            order: part.order,
+            weights: WeightMode::Static,
+        };
+        Ok(GemmKey {
+            op: self.op.into(),
+            layer,
+            instance,
+            proc: part.proc,
+            spec,
+            first_col: sl.cols.start as u32,
+            upload: sl.upload,
+        })
+    }
+
     /// Refuses a decision that runs other GEMMs than the model at its
     /// length (M or instances).
-    fn check_decision(&self, d: &Decision) -> Result<()> {
+    pub(super) fn check_decision(&self, d: &Decision) -> Result<()> {
         let (op, phase, len, lop) = (self.op, self.phase, self.len, self.lop);
         let (m, instances) = (d.rows_m(), d.instances);
         if let Some((shape, inst)) = lop.gemms(phase, len)

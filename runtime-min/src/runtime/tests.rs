@@ -1,4 +1,4 @@
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use hetero_agent::GemmSpec;
@@ -725,4 +725,175 @@ fn a_chain_spins_on_its_first_steps_and_sleeps_toward_the_parts_end_on_its_last(
         assert!((0.0..100.0).contains(&last), "{waits:?}");
     }
     assert!(waits.iter().any(|&(c, p)| c != 24 && p > 0.0));
+}
+
+/// A backend that reports `memory_bytes` of its own memory (a discrete
+/// GPU, as far as the runtime's memory check is concerned).
+struct OwnMemory {
+    inner: Box<dyn Backend>,
+    processor: hetero_plan::Processor,
+}
+
+impl OwnMemory {
+    fn new(inner: Box<dyn Backend>, memory_bytes: u64) -> OwnMemory {
+        let mut processor = inner.processor().clone();
+        processor.capabilities.memory_bytes = Some(memory_bytes);
+        processor.capabilities.unified_memory = false;
+        OwnMemory { inner, processor }
+    }
+}
+
+impl Backend for OwnMemory {
+    fn processor(&self) -> &hetero_plan::Processor {
+        &self.processor
+    }
+    fn prepare(&mut self, spec: &GemmSpec, weights: &[f32]) -> hetero_agent::Result<Box<dyn Gemm>> {
+        self.inner.prepare(spec, weights)
+    }
+}
+
+/// The tiny model's plan with every operator on `proc`, saved in `dir`.
+fn all_on(dir: &Tmp, model: &ModelSpec, proc: &str) -> (PathBuf, Plan) {
+    let plan = tiny_plan(
+        model,
+        &["cpu:0", "npu-sim"],
+        &[(Phase::Prefill, (1..=8).collect())],
+        |_, _, _, _| single(proc),
+    );
+    let path = dir.0.join("plan.ron");
+    hetero_plan::save(&path, &plan).unwrap();
+    (path, plan)
+}
+
+#[test]
+fn the_memory_estimate_counts_each_gemm_once_and_nothing_prepared_before() {
+    let dir = Tmp::new("memory-estimate");
+    let mut rt = open_tiny(&dir, |_, _, _, _| single("cpu:0"), Default::default()).unwrap();
+    let ops = rt.phase_ops(Phase::Prefill);
+    let need = rt.memory_need(Phase::Prefill, 7, &ops).unwrap();
+    assert_eq!(need.keys().collect::<Vec<_>>(), [&memory::Place::Host]);
+    let host = &need[&memory::Place::Host];
+    // ffn_up: K×N 64×96 in f32 over 2 layers, M = 7, and its input.
+    let gemm = (64 * 96 + 7 * (64 + 96)) * 4;
+    assert_eq!(host.per_op["ffn_up"], 2 * gemm + 7 * 64 * 4);
+    // The largest scratch: the lm_head's weights (64×80) and a slice, or an
+    // FFN's (64×96 or 96×64), with its output and staging buffers.
+    assert!(host.scratch >= 2 * 64 * 96 * 4, "{}", host.scratch);
+    assert_eq!(
+        host.total(),
+        host.per_op.values().sum::<u128>() + host.scratch
+    );
+    rt.prepare(Phase::Prefill, 7).unwrap();
+    assert!(rt.memory_need(Phase::Prefill, 7, &ops).unwrap().is_empty());
+    // Shared weights: one layer's GEMMs.
+    let shared = open_tiny(
+        &dir,
+        |_, _, _, _| single("cpu:0"),
+        RuntimeOptions {
+            weights: WeightSource::Synthetic {
+                seed: 1,
+                share_layers: true,
+            },
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let need = shared.memory_need(Phase::Prefill, 7, &ops).unwrap();
+    assert_eq!(
+        need[&memory::Place::Host].per_op["ffn_up"],
+        gemm + 7 * 64 * 4
+    );
+}
+
+#[test]
+fn a_model_too_large_for_the_host_is_refused_before_anything_is_allocated() {
+    let dir = Tmp::new("memory-host");
+    let cfg = r#"{"model_type": "llama", "hidden_size": 1536, "num_hidden_layers": 2,
+        "num_attention_heads": 12, "num_key_value_heads": 2,
+        "intermediate_size": 4000000000, "vocab_size": 80, "_name_or_path": "huge"}"#;
+    let model = hetero_plan::hf::from_str(Path::new("huge.json"), cfg, "huge").unwrap();
+    let (path, _) = all_on(&dir, &model, "cpu:0");
+    let mut rt = Runtime::open(&path, model, Default::default()).unwrap();
+    let e = rt.run(&spec(Phase::Prefill, 4)).unwrap_err();
+    assert!(e.is_bad_input(), "{e}");
+    let Error::Memory(m) = &e else {
+        panic!("not a memory refusal: {e}")
+    };
+    assert!(m.needed > m.available as u128, "{e}");
+    // One FFN weight alone: 1536 × 4e9 f32 over 2 layers.
+    assert!(m.needed >= 2 * 1536 * 4_000_000_000 * 4, "{e}");
+    let msg = e.to_string();
+    for part in [
+        "plan.ron",
+        "`huge`",
+        "prefill at length 4",
+        "cpu:0",
+        "GiB",
+        "4000000000",
+    ] {
+        assert!(msg.contains(part), "{part} missing: {msg}");
+    }
+    assert!(rt.gemms.is_empty() && rt.prepared.is_empty());
+    // Linear refuses the same way.
+    let mut out = vec![0f32; 4 * 4_000_000];
+    let e = rt
+        .linear(
+            "ffn_up",
+            Phase::Prefill,
+            0,
+            4,
+            &vec![0f32; 4 * 1536],
+            &mut out,
+        )
+        .unwrap_err();
+    assert!(matches!(e, Error::Memory(_)), "{e}");
+}
+
+#[test]
+fn a_processor_with_its_own_memory_is_checked_against_it_and_what_it_holds() {
+    let dir = Tmp::new("memory-device");
+    let model = tiny_model();
+    let (path, plan) = all_on(&dir, &model, "npu-sim");
+    let open = |memory_bytes: u64| {
+        let mut reg = hetero_agent::Registry::open(&Default::default(), Some(&plan.processors));
+        let mut backends = Vec::new();
+        for id in &plan.processors {
+            let i = reg
+                .backends
+                .iter()
+                .position(|b| b.processor().id == *id)
+                .unwrap();
+            let b = reg.backends.remove(i);
+            backends.push(if id == "npu-sim" {
+                Box::new(OwnMemory::new(b, memory_bytes)) as Box<dyn Backend>
+            } else {
+                b
+            });
+        }
+        Runtime::with_backends(
+            &path,
+            plan.clone(),
+            model.clone(),
+            backends,
+            Default::default(),
+        )
+        .unwrap()
+    };
+    let mut small = open(10_000);
+    let e = small.prepare(Phase::Prefill, 8).unwrap_err();
+    let msg = e.to_string();
+    assert!(msg.contains("on `npu-sim`"), "{msg}");
+    assert!(msg.contains("10000 bytes"), "{msg}");
+    assert!(small.gemms.is_empty());
+    // Room for one length, not for another length's GEMMs besides it.
+    let ops = small.phase_ops(Phase::Prefill);
+    let need = small.memory_need(Phase::Prefill, 8, &ops).unwrap();
+    let at8 = need[&memory::Place::Device(1)].total() as u64;
+    let mut room = open(at8 + at8 / 2);
+    room.prepare(Phase::Prefill, 8).unwrap();
+    let e = room.prepare(Phase::Prefill, 7).unwrap_err();
+    let msg = e.to_string();
+    assert!(msg.contains("held by GEMMs prepared before"), "{msg}");
+    let r = room.run(&spec(Phase::Prefill, 8)).unwrap();
+    assert_eq!(r.check.unwrap().passed, 15);
 }

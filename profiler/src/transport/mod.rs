@@ -6,13 +6,21 @@
 //! "device offline") are retried with exponential backoff; a failure of the
 //! remote program itself is not retried.
 
-use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
+use std::process::Command;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::{Error, Result, Target};
+
+mod adb;
+mod command;
+
+use adb::pick_adb_device;
+pub use adb::{AdbDevice, adb_link_failure, parse_adb_devices};
+pub use command::{
+    CommandOutput, display_command, run_with_timeout, shell_quote, spawn_error, spawn_piped, tail,
+};
 
 /// Where the agent lives on an Android device.
 pub const ADB_DIR: &str = "/data/local/tmp/hetero";
@@ -112,84 +120,6 @@ impl std::fmt::Debug for TransportOptions {
             .field("remote_dir", &self.remote_dir)
             .finish_non_exhaustive()
     }
-}
-
-/// What a short command printed.
-#[derive(Debug, Clone)]
-pub struct CommandOutput {
-    /// The exact command line.
-    pub command: String,
-    /// Its exit status; `None` when it was killed at the timeout.
-    pub status: Option<ExitStatus>,
-    /// Standard output.
-    pub stdout: Vec<u8>,
-    /// Standard error.
-    pub stderr: Vec<u8>,
-}
-
-impl CommandOutput {
-    /// True on exit code 0.
-    pub fn success(&self) -> bool {
-        self.status.is_some_and(|s| s.success())
-    }
-
-    /// The exit code, if it exited.
-    pub fn code(&self) -> Option<i32> {
-        self.status.and_then(|s| s.code())
-    }
-
-    /// Standard output as text.
-    pub fn stdout_text(&self) -> String {
-        String::from_utf8_lossy(&self.stdout).into_owned()
-    }
-
-    /// `exit code 255: LAST LINES OF STDERR`.
-    pub fn detail(&self) -> String {
-        let status = match self.status {
-            None => "timed out and was killed".to_string(),
-            Some(s) => match s.code() {
-                Some(c) => format!("exit code {c}"),
-                None => format!("{s}"),
-            },
-        };
-        let err = tail(&String::from_utf8_lossy(&self.stderr), 6);
-        if err.is_empty() {
-            status
-        } else {
-            format!("{status}: {err}")
-        }
-    }
-}
-
-/// The last `n` non-empty lines of `s`, joined with " | ".
-pub fn tail(s: &str, n: usize) -> String {
-    let lines: Vec<&str> = s
-        .lines()
-        .map(str::trim_end)
-        .filter(|l| !l.is_empty())
-        .collect();
-    lines[lines.len().saturating_sub(n)..].join(" | ")
-}
-
-/// Quotes a word for a POSIX shell, only where needed.
-pub fn shell_quote(s: &str) -> String {
-    let safe = !s.is_empty()
-        && s.bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b"-_./:=@%+,".contains(&b));
-    if safe {
-        s.to_string()
-    } else {
-        format!("'{}'", s.replace('\'', r"'\''"))
-    }
-}
-
-/// A command as one would type it.
-pub fn display_command(cmd: &Command) -> String {
-    std::iter::once(cmd.get_program())
-        .chain(cmd.get_args())
-        .map(|a| shell_quote(&a.to_string_lossy()))
-        .collect::<Vec<_>>()
-        .join(" ")
 }
 
 /// Facts about the target, from `uname`.
@@ -713,30 +643,6 @@ fn local_os() -> String {
     }
 }
 
-/// Whether adb's standard error shows a failure of adb itself (the device
-/// went away) rather than of the program run on the phone: adb's own
-/// messages start with `adb:` or `error:`; what the phone's shell prints
-/// (`sh: ./x: not found`) does not.
-pub fn adb_link_failure(stderr: &[u8]) -> bool {
-    let err = String::from_utf8_lossy(stderr).to_ascii_lowercase();
-    err.lines().any(|l| {
-        let l = l.trim_start();
-        (l.starts_with("adb:") || l.starts_with("error:"))
-            && [
-                "device offline",
-                "no devices",
-                "not found",
-                "closed",
-                "protocol fault",
-                "connection reset",
-                "failed to get feature set",
-                "cannot connect",
-            ]
-            .iter()
-            .any(|p| l.contains(p))
-    })
-}
-
 /// Lower-case hex SHA-256.
 pub fn sha256_hex(bytes: &[u8]) -> String {
     use sha2::Digest;
@@ -746,187 +652,10 @@ pub fn sha256_hex(bytes: &[u8]) -> String {
         .collect()
 }
 
-/// Maps a failure to spawn a program to a clear error.
-pub fn spawn_error(cmd: &Command, e: std::io::Error) -> Error {
-    let program = cmd.get_program().to_string_lossy().into_owned();
-    if e.kind() == std::io::ErrorKind::NotFound {
-        let fix = match program.as_str() {
-            "ssh" | "scp" => "install OpenSSH (Debian: apt-get install openssh-client)".into(),
-            "adb" => "install the Android platform tools (Debian: apt-get install adb) \
-                      or put adb on PATH"
-                .into(),
-            p => format!("check that {p} exists and is executable"),
-        };
-        return Error::MissingProgram {
-            program,
-            source: e,
-            fix,
-        };
-    }
-    Error::Transport {
-        command: display_command(cmd),
-        attempts: 1,
-        detail: e.to_string(),
-    }
-}
-
-/// Spawns `cmd` with piped output and no input.
-pub fn spawn_piped(mut cmd: Command) -> Result<Child> {
-    cmd.stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    cmd.spawn().map_err(|e| spawn_error(&cmd, e))
-}
-
-/// Runs a command to completion, killing it after `timeout`.
-pub fn run_with_timeout(cmd: Command, timeout: Duration) -> Result<CommandOutput> {
-    let command = display_command(&cmd);
-    let mut child = spawn_piped(cmd)?;
-    let mut so = child.stdout.take().expect("piped");
-    let mut se = child.stderr.take().expect("piped");
-    let t_out = std::thread::spawn(move || {
-        let mut v = Vec::new();
-        let _ = so.read_to_end(&mut v);
-        v
-    });
-    let t_err = std::thread::spawn(move || {
-        let mut v = Vec::new();
-        let _ = se.read_to_end(&mut v);
-        v
-    });
-    let start = Instant::now();
-    let status = loop {
-        match child.try_wait() {
-            Ok(Some(s)) => break Some(s),
-            Ok(None) if start.elapsed() >= timeout => {
-                let _ = child.kill();
-                let _ = child.wait();
-                break None;
-            }
-            Ok(None) => std::thread::sleep(Duration::from_millis(5)),
-            Err(e) => {
-                return Err(Error::Transport {
-                    command,
-                    attempts: 1,
-                    detail: e.to_string(),
-                });
-            }
-        }
-    };
-    let stdout = t_out.join().unwrap_or_default();
-    let stderr = t_err.join().unwrap_or_default();
-    Ok(CommandOutput {
-        command,
-        status,
-        stdout,
-        stderr,
-    })
-}
-
-/// One line of `adb devices`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct AdbDevice {
-    /// The serial.
-    pub serial: String,
-    /// `device`, `offline`, `unauthorized`, ...
-    pub state: String,
-}
-
-/// Parses the output of `adb devices`.
-pub fn parse_adb_devices(text: &str) -> Vec<AdbDevice> {
-    text.lines()
-        .map(|l| l.trim_end_matches('\r'))
-        .filter(|l| !l.starts_with("List of devices") && !l.starts_with('*'))
-        .filter_map(|l| {
-            let mut parts = l.split_whitespace();
-            let serial = parts.next()?;
-            let state = parts.next()?;
-            Some(AdbDevice {
-                serial: serial.to_string(),
-                state: state.to_string(),
-            })
-        })
-        .collect()
-}
-
-fn pick_adb_device(serial: Option<&str>, opts: &TransportOptions) -> Result<String> {
-    let mut cmd = Command::new("adb");
-    cmd.arg("devices");
-    let out = run_with_timeout(cmd, opts.command_timeout)?;
-    if !out.success() {
-        return Err(Error::AdbDevice {
-            message: format!("`{}` failed: {}", out.command, out.detail()),
-            fix: "check that the adb server can start (`adb kill-server; adb devices`)".into(),
-        });
-    }
-    let devices = parse_adb_devices(&out.stdout_text());
-    let list = || {
-        devices
-            .iter()
-            .map(|d| format!("{} ({})", d.serial, d.state))
-            .collect::<Vec<_>>()
-            .join(", ")
-    };
-    let usable: Vec<&AdbDevice> = devices.iter().filter(|d| d.state == "device").collect();
-    let state_fix = |d: &AdbDevice| match d.state.as_str() {
-        "unauthorized" => {
-            "unlock the phone and accept the \"Allow USB debugging\" prompt".to_string()
-        }
-        "offline" => "reconnect the cable, or run `adb reconnect`".to_string(),
-        s => format!("the device is `{s}`; wait until `adb devices` shows it as `device`"),
-    };
-    match serial {
-        Some(s) => match devices.iter().find(|d| d.serial == s) {
-            Some(d) if d.state == "device" => Ok(s.to_string()),
-            Some(d) => Err(Error::AdbDevice {
-                message: format!("adb device `{s}` is {}", d.state),
-                fix: state_fix(d),
-            }),
-            None => Err(Error::AdbDevice {
-                message: format!(
-                    "no adb device `{s}`; `adb devices` lists: {}",
-                    if devices.is_empty() {
-                        "nothing".into()
-                    } else {
-                        list()
-                    }
-                ),
-                fix: "use a serial from `adb devices` in --device adb:SERIAL".into(),
-            }),
-        },
-        None => match usable.as_slice() {
-            [one] => Ok(one.serial.clone()),
-            [] => Err(Error::AdbDevice {
-                message: if devices.is_empty() {
-                    "no adb device connected".into()
-                } else {
-                    format!("no usable adb device: {}", list())
-                },
-                fix: match devices.first() {
-                    Some(d) => state_fix(d),
-                    None => "connect the phone with USB debugging on (Settings > Developer \
-                             options), check `adb devices`, then run again"
-                        .into(),
-                },
-            }),
-            several => Err(Error::AdbDevice {
-                message: format!(
-                    "{} adb devices connected: {}",
-                    several.len(),
-                    several
-                        .iter()
-                        .map(|d| d.serial.as_str())
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                ),
-                fix: format!("pick one with --device adb:{}", several[0].serial),
-            }),
-        },
-    }
-}
-
 #[cfg(test)]
 mod tests {
+    use std::time::Instant;
+
     use super::*;
 
     #[test]

@@ -2,27 +2,31 @@
 //! `microbench.parquet`.
 //!
 //! The Parquet columns are the flat fields of [`MeasurementRow`] and
-//! [`MicrobenchRow`] (nested `conditions` and `stats` are flattened, enums are
-//! their lowercase names), so the files open in any Parquet reader. A folder
+//! [`MicrobenchRow`] (nested `conditions`, `stats` and the bandwidth rows'
+//! `stream` and `peer_stream` are flattened, enums are their lowercase
+//! names), so the files open in any Parquet reader. A folder
 //! without Parquet files loads from its JSON Lines files (`*.jsonl`, the
 //! agent's own output format, `journal.jsonl` included), so a sweep
 //! captured by hand with `hetero-agent sweep > measurements.jsonl` is a
 //! dataset too.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::io::Cursor;
 use std::path::{Path, PathBuf};
 
-use hetero_plan::{
-    Conditions, DeviceProfile, Fingerprint, GemmShape, MeasurementRow, MicrobenchRow, RowStatus,
-    Stats, Timing, Validate,
-};
-use polars::prelude::*;
-use serde::de::DeserializeOwned;
-use serde::{Deserialize, Serialize};
+use hetero_plan::{DeviceProfile, Fingerprint, MeasurementRow, MicrobenchRow};
+use serde::Serialize;
 
 use crate::journal::{Journal, Rows};
 use crate::{Error, Result};
+
+mod parquet;
+mod summary;
+
+#[cfg(test)]
+use parquet::col;
+use parquet::{measurements_frame, microbench_frame, write_csv, write_parquet};
+pub use parquet::{read_measurements, read_microbench};
+pub use summary::{DeviceSummary, FailedRow, ProcessorSummary, Summary};
 
 /// `device.json`.
 pub const DEVICE_FILE: &str = "device.json";
@@ -63,8 +67,9 @@ pub struct Sources {
 }
 
 /// A `device.json` of another shape that carries the agent's handshake
-/// (`agent`) and `probe --json` report (`probe`), as the GPU-host script
-/// writes it: the profile is rebuilt from those.
+/// (`agent`) and `probe --json` report (`probe`), as
+/// `scripts/gpu-host-profile.sh` writes it: the profile is rebuilt from
+/// those.
 fn adapt_foreign_device(path: &Path) -> Option<DeviceProfile> {
     let text = std::fs::read_to_string(path).ok()?;
     let v: serde_json::Value = serde_json::from_str(&text).ok()?;
@@ -206,10 +211,10 @@ impl Dataset {
                 }
                 rows.duplicates += part.duplicates;
                 for r in part.measurements {
-                    rows.push(crate::protocol::Line::Measurement(Box::new(r)));
+                    rows.push_measurement(r);
                 }
                 for r in part.microbench {
-                    rows.push(crate::protocol::Line::Microbench(Box::new(r)));
+                    rows.push_microbench(r);
                 }
                 ds.notes.extend(read_notes(&text));
             }
@@ -280,106 +285,6 @@ impl Dataset {
             .collect();
         ids.dedup();
         ids
-    }
-
-    /// A per-processor summary (rows, statuses, time spent, failed rows).
-    pub fn summary(&self, name: &str, sources: &Sources) -> Summary {
-        let mut per: BTreeMap<String, ProcessorSummary> = BTreeMap::new();
-        let entry = |per: &mut BTreeMap<String, ProcessorSummary>, id: &str| {
-            per.entry(id.to_string())
-                .or_insert_with(|| ProcessorSummary {
-                    id: id.to_string(),
-                    ..ProcessorSummary::default()
-                })
-                .clone()
-        };
-        for id in self.processor_ids() {
-            entry(&mut per, &id);
-        }
-        let mut failed = Vec::new();
-        let mut shapes: BTreeMap<String, BTreeSet<(u32, u32, u32)>> = BTreeMap::new();
-        for r in &self.measurements {
-            entry(&mut per, &r.processor);
-            let p = per.get_mut(&r.processor).expect("inserted");
-            p.rows += 1;
-            p.count(r.status);
-            if r.is_usable() {
-                p.usable += 1;
-                let runs = (r.warmups + r.repetitions + 2) as f64;
-                p.measured_seconds += r.median_us.unwrap_or(0.0) * runs * 1e-6;
-            }
-            if !p.dtypes.contains(&r.dtype.to_string()) {
-                p.dtypes.push(r.dtype.to_string());
-            }
-            if r.timing != Timing::Real && !p.timing.contains(&timing_name(r.timing)) {
-                p.timing.push(timing_name(r.timing));
-            }
-            shapes
-                .entry(r.processor.clone())
-                .or_default()
-                .insert((r.m, r.k, r.n));
-            if matches!(
-                r.status,
-                RowStatus::Failed | RowStatus::Error | RowStatus::Timeout
-            ) {
-                failed.push(FailedRow {
-                    case_id: r.case_id.clone(),
-                    processor: r.processor.clone(),
-                    status: status_name(r.status),
-                    message: r.message.clone().unwrap_or_default(),
-                });
-            }
-        }
-        for r in &self.microbench {
-            entry(&mut per, &r.processor);
-            let p = per.get_mut(&r.processor).expect("inserted");
-            p.microbench += 1;
-            if matches!(
-                r.status,
-                RowStatus::Failed | RowStatus::Error | RowStatus::Timeout
-            ) {
-                failed.push(FailedRow {
-                    case_id: r.case_id.clone(),
-                    processor: r.processor.clone(),
-                    status: status_name(r.status),
-                    message: r.message.clone().unwrap_or_default(),
-                });
-            }
-        }
-        for (id, s) in shapes {
-            if let Some(p) = per.get_mut(&id) {
-                p.shapes = s.len();
-            }
-        }
-        if let Some(prof) = &self.profile {
-            for p in &prof.processors {
-                if let Some(s) = per.get_mut(&p.id) {
-                    s.name = p.name.clone();
-                    let t = timing_name(p.timing());
-                    if p.timing() != Timing::Real && !s.timing.contains(&t) {
-                        s.timing.push(t);
-                    }
-                }
-            }
-        }
-        Summary {
-            name: name.to_string(),
-            fingerprint: self.fingerprint(name),
-            device: self.profile.as_ref().map(|p| DeviceSummary {
-                name: p.host.name.clone(),
-                os: p.host.os.clone(),
-                arch: p.host.arch.clone(),
-                transport: p.host.transport.clone(),
-                agent: format!("{} (protocol {})", p.agent.version, p.agent.protocol),
-                unavailable: p.unavailable.clone(),
-            }),
-            seconds: self.profile.as_ref().map(|p| p.seconds),
-            measurements: self.measurements.len(),
-            microbench: self.microbench.len(),
-            processors: per.into_values().collect(),
-            failed,
-            sources: sources.clone(),
-        }
     }
 
     /// Merges datasets of one device: rows are united (the first dataset's
@@ -509,136 +414,11 @@ pub fn device_fingerprint(p: &DeviceProfile) -> Fingerprint {
     )
 }
 
-/// Rows and statuses of one processor.
-#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
-pub struct ProcessorSummary {
-    /// Processor id.
-    pub id: String,
-    /// Its name, from the profile.
-    #[serde(default)]
-    pub name: String,
-    /// `simulated` or `emulated` when its times are not a processor's.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub timing: Vec<String>,
-    /// GEMM rows.
-    pub rows: usize,
-    /// Rows usable for fitting (ok, verified, positive median).
-    pub usable: usize,
-    /// Rows with status ok.
-    pub ok: usize,
-    /// Rows whose result was wrong.
-    pub failed: usize,
-    /// Rows the processor cannot run.
-    pub unsupported: usize,
-    /// Rows that timed out.
-    pub timeout: usize,
-    /// Rows the backend reported an error for.
-    pub error: usize,
-    /// Distinct shapes.
-    pub shapes: usize,
-    /// Element types measured.
-    pub dtypes: Vec<String>,
-    /// Microbenchmark rows.
-    pub microbench: usize,
-    /// Time the processor spent in verified runs (median × runs), seconds.
-    pub measured_seconds: f64,
-}
-
-impl ProcessorSummary {
-    fn count(&mut self, s: RowStatus) {
-        match s {
-            RowStatus::Ok => self.ok += 1,
-            RowStatus::Failed => self.failed += 1,
-            RowStatus::Unsupported => self.unsupported += 1,
-            RowStatus::Timeout => self.timeout += 1,
-            RowStatus::Error => self.error += 1,
-        }
-    }
-}
-
-/// The device, as `dataset show` prints it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct DeviceSummary {
-    /// Host name or device model.
-    pub name: String,
-    /// Operating system.
-    pub os: String,
-    /// Architecture.
-    pub arch: String,
-    /// How it was reached.
-    pub transport: String,
-    /// Agent version and protocol.
-    pub agent: String,
-    /// Backends that did not open.
-    pub unavailable: Vec<String>,
-}
-
-/// A row that is failed, timed out or in error.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct FailedRow {
-    /// Case id.
-    pub case_id: String,
-    /// Processor.
-    pub processor: String,
-    /// `failed`, `timeout` or `error`.
-    pub status: String,
-    /// The agent's message.
-    pub message: String,
-}
-
-/// What `hetero dataset show` prints.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Summary {
-    /// Folder name.
-    pub name: String,
-    /// The dataset's fingerprint.
-    pub fingerprint: Fingerprint,
-    /// The device, when there is a `device.json`.
-    pub device: Option<DeviceSummary>,
-    /// Wall-clock seconds spent profiling.
-    pub seconds: Option<f64>,
-    /// GEMM rows in all.
-    pub measurements: usize,
-    /// Microbenchmark rows in all.
-    pub microbench: usize,
-    /// Per processor.
-    pub processors: Vec<ProcessorSummary>,
-    /// Failed, timed-out and error rows.
-    pub failed: Vec<FailedRow>,
-    /// Files read and leftovers.
-    pub sources: Sources,
-}
-
-fn status_name(s: RowStatus) -> String {
-    enum_str(&s)
-}
-
-fn timing_name(t: Timing) -> String {
-    enum_str(&t)
-}
-
 /// The serde name of a unit enum variant (`wt_at`, `copy_h2d`).
 pub(crate) fn enum_str<T: Serialize>(v: &T) -> String {
     match serde_json::to_value(v) {
         Ok(serde_json::Value::String(s)) => s,
         other => format!("{other:?}"),
-    }
-}
-
-fn enum_parse<T: DeserializeOwned>(s: &str, path: &Path, col: &str, row: usize) -> Result<T> {
-    serde_json::from_value(serde_json::Value::String(s.to_string()))
-        .map_err(|e| Error::dataset(path, format!("row {row}, column `{col}`: `{s}`: {e}")))
-}
-
-fn opt_enum<T: DeserializeOwned>(
-    v: &Option<String>,
-    path: &Path,
-    col: &str,
-    row: usize,
-) -> Result<Option<T>> {
-    match v {
-        Some(s) => enum_parse(s, path, col, row).map(Some),
-        None => Ok(None),
     }
 }
 
@@ -656,427 +436,13 @@ pub fn read_notes(text: &str) -> BTreeMap<String, String> {
     notes_of(text).collect()
 }
 
-fn polars_err(path: &Path) -> impl Fn(PolarsError) -> Error + '_ {
-    move |source| Error::Polars {
-        path: path.to_path_buf(),
-        source,
-    }
-}
-
-fn write_parquet(path: &Path, df: &mut DataFrame) -> Result<()> {
-    let mut buf = Vec::new();
-    ParquetWriter::new(&mut buf)
-        .finish(df)
-        .map_err(polars_err(path))?;
-    hetero_plan::write_atomic(path, &buf)?;
-    Ok(())
-}
-
-fn write_csv(path: &Path, df: &mut DataFrame) -> Result<()> {
-    let mut buf = Vec::new();
-    CsvWriter::new(&mut buf)
-        .finish(df)
-        .map_err(polars_err(path))?;
-    hetero_plan::write_atomic(path, &buf)?;
-    Ok(())
-}
-
-fn read_parquet(path: &Path) -> Result<DataFrame> {
-    let bytes = std::fs::read(path).map_err(|e| Error::io(path, e))?;
-    ParquetReader::new(Cursor::new(bytes))
-        .finish()
-        .map_err(|e| Error::dataset(path, format!("not a readable Parquet file: {e}")))
-}
-
-fn frame(path: &Path, columns: Vec<Column>) -> Result<DataFrame> {
-    let height = columns.first().map_or(0, |c| c.len());
-    DataFrame::new(height, columns).map_err(polars_err(path))
-}
-
-fn col<T, P: ?Sized>(name: &str, v: T) -> Column
-where
-    Series: NamedFrom<T, P>,
-{
-    Column::new(name.into(), v)
-}
-
-fn measurements_frame(rows: &[MeasurementRow], path: &Path) -> Result<DataFrame> {
-    let s = |f: fn(&MeasurementRow) -> String| rows.iter().map(f).collect::<Vec<_>>();
-    let u = |f: fn(&MeasurementRow) -> u32| rows.iter().map(f).collect::<Vec<_>>();
-    let of = |f: fn(&MeasurementRow) -> Option<f64>| rows.iter().map(f).collect::<Vec<_>>();
-    frame(
-        path,
-        vec![
-            col("case_id", s(|r| r.case_id.clone())),
-            col("processor", s(|r| r.processor.clone())),
-            col("m", u(|r| r.m)),
-            col("k", u(|r| r.k)),
-            col("n", u(|r| r.n)),
-            col("dtype", s(|r| enum_str(&r.dtype))),
-            col("order", s(|r| enum_str(&r.order))),
-            col("weights", s(|r| enum_str(&r.weights))),
-            col("status", s(|r| enum_str(&r.status))),
-            col("timing", s(|r| enum_str(&r.timing))),
-            col("warmups", u(|r| r.warmups)),
-            col("repetitions", u(|r| r.repetitions)),
-            col("median_us", of(|r| r.median_us)),
-            col("min_us", of(|r| r.min_us)),
-            col("p90_us", of(|r| r.p90_us)),
-            col("cv", of(|r| r.cv)),
-            col("mean_us", of(|r| r.mean_us)),
-            col("host_median_us", of(|r| r.host_median_us)),
-            col("launch_us", of(|r| r.launch_us)),
-            col("prepare_us", of(|r| r.prepare_us)),
-            col(
-                "verified",
-                rows.iter().map(|r| r.verified).collect::<Vec<_>>(),
-            ),
-            col("rel_err", of(|r| r.rel_err)),
-            col("tolerance", of(|r| r.tolerance)),
-            col(
-                "message",
-                rows.iter().map(|r| r.message.clone()).collect::<Vec<_>>(),
-            ),
-            col(
-                "timestamp_ms",
-                rows.iter()
-                    .map(|r| r.conditions.timestamp_ms)
-                    .collect::<Vec<_>>(),
-            ),
-            col("cpu_mhz", of(|r| r.conditions.cpu_mhz)),
-            col("temp_c", of(|r| r.conditions.temp_c)),
-            col("host_probe_us", of(|r| r.conditions.host_probe_us)),
-        ],
-    )
-}
-
-fn microbench_frame(
-    rows: &[MicrobenchRow],
-    notes: &BTreeMap<String, String>,
-    path: &Path,
-) -> Result<DataFrame> {
-    let s = |f: fn(&MicrobenchRow) -> String| rows.iter().map(f).collect::<Vec<_>>();
-    let of = |f: fn(&MicrobenchRow) -> Option<f64>| rows.iter().map(f).collect::<Vec<_>>();
-    let ou = |f: fn(&MicrobenchRow) -> Option<u32>| rows.iter().map(f).collect::<Vec<_>>();
-    frame(
-        path,
-        vec![
-            col("case_id", s(|r| r.case_id.clone())),
-            col("processor", s(|r| r.processor.clone())),
-            col("bench", s(|r| enum_str(&r.bench))),
-            col("bytes", rows.iter().map(|r| r.bytes).collect::<Vec<_>>()),
-            col(
-                "peer",
-                rows.iter().map(|r| r.peer.clone()).collect::<Vec<_>>(),
-            ),
-            col("shape_m", ou(|r| r.shape.map(|s| s.m.get()))),
-            col("shape_k", ou(|r| r.shape.map(|s| s.k.get()))),
-            col("shape_n", ou(|r| r.shape.map(|s| s.n.get()))),
-            col("status", s(|r| enum_str(&r.status))),
-            col("timing", s(|r| enum_str(&r.timing))),
-            col("median_us", of(|r| r.stats.map(|s| s.median_us))),
-            col("min_us", of(|r| r.stats.map(|s| s.min_us))),
-            col("p90_us", of(|r| r.stats.map(|s| s.p90_us))),
-            col("count", ou(|r| r.stats.map(|s| s.count))),
-            col("cv", of(|r| r.stats.map(|s| s.cv))),
-            col("mean_us", of(|r| r.stats.and_then(|s| s.mean_us))),
-            col("gbps", of(|r| r.gbps)),
-            col(
-                "message",
-                rows.iter().map(|r| r.message.clone()).collect::<Vec<_>>(),
-            ),
-            col(
-                "note",
-                rows.iter()
-                    .map(|r| notes.get(&r.case_id).cloned())
-                    .collect::<Vec<_>>(),
-            ),
-            col(
-                "timestamp_ms",
-                rows.iter()
-                    .map(|r| r.conditions.timestamp_ms)
-                    .collect::<Vec<_>>(),
-            ),
-            col("cpu_mhz", of(|r| r.conditions.cpu_mhz)),
-            col("temp_c", of(|r| r.conditions.temp_c)),
-            col("host_probe_us", of(|r| r.conditions.host_probe_us)),
-        ],
-    )
-}
-
-/// Typed column access with the file and column in every error.
-struct Reader<'a> {
-    df: &'a DataFrame,
-    path: &'a Path,
-}
-
-impl<'a> Reader<'a> {
-    fn column(&self, name: &str, dtype: &DataType, required: bool) -> Result<Option<Column>> {
-        match self.df.column(name) {
-            Ok(c) => c
-                .cast(dtype)
-                .map(Some)
-                .map_err(|e| Error::dataset(self.path, format!("column `{name}`: {e}"))),
-            Err(_) if !required => Ok(None),
-            Err(_) => Err(Error::dataset(
-                self.path,
-                format!("missing column `{name}`"),
-            )),
-        }
-    }
-
-    fn strs(&self, name: &str, required: bool) -> Result<Vec<Option<String>>> {
-        let n = self.df.height();
-        Ok(match self.column(name, &DataType::String, required)? {
-            Some(c) => c
-                .str()
-                .map_err(polars_err(self.path))?
-                .iter()
-                .map(|o| o.map(str::to_string))
-                .collect(),
-            None => vec![None; n],
-        })
-    }
-
-    fn req_strs(&self, name: &str) -> Result<Vec<String>> {
-        self.strs(name, true)?
-            .into_iter()
-            .enumerate()
-            .map(|(i, o)| {
-                o.ok_or_else(|| {
-                    Error::dataset(self.path, format!("row {i}, column `{name}`: null"))
-                })
-            })
-            .collect()
-    }
-
-    fn u32s(&self, name: &str, required: bool) -> Result<Vec<Option<u32>>> {
-        let n = self.df.height();
-        Ok(match self.column(name, &DataType::UInt32, required)? {
-            Some(c) => c.u32().map_err(polars_err(self.path))?.iter().collect(),
-            None => vec![None; n],
-        })
-    }
-
-    fn req_u32s(&self, name: &str) -> Result<Vec<u32>> {
-        self.u32s(name, true)?
-            .into_iter()
-            .enumerate()
-            .map(|(i, o)| {
-                o.ok_or_else(|| {
-                    Error::dataset(self.path, format!("row {i}, column `{name}`: null"))
-                })
-            })
-            .collect()
-    }
-
-    fn u64s(&self, name: &str) -> Result<Vec<Option<u64>>> {
-        let n = self.df.height();
-        Ok(match self.column(name, &DataType::UInt64, false)? {
-            Some(c) => c.u64().map_err(polars_err(self.path))?.iter().collect(),
-            None => vec![None; n],
-        })
-    }
-
-    fn f64s(&self, name: &str) -> Result<Vec<Option<f64>>> {
-        let n = self.df.height();
-        Ok(match self.column(name, &DataType::Float64, false)? {
-            Some(c) => c.f64().map_err(polars_err(self.path))?.iter().collect(),
-            None => vec![None; n],
-        })
-    }
-
-    fn bools(&self, name: &str) -> Result<Vec<bool>> {
-        let n = self.df.height();
-        Ok(match self.column(name, &DataType::Boolean, false)? {
-            Some(c) => c
-                .bool()
-                .map_err(polars_err(self.path))?
-                .iter()
-                .map(|o| o.unwrap_or(false))
-                .collect(),
-            None => vec![false; n],
-        })
-    }
-}
-
-/// Reads `measurements.parquet`.
-pub fn read_measurements(path: &Path) -> Result<Vec<MeasurementRow>> {
-    let df = read_parquet(path)?;
-    let r = Reader { df: &df, path };
-    let ids = r.req_strs("case_id")?;
-    let procs = r.req_strs("processor")?;
-    let (m, k, n) = (r.req_u32s("m")?, r.req_u32s("k")?, r.req_u32s("n")?);
-    let dtype = r.req_strs("dtype")?;
-    let order = r.strs("order", false)?;
-    let weights = r.strs("weights", false)?;
-    let status = r.req_strs("status")?;
-    let timing = r.strs("timing", false)?;
-    let warmups = r.u32s("warmups", false)?;
-    let reps = r.u32s("repetitions", false)?;
-    let [
-        median,
-        min,
-        p90,
-        cv,
-        host,
-        launch,
-        prep,
-        rel,
-        tol,
-        mhz,
-        temp,
-        probe,
-    ] = [
-        "median_us",
-        "min_us",
-        "p90_us",
-        "cv",
-        "host_median_us",
-        "launch_us",
-        "prepare_us",
-        "rel_err",
-        "tolerance",
-        "cpu_mhz",
-        "temp_c",
-        "host_probe_us",
-    ]
-    .map(|c| r.f64s(c));
-    let (median, min, p90, cv, host, launch, prep, rel, tol, mhz, temp, probe) = (
-        median?, min?, p90?, cv?, host?, launch?, prep?, rel?, tol?, mhz?, temp?, probe?,
-    );
-    // Absent from datasets of older agents.
-    let mean = r.f64s("mean_us")?;
-    let verified = r.bools("verified")?;
-    let message = r.strs("message", false)?;
-    let ts = r.u64s("timestamp_ms")?;
-    let mut out = Vec::with_capacity(df.height());
-    for i in 0..df.height() {
-        out.push(MeasurementRow {
-            case_id: ids[i].clone(),
-            processor: procs[i].clone(),
-            m: m[i],
-            k: k[i],
-            n: n[i],
-            dtype: enum_parse(&dtype[i], path, "dtype", i)?,
-            order: opt_enum(&order[i], path, "order", i)?.unwrap_or_default(),
-            weights: opt_enum(&weights[i], path, "weights", i)?.unwrap_or_default(),
-            status: enum_parse(&status[i], path, "status", i)?,
-            timing: opt_enum(&timing[i], path, "timing", i)?.unwrap_or_default(),
-            warmups: warmups[i].unwrap_or(0),
-            repetitions: reps[i].unwrap_or(0),
-            median_us: median[i],
-            min_us: min[i],
-            p90_us: p90[i],
-            cv: cv[i],
-            mean_us: mean[i],
-            host_median_us: host[i],
-            launch_us: launch[i],
-            prepare_us: prep[i],
-            verified: verified[i],
-            rel_err: rel[i],
-            tolerance: tol[i],
-            message: message[i].clone(),
-            conditions: Conditions {
-                timestamp_ms: ts[i].unwrap_or(0),
-                cpu_mhz: mhz[i],
-                temp_c: temp[i],
-                host_probe_us: probe[i],
-            },
-        });
-        let checked = out[i].validate();
-        checked.map_err(|(f, why)| Error::dataset(path, format!("row {i}: field `{f}`: {why}")))?;
-    }
-    Ok(out)
-}
-
-/// Reads `microbench.parquet`, with the notes by case id.
-pub fn read_microbench(path: &Path) -> Result<(Vec<MicrobenchRow>, BTreeMap<String, String>)> {
-    let df = read_parquet(path)?;
-    let r = Reader { df: &df, path };
-    let ids = r.req_strs("case_id")?;
-    let procs = r.req_strs("processor")?;
-    let bench = r.req_strs("bench")?;
-    let bytes = r.u64s("bytes")?;
-    let peer = r.strs("peer", false)?;
-    let (sm, sk, sn) = (
-        r.u32s("shape_m", false)?,
-        r.u32s("shape_k", false)?,
-        r.u32s("shape_n", false)?,
-    );
-    let status = r.req_strs("status")?;
-    let timing = r.strs("timing", false)?;
-    let [median, min, p90, cv, gbps, mhz, temp, probe] = [
-        "median_us",
-        "min_us",
-        "p90_us",
-        "cv",
-        "gbps",
-        "cpu_mhz",
-        "temp_c",
-        "host_probe_us",
-    ]
-    .map(|c| r.f64s(c));
-    let (median, min, p90, cv, gbps, mhz, temp, probe) =
-        (median?, min?, p90?, cv?, gbps?, mhz?, temp?, probe?);
-    let count = r.u32s("count", false)?;
-    // Absent from datasets of older agents.
-    let mean = r.f64s("mean_us")?;
-    let message = r.strs("message", false)?;
-    let note = r.strs("note", false)?;
-    let ts = r.u64s("timestamp_ms")?;
-    let mut out = Vec::with_capacity(df.height());
-    let mut notes = BTreeMap::new();
-    for i in 0..df.height() {
-        let shape = match (sm[i], sk[i], sn[i]) {
-            (Some(m), Some(k), Some(n)) => Some(GemmShape::new(m, k, n).ok_or_else(|| {
-                Error::dataset(path, format!("row {i}: shape {m}x{k}x{n} has a zero"))
-            })?),
-            _ => None,
-        };
-        let stats = match (median[i], min[i], p90[i], count[i], cv[i]) {
-            (Some(median_us), Some(min_us), Some(p90_us), Some(count), Some(cv)) => Some(Stats {
-                median_us,
-                min_us,
-                p90_us,
-                count,
-                cv,
-                mean_us: mean[i],
-            }),
-            _ => None,
-        };
-        if let Some(n) = &note[i] {
-            notes.insert(ids[i].clone(), n.clone());
-        }
-        out.push(MicrobenchRow {
-            case_id: ids[i].clone(),
-            processor: procs[i].clone(),
-            bench: enum_parse(&bench[i], path, "bench", i)?,
-            bytes: bytes[i],
-            peer: peer[i].clone(),
-            shape,
-            status: enum_parse(&status[i], path, "status", i)?,
-            timing: match &timing[i] {
-                Some(t) => enum_parse(t, path, "timing", i)?,
-                None => Timing::Real,
-            },
-            stats,
-            gbps: gbps[i],
-            message: message[i].clone(),
-            conditions: Conditions {
-                timestamp_ms: ts[i].unwrap_or(0),
-                cpu_mhz: mhz[i],
-                temp_c: temp[i],
-                host_probe_us: probe[i],
-            },
-        });
-    }
-    Ok((out, notes))
-}
-
 #[cfg(test)]
 pub(crate) mod tests {
-    use hetero_plan::{DType, MicrobenchKind, OperandOrder, WeightMode};
+    use hetero_plan::{
+        Conditions, DType, GemmShape, GemvStream, MicrobenchKind, OperandOrder, RowStatus, Stats,
+        Timing, WeightMode,
+    };
+    use polars::prelude::*;
 
     use super::*;
 
@@ -1131,6 +497,16 @@ pub(crate) mod tests {
             timing: Timing::Real,
             stats: Stats::from_samples(&[1.0, 2.0, 3.5]),
             gbps: Some(12.5),
+            stream: Some(GemvStream {
+                copies: 9,
+                host_weights: false,
+                runs: None,
+            }),
+            peer_stream: Some(GemvStream {
+                copies: 9,
+                host_weights: true,
+                runs: Some(30),
+            }),
             message: None,
             conditions: Conditions {
                 timestamp_ms: 5,
@@ -1233,8 +609,8 @@ pub(crate) mod tests {
         assert!(e.is_bad_input(), "{e}");
     }
 
-    /// The first real dataset (issue 5) is JSON Lines with a device.json of
-    /// the GPU-host script's shape: it loads, and survives Parquet.
+    /// `datasets/gpu-host-h200` is JSON Lines with a device.json of
+    /// `scripts/gpu-host-profile.sh`'s shape: it loads, and survives Parquet.
     #[test]
     fn gpu_host_jsonl_dataset_loads_and_round_trips() {
         let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../datasets/gpu-host-h200");

@@ -1,4 +1,5 @@
-//! A quick predictor to steer the sweep, not to plan with.
+//! The throughput guide: a rough predictor that steers the sweep, not one
+//! to plan with.
 //!
 //! It interpolates the *throughput* (FLOP/s) of measured shapes in
 //! log₂(M, K, N) space by inverse-distance weighting of the nearest
@@ -33,15 +34,15 @@ fn log_throughput(p: &Point) -> f64 {
 
 /// Inverse-distance-weighted nearest neighbours of the throughput.
 #[derive(Debug, Clone, Default)]
-pub struct Quick {
+pub struct ThroughputGuide {
     points: Vec<([f64; 3], f64, Point)>,
 }
 
-impl Quick {
+impl ThroughputGuide {
     /// A predictor over measured points (non-positive or non-finite times
     /// are left out).
-    pub fn new(points: impl IntoIterator<Item = Point>) -> Quick {
-        Quick {
+    pub fn new(points: impl IntoIterator<Item = Point>) -> ThroughputGuide {
+        ThroughputGuide {
             points: points
                 .into_iter()
                 .filter(|p| p.us.is_finite() && p.us > 0.0)
@@ -178,7 +179,7 @@ mod tests {
                 us: s.flops() / 1e3,
             }
         });
-        let q = Quick::new(pts);
+        let q = ThroughputGuide::new(pts);
         let s = shape(32, 300, 700);
         let p = q.predict(&s).unwrap();
         assert!((p - s.flops() / 1e3).abs() / p < 1e-9);
@@ -198,7 +199,7 @@ mod tests {
                 us: s.flops() / tput,
             });
         }
-        let q = Quick::new(pts);
+        let q = ThroughputGuide::new(pts);
         let errs = q.held_out();
         let worst = errs.iter().max_by(|a, b| a.1.total_cmp(&b.1)).unwrap();
         assert!(worst.1 > 0.5, "{errs:?}");
@@ -207,6 +208,10 @@ mod tests {
         let h = HeldOut::of(&errs.iter().map(|e| e.1).collect::<Vec<_>>(), 0.1);
         assert!(h.above > 0.0 && h.above < 1.0);
         assert!(q.predict(&shape(1, 1, 1)).is_some());
-        assert!(Quick::default().predict(&shape(1, 1, 1)).is_none());
+        assert!(
+            ThroughputGuide::default()
+                .predict(&shape(1, 1, 1))
+                .is_none()
+        );
     }
 }

@@ -1,0 +1,244 @@
+//! `hetero profile`: measure a device within a time budget and keep the
+//! rows as a dataset.
+//!
+//! A run is a list of steps, one module each: connect to the device and
+//! install the agent (`connect`), check its handshake (`handshake`), probe
+//! its processors (`probe`), design the sweep (`queue`), run batches of it
+//! within the budget (`batches`, one agent process each in `agent_run`),
+//! refine where the throughput guide is inaccurate (`refine`), and finish
+//! by writing the dataset (`finish`).
+
+mod agent_run;
+mod batches;
+mod connect;
+mod cost;
+mod finish;
+mod handshake;
+mod probe;
+mod queue;
+mod refine;
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use hetero_plan::{DType, DeviceProfile, ModelSpec, Processor, RunParams};
+
+pub use probe::same_device;
+
+use crate::agent::AgentSource;
+use crate::design::Group;
+use crate::guide::HeldOut;
+use crate::journal::{Journal, Rows};
+use crate::report::{Event, Reporter};
+use crate::transport::TransportOptions;
+use crate::{Error, Result, Target};
+use connect::Link;
+use cost::CostModel;
+use queue::Queue;
+use refine::Refiner;
+
+/// Everything `hetero profile` needs, validated.
+#[derive(Debug, Clone)]
+pub struct ProfileOptions {
+    /// Where the agent runs.
+    pub target: Target,
+    /// The dataset folder.
+    pub out: PathBuf,
+    /// Processor ids to measure (a trailing `*` matches a prefix); `None`: all.
+    pub processors: Option<Vec<String>>,
+    /// Element types; `None`: one per processor (see [`crate::design::dtypes_for`]).
+    pub dtypes: Option<Vec<DType>>,
+    /// Models whose shapes to measure.
+    pub models: Vec<ModelSpec>,
+    /// Time budget of this run.
+    pub budget: Duration,
+    /// Continue the dataset in `out`.
+    pub resume: bool,
+    /// Where the agent binary comes from.
+    pub agent: AgentSource,
+    /// Extra agent flags placed before the subcommand (`--cpu-groups 0-3`).
+    pub agent_args: Vec<String>,
+    /// ssh, retries, timeouts.
+    pub transport: TransportOptions,
+    /// Warm-ups, repetitions and timeout of each case.
+    pub run: RunParams,
+    /// Run the microbenchmarks too.
+    pub microbench: bool,
+    /// Refine where the throughput guide is inaccurate once the initial design is done.
+    pub refine: bool,
+    /// Consecutive agent failures without a new row before giving up.
+    pub max_agent_failures: u32,
+    /// Refinement rounds at most.
+    pub refine_rounds: u32,
+    /// GEMM cases per processor at most, rows already in the dataset
+    /// included (the design is in priority order, so its tail is dropped).
+    pub max_cases: Option<usize>,
+    /// Measure only this many random solver-style queries of the models,
+    /// from this seed ([`crate::design::query_shapes`]), instead of the design: a
+    /// held-out set, so no microbenchmarks and no refinement either,
+    /// whatever `microbench` and `refine` say.
+    pub queries: Option<(usize, u64)>,
+    /// Measure only these GEMM cases (those of the selected processors),
+    /// instead of the design: the GEMMs a plan runs (`hetero profile
+    /// --plan`), so that a fit answers them with their own medians. No
+    /// microbenchmarks and no refinement either, as with `queries`.
+    pub cases: Option<Vec<hetero_plan::SweepCase>>,
+    /// Measure only GEMMs of at most this many rows (M): the longest
+    /// prompt the plans will be solved for. `None`: the design's lengths up
+    /// to 4096.
+    pub max_len: Option<u32>,
+}
+
+impl ProfileOptions {
+    /// Options with the defaults of the command line.
+    pub fn new(target: Target, out: PathBuf) -> ProfileOptions {
+        ProfileOptions {
+            target,
+            out,
+            processors: None,
+            dtypes: None,
+            models: Vec::new(),
+            budget: Duration::from_secs(15 * 60),
+            resume: false,
+            agent: AgentSource::Auto,
+            agent_args: Vec::new(),
+            transport: TransportOptions::default(),
+            // Kernel times and the launch path apart, as `hetero profile`
+            // does by default (`RunParams::kernel_timer`).
+            run: RunParams {
+                kernel_timer: true,
+                ..RunParams::default()
+            },
+            microbench: true,
+            refine: true,
+            max_agent_failures: 3,
+            refine_rounds: 10,
+            max_cases: None,
+            queries: None,
+            cases: None,
+            max_len: None,
+        }
+    }
+}
+
+/// What a run did.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Outcome {
+    /// The dataset folder.
+    pub out: PathBuf,
+    /// GEMM rows in the dataset.
+    pub measurements: usize,
+    /// Microbenchmark rows in the dataset.
+    pub microbench: usize,
+    /// Rows measured by this run.
+    pub new_rows: usize,
+    /// Seconds this run took.
+    pub seconds: f64,
+    /// `complete` (everything planned is measured), `converged` (refinement
+    /// found nothing more to add), `max_cases` (the case limit per
+    /// processor is reached) or `budget`.
+    pub stopped: &'static str,
+    /// Planned cases left out for lack of budget.
+    pub left_for_budget: usize,
+    /// The dataset's fingerprint.
+    pub fingerprint: hetero_plan::Fingerprint,
+    /// Held-out error of the throughput guide per (processor, dtype, order).
+    pub held_out: Vec<(Group, HeldOut)>,
+}
+
+/// Runs `hetero profile`.
+pub fn profile(opts: ProfileOptions, rep: Arc<Reporter>) -> Result<Outcome> {
+    let t0 = Instant::now();
+    let old_profile = connect::check_out_folder(&opts.out, opts.resume)?;
+    rep.emit(&Event::Start {
+        target: opts.target.to_string(),
+        out: opts.out.display().to_string(),
+        budget_s: opts.budget.as_secs_f64(),
+        resume: opts.resume,
+    });
+    let mut link = connect::connect(&opts, &rep)?;
+    let hello = handshake::handshake(&mut link, &opts.agent_args, &rep)?;
+    let probed = probe::probe(&mut link, &opts, &rep)?;
+    let profile = probe::device_profile(&link, &hello, &probed, &opts, old_profile.as_ref())?;
+    // Opens the journal and designs the sweep.
+    let mut run = Run::start(opts, rep, link, probed.selected, profile, old_profile, t0)?;
+    // Runs batches, refining once the design is measured.
+    let stopped = run.run_batches()?;
+    run.finish(stopped)
+}
+
+/// A run between its probe and its end.
+struct Run {
+    opts: ProfileOptions,
+    rep: Arc<Reporter>,
+    link: Link,
+    /// The processors measured.
+    selected: Vec<Processor>,
+    /// What `device.json` will say.
+    profile: DeviceProfile,
+    /// Seconds earlier runs of the dataset took.
+    old_seconds: f64,
+    journal: Journal,
+    rows: Rows,
+    /// Rows in the journal when the run started.
+    rows_before: usize,
+    queue: Queue,
+    refiner: Refiner,
+    cost: CostModel,
+    /// Rows this run, per processor.
+    done_this_run: BTreeMap<String, u64>,
+    t0: Instant,
+    deadline: Instant,
+    /// How long past the deadline an agent may finish its batch.
+    grace: Duration,
+}
+
+impl Run {
+    /// Opens the journal and designs the sweep. `device.json` is written
+    /// with the first batch: a run that fails before measuring anything
+    /// leaves no dataset behind.
+    fn start(
+        opts: ProfileOptions,
+        rep: Arc<Reporter>,
+        link: Link,
+        selected: Vec<Processor>,
+        profile: DeviceProfile,
+        old_profile: Option<DeviceProfile>,
+        t0: Instant,
+    ) -> Result<Run> {
+        let out = &opts.out;
+        std::fs::create_dir_all(out).map_err(|e| Error::io(out, e))?;
+        let (journal, rows, cut) = Journal::open(&out.join(Journal::FILE))?;
+        if opts.resume {
+            rep.emit(&Event::Resumed {
+                rows: rows.len(),
+                cut_bytes: cut,
+            });
+        }
+        let queue = Queue::design(&opts, &selected, &profile, &rows, &rep);
+        let refiner = Refiner::new(opts.refine && !queue::chosen(&opts), opts.refine_rounds);
+        let mut cost = CostModel::new(opts.run, &selected);
+        cost.rebuild(&rows);
+        let grace = Duration::from_secs_f64((opts.budget.as_secs_f64() * 0.1).clamp(5.0, 120.0));
+        Ok(Run {
+            deadline: t0 + opts.budget,
+            grace,
+            rows_before: rows.len(),
+            old_seconds: old_profile.map_or(0.0, |p| p.seconds),
+            opts,
+            rep,
+            link,
+            selected,
+            profile,
+            journal,
+            rows,
+            queue,
+            refiner,
+            cost,
+            done_this_run: BTreeMap::new(),
+            t0,
+        })
+    }
+}
