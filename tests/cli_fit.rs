@@ -314,3 +314,78 @@ fn a_second_profile_with_nothing_in_common_exits_2() {
     );
     assert!(!pred.exists(), "a predictor was written for bad input");
 }
+
+/// A row marked verified whose error is far above its tolerance
+/// contradicts itself: the dataset is refused, as JSON Lines (naming the
+/// line) and as Parquet (naming the row), with the field.
+#[test]
+fn a_verified_row_above_its_tolerance_is_refused_at_load() {
+    let t = temp_dir("fit-verified");
+    let out = t.path().join("p.ron");
+    let fit = |ds: &std::path::Path| {
+        HETERO.bad_input(&["fit", ds.to_str().unwrap(), "--out", out.to_str().unwrap()])
+    };
+    let mut rows = staged_rows();
+    rows[4].rel_err = Some(0.5);
+    let jsonl = t.path().join("jsonl");
+    write_dataset(&jsonl, &rows);
+    let e = fit(&jsonl);
+    assert!(
+        e.contains("measurements.jsonl: line 5: field `rel_err`: 0.5 is above"),
+        "{e}"
+    );
+    let parquet = t.path().join("parquet");
+    let ds = hetero_profiler::Dataset {
+        profile: Some(load(&jsonl.join("device.json")).unwrap()),
+        measurements: rows,
+        ..Default::default()
+    };
+    ds.save(&parquet).unwrap();
+    let e = fit(&parquet);
+    assert!(
+        e.contains("measurements.parquet: row 4: field `rel_err`") && e.contains("verified"),
+        "{e}"
+    );
+    HETERO.bad_input(&["dataset", "show", parquet.to_str().unwrap()]);
+    assert!(!out.exists(), "a predictor was written for bad input");
+}
+
+/// A predictor whose roofline peak is negative, not a number or 0 is
+/// refused by `hetero predict` in RON and JSON, naming the file and field.
+#[test]
+fn predict_refuses_a_predictor_with_a_meaningless_peak() {
+    let t = temp_dir("predict-peak");
+    let mut p: Predictor = load(std::path::Path::new(
+        "plan-format/tests/golden/predictor.ron",
+    ))
+    .unwrap();
+    p.models[0].model = LatencyModel::Roofline {
+        peak_gflops: 1234.5,
+        bw_gbps: 50.0,
+        launch_us: 4.0,
+    };
+    let field = "models[0].model.roofline.peak_gflops";
+    for (name, from, bads) in [
+        ("p.ron", "peak_gflops: 1234.5", &["-1.0", "NaN", "0.0"][..]),
+        ("p.json", "\"peak_gflops\": 1234.5", &["-1.0", "0"][..]),
+    ] {
+        let path = t.path().join(name);
+        let good = to_string(&p, Format::of_path(&path).unwrap()).unwrap();
+        for bad in bads {
+            let key = from.split(':').next().unwrap();
+            std::fs::write(&path, good.replace(from, &format!("{key}: {bad}"))).unwrap();
+            let e = HETERO.bad_input(&[
+                "predict",
+                path.to_str().unwrap(),
+                "--processor",
+                "cpu:0",
+                "--shape",
+                "64x4096x4096",
+            ]);
+            assert!(
+                e.contains(path.to_str().unwrap()) && e.contains(field),
+                "{name} {bad}: {e}"
+            );
+        }
+    }
+}

@@ -443,3 +443,64 @@ fn run_help_has_an_example() {
         "{out}"
     );
 }
+
+/// `hetero run` refuses a plan with a cost that is not a number or is
+/// negative, naming the file and the field, before it runs anything; a
+/// plan without tables for the phase asked for says so in words.
+#[test]
+fn run_refuses_bad_costs_and_names_a_missing_phase() {
+    let dir = temp_dir("run-bad-cost");
+    let (config, plan_path, pred_path) = setup(dir.path());
+    let text = std::fs::read_to_string(&plan_path).unwrap();
+    let run = |plan: &Path, phase: &str| {
+        HETERO.bad_input(&[
+            "run",
+            s(plan),
+            "--model",
+            s(&config),
+            "--phase",
+            phase,
+            "--len",
+            "1",
+        ])
+    };
+    let from = text
+        .split("total_us: ")
+        .nth(1)
+        .and_then(|rest| rest.split(')').next())
+        .unwrap()
+        .to_string();
+    for bad in ["NaN", "-405.4", "1e400"] {
+        let path = dir.path().join("bad.ron");
+        let edited = text.replacen(
+            &format!("total_us: {from})"),
+            &format!("total_us: {bad})"),
+            1,
+        );
+        assert_ne!(edited, text);
+        std::fs::write(&path, edited).unwrap();
+        let e = run(&path, "prefill");
+        assert!(
+            e.contains("bad.ron:") && e.contains(".cost.total_us`") && e.contains("finite"),
+            "{bad}: {e}"
+        );
+    }
+    // A plan solved for decode only, run in prefill.
+    let (_, model, pred) = common::tiny_cpu_npu(dir.path());
+    let settings = hetero_solver::Settings {
+        phases: vec![Phase::Decode],
+        decode_lengths: vec![1],
+        dtypes: vec![(None, DType::F32)],
+        row_align: 16,
+        ..Default::default()
+    };
+    let name = pred_path.file_name().unwrap().to_str().unwrap();
+    let plan = hetero_solver::solve(&pred, pred.fingerprint(name), &model, &settings).unwrap();
+    let decode_only = dir.path().join("decode.ron");
+    hetero_plan::save(&decode_only, &plan).unwrap();
+    let e = run(&decode_only, "prefill");
+    assert!(
+        e.contains("the plan has no prefill operators") && !e.contains("it covers"),
+        "{e}"
+    );
+}

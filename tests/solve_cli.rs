@@ -7,7 +7,7 @@ mod common;
 use std::path::Path;
 
 use common::*;
-use hetero_plan::{Phase, Plan, Predictor, StrategyKind};
+use hetero_plan::{Format, Phase, Plan, Predictor, StrategyKind};
 
 const SOC: &str = "tests/fixtures/predictors/soc-npu-gpu.ron";
 const DISCRETE: &str = "tests/fixtures/predictors/discrete-cpu-gpu.ron";
@@ -508,5 +508,63 @@ fn prompt_length_histogram_drives_the_graph_set() {
         gs.sizes.iter().any(|&g| (256..=352).contains(&g)),
         "{:?}",
         gs.sizes
+    );
+}
+
+/// `plan show` refuses a plan whose cost is not a number, negative or too
+/// large for a float, in RON and JSON alike, naming the file, the field and
+/// the line; a plan without operators and a file that is not UTF-8 are
+/// refused with words that say so.
+#[test]
+fn plan_show_refuses_bad_costs_empty_plans_and_non_utf8() {
+    let t = temp_dir("show-bad");
+    let (_, plan) = solve(&t, "plan.ron", &["--lengths", "1..8", "--ops", "ffn_down"]);
+    let cost = plan.ops[0].decisions[0].cost.total_us;
+    let field = "ops[0].decisions[0].cost.total_us";
+    for (name, from) in [
+        ("bad.ron", format!("total_us: {cost:?})")),
+        ("bad.json", format!("\"total_us\": {cost:?}}}")),
+    ] {
+        let path = t.path().join(name);
+        let good = plan.to_text(Format::of_path(&path).unwrap()).unwrap();
+        assert!(good.contains(&from), "{from}");
+        let bads: &[&str] = if name.ends_with("ron") {
+            &["NaN", "-405.4", "1e400"]
+        } else {
+            &["-405.4", "1e400"]
+        };
+        for bad in bads {
+            let key = from.split(':').next().unwrap();
+            let tail = if name.ends_with("ron") { ")" } else { "}" };
+            let text = good.replacen(&from, &format!("{key}: {bad}{tail}"), 1);
+            std::fs::write(&path, text).unwrap();
+            let e = HETERO.bad_input(&["plan", "show", path.to_str().unwrap()]);
+            // serde_json places the error just after the value.
+            let line = good.lines().position(|l| l.contains(&from)).unwrap() + 1;
+            let at = |l: usize| e.contains(&format!("{}:{l}:", path.display()));
+            assert!(
+                (at(line) || at(line + 1)) && e.contains(field),
+                "{name} {bad}: {e}"
+            );
+            assert!(!e.contains("NaN s") && !e.contains("inf s"), "{e}");
+        }
+    }
+    let mut empty = plan.clone();
+    empty.ops.clear();
+    let path = t.path().join("empty.ron");
+    hetero_plan::save(&path, &empty).unwrap();
+    let e = HETERO.bad_input(&["plan", "show", path.to_str().unwrap()]);
+    assert!(
+        e.contains("field `ops`: the plan has no operators") && !e.contains("it covers"),
+        "{e}"
+    );
+    let path = t.path().join("latin1.ron");
+    let mut bytes = plan.to_text(Format::Ron).unwrap().into_bytes();
+    bytes.insert(10, 0xe9);
+    std::fs::write(&path, bytes).unwrap();
+    let e = HETERO.bad_input(&["plan", "show", path.to_str().unwrap()]);
+    assert!(
+        e.contains("not UTF-8") && e.contains("byte offset 10"),
+        "{e}"
     );
 }

@@ -63,6 +63,20 @@ pub enum Error {
         /// The values this build supports.
         supported: Vec<&'static str>,
     },
+    /// The file is not UTF-8 text.
+    #[error("{}:{line}:{column}: not UTF-8: byte 0x{byte:02x} at byte offset {offset}", path.display())]
+    NotUtf8 {
+        /// The file.
+        path: PathBuf,
+        /// 0-based byte offset of the first byte that is not UTF-8.
+        offset: usize,
+        /// That byte.
+        byte: u8,
+        /// 1-based line of it.
+        line: usize,
+        /// 1-based column of it, in characters.
+        column: usize,
+    },
     /// The extension does not say whether the file is RON or JSON.
     #[error("{}: cannot tell the format from the extension; use .ron or .json", path.display())]
     UnknownFormat {

@@ -55,10 +55,7 @@ struct HfConfig {
 
 /// Reads a `config.json` and derives the model's operators.
 pub fn load_config(path: &Path) -> Result<ModelSpec> {
-    let text = std::fs::read_to_string(path).map_err(|source| Error::Io {
-        path: path.to_path_buf(),
-        source,
-    })?;
+    let text = crate::read_text(path)?;
     let fallback = path
         .parent()
         .filter(|_| path.file_name().is_some_and(|n| n == "config.json"))

@@ -34,11 +34,33 @@ impl Format {
 /// Reads, parses and validates a file; the format comes from the extension.
 pub fn load<T: DeserializeOwned + Validate>(path: &Path) -> Result<T> {
     let format = Format::of_path(path)?;
-    let text = std::fs::read_to_string(path).map_err(|source| Error::Io {
+    let text = read_text(path)?;
+    load_str(path, &text, format)
+}
+
+/// Reads a text file; bytes that are not UTF-8 are refused with the byte
+/// offset, line and column of the first of them ([`Error::NotUtf8`]).
+pub fn read_text(path: &Path) -> Result<String> {
+    let bytes = std::fs::read(path).map_err(|source| Error::Io {
         path: path.to_path_buf(),
         source,
     })?;
-    load_str(path, &text, format)
+    String::from_utf8(bytes).map_err(|e| not_utf8(path, e.as_bytes(), e.utf8_error()))
+}
+
+/// The error for `bytes` (the whole text) that stop being UTF-8 where `e`
+/// says.
+fn not_utf8(path: &Path, bytes: &[u8], e: std::str::Utf8Error) -> Error {
+    let offset = e.valid_up_to();
+    let valid = std::str::from_utf8(&bytes[..offset]).expect("valid up to here");
+    let line_start = valid.rfind('\n').map_or(0, |i| i + 1);
+    Error::NotUtf8 {
+        path: path.to_path_buf(),
+        offset,
+        byte: bytes[offset],
+        line: valid.matches('\n').count() + 1,
+        column: valid[line_start..].chars().count() + 1,
+    }
 }
 
 /// Parses and validates text; `path` only names the source in errors.

@@ -8,7 +8,9 @@
 //! The design choice a newcomer would otherwise get wrong: **invariants live in
 //! the types where serde can check them** (a GEMM dimension is a
 //! [`std::num::NonZeroU32`], a schema version is a [`SchemaVersion`] that refuses
-//! other versions while it is being parsed). An invalid file is then refused
+//! other versions while it is being parsed, a cost or a fitted rate is an
+//! `f64` read through a checked deserializer that refuses NaN, infinity and
+//! values out of its range in RON and JSON alike). An invalid file is then refused
 //! *during* parsing, and the error carries the field path and the line:column
 //! of the offending value, not just a message after the fact. Checks that span
 //! several fields live in [`Validate`] and report a field path.
@@ -22,6 +24,7 @@ fn is_zero<T: Default + PartialEq>(v: &T) -> bool {
     *v == T::default()
 }
 
+mod checked;
 mod compiled;
 mod duration;
 mod error;
@@ -43,7 +46,7 @@ pub use duration::parse_duration;
 pub use error::{Error, Result};
 pub use fingerprint::Fingerprint;
 pub use gemm::{DType, GemmShape, OperandOrder, WeightMode};
-pub use io::{Format, load, load_str, save, to_string, to_string_depth, write_atomic};
+pub use io::{Format, load, load_str, read_text, save, to_string, to_string_depth, write_atomic};
 pub use model::{LinearOp, MRule, ModelSpec, OpRole, Phase};
 pub use plan::{
     CostBreakdown, Decision, FingerprintMismatch, GraphSet, OffloadPlacement, OpPlan, Plan,

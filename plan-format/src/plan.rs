@@ -3,7 +3,7 @@ use std::collections::BTreeMap;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::{DType, Fingerprint, OperandOrder, Phase, SchemaVersion, Validate, is_zero};
+use crate::{DType, Fingerprint, OperandOrder, Phase, SchemaVersion, Validate, checked, is_zero};
 
 fn is_one(v: &u32) -> bool {
     *v == 1
@@ -44,6 +44,7 @@ pub struct GraphSet {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub row_graphs: Vec<RowGraph>,
     /// Predicted time to prepare all of them, µs.
+    #[serde(deserialize_with = "checked::non_negative")]
     pub prepare_us: f64,
     /// Predicted memory the prepared graphs hold, bytes.
     pub bytes: u64,
@@ -244,19 +245,24 @@ impl Strategy {
 pub struct CostBreakdown {
     /// Compute time of each part, in the order of the strategy's processors
     /// ([`Strategy::processors`]; one entry for a single processor).
+    #[serde(deserialize_with = "checked::non_negative_list")]
     pub parts_us: Vec<f64>,
     /// Synchronisation and submission cost, with the wait the solver plans
     /// for: polling a host flag where the processor can, else blocking.
     #[serde(default, skip_serializing_if = "is_zero")]
+    #[serde(deserialize_with = "checked::non_negative")]
     pub sync_us: f64,
     /// `sync_us` were the runtime to wait by blocking instead
     /// (`hetero run --sync block`), where that costs something else.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(deserialize_with = "checked::opt_non_negative")]
     pub sync_block_us: Option<f64>,
     /// Data movement not hidden behind compute (zero on unified memory).
     #[serde(default, skip_serializing_if = "is_zero")]
+    #[serde(deserialize_with = "checked::non_negative")]
     pub copy_us: f64,
     /// The total the solver minimised.
+    #[serde(deserialize_with = "checked::non_negative")]
     pub total_us: f64,
 }
 
@@ -291,10 +297,11 @@ pub struct RunnerUp {
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub label: String,
     /// Its predicted total, µs.
+    #[serde(deserialize_with = "checked::non_negative")]
     pub total_us: f64,
     /// How much slower it is than the winner, µs (`total_us` minus the
     /// winner's total).
-    #[serde(default)]
+    #[serde(default, deserialize_with = "checked::finite")]
     pub margin_us: f64,
 }
 
@@ -437,9 +444,11 @@ pub struct SolverInfo {
     /// Expected prefill latency over that distribution, µs (sum over every
     /// operator and layer of the decision's total).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(deserialize_with = "checked::opt_non_negative")]
     pub expected_prefill_us: Option<f64>,
     /// Graph prepare-time budget, µs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(deserialize_with = "checked::opt_non_negative")]
     pub prepare_budget_us: Option<f64>,
     /// Graph memory budget, bytes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -453,6 +462,7 @@ pub struct SolverInfo {
     /// host-side costs hold at this host speed; `hetero run` measures its
     /// own probe and reports the two.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(deserialize_with = "checked::opt_non_negative")]
     pub host_probe_us: Option<f64>,
     /// Per processor, the mean over the median of its profiled GEMM runs
     /// ([`Overheads::mean_over_median`](crate::Overheads)); processors
@@ -461,6 +471,7 @@ pub struct SolverInfo {
     /// scaled by the largest of its processors' factors, because a total
     /// grows with the mean.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[serde(deserialize_with = "checked::positive_values")]
     pub mean_over_median: BTreeMap<String, f64>,
 }
 
@@ -591,6 +602,12 @@ impl Plan {
 
 impl Validate for Plan {
     fn validate(&self) -> Result<(), (String, String)> {
+        if self.ops.is_empty() {
+            return Err((
+                "ops".into(),
+                "the plan has no operators; solve it again for a model".into(),
+            ));
+        }
         let used = |p: &str| self.processors.iter().any(|q| q == p);
         for (i, g) in self.graph_sets.iter().enumerate() {
             if !used(&g.processor) {
@@ -608,6 +625,12 @@ impl Validate for Plan {
                 return Err((
                     format!("ops[{i}].op"),
                     format!("operator `{}` appears twice in {}", op.op, op.phase),
+                ));
+            }
+            if op.decisions.is_empty() {
+                return Err((
+                    format!("ops[{i}].decisions"),
+                    format!("operator `{}` has no decisions in {}", op.op, op.phase),
                 ));
             }
             let mut prev = 0u32;

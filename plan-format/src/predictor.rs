@@ -9,6 +9,7 @@
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+use crate::checked;
 use crate::{DType, Fingerprint, GemmShape, OperandOrder, Processor, SchemaVersion, Validate};
 
 /// Tile edges for the stage features (HeteroLLM aligns to 32 and 256).
@@ -141,6 +142,7 @@ pub enum TreeNode {
         /// Index into [`FEATURE_NAMES`].
         feature: u16,
         /// Split point.
+        #[serde(deserialize_with = "checked::finite")]
         threshold: f64,
         /// Node index when the feature is at most the threshold.
         left: u32,
@@ -150,6 +152,7 @@ pub enum TreeNode {
     /// A prediction.
     Leaf {
         /// The value (natural log of µs for latency trees).
+        #[serde(deserialize_with = "checked::finite")]
         value: f64,
     },
 }
@@ -203,8 +206,10 @@ pub enum LatencyModel {
     /// `alpha_us + beta_us · work` (ScheInfer's α+β·n).
     Linear {
         /// Fixed cost, µs.
+        #[serde(deserialize_with = "checked::finite")]
         alpha_us: f64,
         /// µs per unit of work.
+        #[serde(deserialize_with = "checked::finite")]
         beta_us: f64,
         /// What the work counts.
         work: Work,
@@ -212,10 +217,13 @@ pub enum LatencyModel {
     /// `launch_us + max(flops / peak, bytes / bandwidth)`.
     Roofline {
         /// Peak compute, GFLOP/s.
+        #[serde(deserialize_with = "checked::positive")]
         peak_gflops: f64,
         /// Memory bandwidth, GB/s.
+        #[serde(deserialize_with = "checked::positive")]
         bw_gbps: f64,
         /// Fixed launch cost, µs.
+        #[serde(deserialize_with = "checked::non_negative")]
         launch_us: f64,
     },
     /// One regression tree on [`features`], predicting ln(µs).
@@ -228,8 +236,10 @@ pub enum LatencyModel {
     /// Gradient boosting: `base + rate · Σ trees`, in ln(µs).
     Boosted {
         /// Initial prediction, ln(µs).
+        #[serde(deserialize_with = "checked::finite")]
         base: f64,
         /// Learning rate.
+        #[serde(deserialize_with = "checked::finite")]
         rate: f64,
         /// The trees.
         trees: Vec<Tree>,
@@ -246,6 +256,7 @@ pub enum LatencyModel {
         base: Box<LatencyModel>,
         /// Weight of each tree: the learning rate, or 1 / trees for an
         /// averaged forest.
+        #[serde(deserialize_with = "checked::finite")]
         rate: f64,
         /// The trees, predicting ln(µs / base µs).
         trees: Vec<Tree>,
@@ -444,8 +455,10 @@ impl ProcessorModel {
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct LinearCost {
     /// Fixed cost, µs.
+    #[serde(deserialize_with = "checked::finite")]
     pub alpha_us: f64,
     /// µs per byte.
+    #[serde(deserialize_with = "checked::finite")]
     pub beta_us_per_byte: f64,
 }
 
@@ -513,11 +526,13 @@ pub struct Overheads {
     /// notice where measured (else the larger of `submit_empty_us` and the
     /// sync cost).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(deserialize_with = "checked::opt_non_negative")]
     pub op_overhead_us: Option<f64>,
     /// The same with a blocking wait (`op_overhead_block`), where
     /// `op_overhead_us` is the polling one: what a run with `--sync block`
     /// pays instead.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(deserialize_with = "checked::opt_non_negative")]
     pub op_overhead_block_us: Option<f64>,
     /// The operator overhead after another processor's run on host memory
     /// ([`MicrobenchKind::OpOverheadAfter`](crate::MicrobenchKind)), µs,
@@ -525,33 +540,41 @@ pub struct Overheads {
     /// device-timed processor's operators alone in offload mode, where the
     /// CPU streams weights on every token.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(deserialize_with = "checked::opt_non_negative")]
     pub op_overhead_after_us: Option<f64>,
     /// Launch to completion of a tiny kernel on an empty queue, µs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(deserialize_with = "checked::opt_non_negative")]
     pub submit_empty_us: Option<f64>,
     /// The same behind a busy queue, µs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(deserialize_with = "checked::opt_non_negative")]
     pub submit_busy_us: Option<f64>,
     /// Handoff with a blocking wait, µs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(deserialize_with = "checked::opt_non_negative")]
     pub sync_block_us: Option<f64>,
     /// Handoff by polling a flag, µs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(deserialize_with = "checked::opt_non_negative")]
     pub sync_poll_us: Option<f64>,
     /// Static graph prepare cost against weight bytes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub prepare: Option<LinearCost>,
     /// Streaming bandwidth alone, GB/s.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(deserialize_with = "checked::opt_positive")]
     pub bandwidth_gbps: Option<f64>,
     /// Bandwidth while another processor streams too, as a share of alone (≤ 1).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(deserialize_with = "checked::opt_positive")]
     pub concurrent_factor: Option<f64>,
     /// The host's speed probe while this processor was profiled, µs: the
     /// median of its rows' [`Conditions::host_probe_us`](crate::Conditions).
     /// The host-side costs above (launch, copies, submit, sync) were
     /// measured at this host speed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(deserialize_with = "checked::opt_positive")]
     pub host_probe_us: Option<f64>,
     /// Mean over median of this processor's GEMM runs: the median of its
     /// rows' `mean_us / median_us` (absent when fewer than
@@ -562,6 +585,7 @@ pub struct Overheads {
     /// many operators grows with the mean. `hetero run` scales its
     /// predicted totals by it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(deserialize_with = "checked::opt_positive")]
     pub mean_over_median: Option<f64>,
 }
 

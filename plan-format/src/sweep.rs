@@ -484,6 +484,39 @@ impl MeasurementRow {
     }
 }
 
+/// A row that says it was verified must hold an error within its
+/// tolerance: `verified: true` with `rel_err` above `tolerance` (or either
+/// of them not a finite number at least 0) contradicts itself, and such a
+/// row would count as usable for fitting.
+impl Validate for MeasurementRow {
+    fn validate(&self) -> Result<(), (String, String)> {
+        if !self.verified {
+            return Ok(());
+        }
+        let bad = |v: f64| !(v.is_finite() && v >= 0.0);
+        for (field, v) in [("rel_err", self.rel_err), ("tolerance", self.tolerance)] {
+            if let Some(v) = v.filter(|v| bad(*v)) {
+                return Err((
+                    field.into(),
+                    format!("must be a finite number at least 0 in a verified row, not {v}"),
+                ));
+            }
+        }
+        if let (Some(e), Some(t)) = (self.rel_err, self.tolerance)
+            && e > t
+        {
+            return Err((
+                "rel_err".into(),
+                format!(
+                    "{e} is above the row's `tolerance` {t}, yet the row is marked \
+                     `verified: true`"
+                ),
+            ));
+        }
+        Ok(())
+    }
+}
+
 /// One microbenchmark result.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct MicrobenchRow {

@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use hetero_plan::protocol::AgentLine;
-use hetero_plan::{MeasurementRow, MicrobenchRow};
+use hetero_plan::{MeasurementRow, MicrobenchRow, Validate};
 
 use crate::{Error, Result};
 
@@ -31,6 +31,9 @@ pub struct Rows {
     pub skipped_lines: Vec<(usize, String)>,
     /// Rows dropped because their case id came earlier in the file.
     pub duplicates: usize,
+    /// Rows that parsed but contradict themselves (a verified row above
+    /// its tolerance), with the line and the reason; not added.
+    pub invalid: Vec<(usize, String)>,
     ids: HashSet<String>,
 }
 
@@ -100,6 +103,13 @@ impl Rows {
             }
             match AgentLine::parse(l) {
                 Ok(Some(line)) => {
+                    if let AgentLine::Measurement(r) = &line
+                        && let Err((field, why)) = r.validate()
+                    {
+                        rows.invalid
+                            .push((i + 1, format!("field `{field}`: {why}")));
+                        continue;
+                    }
                     rows.push(line);
                 }
                 Ok(None) => {}
@@ -111,7 +121,7 @@ impl Rows {
 
     /// Reads a JSON Lines file.
     pub fn read(path: &Path) -> Result<Rows> {
-        let text = std::fs::read_to_string(path).map_err(|e| Error::io(path, e))?;
+        let text = hetero_plan::read_text(path)?;
         Ok(Rows::parse(&text))
     }
 }

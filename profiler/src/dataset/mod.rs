@@ -200,8 +200,11 @@ impl Dataset {
             files.sort();
             let mut rows = Rows::default();
             for f in &files {
-                let text = std::fs::read_to_string(f).map_err(|e| Error::io(f, e))?;
+                let text = hetero_plan::read_text(f)?;
                 let part = Rows::parse(&text);
+                if let Some((line, why)) = part.invalid.first() {
+                    return Err(Error::dataset(f, format!("line {line}: {why}")));
+                }
                 for (line, why) in &part.skipped_lines {
                     src.skipped_lines
                         .push(format!("{}:{line}: {why}", f.display()));

@@ -7,7 +7,7 @@ use std::io::Cursor;
 use std::path::Path;
 
 use hetero_plan::{
-    Conditions, GemmShape, GemvStream, MeasurementRow, MicrobenchRow, Stats, Timing,
+    Conditions, GemmShape, GemvStream, MeasurementRow, MicrobenchRow, Stats, Timing, Validate,
 };
 use polars::prelude::*;
 use serde::de::DeserializeOwned;
@@ -407,6 +407,8 @@ pub fn read_measurements(path: &Path) -> Result<Vec<MeasurementRow>> {
                 host_probe_us: probe[i],
             },
         });
+        let checked = out[i].validate();
+        checked.map_err(|(f, why)| Error::dataset(path, format!("row {i}: field `{f}`: {why}")))?;
     }
     Ok(out)
 }

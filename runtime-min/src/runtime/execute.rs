@@ -125,12 +125,9 @@ impl Runtime {
         }
         let ops = self.phase_ops(spec.phase);
         if ops.is_empty() {
-            return Err(Error::NoDecision {
-                op: "any operator".into(),
-                phase: spec.phase,
-                len: spec.len,
-                covered: format!("the plan has no {} tables", spec.phase),
-            });
+            let phase = spec.phase;
+            let why = format!("the plan has no {phase} operators; solve it with `--phase {phase}`");
+            return Err(Error::arg("--phase", why));
         }
         let t = Instant::now();
         self.prepare(spec.phase, spec.len)?;
