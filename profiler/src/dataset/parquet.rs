@@ -246,27 +246,47 @@ impl<'a> Reader<'a> {
     }
 
     fn req_strs(&self, name: &str) -> Result<Vec<String>> {
-        self.strs(name, true)?
-            .into_iter()
-            .enumerate()
-            .map(|(i, o)| {
-                o.ok_or_else(|| {
-                    Error::dataset(self.path, format!("row {i}, column `{name}`: null"))
-                })
-            })
-            .collect()
+        self.no_nulls(name, self.strs(name, true)?)
+    }
+
+    /// The numeric column `name` cast to `T`; all `None` when it is
+    /// missing and not `required`.
+    fn nums<T: PolarsNumericType>(
+        &self,
+        name: &str,
+        required: bool,
+    ) -> Result<Vec<Option<T::Native>>> {
+        let n = self.df.height();
+        Ok(match self.column(name, &T::get_static_dtype(), required)? {
+            Some(c) => c
+                .as_materialized_series()
+                .unpack::<T>()
+                .map_err(polars_err(self.path))?
+                .iter()
+                .collect(),
+            None => vec![None; n],
+        })
     }
 
     fn u32s(&self, name: &str, required: bool) -> Result<Vec<Option<u32>>> {
-        let n = self.df.height();
-        Ok(match self.column(name, &DataType::UInt32, required)? {
-            Some(c) => c.u32().map_err(polars_err(self.path))?.iter().collect(),
-            None => vec![None; n],
-        })
+        self.nums::<UInt32Type>(name, required)
     }
 
     fn req_u32s(&self, name: &str) -> Result<Vec<u32>> {
-        self.u32s(name, true)?
+        self.no_nulls(name, self.u32s(name, true)?)
+    }
+
+    fn u64s(&self, name: &str) -> Result<Vec<Option<u64>>> {
+        self.nums::<UInt64Type>(name, false)
+    }
+
+    fn f64s(&self, name: &str) -> Result<Vec<Option<f64>>> {
+        self.nums::<Float64Type>(name, false)
+    }
+
+    /// The values of the required column `name`, an error at its first null.
+    fn no_nulls<T>(&self, name: &str, values: Vec<Option<T>>) -> Result<Vec<T>> {
+        values
             .into_iter()
             .enumerate()
             .map(|(i, o)| {
@@ -275,22 +295,6 @@ impl<'a> Reader<'a> {
                 })
             })
             .collect()
-    }
-
-    fn u64s(&self, name: &str) -> Result<Vec<Option<u64>>> {
-        let n = self.df.height();
-        Ok(match self.column(name, &DataType::UInt64, false)? {
-            Some(c) => c.u64().map_err(polars_err(self.path))?.iter().collect(),
-            None => vec![None; n],
-        })
-    }
-
-    fn f64s(&self, name: &str) -> Result<Vec<Option<f64>>> {
-        let n = self.df.height();
-        Ok(match self.column(name, &DataType::Float64, false)? {
-            Some(c) => c.f64().map_err(polars_err(self.path))?.iter().collect(),
-            None => vec![None; n],
-        })
     }
 
     /// The [`GemvStream`] columns of [`stream_columns`] under `prefix`.
