@@ -16,20 +16,9 @@
 use std::time::Instant;
 
 use hetero_agent::opencl::{self, CANDIDATES, OpenClBackend, Tile};
+use hetero_agent::verify::random_vec;
 use hetero_agent::{Backend, Gemm, GemmSpec, OpenOptions, default_tolerance};
 use hetero_plan::{DType, GemmShape, MicrobenchKind, MicrobenchRequest, OperandOrder, WeightMode};
-
-fn data(len: usize, seed: u64) -> Vec<f32> {
-    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..len)
-        .map(|_| {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            ((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
-        })
-        .collect()
-}
 
 /// Largest |c - ref| / Σ|a·w| over 256 sampled outputs.
 fn sampled_err(a: &[f32], w: &[f32], c: &[f32], m: usize, k: usize, n: usize) -> f64 {
@@ -84,8 +73,8 @@ fn time_opencl(
         order,
         weights: WeightMode::Static,
     };
-    let a = data(m * k, 1);
-    let w = data(k * n, 2);
+    let a = random_vec(m * k, 1);
+    let w = random_vec(k * n, 2);
     let mut g = match tile {
         Some(t) => be.prepare_with_tile(&spec, &w, t),
         None => be.prepare_cl(&spec, &w),
@@ -155,8 +144,8 @@ fn side_by_side(
         order,
         weights: WeightMode::Static,
     };
-    let a = data(m * k, 1);
-    let w = data(k * n, 2);
+    let a = random_vec(m * k, 1);
+    let w = random_vec(k * n, 2);
     let tol = default_tolerance(DType::F32, k as u32);
     let mut g = be.prepare_cl(&spec, &w).map_err(|e| e.to_string())?;
     g.write_input(&a).map_err(|e| e.to_string())?;
