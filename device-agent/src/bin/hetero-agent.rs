@@ -735,30 +735,7 @@ fn bench_gemm(o: &OpenArgs, a: BenchArgs) -> Result<()> {
     let mut dst = vec![0f32; n * n];
     let mut alone = || {
         let t = Instant::now();
-        // SAFETY: all three buffers are n×n row-major and live for the call.
-        unsafe {
-            gemm::gemm(
-                n,
-                n,
-                n,
-                dst.as_mut_ptr(),
-                1,
-                n as isize,
-                false,
-                lhs.as_ptr(),
-                1,
-                n as isize,
-                rhs.as_ptr(),
-                1,
-                n as isize,
-                0.0,
-                1.0,
-                false,
-                false,
-                false,
-                gemm::Parallelism::Rayon(threads),
-            )
-        };
+        hetero_agent::cpu::gemm_crate(&lhs, &rhs, &mut dst, (n, n, n), threads);
         t.elapsed().as_secs_f64() * 1e6
     };
     let flops = shape.flops();
