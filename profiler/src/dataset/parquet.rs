@@ -113,17 +113,27 @@ pub(super) fn measurements_frame(rows: &[MeasurementRow], path: &Path) -> Result
                 "message",
                 rows.iter().map(|r| r.message.clone()).collect::<Vec<_>>(),
             ),
-            col(
-                "timestamp_ms",
-                rows.iter()
-                    .map(|r| r.conditions.timestamp_ms)
-                    .collect::<Vec<_>>(),
-            ),
-            col("cpu_mhz", of(|r| r.conditions.cpu_mhz)),
-            col("temp_c", of(|r| r.conditions.temp_c)),
-            col("host_probe_us", of(|r| r.conditions.host_probe_us)),
-        ],
+        ]
+        .into_iter()
+        .chain(condition_columns(rows.iter().map(|r| &r.conditions)))
+        .collect(),
     )
+}
+
+/// The [`Conditions`] of the rows as the columns `timestamp_ms`,
+/// `cpu_mhz`, `temp_c` and `host_probe_us`.
+fn condition_columns<'a>(v: impl Iterator<Item = &'a Conditions>) -> [Column; 4] {
+    let v: Vec<&Conditions> = v.collect();
+    let of = |f: fn(&Conditions) -> Option<f64>| v.iter().map(|c| f(c)).collect::<Vec<_>>();
+    [
+        col(
+            "timestamp_ms",
+            v.iter().map(|c| c.timestamp_ms).collect::<Vec<_>>(),
+        ),
+        col("cpu_mhz", of(|c| c.cpu_mhz)),
+        col("temp_c", of(|c| c.temp_c)),
+        col("host_probe_us", of(|c| c.host_probe_us)),
+    ]
 }
 
 /// A [`GemvStream`] field as the columns `{prefix}_copies`,
@@ -197,16 +207,8 @@ pub(super) fn microbench_frame(
                     .map(|r| notes.get(&r.case_id).cloned())
                     .collect::<Vec<_>>(),
             ),
-            col(
-                "timestamp_ms",
-                rows.iter()
-                    .map(|r| r.conditions.timestamp_ms)
-                    .collect::<Vec<_>>(),
-            ),
-            col("cpu_mhz", of(|r| r.conditions.cpu_mhz)),
-            col("temp_c", of(|r| r.conditions.temp_c)),
-            col("host_probe_us", of(|r| r.conditions.host_probe_us)),
         ])
+        .chain(condition_columns(rows.iter().map(|r| &r.conditions)))
         .collect(),
     )
 }
@@ -313,6 +315,21 @@ impl<'a> Reader<'a> {
             .collect())
     }
 
+    /// The [`Conditions`] of [`condition_columns`]; a missing timestamp is 0.
+    fn conditions(&self) -> Result<Vec<Conditions>> {
+        let ts = self.u64s("timestamp_ms")?;
+        let [mhz, temp, probe] = ["cpu_mhz", "temp_c", "host_probe_us"].map(|c| self.f64s(c));
+        let (mhz, temp, probe) = (mhz?, temp?, probe?);
+        Ok((0..self.df.height())
+            .map(|i| Conditions {
+                timestamp_ms: ts[i].unwrap_or(0),
+                cpu_mhz: mhz[i],
+                temp_c: temp[i],
+                host_probe_us: probe[i],
+            })
+            .collect())
+    }
+
     fn bools(&self, name: &str) -> Result<Vec<bool>> {
         let n = self.df.height();
         Ok(match self.column(name, &DataType::Boolean, false)? {
@@ -341,20 +358,7 @@ pub fn read_measurements(path: &Path) -> Result<Vec<MeasurementRow>> {
     let timing = r.strs("timing", false)?;
     let warmups = r.u32s("warmups", false)?;
     let reps = r.u32s("repetitions", false)?;
-    let [
-        median,
-        min,
-        p90,
-        cv,
-        host,
-        launch,
-        prep,
-        rel,
-        tol,
-        mhz,
-        temp,
-        probe,
-    ] = [
+    let [median, min, p90, cv, host, launch, prep, rel, tol] = [
         "median_us",
         "min_us",
         "p90_us",
@@ -364,19 +368,15 @@ pub fn read_measurements(path: &Path) -> Result<Vec<MeasurementRow>> {
         "prepare_us",
         "rel_err",
         "tolerance",
-        "cpu_mhz",
-        "temp_c",
-        "host_probe_us",
     ]
     .map(|c| r.f64s(c));
-    let (median, min, p90, cv, host, launch, prep, rel, tol, mhz, temp, probe) = (
-        median?, min?, p90?, cv?, host?, launch?, prep?, rel?, tol?, mhz?, temp?, probe?,
-    );
+    let (median, min, p90, cv, host, launch, prep, rel, tol) =
+        (median?, min?, p90?, cv?, host?, launch?, prep?, rel?, tol?);
     // Absent from datasets of older agents.
     let mean = r.f64s("mean_us")?;
     let verified = r.bools("verified")?;
     let message = r.strs("message", false)?;
-    let ts = r.u64s("timestamp_ms")?;
+    let conditions = r.conditions()?;
     let mut out = Vec::with_capacity(df.height());
     for i in 0..df.height() {
         out.push(MeasurementRow {
@@ -404,12 +404,7 @@ pub fn read_measurements(path: &Path) -> Result<Vec<MeasurementRow>> {
             rel_err: rel[i],
             tolerance: tol[i],
             message: message[i].clone(),
-            conditions: Conditions {
-                timestamp_ms: ts[i].unwrap_or(0),
-                cpu_mhz: mhz[i],
-                temp_c: temp[i],
-                host_probe_us: probe[i],
-            },
+            conditions: conditions[i].clone(),
         });
     }
     Ok(out)
@@ -431,19 +426,9 @@ pub fn read_microbench(path: &Path) -> Result<(Vec<MicrobenchRow>, BTreeMap<Stri
     );
     let status = r.req_strs("status")?;
     let timing = r.strs("timing", false)?;
-    let [median, min, p90, cv, gbps, mhz, temp, probe] = [
-        "median_us",
-        "min_us",
-        "p90_us",
-        "cv",
-        "gbps",
-        "cpu_mhz",
-        "temp_c",
-        "host_probe_us",
-    ]
-    .map(|c| r.f64s(c));
-    let (median, min, p90, cv, gbps, mhz, temp, probe) =
-        (median?, min?, p90?, cv?, gbps?, mhz?, temp?, probe?);
+    let [median, min, p90, cv, gbps] =
+        ["median_us", "min_us", "p90_us", "cv", "gbps"].map(|c| r.f64s(c));
+    let (median, min, p90, cv, gbps) = (median?, min?, p90?, cv?, gbps?);
     let count = r.u32s("count", false)?;
     // Absent from datasets of older agents.
     let mean = r.f64s("mean_us")?;
@@ -452,7 +437,7 @@ pub fn read_microbench(path: &Path) -> Result<(Vec<MicrobenchRow>, BTreeMap<Stri
     // Absent from datasets of older agents, whose notes say it in words.
     let stream = r.streams("stream")?;
     let peer_stream = r.streams("peer_stream")?;
-    let ts = r.u64s("timestamp_ms")?;
+    let conditions = r.conditions()?;
     let mut out = Vec::with_capacity(df.height());
     let mut notes = BTreeMap::new();
     for i in 0..df.height() {
@@ -493,12 +478,7 @@ pub fn read_microbench(path: &Path) -> Result<(Vec<MicrobenchRow>, BTreeMap<Stri
             stream: stream[i],
             peer_stream: peer_stream[i],
             message: message[i].clone(),
-            conditions: Conditions {
-                timestamp_ms: ts[i].unwrap_or(0),
-                cpu_mhz: mhz[i],
-                temp_c: temp[i],
-                host_probe_us: probe[i],
-            },
+            conditions: conditions[i].clone(),
         });
     }
     Ok((out, notes))

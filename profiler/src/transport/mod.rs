@@ -350,31 +350,26 @@ impl Transport {
                 c.current_dir(&self.scratch);
                 c
             }
-            Kind::Ssh(_) => {
-                let line = format!(
-                    "cd {} && ./{AGENT_NAME} {}",
-                    shell_quote(&self.remote_dir().expect("remote")),
-                    args.iter()
-                        .map(|a| shell_quote(a))
-                        .collect::<Vec<_>>()
-                        .join(" ")
-                );
-                self.ssh_command(&line)
-            }
+            Kind::Ssh(_) => self.ssh_command(&self.agent_line(args)),
             Kind::Adb { .. } => {
-                let line = format!(
-                    "cd {} && ./{AGENT_NAME} {} 2>{log}",
-                    shell_quote(&self.remote_dir().expect("remote")),
-                    args.iter()
-                        .map(|a| shell_quote(a))
-                        .collect::<Vec<_>>()
-                        .join(" ")
-                );
+                let line = format!("{} 2>{log}", self.agent_line(args));
                 let mut c = self.adb_command();
                 c.args(["shell", &line]);
                 c
             }
         }
+    }
+
+    /// The shell line that runs the agent with `args` in the remote folder.
+    fn agent_line(&self, args: &[String]) -> String {
+        format!(
+            "cd {} && ./{AGENT_NAME} {}",
+            shell_quote(&self.remote_dir().expect("remote")),
+            args.iter()
+                .map(|a| shell_quote(a))
+                .collect::<Vec<_>>()
+                .join(" ")
+        )
     }
 
     /// True when the agent's standard error goes to a file on the target
