@@ -15,6 +15,7 @@
 use std::io::Write;
 
 use anyhow::{Context, Result, bail};
+use hetero_agent::verify::random_vec;
 use hetero_agent::{Backend, GemmSpec, OpenOptions, SyncMode, cuda};
 use hetero_plan::{
     DType, GemmShape, MicrobenchKind, MicrobenchRequest, OperandOrder, Stats, WeightMode,
@@ -23,18 +24,6 @@ use serde_json::json;
 
 const WARMUPS: usize = 10;
 const REPS: usize = 50;
-
-fn values(n: usize, seed: u64) -> Vec<f32> {
-    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..n)
-        .map(|_| {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            ((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
-        })
-        .collect()
-}
 
 /// Largest |c − ref| over `samples` outputs spread over C, relative to the
 /// largest |ref| among them; the reference is f64 over the f32 inputs.
@@ -89,8 +78,8 @@ fn spec(m: u32, k: u32, n: u32, dtype: DType, order: OperandOrder) -> GemmSpec {
 fn run_gemm(dev: &mut dyn Backend, s: &GemmSpec, reps: usize) -> Result<(Stats, Stats, f64, f64)> {
     let (m, k, n) = s.shape.mkn();
     let (m, k, n) = (m as usize, k as usize, n as usize);
-    let w = values(k * n, 17 + n as u64);
-    let a = values(m * k, 29 + m as u64);
+    let w = random_vec(k * n, 17 + n as u64);
+    let a = random_vec(m * k, 29 + m as u64);
     let mut g = dev.prepare(s, &w)?;
     g.write_input(&a)?;
     g.execute()?;
@@ -228,8 +217,8 @@ fn handoff(dev: &mut dyn Backend, out: &mut Out) -> Result<usize> {
     println!("\n== GEMM handoff, host us from submit to observed completion (median of 200)");
     for (m, k, n) in [(1, 4096, 4096), (128, 4096, 4096)] {
         let s = spec(m, k, n, DType::F16, OperandOrder::WtAt);
-        let w = values((k * n) as usize, 5);
-        let a = values((m * k) as usize, 6);
+        let w = random_vec((k * n) as usize, 5);
+        let a = random_vec((m * k) as usize, 6);
         let mut g = dev.prepare(&s, &w)?;
         g.write_input(&a)?;
         let predicted = {

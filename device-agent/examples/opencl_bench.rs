@@ -15,21 +15,11 @@
 
 use std::time::Instant;
 
-use hetero_agent::opencl::{self, CANDIDATES, OpenClBackend, Tile};
+use hetero_agent::cpu::gemm_crate;
+use hetero_agent::opencl::{self, CANDIDATES, ClGemm, OpenClBackend, Tile};
+use hetero_agent::verify::random_vec;
 use hetero_agent::{Backend, Gemm, GemmSpec, OpenOptions, default_tolerance};
 use hetero_plan::{DType, GemmShape, MicrobenchKind, MicrobenchRequest, OperandOrder, WeightMode};
-
-fn data(len: usize, seed: u64) -> Vec<f32> {
-    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..len)
-        .map(|_| {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            ((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
-        })
-        .collect()
-}
 
 /// Largest |c - ref| / Σ|a·w| over 256 sampled outputs.
 fn sampled_err(a: &[f32], w: &[f32], c: &[f32], m: usize, k: usize, n: usize) -> f64 {
@@ -68,24 +58,33 @@ fn gflops(m: usize, k: usize, n: usize, us: f64) -> f64 {
     2.0 * (m * k * n) as f64 / us / 1e3
 }
 
-/// Median kernel (device timer) and host times of `reps` runs, after checking.
-fn time_opencl(
+/// An OpenCL GEMM of `(m, k, n)` prepared (with `tile`, else the tuned
+/// one) and run once, with its inputs and that first result.
+struct Checked {
+    g: ClGemm,
+    a: Vec<f32>,
+    w: Vec<f32>,
+    c: Vec<f32>,
+    /// The f32 tolerance for this K.
+    tol: f64,
+}
+
+/// Prepares and runs the GEMM once; an error unless its result is within
+/// the tolerance.
+fn checked(
     be: &mut OpenClBackend,
     tile: Option<Tile>,
-    m: usize,
-    k: usize,
-    n: usize,
+    (m, k, n): (usize, usize, usize),
     order: OperandOrder,
-    reps: usize,
-) -> Result<(f64, f64), String> {
+) -> Result<Checked, String> {
     let spec = GemmSpec {
         shape: GemmShape::new(m as u32, k as u32, n as u32).unwrap(),
         dtype: DType::F32,
         order,
         weights: WeightMode::Static,
     };
-    let a = data(m * k, 1);
-    let w = data(k * n, 2);
+    let a = random_vec(m * k, 1);
+    let w = random_vec(k * n, 2);
     let mut g = match tile {
         Some(t) => be.prepare_with_tile(&spec, &w, t),
         None => be.prepare_cl(&spec, &w),
@@ -98,8 +97,22 @@ fn time_opencl(
     let err = sampled_err(&a, &w, &c, m, k, n);
     let tol = default_tolerance(DType::F32, k as u32);
     if err.is_nan() || err > tol {
-        return Err(format!("wrong result: rel err {err:.2e} > {tol:.2e}"));
+        return Err(format!("OpenCL wrong: rel err {err:.2e} > {tol:.2e}"));
     }
+    Ok(Checked { g, a, w, c, tol })
+}
+
+/// Median kernel (device timer) and host times of `reps` runs, after checking.
+fn time_opencl(
+    be: &mut OpenClBackend,
+    tile: Option<Tile>,
+    m: usize,
+    k: usize,
+    n: usize,
+    order: OperandOrder,
+    reps: usize,
+) -> Result<(f64, f64), String> {
+    let Checked { mut g, .. } = checked(be, tile, (m, k, n), order)?;
     let (mut dev, mut host) = (Vec::new(), Vec::new());
     for _ in 0..reps {
         let t = g.execute().map_err(|e| e.to_string())?;
@@ -107,36 +120,6 @@ fn time_opencl(
         host.push(t.host_us);
     }
     Ok((median(dev), median(host)))
-}
-
-/// The `gemm` crate on every host thread, C = A·W row-major.
-fn gemm_crate(a: &[f32], w: &[f32], c: &mut [f32], m: usize, k: usize, n: usize) {
-    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
-    // SAFETY: row-major A[m,k], W[k,n], C[m,n] with matching strides; the
-    // slices are exactly that long.
-    unsafe {
-        gemm::gemm(
-            m,
-            n,
-            k,
-            c.as_mut_ptr(),
-            1,
-            n as isize,
-            false,
-            a.as_ptr(),
-            1,
-            k as isize,
-            w.as_ptr(),
-            1,
-            n as isize,
-            0.0,
-            1.0,
-            false,
-            false,
-            false,
-            gemm::Parallelism::Rayon(threads),
-        )
-    }
 }
 
 /// OpenCL (tuned tile) and the `gemm` crate on the same shape, runs
@@ -149,26 +132,16 @@ fn side_by_side(
     order: OperandOrder,
     reps: usize,
 ) -> Result<(f64, f64, f64), String> {
-    let spec = GemmSpec {
-        shape: GemmShape::new(m as u32, k as u32, n as u32).unwrap(),
-        dtype: DType::F32,
-        order,
-        weights: WeightMode::Static,
-    };
-    let a = data(m * k, 1);
-    let w = data(k * n, 2);
-    let tol = default_tolerance(DType::F32, k as u32);
-    let mut g = be.prepare_cl(&spec, &w).map_err(|e| e.to_string())?;
-    g.write_input(&a).map_err(|e| e.to_string())?;
-    g.execute().map_err(|e| e.to_string())?;
-    let mut c = vec![0f32; m * n];
-    g.read_output(&mut c).map_err(|e| e.to_string())?;
-    let err = sampled_err(&a, &w, &c, m, k, n);
-    if err.is_nan() || err > tol {
-        return Err(format!("OpenCL wrong: rel err {err:.2e} > {tol:.2e}"));
-    }
+    let Checked {
+        mut g,
+        a,
+        w,
+        mut c,
+        tol,
+    } = checked(be, None, (m, k, n), order)?;
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
     c.fill(0.0);
-    gemm_crate(&a, &w, &mut c, m, k, n);
+    gemm_crate(&a, &w, &mut c, (m, k, n), threads);
     let err = sampled_err(&a, &w, &c, m, k, n);
     if err.is_nan() || err > tol {
         return Err(format!("gemm crate wrong: rel err {err:.2e} > {tol:.2e}"));
@@ -185,7 +158,7 @@ fn side_by_side(
         host.push(t.host_us);
         pause();
         let t0 = Instant::now();
-        gemm_crate(&a, &w, &mut c, m, k, n);
+        gemm_crate(&a, &w, &mut c, (m, k, n), threads);
         cpu.push(t0.elapsed().as_secs_f64() * 1e6);
     }
     let min = |v: &[f64]| v.iter().copied().fold(f64::INFINITY, f64::min);

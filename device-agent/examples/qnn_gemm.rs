@@ -1,6 +1,7 @@
-//! Measures one GEMM on `qnn:htp` the way a sweep row is measured: prepare
-//! (graph finalise, timed), write the input, warm up, time the repetitions,
-//! verify against an f64 CPU reference, and print the row as JSON.
+//! Measures one GEMM on `qnn:htp` as a sweep row ([`sweep::measure`]):
+//! prepare (graph finalise, timed), write the input, warm up, time the
+//! repetitions, verify against an f64 CPU reference, and print the row as
+//! JSON; the exit status is 1 unless the row is `ok`.
 //!
 //! ```text
 //! HETERO_QNN_LIB_DIR=DIR cargo run --release -p hetero-agent --example qnn_gemm -- 128x4096x4096 f16
@@ -8,49 +9,33 @@
 //!
 //! Arguments: `SHAPE [DTYPE [ORDER [WEIGHTS]]]` (defaults f16, aw, static).
 //! On x86-64 the times are HTP *emulator* times (`timing: emulated`), never
-//! NPU latency. This is a stand-in until `hetero-agent sweep` exists.
-use std::time::{SystemTime, UNIX_EPOCH};
+//! NPU latency.
+use std::str::FromStr;
+use std::sync::atomic::AtomicBool;
 
 use anyhow::{Context, bail};
-use hetero_agent::qnn::synthetic_weights;
-use hetero_agent::{GemmSpec, OpenOptions, Registry};
-use hetero_plan::{
-    Conditions, DType, GemmShape, MeasurementRow, OperandOrder, RowStatus, RunParams, Stats,
-    WeightMode,
-};
+use hetero_agent::{OpenOptions, Registry, sweep};
+use hetero_plan::{DType, GemmShape, OperandOrder, RowStatus, RunParams, SweepCase, WeightMode};
+
+/// Argument `i`, or `default` when it is not given, parsed.
+fn arg<T: FromStr<Err = String>>(args: &[String], i: usize, default: &str) -> anyhow::Result<T> {
+    args.get(i)
+        .map(String::as_str)
+        .unwrap_or(default)
+        .parse()
+        .map_err(anyhow::Error::msg)
+}
 
 fn main() -> anyhow::Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let shape: GemmShape = args
-        .first()
-        .map(String::as_str)
-        .unwrap_or("128x4096x4096")
-        .parse()
-        .map_err(anyhow::Error::msg)?;
-    let dtype: DType = args
-        .get(1)
-        .map(String::as_str)
-        .unwrap_or("f16")
-        .parse()
-        .map_err(anyhow::Error::msg)?;
-    let order: OperandOrder = args
-        .get(2)
-        .map(String::as_str)
-        .unwrap_or("aw")
-        .parse()
-        .map_err(anyhow::Error::msg)?;
+    let shape: GemmShape = arg(&args, 0, "128x4096x4096")?;
+    let dtype: DType = arg(&args, 1, "f16")?;
+    let order: OperandOrder = arg(&args, 2, "aw")?;
     let weights = match args.get(3).map(String::as_str).unwrap_or("static") {
         "static" => WeightMode::Static,
         "input" => WeightMode::Input,
         w => bail!("unknown weights `{w}`; expected static or input"),
     };
-    let spec = GemmSpec {
-        shape,
-        dtype,
-        order,
-        weights,
-    };
-    let run = RunParams::default();
 
     let mut reg = Registry::open(&OpenOptions::default(), Some(&["qnn:htp".to_string()]));
     if reg.backends.is_empty() {
@@ -66,82 +51,23 @@ fn main() -> anyhow::Result<()> {
         processor.id, processor.name, processor.driver
     );
 
-    let (m, k, n) = shape.mkn();
-    let (m, k, n) = (m as usize, k as usize, n as usize);
-    let w = synthetic_weights(shape, 1);
-    let a = synthetic_weights(GemmShape::new(1, m as u32, k as u32).unwrap(), 2);
-    let mut gemm = backend.prepare(&spec, &w)?;
-    gemm.write_input(&a)?;
-    for _ in 0..run.warmups {
-        gemm.execute()?;
-    }
-    let mut samples = Vec::new();
-    for _ in 0..run.repetitions {
-        samples.push(gemm.execute()?.best_us());
-    }
-    let mut c = vec![f32::NAN; m * n];
-    gemm.read_output(&mut c)?;
-
-    // f64 reference, full.
-    let mut r = vec![0f64; m * n];
-    for i in 0..m {
-        for p in 0..k {
-            let x = a[i * k + p] as f64;
-            let row = &w[p * n..(p + 1) * n];
-            for (acc, &y) in r[i * n..(i + 1) * n].iter_mut().zip(row) {
-                *acc += x * y as f64;
-            }
-        }
-    }
-    let scale = r.iter().fold(0f64, |s, x| s.max(x.abs()));
-    let rel_err = c
-        .iter()
-        .zip(&r)
-        .fold(0f64, |e, (&x, &y)| e.max((x as f64 - y).abs()))
-        / scale;
-    let tolerance = backend.tolerance(dtype, k as u32);
-    let verified = rel_err <= tolerance;
-    let stats = Stats::from_samples(&samples).context("no samples")?;
-
-    let mut row = MeasurementRow {
-        case_id: format!("{shape}-{dtype}-{order}"),
+    let case = SweepCase {
+        id: format!("{shape}-{dtype}-{order}"),
         processor: processor.id.clone(),
-        m: m as u32,
-        k: k as u32,
-        n: n as u32,
+        shape,
         dtype,
         order,
         weights,
-        status: if verified {
-            RowStatus::Ok
-        } else {
-            RowStatus::Failed
-        },
-        timing: processor.timing(),
-        warmups: run.warmups,
-        repetitions: run.repetitions,
-        median_us: None,
-        min_us: None,
-        p90_us: None,
-        cv: None,
-        mean_us: None,
-        host_median_us: None,
-        launch_us: None,
-        prepare_us: gemm.prepare_us(),
-        verified,
-        rel_err: Some(rel_err),
-        tolerance: Some(tolerance),
-        message: (!verified).then(|| format!("rel_err {rel_err:.3e} > {tolerance:.3e}")),
-        conditions: Conditions {
-            timestamp_ms: SystemTime::now().duration_since(UNIX_EPOCH)?.as_millis() as u64,
-            ..Default::default()
-        },
+        run: None,
     };
-    if verified {
-        row.set_stats(&stats);
-    }
+    let row = sweep::measure(
+        backend.as_mut(),
+        &case,
+        &RunParams::default(),
+        &AtomicBool::new(false),
+    );
     println!("{}", serde_json::to_string(&row)?);
-    if !verified {
+    if row.status != RowStatus::Ok {
         std::process::exit(1);
     }
     Ok(())

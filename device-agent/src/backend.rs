@@ -15,6 +15,43 @@ pub struct GemmSpec {
     pub weights: WeightMode,
 }
 
+impl GemmSpec {
+    /// An error unless `len` is the K·N values of the weights `W[K,N]`.
+    pub(crate) fn check_weights_len(&self, id: &str, len: usize) -> Result<()> {
+        let (_, k, n) = self.shape.mkn();
+        check_len(id, "weights", len, ("W", k, n))
+    }
+
+    /// An error unless `len` is the M·K values of the activation `A[M,K]`.
+    pub(crate) fn check_input_len(&self, id: &str, len: usize) -> Result<()> {
+        let (m, k, _) = self.shape.mkn();
+        check_len(id, "input", len, ("A", m, k))
+    }
+
+    /// An error unless `len` is the M·N values of the output `C[M,N]`.
+    pub(crate) fn check_output_len(&self, id: &str, len: usize) -> Result<()> {
+        let (m, _, n) = self.shape.mkn();
+        check_len(id, "output", len, ("C", m, n))
+    }
+}
+
+/// An error unless `got` values fill the matrix `name[rows, cols]`.
+fn check_len(
+    id: &str,
+    field: &str,
+    got: usize,
+    (name, rows, cols): (&str, u32, u32),
+) -> Result<()> {
+    let want = rows as usize * cols as usize;
+    if got == want {
+        return Ok(());
+    }
+    Err(Error::BadRequest {
+        field: field.into(),
+        message: format!("{id}: {got} values for {name}[{rows},{cols}]; expected {want}"),
+    })
+}
+
 /// How the host learns that a submitted GEMM finished.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum SyncMode {

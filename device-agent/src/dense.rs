@@ -108,17 +108,7 @@ impl Dense {
     /// Converts the weights `W[K,N]` (row-major f32) to the dtype and order.
     pub fn new(id: &str, spec: &GemmSpec, weights: &[f32]) -> Result<Dense> {
         let (m, k, n) = dims(spec);
-        if weights.len() != k * n {
-            return Err(Error::BadRequest {
-                field: "weights".into(),
-                message: format!(
-                    "{id}: expected K·N = {} weights for {}, got {}",
-                    k * n,
-                    spec.shape,
-                    weights.len()
-                ),
-            });
-        }
+        spec.check_weights_len(id, weights.len())?;
         let unsupported = || Error::unsupported(id, format!("dtype {}", spec.dtype));
         let mut wts = Buf::zeros(spec.dtype, k * n).ok_or_else(unsupported)?;
         let act = Buf::zeros(spec.dtype, m * k).ok_or_else(unsupported)?;
@@ -144,7 +134,7 @@ impl Dense {
     /// Replaces the weights `W[K,N]` (row-major f32).
     pub fn write_weights(&mut self, id: &str, w: &[f32]) -> Result<()> {
         let (_, k, n) = dims(&self.spec);
-        check_len(id, "weights", w.len(), k * n)?;
+        self.spec.check_weights_len(id, w.len())?;
         let transpose = self.spec.order == OperandOrder::WtAt;
         self.wts.load(w, k, n, transpose, &mut self.scratch);
         Ok(())
@@ -153,7 +143,7 @@ impl Dense {
     /// Stores the activation `A[M,K]` (row-major f32).
     pub fn write_input(&mut self, id: &str, a: &[f32]) -> Result<()> {
         let (m, k, _) = dims(&self.spec);
-        check_len(id, "input", a.len(), m * k)?;
+        self.spec.check_input_len(id, a.len())?;
         let transpose = self.spec.order == OperandOrder::WtAt;
         self.act.load(a, m, k, transpose, &mut self.scratch);
         Ok(())
@@ -162,7 +152,7 @@ impl Dense {
     /// Reads the output `C[M,N]` (row-major f32).
     pub fn read_output(&mut self, id: &str, c: &mut [f32]) -> Result<()> {
         let (m, _, n) = dims(&self.spec);
-        check_len(id, "output", c.len(), m * n)?;
+        self.spec.check_output_len(id, c.len())?;
         let transpose = self.spec.order == OperandOrder::WtAt;
         self.out.store(c, m, n, transpose, &mut self.scratch);
         Ok(())
@@ -195,17 +185,6 @@ fn is_vector(rows: usize, cols: usize) -> bool {
 fn dims(spec: &GemmSpec) -> (usize, usize, usize) {
     let (m, k, n) = spec.shape.mkn();
     (m as usize, k as usize, n as usize)
-}
-
-fn check_len(id: &str, what: &str, got: usize, want: usize) -> Result<()> {
-    if got == want {
-        Ok(())
-    } else {
-        Err(Error::BadRequest {
-            field: what.into(),
-            message: format!("{id}: expected {want} elements, got {got}"),
-        })
-    }
 }
 
 /// `C = A·W` (aw) or `Cᵀ = Wᵀ·Aᵀ` (wt_at) on row-major buffers.

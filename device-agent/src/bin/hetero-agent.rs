@@ -270,14 +270,7 @@ fn open_registry(o: &OpenArgs, filter: bool) -> Result<Registry> {
     if let Some(p) = &o.sim_params {
         hetero_agent::sim::SimParams::load(p).map_err(|e| bad(format!("--sim-params: {e}")))?;
     }
-    if let Some(d) = &o.qnn_lib_dir
-        && !d.is_dir()
-    {
-        return Err(bad(format!(
-            "--qnn-lib-dir: {} is not a folder",
-            d.display()
-        )));
-    }
+    check_qnn_lib_dir(o)?;
     let opts = OpenOptions {
         cpu_groups: o.cpu_groups.clone(),
         qnn_lib_dir: o.qnn_lib_dir.clone(),
@@ -295,17 +288,21 @@ fn open_registry(o: &OpenArgs, filter: bool) -> Result<Registry> {
     Ok(Registry::open(&opts, f))
 }
 
+/// `--qnn-lib-dir`, when given, must name a folder.
+fn check_qnn_lib_dir(o: &OpenArgs) -> Result<()> {
+    match &o.qnn_lib_dir {
+        Some(d) if !d.is_dir() => Err(bad(format!(
+            "--qnn-lib-dir: {} is not a folder",
+            d.display()
+        ))),
+        _ => Ok(()),
+    }
+}
+
 /// `compile`: QNN context binaries for a SoC (bad graph lists exit 2).
 #[cfg(feature = "qnn")]
 fn compile(o: &OpenArgs, args: hetero_agent::qnn::CompileArgs) -> Result<()> {
-    if let Some(d) = &o.qnn_lib_dir
-        && !d.is_dir()
-    {
-        return Err(bad(format!(
-            "--qnn-lib-dir: {} is not a folder",
-            d.display()
-        )));
-    }
+    check_qnn_lib_dir(o)?;
     let opts = OpenOptions {
         qnn_lib_dir: o.qnn_lib_dir.clone(),
         qnn_perf: o.qnn_perf.clone(),
@@ -738,30 +735,7 @@ fn bench_gemm(o: &OpenArgs, a: BenchArgs) -> Result<()> {
     let mut dst = vec![0f32; n * n];
     let mut alone = || {
         let t = Instant::now();
-        // SAFETY: all three buffers are n×n row-major and live for the call.
-        unsafe {
-            gemm::gemm(
-                n,
-                n,
-                n,
-                dst.as_mut_ptr(),
-                1,
-                n as isize,
-                false,
-                lhs.as_ptr(),
-                1,
-                n as isize,
-                rhs.as_ptr(),
-                1,
-                n as isize,
-                0.0,
-                1.0,
-                false,
-                false,
-                false,
-                gemm::Parallelism::Rayon(threads),
-            )
-        };
+        hetero_agent::cpu::gemm_crate(&lhs, &rhs, &mut dst, (n, n, n), threads);
         t.elapsed().as_secs_f64() * 1e6
     };
     let flops = shape.flops();

@@ -429,6 +429,44 @@ impl Gemm for CpuGemm {
     }
 }
 
+/// `C = A·W` on row-major `A[M,K]`, `W[K,N]` and `C[M,N]`: one plain
+/// call of the `gemm` crate on `threads` threads of rayon's global pool,
+/// the reference a backend's product is benchmarked against.
+pub fn gemm_crate(
+    a: &[f32],
+    w: &[f32],
+    c: &mut [f32],
+    (m, k, n): (usize, usize, usize),
+    threads: usize,
+) {
+    assert!(a.len() == m * k && w.len() == k * n && c.len() == m * n);
+    // SAFETY: row-major A, W and C with the lengths asserted above and
+    // matching strides.
+    unsafe {
+        gemm::gemm(
+            m,
+            n,
+            k,
+            c.as_mut_ptr(),
+            1,
+            n as isize,
+            false,
+            a.as_ptr(),
+            1,
+            k as isize,
+            w.as_ptr(),
+            1,
+            n as isize,
+            0.0,
+            1.0,
+            false,
+            false,
+            false,
+            Parallelism::Rayon(threads),
+        )
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

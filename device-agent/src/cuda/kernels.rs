@@ -28,9 +28,83 @@ use cudarc::driver::{CudaContext, result, sys};
 use super::At;
 use crate::Result;
 
+/// The PTX of a grid-stride kernel `NAME(src, dst, n)` that converts the
+/// `n` f32 values at `src` into 16-bit values at `dst`: `$regs` declares
+/// its registers, `$convert` turns the f32 at `[%rd8]` into the 16 bits in
+/// `%rs1`, and `$tag` keeps its labels apart from the other kernels'.
+macro_rules! f32_to_16bit_kernel {
+    ($name:literal, $tag:literal, $regs:literal, $convert:literal $(,)?) => {
+        concat!(
+            ".visible .entry ",
+            $name,
+            "(
+	.param .u64 ",
+            $name,
+            "_param_0,
+	.param .u64 ",
+            $name,
+            "_param_1,
+	.param .u64 ",
+            $name,
+            "_param_2
+)
+{
+",
+            $regs,
+            "
+
+	ld.param.u64 	%rd1, [",
+            $name,
+            "_param_0];
+	ld.param.u64 	%rd2, [",
+            $name,
+            "_param_1];
+	ld.param.u64 	%rd3, [",
+            $name,
+            "_param_2];
+	cvta.to.global.u64 	%rd1, %rd1;
+	cvta.to.global.u64 	%rd2, %rd2;
+	mov.u32 	%r1, %ctaid.x;
+	mov.u32 	%r2, %ntid.x;
+	mov.u32 	%r3, %tid.x;
+	mul.wide.u32 	%rd4, %r1, %r2;
+	cvt.u64.u32 	%rd5, %r3;
+	add.s64 	%rd4, %rd4, %rd5;
+	mov.u32 	%r4, %nctaid.x;
+	mul.wide.u32 	%rd6, %r4, %r2;
+$L_",
+            $tag,
+            "_loop:
+	setp.ge.u64 	%p1, %rd4, %rd3;
+	@%p1 bra 	$L_",
+            $tag,
+            "_done;
+	shl.b64 	%rd7, %rd4, 2;
+	add.s64 	%rd8, %rd1, %rd7;
+",
+            $convert,
+            "	shl.b64 	%rd9, %rd4, 1;
+	add.s64 	%rd10, %rd2, %rd9;
+	st.global.b16 	[%rd10], %rs1;
+	add.s64 	%rd4, %rd4, %rd6;
+	bra.uni 	$L_",
+            $tag,
+            "_loop;
+$L_",
+            $tag,
+            "_done:
+	ret;
+}
+
+"
+        )
+    };
+}
+
 /// The PTX of the kernels. PTX 7.0 for `sm_70` and newer; the driver
 /// JIT-compiles it for the device at module load.
-pub(super) const PTX: &str = r#"
+pub(super) const PTX: &str = concat!(
+    r#"
 .version 7.0
 .target sm_70
 .address_size 64
@@ -56,77 +130,27 @@ pub(super) const PTX: &str = r#"
 	ret;
 }
 
-.visible .entry hetero_f32_to_f16(
-	.param .u64 hetero_f32_to_f16_param_0,
-	.param .u64 hetero_f32_to_f16_param_1,
-	.param .u64 hetero_f32_to_f16_param_2
-)
-{
-	.reg .pred 	%p<2>;
+"#,
+    f32_to_16bit_kernel!(
+        "hetero_f32_to_f16",
+        "h",
+        "	.reg .pred 	%p<2>;
 	.reg .b16 	%rs<2>;
 	.reg .f32 	%f<2>;
 	.reg .b32 	%r<5>;
-	.reg .b64 	%rd<11>;
-
-	ld.param.u64 	%rd1, [hetero_f32_to_f16_param_0];
-	ld.param.u64 	%rd2, [hetero_f32_to_f16_param_1];
-	ld.param.u64 	%rd3, [hetero_f32_to_f16_param_2];
-	cvta.to.global.u64 	%rd1, %rd1;
-	cvta.to.global.u64 	%rd2, %rd2;
-	mov.u32 	%r1, %ctaid.x;
-	mov.u32 	%r2, %ntid.x;
-	mov.u32 	%r3, %tid.x;
-	mul.wide.u32 	%rd4, %r1, %r2;
-	cvt.u64.u32 	%rd5, %r3;
-	add.s64 	%rd4, %rd4, %rd5;
-	mov.u32 	%r4, %nctaid.x;
-	mul.wide.u32 	%rd6, %r4, %r2;
-$L_h_loop:
-	setp.ge.u64 	%p1, %rd4, %rd3;
-	@%p1 bra 	$L_h_done;
-	shl.b64 	%rd7, %rd4, 2;
-	add.s64 	%rd8, %rd1, %rd7;
-	ld.global.f32 	%f1, [%rd8];
+	.reg .b64 	%rd<11>;",
+        "	ld.global.f32 	%f1, [%rd8];
 	cvt.rn.f16.f32 	%rs1, %f1;
-	shl.b64 	%rd9, %rd4, 1;
-	add.s64 	%rd10, %rd2, %rd9;
-	st.global.b16 	[%rd10], %rs1;
-	add.s64 	%rd4, %rd4, %rd6;
-	bra.uni 	$L_h_loop;
-$L_h_done:
-	ret;
-}
-
-.visible .entry hetero_f32_to_bf16(
-	.param .u64 hetero_f32_to_bf16_param_0,
-	.param .u64 hetero_f32_to_bf16_param_1,
-	.param .u64 hetero_f32_to_bf16_param_2
-)
-{
-	.reg .pred 	%p<3>;
+",
+    ),
+    f32_to_16bit_kernel!(
+        "hetero_f32_to_bf16",
+        "b",
+        "	.reg .pred 	%p<3>;
 	.reg .b16 	%rs<2>;
 	.reg .b32 	%r<11>;
-	.reg .b64 	%rd<11>;
-
-	ld.param.u64 	%rd1, [hetero_f32_to_bf16_param_0];
-	ld.param.u64 	%rd2, [hetero_f32_to_bf16_param_1];
-	ld.param.u64 	%rd3, [hetero_f32_to_bf16_param_2];
-	cvta.to.global.u64 	%rd1, %rd1;
-	cvta.to.global.u64 	%rd2, %rd2;
-	mov.u32 	%r1, %ctaid.x;
-	mov.u32 	%r2, %ntid.x;
-	mov.u32 	%r3, %tid.x;
-	mul.wide.u32 	%rd4, %r1, %r2;
-	cvt.u64.u32 	%rd5, %r3;
-	add.s64 	%rd4, %rd4, %rd5;
-	mov.u32 	%r4, %nctaid.x;
-	mul.wide.u32 	%rd6, %r4, %r2;
-$L_b_loop:
-	setp.ge.u64 	%p1, %rd4, %rd3;
-	@%p1 bra 	$L_b_done;
-	shl.b64 	%rd7, %rd4, 2;
-	add.s64 	%rd8, %rd1, %rd7;
-	ld.global.u32 	%r5, [%rd8];
+	.reg .b64 	%rd<11>;",
+        "	ld.global.u32 	%r5, [%rd8];
 	// NaN (exponent all ones, mantissa not zero): the high half, quieted.
 	and.b32 	%r6, %r5, 2147483647;
 	setp.gt.u32 	%p2, %r6, 2139095040;
@@ -139,16 +163,9 @@ $L_b_loop:
 	shr.u32 	%r10, %r10, 16;
 	selp.b32 	%r10, %r8, %r10, %p2;
 	cvt.u16.u32 	%rs1, %r10;
-	shl.b64 	%rd9, %rd4, 1;
-	add.s64 	%rd10, %rd2, %rd9;
-	st.global.b16 	[%rd10], %rs1;
-	add.s64 	%rd4, %rd4, %rd6;
-	bra.uni 	$L_b_loop;
-$L_b_done:
-	ret;
-}
-
-.visible .entry hetero_spin(
+",
+    ),
+    r#".visible .entry hetero_spin(
 	.param .u64 hetero_spin_param_0
 )
 {
@@ -207,7 +224,8 @@ $L_t_done:
 $L_t_ret:
 	ret;
 }
-"#;
+"#
+);
 
 /// The loaded module and its functions.
 pub(super) struct Kernels {

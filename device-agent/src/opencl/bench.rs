@@ -22,7 +22,8 @@ use opencl3::kernel::Kernel;
 use opencl3::memory::{Buffer, CL_MEM_READ_WRITE, ClMem};
 use opencl3::types::{CL_BLOCKING, cl_int, cl_uint};
 
-use super::{ClResultExt, OpenClBackend, max_rel_err, test_data};
+use super::{ClResultExt, OpenClBackend, max_rel_err};
+use crate::verify::random_vec;
 use crate::{Backend, Error, Gemm, GemmSpec, Result, SyncMode};
 
 /// Target kernel time of the busy kernel for `submit_busy`, µs.
@@ -194,8 +195,8 @@ fn sync(be: &mut OpenClBackend, req: &MicrobenchRequest, poll: bool) -> Result<V
         order: OperandOrder::Aw,
         weights: WeightMode::Static,
     };
-    let a = test_data(m * k, 11);
-    let w = test_data(k * n, 12);
+    let a = random_vec(m * k, 11);
+    let w = random_vec(k * n, 12);
     let mut g = be.prepare_cl(&spec, &w)?;
     g.write_input(&a)?;
     // The prediction Poll sleeps on: the median of a few blocking runs.

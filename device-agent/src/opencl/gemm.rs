@@ -423,14 +423,7 @@ impl ClGemm {
         weights: &[f32],
     ) -> Result<ClGemm> {
         let id = dev.id.clone();
-        let (_, k, n) = spec.shape.mkn();
-        let (k, n) = (k as usize, n as usize);
-        if weights.len() != k * n {
-            return Err(Error::BadRequest {
-                field: "weights".into(),
-                message: format!("{} values for a {k}x{n} weight", weights.len()),
-            });
-        }
+        spec.check_weights_len(&id, weights.len())?;
         let elem = elem_size(spec.dtype);
         let g = Geometry::new(&spec, &tile);
         let weights_buf = upload_weights(&dev, &spec, weights, g.weight)?;
@@ -582,12 +575,7 @@ impl Gemm for ClGemm {
     fn write_input(&mut self, a: &[f32]) -> Result<()> {
         let (m, k, _) = self.spec.shape.mkn();
         let (m, k) = (m as usize, k as usize);
-        if a.len() != m * k {
-            return Err(Error::BadRequest {
-                field: "input".into(),
-                message: format!("{} values for a {m}x{k} activation", a.len()),
-            });
-        }
+        self.spec.check_input_len(&self.dev.id, a.len())?;
         if self.pending.is_some() {
             return Err(self.busy_error());
         }
@@ -621,12 +609,7 @@ impl Gemm for ClGemm {
     fn read_output(&mut self, c: &mut [f32]) -> Result<()> {
         let (m, _, n) = self.spec.shape.mkn();
         let (m, n) = (m as usize, n as usize);
-        if c.len() != m * n {
-            return Err(Error::BadRequest {
-                field: "output".into(),
-                message: format!("{} values for a {m}x{n} result", c.len()),
-            });
-        }
+        self.spec.check_output_len(&self.dev.id, c.len())?;
         if self.pending.is_some() {
             return Err(self.busy_error());
         }

@@ -69,17 +69,26 @@ typedef CAT(float, VW) VT;
 
 #endif
 
+// Work-item rows of a work-group, in every family; each family defines
+// LS, its work-item columns.
+#define LR (TR / WR)
+
+// The kernel's signature, the same in every family (the host sets the
+// arguments in this order); Yname names the second operand: Yt for DOT,
+// which takes it transposed.
+#define GEMM_KERNEL(Yname)                                     \
+    __kernel __attribute__((reqd_work_group_size(LS, LR, 1))) \
+    void gemm(const int R, const int S, const int K,           \
+              const int ldx, const int ldy, const int ldc,     \
+              __global const T* restrict X,                    \
+              __global const T* restrict Yname,                \
+              __global T* restrict C)
+
 #if defined(DIRECT)
 
 #define LS (TS / (WS * VW))
-#define LR (TR / WR)
 
-__kernel __attribute__((reqd_work_group_size(LS, LR, 1)))
-void gemm(const int R, const int S, const int K,
-          const int ldx, const int ldy, const int ldc,
-          __global const T* restrict X,
-          __global const T* restrict Y,
-          __global T* restrict C)
+GEMM_KERNEL(Y)
 {
     // Vector column index of this work-item's first vector.
     const int v0 = get_group_id(0) * (LS * WS) + get_local_id(0);
@@ -136,14 +145,8 @@ void gemm(const int R, const int S, const int K,
 #endif
 
 #define LS (TS / WS)
-#define LR (TR / WR)
 
-__kernel __attribute__((reqd_work_group_size(LS, LR, 1)))
-void gemm(const int R, const int S, const int K,
-          const int ldx, const int ldy, const int ldc,
-          __global const T* restrict X,
-          __global const T* restrict Yt,
-          __global T* restrict C)
+GEMM_KERNEL(Yt)
 {
     const int s0 = get_group_id(0) * TS + get_local_id(0);
     const int r0 = get_group_id(1) * TR + get_local_id(1) * WR;
@@ -184,16 +187,10 @@ void gemm(const int R, const int S, const int K,
 
 #else // LMEM
 
-#define LR (TR / WR)
 #define LS (TS / WS)
 #define NT (LR * LS)
 
-__kernel __attribute__((reqd_work_group_size(LS, LR, 1)))
-void gemm(const int R, const int S, const int K,
-          const int ldx, const int ldy, const int ldc,
-          __global const T* restrict X,
-          __global const T* restrict Y,
-          __global T* restrict C)
+GEMM_KERNEL(Y)
 {
     const int ls = get_local_id(0);
     const int lr = get_local_id(1);

@@ -55,6 +55,7 @@ use opencl3::program::Program;
 pub use gemm::{ClGemm, EVENT_CHECK_EVERY, PollStats};
 pub use tune::{CANDIDATES, CHECK_SHAPE, Family, TUNE_SHAPE, Tile, Trial, TuneReport};
 
+use crate::verify::random_vec;
 use crate::{Backend, Error, Gemm, GemmSpec, OpenOptions, Result};
 
 /// The GEMM kernel source; tiles and dtype are `-D` build options.
@@ -695,8 +696,8 @@ impl OpenClBackend {
             order: OperandOrder::Aw,
             weights: WeightMode::Static,
         };
-        let a = test_data(m as usize * k as usize, 1);
-        let w = test_data(k as usize * n as usize, 2);
+        let a = random_vec(m as usize * k as usize, 1);
+        let w = random_vec(k as usize * n as usize, 2);
         let mut g = self.prepare_with_tile(&spec, &w, tile)?;
         g.write_input(&a)?;
         let mut times = Vec::new();
@@ -754,19 +755,6 @@ pub(crate) fn now_ms() -> u64 {
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_millis() as u64)
         .unwrap_or(0)
-}
-
-/// Deterministic data in [-1, 1) (xorshift), different per `seed`.
-pub(crate) fn test_data(len: usize, seed: u64) -> Vec<f32> {
-    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..len)
-        .map(|_| {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            ((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
-        })
-        .collect()
 }
 
 /// Largest error of `c = a·w` against an f64 reference, relative to
@@ -834,8 +822,8 @@ mod tests {
     #[test]
     fn reference_check_catches_a_wrong_output() {
         let (m, k, n) = (3, 4, 5);
-        let a = test_data(m * k, 1);
-        let w = test_data(k * n, 2);
+        let a = random_vec(m * k, 1);
+        let w = random_vec(k * n, 2);
         let mut c = vec![0f32; m * n];
         for i in 0..m {
             for j in 0..n {
@@ -859,13 +847,5 @@ mod tests {
         assert_eq!(evict_bytes(false, 0, u64::MAX), 64 << 20);
         // Within the largest allocation, in whole lines.
         assert_eq!(evict_bytes(false, 50 << 20, (32 << 20) + 5), 32 << 20);
-    }
-
-    #[test]
-    fn test_data_is_in_range_and_seeded() {
-        let a = test_data(1000, 1);
-        assert!(a.iter().all(|x| (-1.0..1.0).contains(x)));
-        assert_ne!(a, test_data(1000, 2));
-        assert_eq!(a, test_data(1000, 1));
     }
 }

@@ -180,15 +180,11 @@ const fn lmem(tr: u32, ts: u32, tk: u32, wr: u32, ws: u32) -> Tile {
     }
 }
 
+/// A [`Family::Direct`] tile: the fields of a [`dot`] one (no TK either).
 const fn direct(tr: u32, ts: u32, wr: u32, ws: u32, vw: u32) -> Tile {
     Tile {
         family: Family::Direct,
-        tr,
-        ts,
-        tk: 1,
-        wr,
-        ws,
-        vw,
+        ..dot(tr, ts, wr, ws, vw)
     }
 }
 

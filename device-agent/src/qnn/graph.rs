@@ -426,12 +426,7 @@ impl Operands {
     fn new(spec: &GemmSpec, weights: &[f32], act_abs_max: f32) -> Result<Operands> {
         let (m, k, n) = spec.shape.mkn();
         let (m, k, n) = (m as usize, k as usize, n as usize);
-        if weights.len() != k * n {
-            return Err(Error::BadRequest {
-                field: "weights".into(),
-                message: format!("expected K·N = {} values, got {}", k * n, weights.len()),
-            });
-        }
+        spec.check_weights_len(PROCESSOR_ID, weights.len())?;
         let el = elements_for(spec.dtype, weights, k, n, act_abs_max)?;
         let weight_first = spec.order == OperandOrder::WtAt;
         let desc = |name: &str, dims: [usize; 2], element| TensorDesc {
@@ -687,12 +682,7 @@ impl QnnGemm {
                 "writing weights of a static-weight graph (they are baked in)",
             ));
         };
-        if w.len() != k * n {
-            return Err(Error::BadRequest {
-                field: "weights".into(),
-                message: format!("expected K·N = {} values, got {}", k * n, w.len()),
-            });
-        }
+        self.spec.check_weights_len(PROCESSOR_ID, w.len())?;
         if weight_first {
             t.desc.element.encode(&transpose(w, k, n), &mut t.data);
         } else {
@@ -712,13 +702,7 @@ impl Gemm for QnnGemm {
     }
 
     fn write_input(&mut self, a: &[f32]) -> Result<()> {
-        let (m, k, _) = self.spec.shape.mkn();
-        if a.len() != m as usize * k as usize {
-            return Err(Error::BadRequest {
-                field: "input".into(),
-                message: format!("expected M·K = {} values, got {}", m * k, a.len()),
-            });
-        }
+        self.spec.check_input_len(PROCESSOR_ID, a.len())?;
         if let Some(limit) = self.built.io.act_abs_max {
             if let Some(x) = a.iter().find(|x| x.abs() > limit || !x.is_finite()) {
                 return Err(Error::BadRequest {
@@ -780,12 +764,7 @@ impl Gemm for QnnGemm {
     fn read_output(&mut self, c: &mut [f32]) -> Result<()> {
         let (m, _, n) = self.spec.shape.mkn();
         let (m, n) = (m as usize, n as usize);
-        if c.len() != m * n {
-            return Err(Error::BadRequest {
-                field: "output".into(),
-                message: format!("expected M·N = {} values, got {}", m * n, c.len()),
-            });
-        }
+        self.spec.check_output_len(PROCESSOR_ID, c.len())?;
         let element = self.c.desc.element;
         let saturated = if self.built.io.weight_first {
             self.scratch.resize(m * n, 0.0);

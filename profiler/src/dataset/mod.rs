@@ -13,7 +13,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
-use hetero_plan::{DeviceProfile, Fingerprint, MeasurementRow, MicrobenchRow};
+use hetero_plan::{DeviceProfile, Fingerprint, MeasurementRow, MicrobenchRow, SweepSpec};
 use serde::Serialize;
 
 use crate::journal::{Journal, Rows};
@@ -371,25 +371,28 @@ fn merge_profile(into: &mut DeviceProfile, other: &DeviceProfile) {
     into.seconds += other.seconds;
     into.started_ms = into.started_ms.min(other.started_ms);
     match (&mut into.sweep, &other.sweep) {
-        (Some(a), Some(b)) => {
-            let have: BTreeSet<String> = a
-                .cases
-                .iter()
-                .map(|c| c.id.clone())
-                .chain(a.microbench.iter().map(|m| m.id.clone()))
-                .collect();
-            a.cases
-                .extend(b.cases.iter().filter(|c| !have.contains(&c.id)).cloned());
-            a.microbench.extend(
-                b.microbench
-                    .iter()
-                    .filter(|m| !have.contains(&m.id))
-                    .cloned(),
-            );
-        }
+        (Some(a), Some(b)) => add_new_items(a, b),
         (None, Some(b)) => into.sweep = Some(b.clone()),
         _ => {}
     }
+}
+
+/// Adds the cases and benchmarks of `from` whose ids `into` lacks.
+pub(crate) fn add_new_items(into: &mut SweepSpec, from: &SweepSpec) {
+    let have: BTreeSet<String> = into
+        .cases
+        .iter()
+        .map(|c| c.id.clone())
+        .chain(into.microbench.iter().map(|m| m.id.clone()))
+        .collect();
+    into.cases
+        .extend(from.cases.iter().filter(|c| !have.contains(&c.id)).cloned());
+    into.microbench.extend(
+        from.microbench
+            .iter()
+            .filter(|m| !have.contains(&m.id))
+            .cloned(),
+    );
 }
 
 /// Identifies a device: host name, architecture and its processors. Two

@@ -113,17 +113,27 @@ pub(super) fn measurements_frame(rows: &[MeasurementRow], path: &Path) -> Result
                 "message",
                 rows.iter().map(|r| r.message.clone()).collect::<Vec<_>>(),
             ),
-            col(
-                "timestamp_ms",
-                rows.iter()
-                    .map(|r| r.conditions.timestamp_ms)
-                    .collect::<Vec<_>>(),
-            ),
-            col("cpu_mhz", of(|r| r.conditions.cpu_mhz)),
-            col("temp_c", of(|r| r.conditions.temp_c)),
-            col("host_probe_us", of(|r| r.conditions.host_probe_us)),
-        ],
+        ]
+        .into_iter()
+        .chain(condition_columns(rows.iter().map(|r| &r.conditions)))
+        .collect(),
     )
+}
+
+/// The [`Conditions`] of the rows as the columns `timestamp_ms`,
+/// `cpu_mhz`, `temp_c` and `host_probe_us`.
+fn condition_columns<'a>(v: impl Iterator<Item = &'a Conditions>) -> [Column; 4] {
+    let v: Vec<&Conditions> = v.collect();
+    let of = |f: fn(&Conditions) -> Option<f64>| v.iter().map(|c| f(c)).collect::<Vec<_>>();
+    [
+        col(
+            "timestamp_ms",
+            v.iter().map(|c| c.timestamp_ms).collect::<Vec<_>>(),
+        ),
+        col("cpu_mhz", of(|c| c.cpu_mhz)),
+        col("temp_c", of(|c| c.temp_c)),
+        col("host_probe_us", of(|c| c.host_probe_us)),
+    ]
 }
 
 /// A [`GemvStream`] field as the columns `{prefix}_copies`,
@@ -197,16 +207,8 @@ pub(super) fn microbench_frame(
                     .map(|r| notes.get(&r.case_id).cloned())
                     .collect::<Vec<_>>(),
             ),
-            col(
-                "timestamp_ms",
-                rows.iter()
-                    .map(|r| r.conditions.timestamp_ms)
-                    .collect::<Vec<_>>(),
-            ),
-            col("cpu_mhz", of(|r| r.conditions.cpu_mhz)),
-            col("temp_c", of(|r| r.conditions.temp_c)),
-            col("host_probe_us", of(|r| r.conditions.host_probe_us)),
         ])
+        .chain(condition_columns(rows.iter().map(|r| &r.conditions)))
         .collect(),
     )
 }
@@ -246,27 +248,47 @@ impl<'a> Reader<'a> {
     }
 
     fn req_strs(&self, name: &str) -> Result<Vec<String>> {
-        self.strs(name, true)?
-            .into_iter()
-            .enumerate()
-            .map(|(i, o)| {
-                o.ok_or_else(|| {
-                    Error::dataset(self.path, format!("row {i}, column `{name}`: null"))
-                })
-            })
-            .collect()
+        self.no_nulls(name, self.strs(name, true)?)
+    }
+
+    /// The numeric column `name` cast to `T`; all `None` when it is
+    /// missing and not `required`.
+    fn nums<T: PolarsNumericType>(
+        &self,
+        name: &str,
+        required: bool,
+    ) -> Result<Vec<Option<T::Native>>> {
+        let n = self.df.height();
+        Ok(match self.column(name, &T::get_static_dtype(), required)? {
+            Some(c) => c
+                .as_materialized_series()
+                .unpack::<T>()
+                .map_err(polars_err(self.path))?
+                .iter()
+                .collect(),
+            None => vec![None; n],
+        })
     }
 
     fn u32s(&self, name: &str, required: bool) -> Result<Vec<Option<u32>>> {
-        let n = self.df.height();
-        Ok(match self.column(name, &DataType::UInt32, required)? {
-            Some(c) => c.u32().map_err(polars_err(self.path))?.iter().collect(),
-            None => vec![None; n],
-        })
+        self.nums::<UInt32Type>(name, required)
     }
 
     fn req_u32s(&self, name: &str) -> Result<Vec<u32>> {
-        self.u32s(name, true)?
+        self.no_nulls(name, self.u32s(name, true)?)
+    }
+
+    fn u64s(&self, name: &str) -> Result<Vec<Option<u64>>> {
+        self.nums::<UInt64Type>(name, false)
+    }
+
+    fn f64s(&self, name: &str) -> Result<Vec<Option<f64>>> {
+        self.nums::<Float64Type>(name, false)
+    }
+
+    /// The values of the required column `name`, an error at its first null.
+    fn no_nulls<T>(&self, name: &str, values: Vec<Option<T>>) -> Result<Vec<T>> {
+        values
             .into_iter()
             .enumerate()
             .map(|(i, o)| {
@@ -275,22 +297,6 @@ impl<'a> Reader<'a> {
                 })
             })
             .collect()
-    }
-
-    fn u64s(&self, name: &str) -> Result<Vec<Option<u64>>> {
-        let n = self.df.height();
-        Ok(match self.column(name, &DataType::UInt64, false)? {
-            Some(c) => c.u64().map_err(polars_err(self.path))?.iter().collect(),
-            None => vec![None; n],
-        })
-    }
-
-    fn f64s(&self, name: &str) -> Result<Vec<Option<f64>>> {
-        let n = self.df.height();
-        Ok(match self.column(name, &DataType::Float64, false)? {
-            Some(c) => c.f64().map_err(polars_err(self.path))?.iter().collect(),
-            None => vec![None; n],
-        })
     }
 
     /// The [`GemvStream`] columns of [`stream_columns`] under `prefix`.
@@ -305,6 +311,21 @@ impl<'a> Reader<'a> {
                     host_weights: host_weights[i],
                     runs: runs[i],
                 })
+            })
+            .collect())
+    }
+
+    /// The [`Conditions`] of [`condition_columns`]; a missing timestamp is 0.
+    fn conditions(&self) -> Result<Vec<Conditions>> {
+        let ts = self.u64s("timestamp_ms")?;
+        let [mhz, temp, probe] = ["cpu_mhz", "temp_c", "host_probe_us"].map(|c| self.f64s(c));
+        let (mhz, temp, probe) = (mhz?, temp?, probe?);
+        Ok((0..self.df.height())
+            .map(|i| Conditions {
+                timestamp_ms: ts[i].unwrap_or(0),
+                cpu_mhz: mhz[i],
+                temp_c: temp[i],
+                host_probe_us: probe[i],
             })
             .collect())
     }
@@ -337,20 +358,7 @@ pub fn read_measurements(path: &Path) -> Result<Vec<MeasurementRow>> {
     let timing = r.strs("timing", false)?;
     let warmups = r.u32s("warmups", false)?;
     let reps = r.u32s("repetitions", false)?;
-    let [
-        median,
-        min,
-        p90,
-        cv,
-        host,
-        launch,
-        prep,
-        rel,
-        tol,
-        mhz,
-        temp,
-        probe,
-    ] = [
+    let [median, min, p90, cv, host, launch, prep, rel, tol] = [
         "median_us",
         "min_us",
         "p90_us",
@@ -360,19 +368,15 @@ pub fn read_measurements(path: &Path) -> Result<Vec<MeasurementRow>> {
         "prepare_us",
         "rel_err",
         "tolerance",
-        "cpu_mhz",
-        "temp_c",
-        "host_probe_us",
     ]
     .map(|c| r.f64s(c));
-    let (median, min, p90, cv, host, launch, prep, rel, tol, mhz, temp, probe) = (
-        median?, min?, p90?, cv?, host?, launch?, prep?, rel?, tol?, mhz?, temp?, probe?,
-    );
+    let (median, min, p90, cv, host, launch, prep, rel, tol) =
+        (median?, min?, p90?, cv?, host?, launch?, prep?, rel?, tol?);
     // Absent from datasets of older agents.
     let mean = r.f64s("mean_us")?;
     let verified = r.bools("verified")?;
     let message = r.strs("message", false)?;
-    let ts = r.u64s("timestamp_ms")?;
+    let conditions = r.conditions()?;
     let mut out = Vec::with_capacity(df.height());
     for i in 0..df.height() {
         out.push(MeasurementRow {
@@ -400,12 +404,7 @@ pub fn read_measurements(path: &Path) -> Result<Vec<MeasurementRow>> {
             rel_err: rel[i],
             tolerance: tol[i],
             message: message[i].clone(),
-            conditions: Conditions {
-                timestamp_ms: ts[i].unwrap_or(0),
-                cpu_mhz: mhz[i],
-                temp_c: temp[i],
-                host_probe_us: probe[i],
-            },
+            conditions: conditions[i].clone(),
         });
         let checked = out[i].validate();
         checked.map_err(|(f, why)| Error::dataset(path, format!("row {i}: field `{f}`: {why}")))?;
@@ -429,19 +428,9 @@ pub fn read_microbench(path: &Path) -> Result<(Vec<MicrobenchRow>, BTreeMap<Stri
     );
     let status = r.req_strs("status")?;
     let timing = r.strs("timing", false)?;
-    let [median, min, p90, cv, gbps, mhz, temp, probe] = [
-        "median_us",
-        "min_us",
-        "p90_us",
-        "cv",
-        "gbps",
-        "cpu_mhz",
-        "temp_c",
-        "host_probe_us",
-    ]
-    .map(|c| r.f64s(c));
-    let (median, min, p90, cv, gbps, mhz, temp, probe) =
-        (median?, min?, p90?, cv?, gbps?, mhz?, temp?, probe?);
+    let [median, min, p90, cv, gbps] =
+        ["median_us", "min_us", "p90_us", "cv", "gbps"].map(|c| r.f64s(c));
+    let (median, min, p90, cv, gbps) = (median?, min?, p90?, cv?, gbps?);
     let count = r.u32s("count", false)?;
     // Absent from datasets of older agents.
     let mean = r.f64s("mean_us")?;
@@ -450,7 +439,7 @@ pub fn read_microbench(path: &Path) -> Result<(Vec<MicrobenchRow>, BTreeMap<Stri
     // Absent from datasets of older agents, whose notes say it in words.
     let stream = r.streams("stream")?;
     let peer_stream = r.streams("peer_stream")?;
-    let ts = r.u64s("timestamp_ms")?;
+    let conditions = r.conditions()?;
     let mut out = Vec::with_capacity(df.height());
     let mut notes = BTreeMap::new();
     for i in 0..df.height() {
@@ -491,12 +480,7 @@ pub fn read_microbench(path: &Path) -> Result<(Vec<MicrobenchRow>, BTreeMap<Stri
             stream: stream[i],
             peer_stream: peer_stream[i],
             message: message[i].clone(),
-            conditions: Conditions {
-                timestamp_ms: ts[i].unwrap_or(0),
-                cpu_mhz: mhz[i],
-                temp_c: temp[i],
-                host_probe_us: probe[i],
-            },
+            conditions: conditions[i].clone(),
         });
     }
     Ok((out, notes))

@@ -45,33 +45,23 @@ impl Dataset {
                 .entry(r.processor.clone())
                 .or_default()
                 .insert((r.m, r.k, r.n));
-            if matches!(
+            failed.extend(FailedRow::of(
+                &r.case_id,
+                &r.processor,
                 r.status,
-                RowStatus::Failed | RowStatus::Error | RowStatus::Timeout
-            ) {
-                failed.push(FailedRow {
-                    case_id: r.case_id.clone(),
-                    processor: r.processor.clone(),
-                    status: status_name(r.status),
-                    message: r.message.clone().unwrap_or_default(),
-                });
-            }
+                r.message.as_deref(),
+            ));
         }
         for r in &self.microbench {
             entry(&mut per, &r.processor);
             let p = per.get_mut(&r.processor).expect("inserted");
             p.microbench += 1;
-            if matches!(
+            failed.extend(FailedRow::of(
+                &r.case_id,
+                &r.processor,
                 r.status,
-                RowStatus::Failed | RowStatus::Error | RowStatus::Timeout
-            ) {
-                failed.push(FailedRow {
-                    case_id: r.case_id.clone(),
-                    processor: r.processor.clone(),
-                    status: status_name(r.status),
-                    message: r.message.clone().unwrap_or_default(),
-                });
-            }
+                r.message.as_deref(),
+            ));
         }
         for (id, s) in shapes {
             if let Some(p) = per.get_mut(&id) {
@@ -185,6 +175,27 @@ pub struct FailedRow {
     pub status: String,
     /// The agent's message.
     pub message: String,
+}
+
+impl FailedRow {
+    /// The row's entry in the list of failures, `None` when it did not fail.
+    fn of(
+        case_id: &str,
+        processor: &str,
+        status: RowStatus,
+        message: Option<&str>,
+    ) -> Option<Self> {
+        matches!(
+            status,
+            RowStatus::Failed | RowStatus::Error | RowStatus::Timeout
+        )
+        .then(|| FailedRow {
+            case_id: case_id.to_string(),
+            processor: processor.to_string(),
+            status: status_name(status),
+            message: message.unwrap_or_default().to_string(),
+        })
+    }
 }
 
 /// What `hetero dataset show` prints.

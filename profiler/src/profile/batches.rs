@@ -3,7 +3,7 @@
 //! measure; a batch that ends badly restarts the agent after a pause, up to
 //! `max_agent_failures` times in a row.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};
 
 use hetero_plan::{Processor, SchemaVersion, SweepSpec};
@@ -12,7 +12,7 @@ use super::Run;
 use super::agent_run::{self, BatchEnd, Limits, Sink};
 use super::cost::CostModel;
 use super::refine;
-use crate::dataset::DEVICE_FILE;
+use crate::dataset::{self, DEVICE_FILE};
 use crate::design::{Item, Planned};
 use crate::report::{Event, Reporter};
 use crate::transport::tail;
@@ -157,20 +157,7 @@ impl Run {
         let Some(s) = &mut self.profile.sweep else {
             return;
         };
-        let have: HashSet<String> = s
-            .cases
-            .iter()
-            .map(|c| c.id.clone())
-            .chain(s.microbench.iter().map(|b| b.id.clone()))
-            .collect();
-        s.cases
-            .extend(spec.cases.iter().filter(|c| !have.contains(&c.id)).cloned());
-        s.microbench.extend(
-            spec.microbench
-                .iter()
-                .filter(|b| !have.contains(&b.id))
-                .cloned(),
-        );
+        dataset::add_new_items(s, spec);
     }
 
     /// Puts the spec on the device and runs the agent's sweep of it.

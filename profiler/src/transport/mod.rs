@@ -350,31 +350,26 @@ impl Transport {
                 c.current_dir(&self.scratch);
                 c
             }
-            Kind::Ssh(_) => {
-                let line = format!(
-                    "cd {} && ./{AGENT_NAME} {}",
-                    shell_quote(&self.remote_dir().expect("remote")),
-                    args.iter()
-                        .map(|a| shell_quote(a))
-                        .collect::<Vec<_>>()
-                        .join(" ")
-                );
-                self.ssh_command(&line)
-            }
+            Kind::Ssh(_) => self.ssh_command(&self.agent_line(args)),
             Kind::Adb { .. } => {
-                let line = format!(
-                    "cd {} && ./{AGENT_NAME} {} 2>{log}",
-                    shell_quote(&self.remote_dir().expect("remote")),
-                    args.iter()
-                        .map(|a| shell_quote(a))
-                        .collect::<Vec<_>>()
-                        .join(" ")
-                );
+                let line = format!("{} 2>{log}", self.agent_line(args));
                 let mut c = self.adb_command();
                 c.args(["shell", &line]);
                 c
             }
         }
+    }
+
+    /// The shell line that runs the agent with `args` in the remote folder.
+    fn agent_line(&self, args: &[String]) -> String {
+        format!(
+            "cd {} && ./{AGENT_NAME} {}",
+            shell_quote(&self.remote_dir().expect("remote")),
+            args.iter()
+                .map(|a| shell_quote(a))
+                .collect::<Vec<_>>()
+                .join(" ")
+        )
     }
 
     /// True when the agent's standard error goes to a file on the target
@@ -444,41 +439,29 @@ impl Transport {
     }
 
     fn push(&mut self, local: &Path, remote: &str) -> Result<()> {
-        let local_s = local.to_string_lossy().into_owned();
-        let remote = remote.to_string();
-        let out = self.retrying(
-            |t| match &t.kind {
-                Kind::Ssh(s) => {
-                    let mut c = t.scp_command();
-                    c.arg(&local_s)
-                        .arg(format!("{}:{remote}", scp_host(&s.dest)));
-                    c
-                }
-                _ => {
-                    let mut c = t.adb_command();
-                    c.args(["push", &local_s, &remote]);
-                    c
-                }
-            },
-            Some(true),
-        )?;
-        self.expect_success(out)
+        self.copy(Direction::Push, local, remote)
     }
 
     fn pull(&mut self, remote: &str, local: &Path) -> Result<()> {
+        self.copy(Direction::Pull, local, remote)
+    }
+
+    /// Copies one file between `local` and `remote` on the target, in the
+    /// direction `dir`, with `scp` or `adb`.
+    fn copy(&mut self, dir: Direction, local: &Path, remote: &str) -> Result<()> {
         let local_s = local.to_string_lossy().into_owned();
         let remote = remote.to_string();
         let out = self.retrying(
             |t| match &t.kind {
                 Kind::Ssh(s) => {
                     let mut c = t.scp_command();
-                    c.arg(format!("{}:{remote}", scp_host(&s.dest)))
-                        .arg(&local_s);
+                    c.args(dir.ends(local_s.clone(), format!("{}:{remote}", scp_host(&s.dest))));
                     c
                 }
                 _ => {
                     let mut c = t.adb_command();
-                    c.args(["pull", &remote, &local_s]);
+                    c.arg(dir.adb_verb())
+                        .args(dir.ends(local_s.clone(), remote.clone()));
                     c
                 }
             },
@@ -650,6 +633,33 @@ pub fn sha256_hex(bytes: &[u8]) -> String {
         .iter()
         .map(|b| format!("{b:02x}"))
         .collect()
+}
+
+/// The direction of a file copy.
+#[derive(Debug, Clone, Copy)]
+enum Direction {
+    /// From this machine to the target.
+    Push,
+    /// From the target to this machine.
+    Pull,
+}
+
+impl Direction {
+    /// `[source, destination]` for the copy's `local` and `remote` ends.
+    fn ends(self, local: String, remote: String) -> [String; 2] {
+        match self {
+            Direction::Push => [local, remote],
+            Direction::Pull => [remote, local],
+        }
+    }
+
+    /// `adb`'s subcommand for the copy.
+    fn adb_verb(self) -> &'static str {
+        match self {
+            Direction::Push => "push",
+            Direction::Pull => "pull",
+        }
+    }
 }
 
 #[cfg(test)]

@@ -210,17 +210,7 @@ impl CudaGemm {
             .ok_or_else(|| Error::unsupported(id, format!("dtype {} on cuBLAS", spec.dtype)))?;
         let (m, k, n) = spec.shape.mkn();
         let (m, k, n) = (m as usize, k as usize, n as usize);
-        if weights.len() != k * n {
-            return Err(Error::BadRequest {
-                field: "weights".into(),
-                message: format!(
-                    "{} values for W[{k},{n}] of {}; expected {}",
-                    weights.len(),
-                    spec.shape,
-                    k * n
-                ),
-            });
-        }
+        spec.check_weights_len(id, weights.len())?;
         let e = elem.size();
         let ctx = &dev.ctx;
         let (kp, np) = (padded(k), padded(n));
@@ -431,14 +421,8 @@ impl Gemm for CudaGemm {
     }
 
     fn write_input(&mut self, a: &[f32]) -> Result<()> {
+        self.spec.check_input_len(&self.dev.id, a.len())?;
         let (m, k, _) = self.spec.shape.mkn();
-        let want = m as usize * k as usize;
-        if a.len() != want {
-            return Err(Error::BadRequest {
-                field: "a".into(),
-                message: format!("{} values for A[{m},{k}]; expected {want}", a.len()),
-            });
-        }
         let id = self.dev.id.clone();
         self.dev.ctx.bind_to_thread().at(&id, "cuCtxSetCurrent")?;
         let (m, k, kp) = (m as usize, k as usize, self.kp);
@@ -543,12 +527,7 @@ impl Gemm for CudaGemm {
     fn read_output(&mut self, c: &mut [f32]) -> Result<()> {
         let (m, _, n) = self.spec.shape.mkn();
         let (m, n) = (m as usize, n as usize);
-        if c.len() != m * n {
-            return Err(Error::BadRequest {
-                field: "c".into(),
-                message: format!("{} values for C[{m},{n}]; expected {}", c.len(), m * n),
-            });
-        }
+        self.spec.check_output_len(&self.dev.id, c.len())?;
         let id = self.dev.id.clone();
         self.dev.ctx.bind_to_thread().at(&id, "cuCtxSetCurrent")?;
         if let Some(h) = &self.out_host {
@@ -607,12 +586,7 @@ impl Gemm for CudaGemm {
     fn host_weights(&mut self, w: &[f32]) -> Result<()> {
         let (_, k, n) = self.spec.shape.mkn();
         let (k, n) = (k as usize, n as usize);
-        if w.len() != k * n {
-            return Err(Error::BadRequest {
-                field: "weights".into(),
-                message: format!("{} values for W[{k},{n}]; expected {}", w.len(), k * n),
-            });
-        }
+        self.spec.check_weights_len(&self.dev.id, w.len())?;
         if self.submitted.is_some() {
             return Err(Error::backend(
                 self.id(),
