@@ -65,18 +65,18 @@ def plan_for(proc):
     if api == "cuda":
         run = {"warmups": 3, "repetitions": 10, "timeout_ms": 30000}
         blocks = [
-            ("f16", "wt_at", DECODE, "body"),
+            ("f16", "transposed", DECODE, "body"),
             ("f16", "aw", DECODE, "body"),
-            ("f16", "wt_at", [1, 8], "head"),
-            ("f16", "wt_at", TIER1, "body"),
+            ("f16", "transposed", [1, 8], "head"),
+            ("f16", "transposed", TIER1, "body"),
             ("f16", "aw", TIER1, "body"),
-            ("f16", "wt_at", TIER2, "body"),
+            ("f16", "transposed", TIER2, "body"),
             # cuBLAS's staircase: `aw` puts M on the output's leading
             # dimension, and loses the tensor cores when M is odd.
             ("f16", "aw", edges, "body"),
-            ("f16", "wt_at", TIER3, "body"),
-            ("bf16", "wt_at", DECODE + TIER1, "body"),
-            ("f32", "wt_at", [1, 8, 64, 1024, 4096], "body"),
+            ("f16", "transposed", TIER3, "body"),
+            ("bf16", "transposed", DECODE + TIER1, "body"),
+            ("f32", "transposed", [1, 8, 64, 1024, 4096], "body"),
             ("f16", "aw", TIER2, "body"),
         ]
     elif api == "opencl" and proc["kind"] == "gpu":
@@ -86,10 +86,10 @@ def plan_for(proc):
             (dt, "aw", DECODE, "body"),
             (dt, "aw", [1, 8], "head"),
             (dt, "aw", TIER1, "body"),
-            (dt, "wt_at", [1, 8, 64, 1024], "body"),
+            (dt, "transposed", [1, 8, 64, 1024], "body"),
             (dt, "aw", TIER2, "body"),
             (dt, "aw", TIER3, "body"),
-            (dt, "wt_at", [2, 3, 4, 5, 6, 7, 16, 256, 4096], "body"),
+            (dt, "transposed", [2, 3, 4, 5, 6, 7, 16, 256, 4096], "body"),
         ]
     elif api == "opencl":  # PoCL and other CPU OpenCL devices: slow, sample thinly
         run = {"warmups": 1, "repetitions": 5, "timeout_ms": 20000}
@@ -123,11 +123,11 @@ def headline(proc):
     many = {"warmups": 10, "repetitions": 50, "timeout_ms": 60000}
     if api == "cuda":
         return [
-            ((4096, 4096, 4096), "f16", "wt_at", many),
+            ((4096, 4096, 4096), "f16", "transposed", many),
             ((4096, 4096, 4096), "f16", "aw", many),
-            ((4096, 4096, 4096), "bf16", "wt_at", many),
-            ((4096, 4096, 4096), "f32", "wt_at", many),
-            ((8192, 8192, 8192), "f16", "wt_at", many),
+            ((4096, 4096, 4096), "bf16", "transposed", many),
+            ((4096, 4096, 4096), "f32", "transposed", many),
+            ((8192, 8192, 8192), "f16", "transposed", many),
         ]
     if api == "cpu":
         few = {"warmups": 2, "repetitions": 7, "timeout_ms": 60000}

@@ -241,7 +241,7 @@ fn overhead_notes(overheads: &[Overheads]) -> Vec<String> {
     overheads
         .iter()
         .filter_map(|o| {
-            let after = o.op_overhead_after_us?;
+            let after = o.launch_overhead_after_cpu_us?;
             let alone = o.op_overhead_us?;
             let block = o
                 .op_overhead_block_us
@@ -479,7 +479,7 @@ mod tests {
             processor: "cuda:0".into(),
             op_overhead_us: Some(6.9),
             op_overhead_block_us: Some(7.4),
-            op_overhead_after_us: Some(10.2),
+            launch_overhead_after_cpu_us: Some(10.2),
             ..Default::default()
         };
         assert_eq!(
@@ -489,7 +489,7 @@ mod tests {
             ]
         );
         let none = Overheads {
-            op_overhead_after_us: None,
+            launch_overhead_after_cpu_us: None,
             ..o
         };
         assert!(overhead_notes(&[none]).is_empty());

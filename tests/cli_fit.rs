@@ -55,7 +55,7 @@ fn fit_then_predict() {
             "--shape",
             shape,
             "--order",
-            "wt_at",
+            "transposed",
             "--json",
         ]);
         serde_json::from_str::<serde_json::Value>(&json).unwrap()

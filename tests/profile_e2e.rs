@@ -209,7 +209,7 @@ fn local_fake_agent_end_to_end() {
         journal.contains("cpu:0/1x8960x1536/f32/aw"),
         "model shape missing"
     );
-    assert!(journal.contains("cpu:0/1x8960x1536/f32/wt_at"));
+    assert!(journal.contains("cpu:0/1x8960x1536/f32/transposed"));
     assert!(
         journal.contains("fake-gpu/257x1024x1024/f16/aw"),
         "stage probe missing"

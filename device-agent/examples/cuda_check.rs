@@ -116,7 +116,7 @@ fn correctness(dev: &mut dyn Backend, out: &mut Out) -> Result<usize> {
         (2048, 2048, 5632),
     ] {
         for dtype in [DType::F32, DType::F16, DType::Bf16] {
-            for order in [OperandOrder::Aw, OperandOrder::WtAt] {
+            for order in [OperandOrder::Aw, OperandOrder::Transposed] {
                 let s = spec(m, k, n, dtype, order);
                 let (d, h, err, tol) = run_gemm(dev, &s, 5)?;
                 let ok = err <= tol;
@@ -149,13 +149,25 @@ fn throughput(dev: &mut dyn Backend, out: &mut Out) -> Result<usize> {
     println!("\n== throughput (median of {REPS} after {WARMUPS} warm-ups, CUDA events)");
     let mut cases = vec![];
     for dtype in [DType::F16, DType::Bf16, DType::F32] {
-        for order in [OperandOrder::Aw, OperandOrder::WtAt] {
+        for order in [OperandOrder::Aw, OperandOrder::Transposed] {
             cases.push(spec(4096, 4096, 4096, dtype, order));
         }
     }
-    cases.push(spec(8192, 8192, 8192, DType::F16, OperandOrder::WtAt));
-    cases.push(spec(8192, 8192, 8192, DType::Bf16, OperandOrder::WtAt));
-    cases.push(spec(16384, 8192, 8192, DType::F16, OperandOrder::WtAt));
+    cases.push(spec(8192, 8192, 8192, DType::F16, OperandOrder::Transposed));
+    cases.push(spec(
+        8192,
+        8192,
+        8192,
+        DType::Bf16,
+        OperandOrder::Transposed,
+    ));
+    cases.push(spec(
+        16384,
+        8192,
+        8192,
+        DType::F16,
+        OperandOrder::Transposed,
+    ));
     for s in &cases {
         let (d, h, err, tol) = run_gemm(dev, s, REPS)?;
         let tflops = s.shape.flops() / d.median_us * 1e-6;
@@ -189,7 +201,7 @@ fn staircase(dev: &mut dyn Backend, out: &mut Out) -> Result<usize> {
         1, 8, 32, 64, 128, 129, 256, 257, 512, 513, 1024, 1025, 2048, 4096,
     ] {
         let mut line = format!("M={m:>5}");
-        for order in [OperandOrder::Aw, OperandOrder::WtAt] {
+        for order in [OperandOrder::Aw, OperandOrder::Transposed] {
             let s = spec(m, 4096, 4096, DType::F16, order);
             let (d, h, err, tol) = run_gemm(dev, &s, 30)?;
             let ok = err <= tol;
@@ -216,7 +228,7 @@ fn handoff(dev: &mut dyn Backend, out: &mut Out) -> Result<usize> {
     let mut failures = 0;
     println!("\n== GEMM handoff, host us from submit to observed completion (median of 200)");
     for (m, k, n) in [(1, 4096, 4096), (128, 4096, 4096)] {
-        let s = spec(m, k, n, DType::F16, OperandOrder::WtAt);
+        let s = spec(m, k, n, DType::F16, OperandOrder::Transposed);
         let w = random_vec((k * n) as usize, 5);
         let a = random_vec((m * k) as usize, 6);
         let mut g = dev.prepare(&s, &w)?;

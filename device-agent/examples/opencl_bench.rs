@@ -297,7 +297,7 @@ fn skinny_table(be: &mut OpenClBackend, o: &Args) {
     );
     println!("|---|---|---|---|---|");
     for &(m, k, n) in &o.skinny {
-        for order in [OperandOrder::Aw, OperandOrder::WtAt] {
+        for order in [OperandOrder::Aw, OperandOrder::Transposed] {
             match side_by_side(be, (m, k, n), order, o.reps) {
                 Ok((d, _, cpu)) => println!(
                     "| {m}×{k}×{n} {order} | {d:.0} | {:.1} | {cpu:.0} | {:.3} |",

@@ -18,18 +18,21 @@ fn main() {
             .expect("f16")
             .total_us
     };
-    println!("stage (M x 4096 x 4096, f16, wt_at), µs:");
+    println!("stage (M x 4096 x 4096, f16, transposed), µs:");
     for m in [1, 16, 32, 33, 64, 65, 96, 128, 129] {
-        println!("  M={m:<4} {:>9.1}", t(m, 4096, 4096, OperandOrder::WtAt));
+        println!(
+            "  M={m:<4} {:>9.1}",
+            t(m, 4096, 4096, OperandOrder::Transposed)
+        );
     }
     println!("order (M x 4096 x 14336, f16), µs:");
     for m in [32, 64, 128, 256, 512, 1024] {
         let (aw, wt) = (
             t(m, 4096, 14336, OperandOrder::Aw),
-            t(m, 4096, 14336, OperandOrder::WtAt),
+            t(m, 4096, 14336, OperandOrder::Transposed),
         );
         println!(
-            "  M={m:<5} aw {aw:>9.1}  wt_at {wt:>9.1}  aw/wt_at {:.2}",
+            "  M={m:<5} aw {aw:>9.1}  transposed {wt:>9.1}  aw/transposed {:.2}",
             aw / wt
         );
     }

@@ -9,7 +9,7 @@ pub struct GemmSpec {
     pub shape: GemmShape,
     /// Element type the processor computes in.
     pub dtype: DType,
-    /// `aw` or `wt_at` (the processor computes `Cᵀ = Wᵀ·Aᵀ`).
+    /// `aw` or `transposed` (the processor computes `Cᵀ = Wᵀ·Aᵀ`).
     pub order: OperandOrder,
     /// Weights baked into a static graph or passed as an input.
     pub weights: WeightMode,

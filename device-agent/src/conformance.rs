@@ -68,7 +68,7 @@ impl Default for Options {
         Options {
             shapes: ODD_SHAPES.to_vec(),
             dtypes: None,
-            orders: vec![OperandOrder::Aw, OperandOrder::WtAt],
+            orders: vec![OperandOrder::Aw, OperandOrder::Transposed],
         }
     }
 }

@@ -6,7 +6,7 @@
 //! Layouts, all row-major:
 //! - `aw`: activation `A[M,K]`, weights `W[K,N]`, output `C[M,N]`;
 //!   the call is `C = A·W`.
-//! - `wt_at`: activation stored as `Aᵀ[K,M]`, weights as `Wᵀ[N,K]`, output
+//! - `transposed`: activation stored as `Aᵀ[K,M]`, weights as `Wᵀ[N,K]`, output
 //!   `Cᵀ[N,M]`; the call is `Cᵀ = Wᵀ·Aᵀ`, with the weights as the left operand.
 //!
 //! Conversions between the logical f32 layout and these happen in
@@ -113,13 +113,13 @@ impl Dense {
         let mut wts = Buf::zeros(spec.dtype, k * n).ok_or_else(unsupported)?;
         let act = Buf::zeros(spec.dtype, m * k).ok_or_else(unsupported)?;
         let out = Buf::zeros(spec.dtype, m * n).ok_or_else(unsupported)?;
-        // wt_at keeps Wᵀ[N,K].
+        // transposed keeps Wᵀ[N,K].
         let mut scratch = Vec::new();
         wts.load(
             weights,
             k,
             n,
-            spec.order == OperandOrder::WtAt,
+            spec.order == OperandOrder::Transposed,
             &mut scratch,
         );
         Ok(Dense {
@@ -135,7 +135,7 @@ impl Dense {
     pub fn write_weights(&mut self, id: &str, w: &[f32]) -> Result<()> {
         let (_, k, n) = dims(&self.spec);
         self.spec.check_weights_len(id, w.len())?;
-        let transpose = self.spec.order == OperandOrder::WtAt;
+        let transpose = self.spec.order == OperandOrder::Transposed;
         self.wts.load(w, k, n, transpose, &mut self.scratch);
         Ok(())
     }
@@ -144,7 +144,7 @@ impl Dense {
     pub fn write_input(&mut self, id: &str, a: &[f32]) -> Result<()> {
         let (m, k, _) = dims(&self.spec);
         self.spec.check_input_len(id, a.len())?;
-        let transpose = self.spec.order == OperandOrder::WtAt;
+        let transpose = self.spec.order == OperandOrder::Transposed;
         self.act.load(a, m, k, transpose, &mut self.scratch);
         Ok(())
     }
@@ -153,7 +153,7 @@ impl Dense {
     pub fn read_output(&mut self, id: &str, c: &mut [f32]) -> Result<()> {
         let (m, _, n) = dims(&self.spec);
         self.spec.check_output_len(id, c.len())?;
-        let transpose = self.spec.order == OperandOrder::WtAt;
+        let transpose = self.spec.order == OperandOrder::Transposed;
         self.out.store(c, m, n, transpose, &mut self.scratch);
         Ok(())
     }
@@ -187,7 +187,7 @@ fn dims(spec: &GemmSpec) -> (usize, usize, usize) {
     (m as usize, k as usize, n as usize)
 }
 
-/// `C = A·W` (aw) or `Cᵀ = Wᵀ·Aᵀ` (wt_at) on row-major buffers.
+/// `C = A·W` (aw) or `Cᵀ = Wᵀ·Aᵀ` (transposed) on row-major buffers.
 ///
 /// A product of at most [`SPLIT_MAX_M`] rows is split by output columns
 /// over `par`'s threads, each band one single-threaded `gemm` call. The
@@ -268,7 +268,7 @@ unsafe impl<T: Send> Send for OutPtr<T> {}
 unsafe impl<T: Send> Sync for OutPtr<T> {}
 
 /// One `gemm` call for output columns `cols` of `C[M,N]`, written into the
-/// output `c` (`C[M,N]` in `aw`, `Cᵀ[N,M]` in `wt_at`).
+/// output `c` (`C[M,N]` in `aw`, `Cᵀ[N,M]` in `transposed`).
 ///
 /// # Safety
 /// `a`, `w` and `c` hold `M×K`, `K×N` and `M×N` elements, `cols` lies
@@ -296,7 +296,7 @@ unsafe fn call_cols<T: Copy + 'static>(
         // N apart.
         OperandOrder::Aw => (m, nc, c0, n, a.as_ptr(), k, w[c0..].as_ptr(), n),
         // Cᵀ[N,M] = Wᵀ[N,K] · Aᵀ[K,M]: rows c0.. of Cᵀ and of Wᵀ.
-        OperandOrder::WtAt => (nc, m, c0 * m, m, w[c0 * k..].as_ptr(), k, a.as_ptr(), m),
+        OperandOrder::Transposed => (nc, m, c0 * m, m, w[c0 * k..].as_ptr(), k, a.as_ptr(), m),
     };
     // SAFETY: by the caller's contract: lhs is mm × k with row stride
     // lhs_rs and rhs k × nn with row stride rhs_rs, within `a` and `w`; dst
@@ -338,7 +338,7 @@ mod tests {
     #[test]
     fn both_orders_and_dtypes_match_the_reference() {
         for dtype in [DType::F32, DType::F16] {
-            for order in [OperandOrder::Aw, OperandOrder::WtAt] {
+            for order in [OperandOrder::Aw, OperandOrder::Transposed] {
                 // Past the gemm crate's blocking and the transposes' tiles
                 // too, on two threads.
                 for (m, k, n, par) in [

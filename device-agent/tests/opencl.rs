@@ -188,7 +188,7 @@ fn f32_odd_shapes_both_orders_every_tile() {
             for &(m, k, n) in ODD_SHAPES {
                 let a = data((m * k) as usize, u64::from(m * 31 + k));
                 let w = data((k * n) as usize, u64::from(n * 17 + k));
-                for order in [OperandOrder::Aw, OperandOrder::WtAt] {
+                for order in [OperandOrder::Aw, OperandOrder::Transposed] {
                     let s = spec(m, k, n, DType::F32, order);
                     let mut g = be.prepare_with_tile(&s, &w, tile).unwrap();
                     let what = format!("{} {m}x{k}x{n} {order} tile {tile}", be.processor().id);
@@ -217,7 +217,7 @@ fn f16_storage_kernels_are_correct() {
             for &(m, k, n) in &[(1, 7, 129), (129, 65, 33), (3, 4097, 5)] {
                 let a = data((m * k) as usize, 5);
                 let w = data((k * n) as usize, 6);
-                for order in [OperandOrder::Aw, OperandOrder::WtAt] {
+                for order in [OperandOrder::Aw, OperandOrder::Transposed] {
                     let s = spec(m, k, n, DType::F16, order);
                     let mut g = be.prepare_with_tile(&s, &w, tile).unwrap();
                     let what = format!("f16 {m}x{k}x{n} {order} tile {tile}");
@@ -347,7 +347,7 @@ fn zero_copy_inputs_are_replaced_between_runs() {
             );
         }
         let tile = fitting_tiles(be, DType::F32)[0];
-        for order in [OperandOrder::Aw, OperandOrder::WtAt] {
+        for order in [OperandOrder::Aw, OperandOrder::Transposed] {
             let (m, k, n) = (33, 65, 17);
             let w = data(k * n, 8);
             let mut g = be
@@ -381,7 +381,13 @@ fn evicting_between_runs_keeps_the_product() {
         let a = data(m * k, 12);
         let mut g = be
             .prepare_with_tile(
-                &spec(m as u32, k as u32, n as u32, DType::F32, OperandOrder::WtAt),
+                &spec(
+                    m as u32,
+                    k as u32,
+                    n as u32,
+                    DType::F32,
+                    OperandOrder::Transposed,
+                ),
                 &w,
                 tile,
             )
@@ -407,7 +413,7 @@ fn poll_and_block_both_complete_with_correct_results() {
         let tile = fitting_tiles(be, DType::F32)[0];
         let (m, k, n) = (128, 256, 192);
         let w = data(k * n, 9);
-        for order in [OperandOrder::Aw, OperandOrder::WtAt] {
+        for order in [OperandOrder::Aw, OperandOrder::Transposed] {
             let mut g = be
                 .prepare_with_tile(
                     &spec(m as u32, k as u32, n as u32, DType::F32, order),
@@ -552,7 +558,7 @@ fn op_overhead_takes_the_device_time_off() {
     }
 }
 
-/// `op_overhead_after`: the operator overhead after each run of a peer on
+/// `launch_overhead_after_cpu`: the operator overhead after each run of a peer on
 /// host memory (the CPU). Its row is the launch overhead of a rotation of
 /// GEMMs, each sample less that GEMM's device time alone; the note names
 /// the peer and its GEMV. Without a peer the
@@ -560,7 +566,7 @@ fn op_overhead_takes_the_device_time_off() {
 /// timer as the processor, it is unsupported, saying why.
 #[cfg(feature = "cpu")]
 #[test]
-fn op_overhead_after_runs_the_gemms_after_the_peers_gemv() {
+fn launch_overhead_after_cpu_runs_the_gemms_after_the_peers_gemv() {
     let (_cache, mut devs) = or_skip!(OPENCL, devices("after"));
     let be = devs.remove(0);
     let id = be.processor().id.clone();
@@ -581,7 +587,7 @@ fn op_overhead_after_runs_the_gemms_after_the_peers_gemv() {
     let req = |processor: &str, peer: Option<&str>| MicrobenchRequest {
         id: format!("after/{processor}"),
         processor: processor.into(),
-        bench: MicrobenchKind::OpOverheadAfter,
+        bench: MicrobenchKind::LaunchOverheadAfterCpu,
         bytes: None,
         peer: peer.map(String::from),
         shape: None,
@@ -599,7 +605,7 @@ fn op_overhead_after_runs_the_gemms_after_the_peers_gemv() {
     assert!(stats.count >= 8 && stats.median_us.is_finite(), "{stats:?}");
     let note = line.note.unwrap();
     eprintln!(
-        "{id} op_overhead_after: median {:.1} µs ({note})",
+        "{id} launch_overhead_after_cpu: median {:.1} µs ({note})",
         stats.median_us
     );
     assert!(note.contains("128 1x1024x1024"), "{note}");

@@ -105,7 +105,7 @@ fn context_binary_round_trip_is_verified() {
             128,
             32,
             DType::W8a16,
-            OperandOrder::WtAt,
+            OperandOrder::Transposed,
             WeightMode::Input,
         ),
         spec(
@@ -160,7 +160,7 @@ fn compile_cli_writes_a_loadable_folder() {
     let out = tempfile::tempdir().unwrap();
     let args = CompileArgs {
         soc: 69,
-        graphs: "4x64x32,4x64x32:f32:wt_at".into(),
+        graphs: "4x64x32,4x64x32:f32:transposed".into(),
         out: out.path().join("graphs"),
         json: false,
     };

@@ -524,7 +524,7 @@ mod tests {
     fn compiled_equals_predict_us_on_random_shapes_for_every_variant() {
         let mut r = Lcg(7);
         let models = all_variants(&mut r);
-        let orders = [OperandOrder::Aw, OperandOrder::WtAt];
+        let orders = [OperandOrder::Aw, OperandOrder::Transposed];
         for model in &models {
             let fast = model.compile();
             let trees = !matches!(

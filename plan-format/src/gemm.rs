@@ -99,7 +99,7 @@ impl FromStr for DType {
 
 /// Which operand the processor holds stationary.
 ///
-/// `aw` computes `C[M,N] = A[M,K] · W[K,N]` (activations first). `wt_at`
+/// `aw` computes `C[M,N] = A[M,K] · W[K,N]` (activations first). `transposed`
 /// computes the same product transposed, `Cᵀ[N,M] = Wᵀ[N,K] · Aᵀ[K,M]`, which
 /// is the order a weight-stationary NPU prefers when the weight is the larger
 /// tensor (HeteroLLM §3.2, order-sensitive performance).
@@ -122,8 +122,10 @@ pub enum OperandOrder {
     /// `A[M,K] · W[K,N]`.
     #[default]
     Aw,
-    /// `Wᵀ[N,K] · Aᵀ[K,M]`.
-    WtAt,
+    /// `Wᵀ[N,K] · Aᵀ[K,M]`: the weight is the left operand. Files written
+    /// before this name call it `wt_at`, which still loads.
+    #[serde(alias = "wt_at")]
+    Transposed,
 }
 
 impl OperandOrder {
@@ -131,7 +133,7 @@ impl OperandOrder {
     pub fn as_str(self) -> &'static str {
         match self {
             OperandOrder::Aw => "aw",
-            OperandOrder::WtAt => "wt_at",
+            OperandOrder::Transposed => "transposed",
         }
     }
 }
@@ -147,8 +149,10 @@ impl FromStr for OperandOrder {
     fn from_str(s: &str) -> Result<Self, String> {
         match s {
             "aw" => Ok(OperandOrder::Aw),
-            "wt_at" | "wtat" => Ok(OperandOrder::WtAt),
-            _ => Err(format!("unknown operand order `{s}`; expected aw or wt_at")),
+            "transposed" | "wt_at" | "wtat" => Ok(OperandOrder::Transposed),
+            _ => Err(format!(
+                "unknown operand order `{s}`; expected aw or transposed"
+            )),
         }
     }
 }
@@ -228,6 +232,19 @@ impl FromStr for GemmShape {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_transposed_order_is_written_by_its_name_and_loads_by_its_old_one() {
+        let t = OperandOrder::Transposed;
+        assert_eq!(serde_json::to_string(&t).unwrap(), r#""transposed""#);
+        assert_eq!(
+            serde_json::from_str::<OperandOrder>(r#""wt_at""#).unwrap(),
+            t
+        );
+        assert_eq!(ron::from_str::<OperandOrder>("wt_at").unwrap(), t);
+        assert_eq!("wt_at".parse::<OperandOrder>().unwrap(), t);
+        assert_eq!("transposed".parse::<OperandOrder>().unwrap(), t);
+    }
 
     #[test]
     fn shape_parses_and_prints() {

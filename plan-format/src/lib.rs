@@ -63,7 +63,7 @@ pub use sweep::{
     Conditions, DEFAULT_WARMUP_MS, GemvStream, MeasurementRow, MicrobenchKind, MicrobenchRequest,
     MicrobenchRow, RowStatus, RunFlags, RunParams, Stats, SweepCase, SweepSpec,
 };
-pub use version::{SCHEMA_VERSION, SchemaVersion};
+pub use version::{OLDEST_SCHEMA_VERSION, SCHEMA_VERSION, SchemaVersion};
 
 /// Checks that span several fields, which serde cannot express in types.
 ///

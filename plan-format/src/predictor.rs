@@ -45,7 +45,7 @@ pub const FEATURE_NAMES: [&str; 37] = [
     "weight_bytes",
     "log2_flops",
     "arith_intensity",
-    "order_wt_at",
+    "order_transposed",
     "padded_flops_32",
     "align_m",
     "align_k",
@@ -97,7 +97,7 @@ pub fn features(shape: GemmShape, dtype: DType, order: OperandOrder) -> [f64; N_
     f[25] = kf * nf * dtype.weight_bits() as f64 / 8.0;
     f[26] = shape.flops().log2();
     f[27] = shape.flops() / gemm_bytes(shape, dtype);
-    f[28] = if order == OperandOrder::WtAt {
+    f[28] = if order == OperandOrder::Transposed {
         1.0
     } else {
         0.0
@@ -113,14 +113,14 @@ pub fn features(shape: GemmShape, dtype: DType, order: OperandOrder) -> [f64; N_
     f[31] = align(k);
     f[32] = align(n);
     // The same by operand role: the first operand's rows and the second's
-    // columns are M and N in `aw` (A·W) and N and M in `wt_at` (Wᵀ·Aᵀ). A
+    // columns are M and N in `aw` (A·W) and N and M in `transposed` (Wᵀ·Aᵀ). A
     // kernel's fast path depends on the layout it is handed, so one
     // misaligned M costs 2-6x in one order and nothing in the other (H100,
-    // cuBLAS: 397x1536x8960 f16 185 µs aw, 30 µs wt_at); a tree needs two
+    // cuBLAS: 397x1536x8960 f16 185 µs aw, 30 µs transposed); a tree needs two
     // splits to find that from align_m and the order, one from these.
     let (first, second) = match order {
         OperandOrder::Aw => (m, n),
-        OperandOrder::WtAt => (n, m),
+        OperandOrder::Transposed => (n, m),
     };
     f[33] = align(first);
     f[34] = align(second);
@@ -481,7 +481,7 @@ pub struct StageSmall {
     /// `write_input`, against f32 bytes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stage_in: Option<LinearCost>,
-    /// `read_output` in `wt_at` order.
+    /// `read_output` in `transposed` order.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stage_out: Option<LinearCost>,
     /// `read_output` in `aw` order.
@@ -505,7 +505,7 @@ pub struct Overheads {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stage_in: Option<LinearCost>,
     /// A GEMM's output read back as the runtime reads it (`read_output`),
-    /// `wt_at` order, against f32 bytes. Preferred over `copy_d2h` where
+    /// `transposed` order, against f32 bytes. Preferred over `copy_d2h` where
     /// measured.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stage_out: Option<LinearCost>,
@@ -535,13 +535,18 @@ pub struct Overheads {
     #[serde(deserialize_with = "checked::opt_non_negative")]
     pub op_overhead_block_us: Option<f64>,
     /// The operator overhead after another processor's run on host memory
-    /// ([`MicrobenchKind::OpOverheadAfter`](crate::MicrobenchKind)), µs,
+    /// ([`MicrobenchKind::LaunchOverheadAfterCpu`](crate::MicrobenchKind)), µs,
     /// both waits alternately, where measured: what the solver charges a
     /// device-timed processor's operators alone in offload mode, where the
-    /// CPU streams weights on every token.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// CPU streams weights on every token. Older files call it
+    /// `op_overhead_after_us`, which still loads.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        alias = "op_overhead_after_us"
+    )]
     #[serde(deserialize_with = "checked::opt_non_negative")]
-    pub op_overhead_after_us: Option<f64>,
+    pub launch_overhead_after_cpu_us: Option<f64>,
     /// Launch to completion of a tiny kernel on an empty queue, µs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[serde(deserialize_with = "checked::opt_non_negative")]
@@ -757,11 +762,11 @@ mod tests {
 
     #[test]
     fn features_have_names_and_stage_counts() {
-        let f = features(shape(33, 64, 256), DType::F16, OperandOrder::WtAt);
+        let f = features(shape(33, 64, 256), DType::F16, OperandOrder::Transposed);
         let get = |name: &str| f[FEATURE_NAMES.iter().position(|n| *n == name).unwrap()];
         assert_eq!(get("tiles_m_32"), 2.0);
         assert_eq!(get("tiles_n_256"), 1.0);
-        assert_eq!(get("order_wt_at"), 1.0);
+        assert_eq!(get("order_transposed"), 1.0);
         assert!((get("pad_waste_32") - (1.0 - 33.0 / 64.0)).abs() < 1e-12);
         assert_eq!(get("align_m"), 0.0);
         assert_eq!(get("align_k"), 6.0);
@@ -927,7 +932,7 @@ mod tests {
 
     /// The measured table answers its shapes (launch path added, orders as
     /// the model takes them), survives RON and JSON, and is refused where
-    /// a time is no time, an order-free model keeps `wt_at` entries, or the
+    /// a time is no time, an order-free model keeps `transposed` entries, or the
     /// entries are out of order or repeated.
     #[test]
     fn measured_shapes_are_answered_round_trip_and_validate() {
@@ -959,7 +964,7 @@ mod tests {
                 order_free: false,
                 measured: vec![
                     entry(7, OperandOrder::Aw, 40.0),
-                    entry(7, OperandOrder::WtAt, 50.0),
+                    entry(7, OperandOrder::Transposed, 50.0),
                     entry(9, OperandOrder::Aw, 60.0),
                 ],
             }],
@@ -968,8 +973,12 @@ mod tests {
         assert_eq!(p.validate(), Ok(()));
         let at = |p: &Predictor, m, order| p.gemm_us("gpu", shape(m, 64, 64), DType::F16, order);
         assert_eq!(at(&p, 7, OperandOrder::Aw), Some(41.0));
-        assert_eq!(at(&p, 7, OperandOrder::WtAt), Some(51.0));
-        assert_eq!(at(&p, 9, OperandOrder::WtAt), Some(6.0), "not measured");
+        assert_eq!(at(&p, 7, OperandOrder::Transposed), Some(51.0));
+        assert_eq!(
+            at(&p, 9, OperandOrder::Transposed),
+            Some(6.0),
+            "not measured"
+        );
         assert_eq!(at(&p, 8, OperandOrder::Aw), Some(6.0), "not measured");
         let m = &p.models[0];
         assert_eq!(m.model_us(shape(7, 64, 64), OperandOrder::Aw), Some(6.0));
@@ -1001,6 +1010,6 @@ mod tests {
         p.models[0].order_free = true;
         p.models[0].measured.remove(1);
         assert_eq!(p.validate(), Ok(()));
-        assert_eq!(at(&p, 7, OperandOrder::WtAt), Some(41.0));
+        assert_eq!(at(&p, 7, OperandOrder::Transposed), Some(41.0));
     }
 }

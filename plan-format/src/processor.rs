@@ -64,7 +64,7 @@ pub struct Capabilities {
     /// can poll (fast synchronisation).
     #[serde(default)]
     pub host_flag: bool,
-    /// Both operand orders of a GEMM (`aw` and `wt_at`) run as one kernel
+    /// Both operand orders of a GEMM (`aw` and `transposed`) run as one kernel
     /// and take one time: the backend computes either order in whichever
     /// form is faster (cuBLAS with the row and form search). The profiler
     /// then measures one order of each shape and spends the rows saved on

@@ -157,7 +157,7 @@ pub enum MicrobenchKind {
     /// the host memory a runtime keeps them in: the whole data path the
     /// runtime drives (conversion, DMA, synchronisation), not the DMA alone.
     StageIn,
-    /// A prepared GEMM's `read_output` of `bytes` of f32 results in `wt_at`
+    /// A prepared GEMM's `read_output` of `bytes` of f32 results in `transposed`
     /// order, into the same kind of memory.
     StageOut,
     /// The same in `aw` order, whose output a GPU may have to transpose.
@@ -189,8 +189,10 @@ pub enum MicrobenchKind {
     /// weights gone through the host's caches, and each operator's own
     /// launch state cold: on a host with one H100 the runtime's GPU-alone
     /// operators paid 3–5 µs more per launch than
-    /// [`OpOverhead`](Self::OpOverhead) beside a CPU pool.
-    OpOverheadAfter,
+    /// [`OpOverhead`](Self::OpOverhead) beside a CPU pool. Files written
+    /// before this name call it `op_overhead_after`, which still loads.
+    #[serde(alias = "op_overhead_after")]
+    LaunchOverheadAfterCpu,
     /// `op_alone`, one operator timed as one piece (staged copies, launch,
     /// wait), which is no longer measured: the solver sums those parts
     /// instead. Rows of it in older datasets still load, and nothing reads
@@ -205,7 +207,7 @@ impl MicrobenchKind {
     pub fn needs_peer(self) -> bool {
         matches!(
             self,
-            MicrobenchKind::BandwidthConcurrent | MicrobenchKind::OpOverheadAfter
+            MicrobenchKind::BandwidthConcurrent | MicrobenchKind::LaunchOverheadAfterCpu
         )
     }
 

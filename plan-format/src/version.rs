@@ -1,14 +1,24 @@
 use schemars::JsonSchema;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
-/// The schema version this build reads and writes. Every file carries it.
-pub const SCHEMA_VERSION: u32 = 1;
+/// The schema version this build writes. Every file carries it.
+///
+/// Version 2 names the weight-first operand order `transposed` (version 1:
+/// `wt_at`) and the launch overhead after a CPU part
+/// `launch_overhead_after_cpu` (version 1: `op_overhead_after`), and no
+/// longer writes `op_alone` microbenchmarks.
+pub const SCHEMA_VERSION: u32 = 2;
+
+/// The oldest schema version this build still reads: version 1 files load
+/// through the old names' aliases.
+pub const OLDEST_SCHEMA_VERSION: u32 = 1;
 
 /// The `schema_version` field of every file.
 ///
-/// Parsing refuses any version other than [`SCHEMA_VERSION`], so a file from a
-/// newer or older hetero fails with the field path and the line:column of the
-/// version, instead of being misread.
+/// Parsing refuses any version outside [`OLDEST_SCHEMA_VERSION`] ..=
+/// [`SCHEMA_VERSION`], so a file from a newer or much older hetero fails with
+/// the field path and the line:column of the version, instead of being
+/// misread.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct SchemaVersion;
 
@@ -27,11 +37,11 @@ impl Serialize for SchemaVersion {
 impl<'de> Deserialize<'de> for SchemaVersion {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         let v = u32::deserialize(d)?;
-        if v == SCHEMA_VERSION {
+        if (OLDEST_SCHEMA_VERSION..=SCHEMA_VERSION).contains(&v) {
             Ok(SchemaVersion)
         } else {
             Err(serde::de::Error::custom(format!(
-                "unsupported schema_version {v}: this build of hetero reads version {SCHEMA_VERSION}"
+                "unsupported schema_version {v}: this build of hetero reads versions {OLDEST_SCHEMA_VERSION} to {SCHEMA_VERSION}"
             )))
         }
     }
@@ -43,9 +53,10 @@ impl JsonSchema for SchemaVersion {
     }
     fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
         schemars::json_schema!({
-            "description": "Schema version of the file; this build reads and writes only this one.",
+            "description": "Schema version of the file; this build writes the highest and reads all of these.",
             "type": "integer",
-            "const": SCHEMA_VERSION,
+            "minimum": OLDEST_SCHEMA_VERSION,
+            "maximum": SCHEMA_VERSION,
         })
     }
 }

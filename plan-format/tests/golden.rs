@@ -104,11 +104,11 @@ fn sweep() -> SweepSpec {
                 run: None,
             },
             SweepCase {
-                id: "npu-sim/300x1536x8960/f16/wt_at".into(),
+                id: "npu-sim/300x1536x8960/f16/transposed".into(),
                 processor: "npu-sim".into(),
                 shape: shape(300, 1536, 8960),
                 dtype: DType::F16,
-                order: OperandOrder::WtAt,
+                order: OperandOrder::Transposed,
                 weights: WeightMode::Input,
                 run: Some(RunParams {
                     warmups: 1,
@@ -221,13 +221,13 @@ fn golden_rows() {
         ..ok.clone()
     };
     let sim = MeasurementRow {
-        case_id: "npu-sim/300x1536x8960/f16/wt_at".into(),
+        case_id: "npu-sim/300x1536x8960/f16/transposed".into(),
         processor: "npu-sim".into(),
         m: 300,
         k: 1536,
         n: 8960,
         dtype: DType::F16,
-        order: OperandOrder::WtAt,
+        order: OperandOrder::Transposed,
         timing: Timing::Simulated,
         prepare_us: Some(152_000.0),
         ..ok.clone()
@@ -356,7 +356,7 @@ pub fn sample_plan() -> Plan {
             layers: 28,
             orders: vec![ProcessorOrder {
                 processor: "npu-sim".into(),
-                order: OperandOrder::WtAt,
+                order: OperandOrder::Transposed,
             }],
             decisions: vec![
                 Decision {

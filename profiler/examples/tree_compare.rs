@@ -32,7 +32,7 @@ fn synthetic() -> BTreeMap<(String, DType), Vec<Sample>> {
     let mut v = Vec::new();
     for m in (1..=600).step_by(5) {
         for (k, n) in [(1536, 256), (1536, 1536), (8960, 1536), (1536, 8960)] {
-            for order in [OperandOrder::Aw, OperandOrder::WtAt] {
+            for order in [OperandOrder::Aw, OperandOrder::Transposed] {
                 let t = |d: u32| d.div_ceil(32) as f64;
                 let base = 12.0 + 2e-4 * t(m) * t(k) * t(n);
                 let us = if order == OperandOrder::Aw && n > k {

@@ -512,7 +512,7 @@ fn launch_overheads(p: &Processor, processors: &[Processor], out: &mut Vec<Micro
     }) {
         out.push(MicrobenchRequest {
             peer: Some(q.id.clone()),
-            ..bench_request(p, MicrobenchKind::OpOverheadAfter)
+            ..bench_request(p, MicrobenchKind::LaunchOverheadAfterCpu)
         });
     }
 }
@@ -551,7 +551,7 @@ pub fn microbench_repeats(processors: &[Processor]) -> Vec<Vec<MicrobenchRequest
             | MicrobenchKind::OpOverhead
             | MicrobenchKind::OpOverheadBlock
             | MicrobenchKind::OpOverheadPoll
-            | MicrobenchKind::OpOverheadAfter => true,
+            | MicrobenchKind::LaunchOverheadAfterCpu => true,
             _ => false,
         })
         .collect();
@@ -677,7 +677,7 @@ pub fn given(cases: &[SweepCase]) -> Vec<Planned> {
 }
 
 /// Both operand orders.
-const BOTH_ORDERS: [OperandOrder; 2] = [OperandOrder::Aw, OperandOrder::WtAt];
+const BOTH_ORDERS: [OperandOrder; 2] = [OperandOrder::Aw, OperandOrder::Transposed];
 
 /// The operand orders the initial design measures on `p`: `aw` alone on
 /// an [`order_free`](hetero_plan::Capabilities::order_free) processor,
@@ -933,7 +933,8 @@ mod tests {
         let first = query_shapes(models, 40, 7, QUERY_MAX_TOKENS)[0];
         assert!(
             held.iter()
-                .any(|p| p.item.id() == case_id("cpu:0", first, DType::F32, OperandOrder::WtAt))
+                .any(|p| p.item.id()
+                    == case_id("cpu:0", first, DType::F32, OperandOrder::Transposed))
         );
     }
 
@@ -982,7 +983,7 @@ mod tests {
         let ids: HashSet<&str> = d.iter().map(|p| p.item.id()).collect();
         assert_eq!(ids.len(), d.len());
         assert!(ids.contains("cpu:0/1x256x256/f32/aw"));
-        assert!(ids.contains("cpu:0/1x256x256/f32/wt_at"));
+        assert!(ids.contains("cpu:0/1x256x256/f32/transposed"));
         assert!(d.iter().any(|p| p.stratum == Stratum::Stage));
         assert!(d.iter().any(|p| p.stratum == Stratum::Microbench));
         assert_eq!(dtypes_for(&cpu(), Some(&[DType::Bf16])), vec![]);
@@ -1001,7 +1002,7 @@ mod tests {
         plain.capabilities.order_free = false;
         let both = cases(&initial(&[plain.clone()], models, None, false, None));
         let one = cases(&initial(&[free.clone()], models, None, false, None));
-        assert!(both.iter().any(|c| c.order == OperandOrder::WtAt));
+        assert!(both.iter().any(|c| c.order == OperandOrder::Transposed));
         assert!(one.iter().all(|c| c.order == OperandOrder::Aw), "aw only");
         let shapes = |c: &[SweepCase]| c.iter().map(|c| c.shape).collect::<HashSet<_>>();
         let (s_both, s_one) = (shapes(&both), shapes(&one));
@@ -1030,7 +1031,7 @@ mod tests {
         // A held-out set stays in both orders: it checks that they agree.
         let held = queries(&[free], models, None, 10, 1, None);
         assert_eq!(held.len(), 20);
-        assert!(held.iter().any(|p| p.item.id().ends_with("/wt_at")));
+        assert!(held.iter().any(|p| p.item.id().ends_with("/transposed")));
         assert_eq!(design_orders(&plain).len(), 2);
     }
 
@@ -1179,7 +1180,7 @@ mod tests {
         let mut pair = [gpu, cpu()];
         let after = |reqs: Vec<MicrobenchRequest>| -> Vec<(String, Option<String>)> {
             reqs.into_iter()
-                .filter(|r| r.bench == MicrobenchKind::OpOverheadAfter)
+                .filter(|r| r.bench == MicrobenchKind::LaunchOverheadAfterCpu)
                 .map(|r| (r.processor, r.peer))
                 .collect()
         };

@@ -56,7 +56,7 @@ fn tree(model: &SynthModel, seed: &mut u64, depth: u32) -> Tree {
         if depth == 0 {
             let c = |i: usize| 2f64.powf((lo[i] + hi[i]) / 2.0).round().max(1.0) as u32;
             let s = GemmShape::new(c(0), c(1), c(2)).unwrap();
-            let t = model.time_us(s, DType::F16, OperandOrder::WtAt);
+            let t = model.time_us(s, DType::F16, OperandOrder::Transposed);
             nodes.push(TreeNode::Leaf { value: t.ln() });
             return me;
         }

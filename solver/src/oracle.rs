@@ -150,11 +150,11 @@ mod tests {
 
     use super::*;
 
-    /// A tree that answers ln 10 in `aw` and ln 20 in `wt_at`.
+    /// A tree that answers ln 10 in `aw` and ln 20 in `transposed`.
     fn by_order(order_free: bool) -> ProcessorModel {
         let feature = FEATURE_NAMES
             .iter()
-            .position(|n| *n == "order_wt_at")
+            .position(|n| *n == "order_transposed")
             .unwrap() as u16;
         ProcessorModel {
             processor: "cuda:0".into(),
@@ -185,17 +185,17 @@ mod tests {
         let near = |a: Option<f64>, b: f64| (a.unwrap() - b).abs() < 1e-9;
         let plain = by_order(false);
         assert!(near(plain.predict_us(s, OperandOrder::Aw), 11.0));
-        assert!(near(plain.predict_us(s, OperandOrder::WtAt), 21.0));
+        assert!(near(plain.predict_us(s, OperandOrder::Transposed), 21.0));
         let free = by_order(true);
         let compiled = GemmModel::compiled(&free).unwrap();
-        for order in [OperandOrder::Aw, OperandOrder::WtAt] {
+        for order in [OperandOrder::Aw, OperandOrder::Transposed] {
             assert!(near(ProcessorModel::predict_us(&free, s, order), 11.0));
             // Twice: the second answer comes from the memo.
             assert!(near(compiled.predict_us(s, order), 11.0), "{order}");
             assert!(near(compiled.predict_us(s, order), 11.0), "{order}");
         }
         let compiled = GemmModel::compiled(&plain).unwrap();
-        assert!(near(compiled.predict_us(s, OperandOrder::WtAt), 21.0));
+        assert!(near(compiled.predict_us(s, OperandOrder::Transposed), 21.0));
     }
 
     /// Real-execution mode: a measured shape is answered with its median
@@ -209,16 +209,19 @@ mod tests {
         let mut m = by_order(false);
         m.measured = vec![hetero_plan::MeasuredGemm {
             shape: s,
-            order: OperandOrder::WtAt,
+            order: OperandOrder::Transposed,
             us: 33.0,
         }];
         let compiled = GemmModel::compiled(&m).unwrap();
         for _ in 0..2 {
-            assert!(near(m.predict_us(s, OperandOrder::WtAt), 34.0));
-            assert!(near(compiled.predict_us(s, OperandOrder::WtAt), 34.0));
+            assert!(near(m.predict_us(s, OperandOrder::Transposed), 34.0));
+            assert!(near(compiled.predict_us(s, OperandOrder::Transposed), 34.0));
             assert!(near(compiled.predict_us(s, OperandOrder::Aw), 11.0));
-            assert!(near(compiled.predict_us(other, OperandOrder::WtAt), 21.0));
+            assert!(near(
+                compiled.predict_us(other, OperandOrder::Transposed),
+                21.0
+            ));
         }
-        assert!(near(m.model_us(s, OperandOrder::WtAt), 21.0));
+        assert!(near(m.model_us(s, OperandOrder::Transposed), 21.0));
     }
 }

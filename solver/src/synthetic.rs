@@ -5,7 +5,7 @@
 //! The NPU model follows HeteroLLM §3.2: stage performance (every dimension
 //! padded to the 32-wide array, and a floor below which the array is not
 //! filled), order sensitivity (weight-stationary: the `aw` order is several
-//! times slower than `wt_at`) and shape sensitivity (a long reduction
+//! times slower than `transposed`) and shape sensitivity (a long reduction
 //! dimension, like the FFN down-projection's, runs far below peak).
 //! The GPU is a roofline. Overheads are of the order HeteroLLM reports
 //! (polling sync in microseconds, GPU submission in tens of microseconds,

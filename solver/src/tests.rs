@@ -327,7 +327,7 @@ fn npu_runs_in_weight_stationary_order() {
     let s = prefill(1..=1024, &[256, 1024], &["attn_q", "ffn_down"]);
     let plan = solve(&dev, fp(), &llama8b(), &s).unwrap();
     for op in &plan.ops {
-        assert_eq!(op.order("npu"), OperandOrder::WtAt, "{}", op.op);
+        assert_eq!(op.order("npu"), OperandOrder::Transposed, "{}", op.op);
         assert_eq!(op.order("gpu"), OperandOrder::Aw, "{}", op.op);
     }
 }
@@ -1104,7 +1104,7 @@ fn staged_costs_replace_the_dma_copies_in_the_planned_order() {
     let plan = solve(&dev, fp(), &llama8b(), &s).unwrap();
     let out = match plan.op("attn_q", Phase::Prefill).unwrap().order("cuda") {
         OperandOrder::Aw => line(21.0),
-        OperandOrder::WtAt => line(16.0),
+        OperandOrder::Transposed => line(16.0),
     };
     let want = line(15.0).at(m * k * 4.0) + out.at(m * n * 4.0);
     // Plans round costs to 0.01 µs; the orders differ by 5 µs.
@@ -1196,15 +1196,15 @@ fn a_unified_processor_pays_the_staged_copies_it_measured_and_no_dma() {
 fn the_order_with_the_cheaper_read_back_wins_when_the_gemms_tie() {
     // The synthetic GPU's GEMM takes as long in either order, so only the
     // staged read-back tells the orders apart.
-    for (aw, wt_at, want) in [
-        (21.0, 16.0, OperandOrder::WtAt),
+    for (aw, transposed, want) in [
+        (21.0, 16.0, OperandOrder::Transposed),
         (16.0, 21.0, OperandOrder::Aw),
     ] {
         let mut dev = synthetic::discrete_cpu_gpu();
         {
             let o = dev.overheads_mut("cuda").unwrap();
             o.stage_in = Some(line(15.0));
-            o.stage_out = Some(line(wt_at));
+            o.stage_out = Some(line(transposed));
             o.stage_out_aw = Some(line(aw));
         }
         for phase in [Phase::Prefill, Phase::Decode] {
@@ -1219,14 +1219,14 @@ fn the_order_with_the_cheaper_read_back_wins_when_the_gemms_tie() {
                 let got = plan.op(op, phase).unwrap().order("cuda");
                 assert_eq!(
                     got, want,
-                    "{op} {phase:?}, read-back aw {aw} µs, wt_at {wt_at} µs"
+                    "{op} {phase:?}, read-back aw {aw} µs, transposed {transposed} µs"
                 );
             }
         }
     }
 }
 
-/// A CPU whose `aw` GEMMs take 4× its `wt_at` ones up to 32 rows, as long
+/// A CPU whose `aw` GEMMs take 4× its `transposed` ones up to 32 rows, as long
 /// at 128 and 0.91× from 512 (`ffn_down` on a 2-core x86-64 machine).
 struct OrderTradeOff(Synthetic);
 
@@ -1236,7 +1236,7 @@ impl crate::GemmModel for TradeOffModel {
     fn predict_us(&self, shape: hetero_plan::GemmShape, order: OperandOrder) -> Option<f64> {
         let m = shape.m.get();
         let factor = match (order, m) {
-            (OperandOrder::WtAt, _) => 1.0,
+            (OperandOrder::Transposed, _) => 1.0,
             (OperandOrder::Aw, 0..=32) => 4.0,
             (OperandOrder::Aw, 33..=128) => 1.0,
             (OperandOrder::Aw, _) => 0.91,
@@ -1271,7 +1271,7 @@ impl LatencyOracle for OrderTradeOff {
 fn the_order_is_the_faster_at_most_lengths_not_in_summed_time() {
     // Over the representative 1, 32, 128, 512 and 1024 rows, `aw` takes
     // less time summed (165 776 µs against 169 700), all of it gained at
-    // the two longest; `wt_at` is 4× faster at two lengths and as fast at
+    // the two longest; `transposed` is 4× faster at two lengths and as fast at
     // a third, and the plan takes it.
     let mut s = prefill(1..=1024, &[], &["ffn_down"]);
     s.graphs = GraphChoice::None;
@@ -1280,7 +1280,7 @@ fn the_order_is_the_faster_at_most_lengths_not_in_summed_time() {
     let plan = solve(&dev, fp(), &llama8b(), &s).unwrap();
     assert_eq!(
         plan.op("ffn_down", Phase::Prefill).unwrap().order("cpu"),
-        OperandOrder::WtAt
+        OperandOrder::Transposed
     );
 }
 
@@ -1385,7 +1385,7 @@ fn a_blocking_wait_is_costed_alongside_the_polling_one() {
 fn offload_mode_charges_the_gpus_launches_after_the_cpus_runs() {
     // In offload mode every token streams weights through host memory and
     // the CPU's pool polls for work after its parts: the GPU's operators
-    // alone pay what `op_overhead_after` measured beyond `op_overhead` (the
+    // alone pay what `launch_overhead_after_cpu` measured beyond `op_overhead` (the
     // mean of the two waits, as it alternates them), with either wait.
     // Outside offload mode, and without the row, they pay nothing more.
     let m = llama8b();
@@ -1409,7 +1409,7 @@ fn offload_mode_charges_the_gpus_launches_after_the_cpus_runs() {
         let ov = dev.overheads_mut("cuda").unwrap();
         ov.op_overhead_us = Some(6.5);
         ov.op_overhead_block_us = Some(8.5);
-        ov.op_overhead_after_us = after;
+        ov.launch_overhead_after_cpu_us = after;
         // A slow CPU, so that the GPU runs the operator alone.
         *dev.model_mut("cpu").unwrap() = SynthModel::Roofline {
             peak_gflops: 15.0,
@@ -1452,7 +1452,7 @@ fn offload_mode_charges_the_gpus_launches_after_the_cpus_runs() {
     assert!(
         notes
             .iter()
-            .any(|n| n.contains("no op_overhead_after measured")),
+            .any(|n| n.contains("no launch_overhead_after_cpu measured")),
         "{notes:?}"
     );
 }

@@ -195,7 +195,7 @@ pub struct StageSeries {
     pub timing: Timing,
     /// The swept dimension (`M`, `K` or `N`).
     pub axis: &'static str,
-    /// The fixed part, e.g. `K=1536 N=8960 f16 wt_at`.
+    /// The fixed part, e.g. `K=1536 N=8960 f16 transposed`.
     pub fixed: String,
     /// (dimension value, median µs), sorted.
     pub measured: Vec<(u32, f64)>,

@@ -35,7 +35,7 @@ pub fn row(i: usize, m: u32, k: u32, n: u32, us: Option<f64>) -> MeasurementRow 
         k,
         n,
         dtype: DType::F16,
-        order: OperandOrder::WtAt,
+        order: OperandOrder::Transposed,
         weights: WeightMode::Static,
         status: RowStatus::Ok,
         timing: Timing::Simulated,

@@ -113,7 +113,7 @@ struct SweepArgs {
     /// Shorthand: element type.
     #[arg(long, default_value = "f32")]
     dtype: String,
-    /// Shorthand: operand order, aw or wt_at.
+    /// Shorthand: operand order, aw or transposed.
     #[arg(long, default_value = "aw")]
     order: String,
     /// Shorthand: timed repetitions.
@@ -524,7 +524,7 @@ const DEFAULT_BENCHES: [MicrobenchKind; 15] = [
     MicrobenchKind::StageOutAw,
     MicrobenchKind::OpOverheadBlock,
     MicrobenchKind::OpOverheadPoll,
-    MicrobenchKind::OpOverheadAfter,
+    MicrobenchKind::LaunchOverheadAfterCpu,
 ];
 
 /// Asked for by name only: both waits in one row, as older profiles had.
@@ -657,7 +657,7 @@ impl Requests {
                     self.push(&p.id, k, Some(a.stream_bytes), Some(q.to_string()), None);
                 }
             }
-            MicrobenchKind::OpOverheadAfter => {
+            MicrobenchKind::LaunchOverheadAfterCpu => {
                 // A device-timed processor after each processor on host
                 // memory (`hetero profile` asks the same).
                 if !p.capabilities.device_timer || p.simulated {

@@ -528,7 +528,7 @@ mod tests {
         let mut b = backend();
         let shape = GemmShape::new(33, 65, 17).unwrap();
         let (a, w) = crate::verify::inputs(&shape, 0);
-        for order in [OperandOrder::Aw, OperandOrder::WtAt] {
+        for order in [OperandOrder::Aw, OperandOrder::Transposed] {
             let spec = GemmSpec {
                 shape,
                 dtype: DType::F32,
@@ -551,14 +551,14 @@ mod tests {
         }
     }
 
-    /// An f32 `wt_at` GEMM of `shape` prepared on `b` with the inputs of
+    /// An f32 `transposed` GEMM of `shape` prepared on `b` with the inputs of
     /// `verify::inputs(shape, salt)`, its input written.
-    fn wt_at_gemm(b: &mut CpuBackend, shape: GemmShape, salt: u64) -> Box<dyn Gemm> {
+    fn transposed_gemm(b: &mut CpuBackend, shape: GemmShape, salt: u64) -> Box<dyn Gemm> {
         let (a, w) = crate::verify::inputs(&shape, salt);
         let spec = GemmSpec {
             shape,
             dtype: DType::F32,
-            order: OperandOrder::WtAt,
+            order: OperandOrder::Transposed,
             weights: WeightMode::Static,
         };
         let mut g = b.prepare(&spec, &w).unwrap();
@@ -571,7 +571,7 @@ mod tests {
         // The runtime waits for a GPU's steps before a CPU part: the CPU
         // part's time is its run's, not the moment the host looked.
         let mut b = backend();
-        let mut g = wt_at_gemm(&mut b, GemmShape::new(1, 64, 64).unwrap(), 0);
+        let mut g = transposed_gemm(&mut b, GemmShape::new(1, 64, 64).unwrap(), 0);
         g.submit().unwrap();
         std::thread::sleep(Duration::from_millis(60));
         let t = g.wait(SyncMode::Block).unwrap();
@@ -637,7 +637,7 @@ mod tests {
         let mut b = backend();
         let shape = GemmShape::new(9, 300, 40).unwrap();
         let (a, w) = crate::verify::inputs(&shape, 1);
-        let mut g = wt_at_gemm(&mut b, shape, 1);
+        let mut g = transposed_gemm(&mut b, shape, 1);
         for _ in 0..2 {
             g.evict_caches().unwrap();
             g.execute().unwrap();

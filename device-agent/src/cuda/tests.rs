@@ -95,7 +95,7 @@ fn gemm_matches_the_f64_reference_in_every_dtype_and_order() {
     for dev in &mut devices {
         for &(m, k, n) in &[(1, 64, 48), (3, 67, 45), (64, 256, 128), (130, 96, 257)] {
             for dtype in [DType::F32, DType::F16, DType::Bf16] {
-                for order in [OperandOrder::Aw, OperandOrder::WtAt] {
+                for order in [OperandOrder::Aw, OperandOrder::Transposed] {
                     let w = values(k * n, 7 + k as u64);
                     let a = values(m * k, 11 + m as u64);
                     let s = spec(m as u32, k as u32, n as u32, dtype, order);
@@ -124,7 +124,7 @@ fn every_row_count_form_and_algorithm_the_search_may_pick_gives_the_reference_re
     let backend = CudaBackend::open(0).unwrap();
     for &(m, k, n) in &[(445, 64, 72), (158, 96, 40), (670, 32, 24)] {
         for dtype in [DType::F32, DType::F16] {
-            for order in [OperandOrder::Aw, OperandOrder::WtAt] {
+            for order in [OperandOrder::Aw, OperandOrder::Transposed] {
                 let w = values(k * n, 3 + n as u64);
                 let a = values(m * k, 5 + m as u64);
                 let s = spec(m as u32, k as u32, n as u32, dtype, order);
@@ -293,7 +293,7 @@ fn k_and_n_padded_to_eight_give_the_reference_result() {
     let backend = CudaBackend::open(0).unwrap();
     for &(m, k, n) in &[(37, 1021, 75), (8, 173, 1003), (130, 8148, 9)] {
         for dtype in [DType::F32, DType::F16, DType::Bf16] {
-            for order in [OperandOrder::Aw, OperandOrder::WtAt] {
+            for order in [OperandOrder::Aw, OperandOrder::Transposed] {
                 let w = values(k * n, 13 + k as u64);
                 let a = values(m * k, 17 + n as u64);
                 let s = spec(m as u32, k as u32, n as u32, dtype, order);
@@ -414,7 +414,10 @@ fn submit_and_wait_block_and_poll() {
         let w = values(k * n, 3);
         let a = values(m * k, 5);
         let mut g = dev
-            .prepare(&spec(32, 512, 256, DType::F16, OperandOrder::WtAt), &w)
+            .prepare(
+                &spec(32, 512, 256, DType::F16, OperandOrder::Transposed),
+                &w,
+            )
             .unwrap();
         g.write_input(&a).unwrap();
         for mode in [
@@ -535,7 +538,7 @@ fn host_weights_are_copied_before_every_run() {
     };
     for dev in &mut devices {
         for (dtype, order) in [
-            (DType::F16, OperandOrder::WtAt),
+            (DType::F16, OperandOrder::Transposed),
             (DType::F32, OperandOrder::Aw),
         ] {
             let (m, k, n) = (3, 96, 130);
@@ -641,7 +644,7 @@ fn gemm_reads_and_writes_backend_host_memory() {
         return;
     };
     let be = &mut list[0];
-    for order in [OperandOrder::Aw, OperandOrder::WtAt] {
+    for order in [OperandOrder::Aw, OperandOrder::Transposed] {
         let (m, k, n) = (37usize, 96usize, 130usize);
         let w = values(k * n, 3);
         let mut g = be

@@ -208,7 +208,7 @@ fn event_us(ev: &Event) -> std::result::Result<f64, opencl3::error_codes::ClErro
 /// Where a GEMM's operands sit on the device. The kernel computes
 /// `C[R,S] = X[R,K]·Y[K,S]`; X rows are `ldx` apart, C rows `ldc`; Y is K
 /// rows `ldy` apart, or for `Dot` stored transposed, S rows of K. `aw`:
-/// X = A, Y = W (Wᵀ for Dot); `wt_at`: X = Wᵀ, Y = Aᵀ (A for Dot).
+/// X = A, Y = W (Wᵀ for Dot); `transposed`: X = Wᵀ, Y = Aᵀ (A for Dot).
 struct Geometry {
     r: usize,
     s: usize,
@@ -216,7 +216,7 @@ struct Geometry {
     ldx: usize,
     ldy: usize,
     ldc: usize,
-    /// Whether X is the weight (`wt_at`) rather than the input.
+    /// Whether X is the weight (`transposed`) rather than the input.
     weight_is_x: bool,
     input: Layout,
     weight: Layout,
@@ -227,7 +227,7 @@ impl Geometry {
         let (m, k, n) = spec.shape.mkn();
         let (m, k, n) = (m as usize, k as usize, n as usize);
         let elem = elem_size(spec.dtype);
-        let wt = spec.order == OperandOrder::WtAt;
+        let wt = spec.order == OperandOrder::Transposed;
         let dot = tile.family == Family::Dot;
         let (r, s) = if wt { (n, m) } else { (m, n) };
         let ldx = padded(k, tile.k_align(), elem);
@@ -613,7 +613,7 @@ impl Gemm for ClGemm {
         if self.pending.is_some() {
             return Err(self.busy_error());
         }
-        let wt = self.spec.order == OperandOrder::WtAt;
+        let wt = self.spec.order == OperandOrder::Transposed;
         let dtype = self.spec.dtype;
         let pitch = self.ldc;
         let rows = if wt { n } else { m };

@@ -6,7 +6,7 @@
 //!   library is an [`Error::Library`] naming the paths tried.
 //! - **Kernels.** One tiled GEMM kernel of our own (`kernels.cl`),
 //!   `C[R,S] = X[R,K]·Y[K,S]`, bounds-checked so any shape runs. Operand
-//!   order `aw` runs it as `A·W`; `wt_at` as `Wᵀ·Aᵀ` (the processor holds
+//!   order `aw` runs it as `A·W`; `transposed` as `Wᵀ·Aᵀ` (the processor holds
 //!   `Wᵀ` and `Aᵀ` and computes `Cᵀ`); inputs and outputs are converted in
 //!   [`Gemm::write_input`] / [`Gemm::read_output`], outside the timed part.
 //!   f32, and f16 storage with f32 accumulation where `cl_khr_fp16` exists.

@@ -324,7 +324,7 @@ pub fn load(opts: &OpenOptions, dir: &Path) -> Result<Vec<(GraphEntry, QnnGemm)>
 
 /// Parses a graph list: items separated by commas or white space, each
 /// `MxKxN[:dtype[:order[:weights]]]` (defaults f16, aw, static), e.g.
-/// `128x4096x4096,1x4096x4096:w8a16:wt_at:input`. `@FILE` reads the list
+/// `128x4096x4096,1x4096x4096:w8a16:transposed:input`. `@FILE` reads the list
 /// from a file.
 pub fn parse_graph_specs(s: &str) -> Result<Vec<GemmSpec>> {
     let text: Cow<'_, str> = match s.strip_prefix('@') {
@@ -460,14 +460,15 @@ mod tests {
 
     #[test]
     fn graph_specs_parse_with_defaults() {
-        let v = parse_graph_specs("128x4096x4096, 1x64x32:w8a16:wt_at:input\n2x2x2:f32").unwrap();
+        let v =
+            parse_graph_specs("128x4096x4096, 1x64x32:w8a16:transposed:input\n2x2x2:f32").unwrap();
         assert_eq!(v.len(), 3);
         assert_eq!(v[0].dtype, DType::F16);
         assert_eq!(v[0].order, OperandOrder::Aw);
         assert_eq!(v[0].weights, WeightMode::Static);
         assert_eq!(v[1].shape.mkn(), (1, 64, 32));
         assert_eq!(v[1].dtype, DType::W8a16);
-        assert_eq!(v[1].order, OperandOrder::WtAt);
+        assert_eq!(v[1].order, OperandOrder::Transposed);
         assert_eq!(v[1].weights, WeightMode::Input);
         assert_eq!(v[2].dtype, DType::F32);
     }

@@ -208,7 +208,7 @@ pub struct GraphIo {
     pub w: Option<TensorDesc>,
     /// The output.
     pub c: TensorDesc,
-    /// The weight is the first MatMul input (`wt_at`): graph inputs are
+    /// The weight is the first MatMul input (`transposed`): graph inputs are
     /// passed in MatMul order.
     pub weight_first: bool,
     /// The activation range the input encoding covers (quantised dtypes).
@@ -410,7 +410,7 @@ impl Drop for BuiltGraph {
 }
 
 /// The three operands of a MatMul graph, in MatMul order, with the
-/// weights encoded into `w`. `aw`: `A[M,K]·W[K,N] = C[M,N]`; `wt_at`:
+/// weights encoded into `w`. `aw`: `A[M,K]·W[K,N] = C[M,N]`; `transposed`:
 /// `Wᵀ[N,K]·(A[M,K])ᵀ` (`transpose_in1`) `= Cᵀ[N,M]`.
 struct Operands {
     a: OwnedTensor,
@@ -428,7 +428,7 @@ impl Operands {
         let (m, k, n) = (m as usize, k as usize, n as usize);
         spec.check_weights_len(PROCESSOR_ID, weights.len())?;
         let el = elements_for(spec.dtype, weights, k, n, act_abs_max)?;
-        let weight_first = spec.order == OperandOrder::WtAt;
+        let weight_first = spec.order == OperandOrder::Transposed;
         let desc = |name: &str, dims: [usize; 2], element| TensorDesc {
             name: name.into(),
             id: 0,
@@ -633,7 +633,7 @@ pub struct QnnGemm {
     /// The weight buffer, when weights are a graph input.
     w: Option<OwnedTensor>,
     c: OwnedTensor,
-    /// Scratch for the transposed output of `wt_at`.
+    /// Scratch for the transposed output of `transposed`.
     scratch: Vec<f32>,
     has_input: bool,
 }
@@ -715,7 +715,7 @@ impl Gemm for QnnGemm {
                 });
             }
         }
-        // Both orders read A[M,K] as stored: wt_at transposes it in the graph.
+        // Both orders read A[M,K] as stored: transposed transposes it in the graph.
         self.a.desc.element.encode(a, &mut self.a.data);
         self.has_input = true;
         Ok(())

@@ -207,7 +207,7 @@ fn f16_matmul_is_verified() {
             64,
             48,
             DType::F16,
-            OperandOrder::WtAt,
+            OperandOrder::Transposed,
             WeightMode::Static,
         ),
     );
@@ -217,7 +217,14 @@ fn f16_matmul_is_verified() {
     );
     run_and_verify(
         &mut b,
-        spec(8, 64, 32, DType::F16, OperandOrder::WtAt, WeightMode::Input),
+        spec(
+            8,
+            64,
+            32,
+            DType::F16,
+            OperandOrder::Transposed,
+            WeightMode::Input,
+        ),
     );
 }
 
@@ -266,7 +273,7 @@ fn quantized_matmul_is_verified() {
             128,
             32,
             DType::W8a16,
-            OperandOrder::WtAt,
+            OperandOrder::Transposed,
             WeightMode::Input,
         ),
     );
@@ -277,7 +284,7 @@ fn quantized_matmul_is_verified() {
             128,
             32,
             DType::W4a16,
-            OperandOrder::WtAt,
+            OperandOrder::Transposed,
             WeightMode::Static,
         ),
     );

@@ -18,7 +18,7 @@
 //! 2. **order sensitivity**: the second operand is held stationary in the
 //!    array. In `aw` order that is the weight `W[K,N]`; each of its
 //!    `K/32 · N/32` tiles costs a load and a pipeline fill and then streams only
-//!    M rows, so with few tokens the array mostly loads weights. `wt_at`
+//!    M rows, so with few tokens the array mostly loads weights. `transposed`
 //!    (`Cᵀ = Wᵀ·Aᵀ`) holds the small `Aᵀ` and streams the large `Wᵀ` through it;
 //! 3. **shape sensitivity**: for the same FLOPs, an input with more rows
 //!    than columns (M > K) needs fewer stationary tiles, each streamed longer.
@@ -192,7 +192,7 @@ impl SimParams {
         let (m, k, n) = spec.shape.mkn();
         match spec.order {
             OperandOrder::Aw => (m as u64, k as u64, n as u64),
-            OperandOrder::WtAt => (n as u64, k as u64, m as u64),
+            OperandOrder::Transposed => (n as u64, k as u64, m as u64),
         }
     }
 
@@ -257,7 +257,7 @@ impl SimParams {
         // The weights are whichever operand came from W.
         let (wts, act) = match spec.order {
             OperandOrder::Aw => (kp * qp, pp * kp),
-            OperandOrder::WtAt => (pp * kp, kp * qp),
+            OperandOrder::Transposed => (pp * kp, kp * qp),
         };
         let baked = if spec.weights == WeightMode::Static {
             wts

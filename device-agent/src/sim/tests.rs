@@ -12,7 +12,7 @@ fn t(m: u32, k: u32, n: u32, order: OperandOrder) -> f64 {
 
 #[test]
 fn stage_performance_latency_is_flat_between_multiples_of_the_tile() {
-    for order in [OperandOrder::Aw, OperandOrder::WtAt] {
+    for order in [OperandOrder::Aw, OperandOrder::Transposed] {
         // M: flat from 1 to 32, a step at 33, flat again to 64.
         let base = t(32, 4096, 4096, order);
         for m in [1, 7, 16, 31] {
@@ -34,25 +34,25 @@ fn order_sensitivity_a_large_stationary_weight_hurts() {
     // HeteroLLM's example: a [4096, 14336] weight with few tokens.
     for (m, at_least) in [(32, 4.0), (64, 2.5), (256, 1.3)] {
         let aw = t(m, 4096, 14336, OperandOrder::Aw);
-        let wt_at = t(m, 4096, 14336, OperandOrder::WtAt);
+        let transposed = t(m, 4096, 14336, OperandOrder::Transposed);
         assert!(
-            aw / wt_at >= at_least,
-            "m={m}: aw {aw:.0} µs vs wt_at {wt_at:.0} µs ({:.2}x)",
-            aw / wt_at
+            aw / transposed >= at_least,
+            "m={m}: aw {aw:.0} µs vs transposed {transposed:.0} µs ({:.2}x)",
+            aw / transposed
         );
     }
     // When the activation is the larger tensor, aw is the better order.
-    assert!(t(8192, 512, 256, OperandOrder::Aw) < t(8192, 512, 256, OperandOrder::WtAt));
+    assert!(t(8192, 512, 256, OperandOrder::Aw) < t(8192, 512, 256, OperandOrder::Transposed));
 }
 
 #[test]
 fn shape_sensitivity_more_rows_than_columns_is_faster_at_equal_flops() {
-    for order in [OperandOrder::Aw, OperandOrder::WtAt] {
+    for order in [OperandOrder::Aw, OperandOrder::Transposed] {
         // Same FLOPs; the input [M,K] is tall in the first, wide in the second.
         let (tall, wide) = match order {
             OperandOrder::Aw => (t(1024, 256, 1024, order), t(256, 1024, 1024, order)),
-            // In wt_at the streamed input is Wᵀ[N,K].
-            OperandOrder::WtAt => (t(1024, 256, 1024, order), t(1024, 1024, 256, order)),
+            // In transposed the streamed input is Wᵀ[N,K].
+            OperandOrder::Transposed => (t(1024, 256, 1024, order), t(1024, 1024, 256, order)),
         };
         assert!(
             wide / tall >= 1.2,
@@ -81,18 +81,24 @@ fn f32_is_slower_than_f16_and_other_dtypes_are_not_modelled() {
 fn prepare_cost_grows_with_tensor_size() {
     let p = SimParams::default();
     let small = p
-        .prepare_us(&spec(32, 1024, 1024, DType::F16, OperandOrder::WtAt))
+        .prepare_us(&spec(32, 1024, 1024, DType::F16, OperandOrder::Transposed))
         .unwrap();
     let big = p
-        .prepare_us(&spec(32, 4096, 4096, DType::F16, OperandOrder::WtAt))
+        .prepare_us(&spec(32, 4096, 4096, DType::F16, OperandOrder::Transposed))
         .unwrap();
     let longer = p
-        .prepare_us(&spec(1024, 4096, 4096, DType::F16, OperandOrder::WtAt))
+        .prepare_us(&spec(
+            1024,
+            4096,
+            4096,
+            DType::F16,
+            OperandOrder::Transposed,
+        ))
         .unwrap();
     assert!(small >= p.prepare_base_us);
     assert!(big > small && longer > big, "{small} {big} {longer}");
     // Weights passed as inputs are not baked into the graph.
-    let mut s = spec(32, 4096, 4096, DType::F16, OperandOrder::WtAt);
+    let mut s = spec(32, 4096, 4096, DType::F16, OperandOrder::Transposed);
     s.weights = WeightMode::Input;
     assert!(p.prepare_us(&s).unwrap() < big);
 }
@@ -101,7 +107,7 @@ fn prepare_cost_grows_with_tensor_size() {
 fn memory_bound_decode_is_limited_by_dram() {
     // One token through a 4096x4096 f16 weight: 32 MiB at 60 GB/s ≈ 560 µs.
     let b = SimParams::default()
-        .model(&spec(1, 4096, 4096, DType::F16, OperandOrder::WtAt))
+        .model(&spec(1, 4096, 4096, DType::F16, OperandOrder::Transposed))
         .unwrap();
     assert!(b.memory_us >= b.compute_us, "{b:?}");
     assert!((b.memory_us - 4096.0 * 4096.0 * 2.0 / 60e3).abs() / b.memory_us < 0.05);
@@ -113,7 +119,7 @@ fn the_backend_reports_model_time_and_the_real_product() {
     assert!(b.processor().simulated);
     assert_eq!(b.processor().timing(), hetero_plan::Timing::Simulated);
     assert_eq!(b.processor().capabilities.tile, Some(32));
-    let s = spec(40, 70, 33, DType::F32, OperandOrder::WtAt);
+    let s = spec(40, 70, 33, DType::F32, OperandOrder::Transposed);
     let (a, w) = crate::verify::inputs(&s.shape, 0);
     let mut g = b.prepare(&s, &w).unwrap();
     assert_eq!(g.prepare_us(), SimParams::default().prepare_us(&s));

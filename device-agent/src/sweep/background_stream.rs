@@ -1,5 +1,5 @@
 //! The memory-bound GEMV that the bandwidth benchmarks time, and that
-//! [`op_overhead_after`](super::op_overhead_after) runs on its peer: copies
+//! [`launch_overhead_after_cpu`](super::launch_overhead_after_cpu) runs on its peer: copies
 //! run in turn past the host's caches ([`BackgroundStream`]).
 
 use hetero_plan::{DType, GemmShape, GemvStream, OperandOrder, Processor, WeightMode};
@@ -11,9 +11,9 @@ use super::micro::preferred_dtype;
 use crate::{Backend, Error, Gemm, GemmSpec, verify};
 
 /// The memory-bound GEMV of the bandwidth benchmarks: `1×K×N` with weights
-/// of about `bytes`, in `wt_at` order, the one decode plans run GEMVs in
+/// of about `bytes`, in `transposed` order, the one decode plans run GEMVs in
 /// (each output a dot product over a contiguous row of `Wᵀ`). On an H100
-/// host's 15 cores `aw` streamed 49.5 GB/s and the plan's `wt_at` GEMVs
+/// host's 15 cores `aw` streamed 49.5 GB/s and the plan's `transposed` GEMVs
 /// about 90: beside the GPU's weight copies, the slower one left memory
 /// room that the runtime's did not.
 pub(super) fn gemv_spec(proc: &Processor, bytes: u64) -> Result<GemmSpec, Error> {
@@ -23,7 +23,7 @@ pub(super) fn gemv_spec(proc: &Processor, bytes: u64) -> Result<GemmSpec, Error>
     Ok(GemmSpec {
         shape: GemmShape::new(1, side, side).expect("non-zero"),
         dtype,
-        order: OperandOrder::WtAt,
+        order: OperandOrder::Transposed,
         weights: WeightMode::Static,
     })
 }

@@ -27,7 +27,7 @@ pub(super) fn graph_prepare(
         field: "shape".into(),
         message: "graph_prepare needs `shape`".into(),
     })?;
-    let spec = bench_spec(&proc, shape, OperandOrder::WtAt)?;
+    let spec = bench_spec(&proc, shape, OperandOrder::Transposed)?;
     let (_, w) = verify::inputs(&shape, 0);
     let mut samples = Vec::new();
     for i in 0..run.warmups + run.repetitions.max(1) {

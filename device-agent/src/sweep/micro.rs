@@ -13,8 +13,8 @@ use hetero_plan::{
 use super::bandwidth::bandwidth;
 use super::base_line;
 use super::graph_prepare::graph_prepare;
+use super::launch_overhead_after_cpu::launch_overhead_after_cpu;
 use super::op_overhead::op_overhead;
-use super::op_overhead_after::op_overhead_after;
 use super::stage::stage;
 use crate::protocol::{MicrobenchLine, bench_name};
 use crate::{Backend, Error, GemmSpec, verify};
@@ -48,12 +48,11 @@ pub(super) fn microbench(
                 line.note = Some(note);
                 s
             }),
-        MicrobenchKind::OpOverheadAfter => {
-            op_overhead_after(backends, run, cancel).map(|(s, note)| {
+        MicrobenchKind::LaunchOverheadAfterCpu => launch_overhead_after_cpu(backends, run, cancel)
+            .map(|(s, note)| {
                 line.note = Some(note);
                 s
-            })
-        }
+            }),
         MicrobenchKind::BandwidthAlone | MicrobenchKind::BandwidthConcurrent => {
             bandwidth(backends, req, run, cancel).map(|b| {
                 line.note = Some(b.note);

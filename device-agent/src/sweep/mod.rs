@@ -21,7 +21,7 @@
 //! of them: see [`MICRO_MAX_SAMPLES`]). The others are written once here
 //! on top of [`Gemm`](crate::Gemm), so every backend gets them, one module
 //! each: `graph_prepare`, `stage` (the staged copies), `op_overhead`
-//! and `op_overhead_after` (the host's cost around one operator), and
+//! and `launch_overhead_after_cpu` (the host's cost around one operator), and
 //! `bandwidth`: `bandwidth_alone` times a memory-bound GEMV (`1×K×N`,
 //! weights of `bytes`), `bandwidth_concurrent` times the same GEMV while
 //! the `peer` processor streams its own GEMV in a loop (a
@@ -37,9 +37,9 @@ mod background_stream;
 mod bandwidth;
 mod case;
 mod graph_prepare;
+mod launch_overhead_after_cpu;
 mod micro;
 mod op_overhead;
-mod op_overhead_after;
 mod stage;
 
 use std::collections::HashSet;

@@ -12,7 +12,7 @@ use crate::{Backend, Error, Gemm, verify};
 
 /// `op_overhead`: what the host adds around the device-timed part of one
 /// operator, through the backend's own launch path (a CUDA graph, a queued
-/// kernel). A `1×1024×1024` GEMM in `wt_at` order (the processor's 16-bit
+/// kernel). A `1×1024×1024` GEMM in `transposed` order (the processor's 16-bit
 /// type where it has one) is written once, then submitted and waited for
 /// round after round: by a blocking wait (`op_overhead_block`), by polling
 /// the host flag (`op_overhead_poll`, processors with one), or by both
@@ -57,7 +57,7 @@ pub(super) fn op_overhead(
         _ => (|_| false, "a blocking"),
     };
     let shape = GemmShape::new(1, 1024, 1024).expect("non-zero");
-    let spec = bench_spec(&proc, shape, OperandOrder::WtAt)?;
+    let spec = bench_spec(&proc, shape, OperandOrder::Transposed)?;
     let (a, w) = verify::inputs(&shape, 0);
     let mut g = b.prepare(&spec, &w)?;
     g.write_input(&a)?;

@@ -17,7 +17,7 @@ use crate::{Backend, Error, HostBuf, verify};
 /// host memory of the kind the runtime's pool uses
 /// ([`Backend::alloc_host`], else the heap), timed by the host clock around
 /// the call alone. The input side is `R×1024×64` and the output side
-/// `R×64×1024`, with `R = bytes/4096` rows (at least one), in `wt_at`
+/// `R×64×1024`, with `R = bytes/4096` rows (at least one), in `transposed`
 /// order (`aw` for `stage_out_aw`, whose output a backend may transpose on
 /// the way out; CUDA's is transposed behind the kernel instead) and in
 /// the processor's 16-bit type where it has one, like the GPU sweeps. Each
@@ -48,7 +48,7 @@ pub(super) fn stage(
     let order = if req.bench == MicrobenchKind::StageOutAw {
         OperandOrder::Aw
     } else {
-        OperandOrder::WtAt
+        OperandOrder::Transposed
     };
     let spec = bench_spec(&proc, shape, order)?;
     let (a, w) = verify::inputs(&shape, 0);

@@ -417,7 +417,7 @@ pub fn device_fingerprint(p: &DeviceProfile) -> Fingerprint {
     )
 }
 
-/// The serde name of a unit enum variant (`wt_at`, `copy_h2d`).
+/// The serde name of a unit enum variant (`transposed`, `copy_h2d`).
 pub(crate) fn enum_str<T: Serialize>(v: &T) -> String {
     match serde_json::to_value(v) {
         Ok(serde_json::Value::String(s)) => s,
@@ -457,7 +457,7 @@ pub(crate) mod tests {
             k: 64,
             n: 128,
             dtype: DType::F16,
-            order: OperandOrder::WtAt,
+            order: OperandOrder::Transposed,
             weights: WeightMode::Input,
             status: if median.is_some() {
                 RowStatus::Ok

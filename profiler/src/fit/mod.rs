@@ -489,21 +489,21 @@ pub fn worst_shapes(samples: &[Sample], pred: &[f64]) -> Vec<WorstShape> {
 pub const ORDER_GAP: f64 = 0.15;
 
 /// How far the two operand orders are apart in `samples`: over the shapes
-/// measured in both, the median of |ln(`wt_at` µs / `aw` µs)|. `None` where
+/// measured in both, the median of |ln(`transposed` µs / `aw` µs)|. `None` where
 /// no shape was measured in both (an order-free processor's rows are all
 /// `aw`).
 pub fn order_gap(samples: &[Sample]) -> Option<f64> {
     let mut by: BTreeMap<GemmShape, [Vec<f64>; 2]> = BTreeMap::new();
     for s in samples {
-        let side = usize::from(s.order == OperandOrder::WtAt);
+        let side = usize::from(s.order == OperandOrder::Transposed);
         by.entry(s.shape).or_default()[side].push(s.us);
     }
     let gaps: Vec<f64> = by
         .values()
-        .filter_map(|[aw, wt_at]| {
+        .filter_map(|[aw, transposed]| {
             let aw = Stats::from_samples(aw)?.median_us;
-            let wt_at = Stats::from_samples(wt_at)?.median_us;
-            Some((wt_at / aw).ln().abs())
+            let transposed = Stats::from_samples(transposed)?.median_us;
+            Some((transposed / aw).ln().abs())
         })
         .collect();
     Stats::from_samples(&gaps).map(|s| s.median_us)

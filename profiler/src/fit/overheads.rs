@@ -178,7 +178,9 @@ pub fn fit_overheads(
                 stage_small,
                 op_overhead_us,
                 op_overhead_block_us,
-                op_overhead_after_us: median(medians(MicrobenchKind::OpOverheadAfter)),
+                launch_overhead_after_cpu_us: median(medians(
+                    MicrobenchKind::LaunchOverheadAfterCpu,
+                )),
                 submit_empty_us: median(medians(MicrobenchKind::SubmitEmpty)),
                 submit_busy_us: median(medians(MicrobenchKind::SubmitBusy)),
                 sync_block_us: median(medians(MicrobenchKind::SyncBlock)),
@@ -372,7 +374,7 @@ mod tests {
             MicrobenchKind::OpOverheadPoll,
             MicrobenchKind::OpOverhead,
         );
-        let after = MicrobenchKind::OpOverheadAfter;
+        let after = MicrobenchKind::LaunchOverheadAfterCpu;
         let micro = [
             row("b", b, 7.5),
             row("b@2", b, 7.7),
@@ -393,7 +395,7 @@ mod tests {
         );
         // After the CPU's runs: its own row, the median over the processes.
         assert!(
-            (o.op_overhead_after_us.unwrap() - 10.4).abs() < 1e-9,
+            (o.launch_overhead_after_cpu_us.unwrap() - 10.4).abs() < 1e-9,
             "{o:?}"
         );
         // A processor measured blocking only (no host flag): that one, and
@@ -403,7 +405,7 @@ mod tests {
             (
                 o.op_overhead_us,
                 o.op_overhead_block_us,
-                o.op_overhead_after_us
+                o.launch_overhead_after_cpu_us
             ),
             (Some(7.5), None, None)
         );

@@ -333,7 +333,7 @@ mod tests {
         // Fitted on a's shape (under another id: shapes count, not ids),
         // so only b is unseen.
         let mut fitted = vec![row("other-id", "cpu:0", 90.0), wider("b-wt", 1.0)];
-        fitted[1].order = OperandOrder::WtAt;
+        fitted[1].order = OperandOrder::Transposed;
         let t = test_predictor(&predictor, &rows, &fitted).unwrap();
         assert_eq!(t.len(), 1);
         assert_eq!(t[0].score.samples, 2);

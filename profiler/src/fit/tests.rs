@@ -113,7 +113,7 @@ fn learns_stages_within_two_percent() {
             let order = if i % 2 == 0 {
                 OperandOrder::Aw
             } else {
-                OperandOrder::WtAt
+                OperandOrder::Transposed
             };
             row(i, "npu-sim", m, k, n, order, staged(m, k, n, order))
         })
@@ -139,10 +139,13 @@ fn learns_stages_within_two_percent() {
     let model = pred.model("npu-sim", DType::F16).unwrap();
     let at = |m| {
         model
-            .model_us(GemmShape::new(m, 1024, 1024).unwrap(), OperandOrder::WtAt)
+            .model_us(
+                GemmShape::new(m, 1024, 1024).unwrap(),
+                OperandOrder::Transposed,
+            )
             .unwrap()
     };
-    assert!((at(64) / staged(64, 1024, 1024, OperandOrder::WtAt) - 1.0).abs() < 0.03);
+    assert!((at(64) / staged(64, 1024, 1024, OperandOrder::Transposed) - 1.0).abs() < 0.03);
     assert!(
         at(65) > at(64) * 1.1,
         "no stage at 64→65: {} {}",
@@ -347,7 +350,15 @@ fn a_twin_trained_on_does_not_score_its_held_out_row() {
         let (m, k, n) = (1 + i % 40, 256 * (1 + i / 40), 512);
         let us = 10.0 * (1.0 + 4.0 * rng.r#gen::<f64>());
         rows.push(row(rows.len(), "gpu", m, k, n, OperandOrder::Aw, us));
-        rows.push(row(rows.len(), "gpu", m, k, n, OperandOrder::WtAt, us));
+        rows.push(row(
+            rows.len(),
+            "gpu",
+            m,
+            k,
+            n,
+            OperandOrder::Transposed,
+            us,
+        ));
     }
     let (_, report) = fit_gpu(&rows).unwrap();
     let e = &report.entries[0];
@@ -369,9 +380,9 @@ fn an_order_free_processor_is_fitted_and_predicted_as_one_order() {
         let (m, k, n) = (8 * (1 + i % 20), 256 * (1 + i / 20), 1024);
         let us = 5.0 + (m * k) as f64 / 2e3;
         // Measured in one order or the other, as a resumed dataset may be;
-        // the wt_at rows 2x slower, which an order-free fit must not learn.
+        // the transposed rows 2x slower, which an order-free fit must not learn.
         let (order, t) = if i % 3 == 0 {
-            (OperandOrder::WtAt, 2.0 * us)
+            (OperandOrder::Transposed, 2.0 * us)
         } else {
             (OperandOrder::Aw, us)
         };
@@ -395,7 +406,7 @@ fn an_order_free_processor_is_fitted_and_predicted_as_one_order() {
     assert!(m.order_free);
     assert_eq!(
         m.predict_us(s, OperandOrder::Aw),
-        m.predict_us(s, OperandOrder::WtAt)
+        m.predict_us(s, OperandOrder::Transposed)
     );
     assert!(
         report.entries[0]
@@ -408,8 +419,8 @@ fn an_order_free_processor_is_fitted_and_predicted_as_one_order() {
     let m = apart.model("gpu", DType::F16).unwrap();
     assert!(!m.order_free);
     let ratio =
-        m.model_us(s, OperandOrder::WtAt).unwrap() / m.model_us(s, OperandOrder::Aw).unwrap();
-    assert!(ratio > 1.5, "the orders apart: wt_at / aw = {ratio}");
+        m.model_us(s, OperandOrder::Transposed).unwrap() / m.model_us(s, OperandOrder::Aw).unwrap();
+    assert!(ratio > 1.5, "the orders apart: transposed / aw = {ratio}");
 }
 
 /// A processor whose time grows with the work (α + β·flops over M padded
@@ -438,7 +449,7 @@ fn residual_extrapolates_where_a_tree_cannot() {
             let order = if (i / kn.len()) % 2 == 0 {
                 OperandOrder::Aw
             } else {
-                OperandOrder::WtAt
+                OperandOrder::Transposed
             };
             Sample {
                 shape: GemmShape::new(m, k, n).unwrap(),
@@ -459,7 +470,7 @@ fn residual_extrapolates_where_a_tree_cannot() {
     let mut worst_extra = 0.0f64;
     let mut worst_tree = 0.0f64;
     for (k, n) in kn {
-        for order in [OperandOrder::Aw, OperandOrder::WtAt] {
+        for order in [OperandOrder::Aw, OperandOrder::Transposed] {
             let s = GemmShape::new(2048, k, n).unwrap();
             let want = linearish(2048, k, n, order);
             let err = |m: &hetero_plan::LatencyModel| {
@@ -538,7 +549,7 @@ fn noisy_rows_are_left_out_and_counted() {
     let rows: Vec<MeasurementRow> = (0..80)
         .map(|i| {
             let (m, k, n) = (rng.gen_range(1..512), 1024, 1024);
-            let order = OperandOrder::WtAt;
+            let order = OperandOrder::Transposed;
             let mut r = row(i, "cpu:0", m, k, n, order, linearish(m, k, n, order));
             r.cv = Some(if i % 8 == 0 { 0.4 } else { 0.01 });
             r
@@ -680,7 +691,7 @@ fn measured_shapes_keep_their_medians_unless_model_only() {
     let mut rows: Vec<MeasurementRow> = Vec::new();
     for m in [1u32, 16, 64, 128, 256, 512] {
         for (k, n) in [(1536u32, 1536u32), (1536, 8960), (8960, 1536)] {
-            for order in [OperandOrder::Aw, OperandOrder::WtAt] {
+            for order in [OperandOrder::Aw, OperandOrder::Transposed] {
                 let t = linearish(m, k, n, order);
                 rows.push(row(rows.len(), "gpu", m, k, n, order, t));
             }
@@ -688,7 +699,7 @@ fn measured_shapes_keep_their_medians_unless_model_only() {
     }
     // One shape profiled three times (a refinement and a resume).
     let again = GemmShape::new(64, 1536, 1536).unwrap();
-    let base = linearish(64, 1536, 1536, OperandOrder::WtAt);
+    let base = linearish(64, 1536, 1536, OperandOrder::Transposed);
     for t in [base * 1.3, base * 0.9] {
         rows.push(row(
             rows.len(),
@@ -696,7 +707,7 @@ fn measured_shapes_keep_their_medians_unless_model_only() {
             64,
             1536,
             1536,
-            OperandOrder::WtAt,
+            OperandOrder::Transposed,
             t,
         ));
     }
@@ -704,8 +715,8 @@ fn measured_shapes_keep_their_medians_unless_model_only() {
     let m = pred.model("gpu", DType::F16).unwrap();
     assert_eq!(m.measured.len(), 36, "each (shape, order) once");
     assert!(m.measured.windows(2).all(|w| w[0].key() < w[1].key()));
-    assert_eq!(m.measured_us(again, OperandOrder::WtAt), Some(base));
-    assert_eq!(m.predict_us(again, OperandOrder::WtAt), Some(base));
+    assert_eq!(m.measured_us(again, OperandOrder::Transposed), Some(base));
+    assert_eq!(m.predict_us(again, OperandOrder::Transposed), Some(base));
     let odd = GemmShape::new(512, 8960, 1536).unwrap();
     let want = linearish(512, 8960, 1536, OperandOrder::Aw);
     assert_eq!(m.predict_us(odd, OperandOrder::Aw), Some(want));
@@ -736,15 +747,23 @@ fn measured_shapes_keep_their_medians_unless_model_only() {
 /// predicts both orders alike. With the orders of one speed it may be.
 #[test]
 fn order_blind_families_are_not_chosen_where_the_orders_are_apart() {
-    let rows_with = |wt_at_factor: f64| -> Vec<MeasurementRow> {
+    let rows_with = |transposed_factor: f64| -> Vec<MeasurementRow> {
         let mut rows = Vec::new();
         for m in [1u32, 8, 32, 64, 128, 256] {
             for (k, n) in [(1536u32, 1536u32), (1536, 8960), (8960, 1536)] {
                 // Linear in the flops in `aw`: the parametric families fit it.
                 let aw = 5.0 + 2.0 * m as f64 * k as f64 * n as f64 / 50e3;
                 rows.push(row(rows.len(), "cpu", m, k, n, OperandOrder::Aw, aw));
-                let wt = aw * wt_at_factor;
-                rows.push(row(rows.len(), "cpu", m, k, n, OperandOrder::WtAt, wt));
+                let wt = aw * transposed_factor;
+                rows.push(row(
+                    rows.len(),
+                    "cpu",
+                    m,
+                    k,
+                    n,
+                    OperandOrder::Transposed,
+                    wt,
+                ));
             }
         }
         rows
@@ -765,8 +784,8 @@ fn order_blind_families_are_not_chosen_where_the_orders_are_apart() {
     let s = GemmShape::new(64, 1536, 8960).unwrap();
     let m = &pred.models[0];
     let ratio =
-        m.model_us(s, OperandOrder::WtAt).unwrap() / m.model_us(s, OperandOrder::Aw).unwrap();
-    assert!((ratio - 0.4).abs() < 0.1, "wt_at / aw = {ratio}");
+        m.model_us(s, OperandOrder::Transposed).unwrap() / m.model_us(s, OperandOrder::Aw).unwrap();
+    assert!((ratio - 0.4).abs() < 0.1, "transposed / aw = {ratio}");
 
     let alike = rows_with(1.0);
     assert!(order_gap(&samples(&alike)).unwrap() < 1e-12);

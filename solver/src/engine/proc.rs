@@ -41,10 +41,10 @@ pub(crate) struct Proc<'a> {
     /// The same with a blocking wait, where measured apart.
     pub op_overhead_block_us: Option<f64>,
     /// The overhead after a processor on host memory has run, both waits
-    /// alternately (`op_overhead_after`), where measured.
-    pub op_overhead_after_us: Option<f64>,
+    /// alternately (`launch_overhead_after_cpu`), where measured.
+    pub launch_overhead_after_cpu_us: Option<f64>,
     /// Added to [`alone_overhead_us`](Self::alone_overhead_us) and its
-    /// blocking twin: in offload mode, what `op_overhead_after` measured
+    /// blocking twin: in offload mode, what `launch_overhead_after_cpu` measured
     /// beyond the two waits' `op_overhead` ([`Proc::after_host_extra_us`]),
     /// else 0.
     pub alone_extra_us: f64,
@@ -120,12 +120,12 @@ impl Proc<'_> {
     }
 
     /// How much more a launch costs after a processor on host memory has
-    /// run than alone (`op_overhead_after` against the mean of the two
+    /// run than alone (`launch_overhead_after_cpu` against the mean of the two
     /// waits' `op_overhead`, as it alternates them), µs; `None` where
     /// either was not measured. At least 0: a launch is not faster for
     /// following a CPU part.
     pub fn after_host_extra_us(&self) -> Option<f64> {
-        let after = self.op_overhead_after_us?;
+        let after = self.launch_overhead_after_cpu_us?;
         let poll = self.op_overhead_us?;
         let both = self
             .op_overhead_block_us
@@ -195,7 +195,7 @@ impl Proc<'_> {
         };
         let staged_out = match order {
             OperandOrder::Aw => stage_out_aw.or(stage_out),
-            OperandOrder::WtAt => stage_out.or(stage_out_aw),
+            OperandOrder::Transposed => stage_out.or(stage_out_aw),
         };
         let d2h = staged_out
             .or(dma_out)

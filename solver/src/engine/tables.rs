@@ -110,11 +110,11 @@ fn choose_order(p: &Proc, k: u32, n: u32, phase: Phase, max_m: u32) -> OperandOr
             })
             .sum::<f64>()
     };
-    let (aw, wt) = (sum(OperandOrder::Aw), sum(OperandOrder::WtAt));
+    let (aw, wt) = (sum(OperandOrder::Aw), sum(OperandOrder::Transposed));
     // Ties: a static-graph processor (an NPU) is weight-stationary and takes
     // the permuted order, as HeteroLLM does; others the plain one.
     if wt < aw || (wt == aw && p.static_graphs) {
-        OperandOrder::WtAt
+        OperandOrder::Transposed
     } else {
         OperandOrder::Aw
     }

@@ -207,7 +207,7 @@ fn resolve<'a>(p: &Processor, dtype: DType, model: &'a dyn GemmModel, ov: &Overh
         submit_us: ov.submit_empty_us.unwrap_or(0.0),
         op_overhead_us: usable(ov.op_overhead_us),
         op_overhead_block_us: usable(ov.op_overhead_block_us),
-        op_overhead_after_us: usable(ov.op_overhead_after_us),
+        launch_overhead_after_cpu_us: usable(ov.launch_overhead_after_cpu_us),
         alone_extra_us: 0.0,
         // Above 1 (a run alone caught slow) is noise: no processor
         // streams faster for sharing its memory.
@@ -341,21 +341,21 @@ fn offload_setup(procs: &[Proc]) -> Result<OffloadSetup> {
 /// Offload mode's GPU: every token streams weights through host memory
 /// (the CPU's rows, the GPU's copied ones), and the CPU's pool polls for
 /// work after its parts, so the GPU's operators alone launch in that
-/// state. Their launch costs what `op_overhead_after` measured beyond
+/// state. Their launch costs what `launch_overhead_after_cpu` measured beyond
 /// `op_overhead` more, where both were measured.
 pub(crate) fn launch_after_host(gpu: &mut Proc, notes: &mut Vec<String>) {
     match gpu.after_host_extra_us() {
         Some(extra) => {
             gpu.alone_extra_us = extra;
             notes.push(format!(
-                "{}: operators alone cost {:.2} µs more per launch in offload mode (op_overhead_after {:.2} µs, after the CPU's runs)",
+                "{}: operators alone cost {:.2} µs more per launch in offload mode (launch_overhead_after_cpu {:.2} µs, after the CPU's runs)",
                 gpu.id,
                 extra,
-                gpu.op_overhead_after_us.unwrap_or(0.0)
+                gpu.launch_overhead_after_cpu_us.unwrap_or(0.0)
             ));
         }
         None if gpu.device_timed => notes.push(format!(
-            "{}: no op_overhead_after measured; its operators alone are costed as launched with nothing before them",
+            "{}: no launch_overhead_after_cpu measured; its operators alone are costed as launched with nothing before them",
             gpu.id
         )),
         None => {}

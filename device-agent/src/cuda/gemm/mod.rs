@@ -27,7 +27,7 @@
 //! 16, copies 7.4 ms measured against 6.25 ms predicted.)
 //!
 //! The operand order of the spec names the form a GEMM starts from (`aw`
-//! the activation left, `wt_at` the weight left), as an NPU's order names
+//! the activation left, `transposed` the weight left), as an NPU's order names
 //! which operand stays resident. The output is the same either way, and
 //! cuBLAS picks different kernels for the two (H100, f16,
 //! 1024×8960×1536: 59.8 µs activation left, 42.0 µs weight left; which
@@ -37,7 +37,7 @@
 //! Both orders compute R ≥ M rows over zero rows past M, and `read_output`
 //! keeps the first M. R is at least ⌈M⌉₈, M rounded up to a multiple of 8:
 //! with M itself, cuBLAS picked slower kernels whenever M was not a
-//! multiple of 8 (in `aw`, 2.7 times the `wt_at` call of the same shape,
+//! multiple of 8 (in `aw`, 2.7 times the `transposed` call of the same shape,
 //! median over 178 H100 shapes with M ≥ 64, up to 7.8 times), and a
 //! leading dimension rounded up alone did not change that. Past that,
 //! cuBLAS's choice of kernel still makes the time jump with M (H100, f16,
@@ -129,7 +129,7 @@ impl Form {
     pub(super) fn of(order: OperandOrder) -> Form {
         match order {
             OperandOrder::Aw => Form::ActLeft,
-            OperandOrder::WtAt => Form::WeightLeft,
+            OperandOrder::Transposed => Form::WeightLeft,
         }
     }
 

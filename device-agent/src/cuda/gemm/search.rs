@@ -47,7 +47,7 @@ const ROWS_ROUNDS: usize = 8;
 /// prefers them on a tie: each row count of [`row_candidates`], first in
 /// the order's own form, then in the other. With both forms searched, the
 /// two orders of a shape end on one kernel (H100, 32 pairs: `aw` over
-/// `wt_at` 0.99–1.03), so the processor is
+/// `transposed` 0.99–1.03), so the processor is
 /// [`order_free`](hetero_plan::Capabilities::order_free).
 pub(in crate::cuda) fn candidates(m: usize, order: OperandOrder) -> Vec<(usize, Form)> {
     let own = Form::of(order);

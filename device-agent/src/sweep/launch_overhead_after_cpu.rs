@@ -1,4 +1,4 @@
-//! `op_overhead_after`: the operator overhead of [`op_overhead`] as an
+//! `launch_overhead_after_cpu`: the operator overhead of [`op_overhead`] as an
 //! offload plan meets it, after a run of a processor on host memory.
 //!
 //! [`op_overhead`]: super::op_overhead
@@ -13,7 +13,7 @@ use super::micro::{bench_spec, check_cancel, check_product, enough_samples, warm
 use crate::protocol::bench_name;
 use crate::{Backend, Error, verify};
 
-/// GEMMs in [`op_overhead_after`]'s rotation, each with its own weights:
+/// GEMMs in [`launch_overhead_after_cpu`]'s rotation, each with its own weights:
 /// about as many as a decode step launches (a 1.5B model's 28 layers of 7
 /// operators). Each launch finds its own state cold, as in the runtime,
 /// where on a host with one H100 the GPU-alone operators cost 3–5 µs more
@@ -29,7 +29,7 @@ const AFTER_EACH: usize = 4;
 /// 1.5B model (11–27 MB at decode).
 const AFTER_PEER_BYTES: u64 = 16 << 20;
 
-/// `op_overhead_after`: [`op_overhead`](super::op_overhead::op_overhead)
+/// `launch_overhead_after_cpu`: [`op_overhead`](super::op_overhead::op_overhead)
 /// as an offload plan meets it. After each run of the peer's GEMV (copies
 /// in turn past the last-level cache, as [`BackgroundStream`] runs them), [`AFTER_EACH`] of [`AFTER_GEMMS`]
 /// `1×1024×1024` GEMMs, each with its own weights, are submitted and
@@ -38,12 +38,12 @@ const AFTER_PEER_BYTES: u64 = 16 << 20;
 /// device time alone and warm (measured first): a launch slowed by cold
 /// host state also stretches the device timer, which starts before the
 /// work arrives. Every GEMM's product is checked before any run is timed.
-pub(super) fn op_overhead_after(
+pub(super) fn launch_overhead_after_cpu(
     backends: &mut [Box<dyn Backend>],
     run: &RunParams,
     cancel: &AtomicBool,
 ) -> Result<(Vec<f64>, String), Error> {
-    let name = bench_name(MicrobenchKind::OpOverheadAfter);
+    let name = bench_name(MicrobenchKind::LaunchOverheadAfterCpu);
     let [b, peer, ..] = backends else {
         return Err(Error::BadRequest {
             field: "peer".into(),
@@ -60,7 +60,7 @@ pub(super) fn op_overhead_after(
         ));
     }
     let shape = GemmShape::new(1, 1024, 1024).expect("non-zero");
-    let spec = bench_spec(&proc, shape, OperandOrder::WtAt)?;
+    let spec = bench_spec(&proc, shape, OperandOrder::Transposed)?;
     let mut gemms = Vec::with_capacity(AFTER_GEMMS);
     let mut alone_us = Vec::with_capacity(AFTER_GEMMS);
     let mut c = vec![0f32; shape.n.get() as usize];
