@@ -50,12 +50,12 @@ pub(super) fn bandwidth(
     let mut timed = || timed_runs(&mut g, run, simulated, cancel);
     match &mut backends[..] {
         [_, peer, ..] if req.bench == MicrobenchKind::BandwidthConcurrent => {
-            let (samples, beside) = concurrent::beside_peer(&mut **peer, bytes, timed)?;
+            let (samples, peer_run) = concurrent::with_peer(&mut **peer, bytes, timed)?;
             Ok(Bandwidth {
                 samples,
-                note: format!("{note}; {}", beside.note),
+                note: format!("{note}; {}", peer_run.note),
                 stream,
-                peer_stream: Some(beside.stream),
+                peer_stream: Some(peer_run.stream),
             })
         }
         _ => Ok(Bandwidth {

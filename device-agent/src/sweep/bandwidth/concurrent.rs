@@ -19,7 +19,7 @@ pub(super) struct Beside {
 
 /// Runs `timed` once `peer` streams a GEMV of about `bytes` of weights in a
 /// loop, and stops the peer after it.
-pub(super) fn beside_peer(
+pub(super) fn with_peer(
     peer: &mut dyn Backend,
     bytes: u64,
     timed: impl FnOnce() -> Result<Vec<f64>, Error>,
