@@ -112,7 +112,7 @@ fn json_plans_and_their_checks() {
     assert_eq!(from_json, from_ron);
     let text = std::fs::read_to_string(t.path().join("plan.json")).unwrap();
     let v: serde_json::Value = serde_json::from_str(&text).unwrap();
-    assert_eq!(v["schema_version"], 1);
+    assert_eq!(v["schema_version"], hetero_plan::SCHEMA_VERSION);
     // --json with a .ron name is refused before anything is solved.
     let out = t.path().join("other.ron");
     let e = HETERO.bad_input(&[
