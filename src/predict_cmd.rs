@@ -59,7 +59,7 @@ pub fn run(args: PredictArgs) -> anyhow::Result<()> {
                 "{}: `{}` has no {d} model; fitted dtypes: {}",
                 args.predictor.display(),
                 args.processor,
-                f.iter().map(|d| d.as_str()).collect::<Vec<_>>().join(", ")
+                DType::list(f)
             ))
             .into());
         }
@@ -69,7 +69,7 @@ pub fn run(args: PredictArgs) -> anyhow::Result<()> {
             return Err(BadInput(format!(
                 "`{}` has models for several dtypes ({}); pick one with --dtype",
                 args.processor,
-                f.iter().map(|d| d.as_str()).collect::<Vec<_>>().join(", ")
+                DType::list(f)
             ))
             .into());
         }

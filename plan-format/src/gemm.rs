@@ -76,6 +76,12 @@ impl DType {
             DType::U8 | DType::W8a8 => 8,
         }
     }
+
+    /// The names of `dtypes`, comma-separated (`f32, f16`), for messages.
+    pub fn list(dtypes: &[DType]) -> String {
+        let names: Vec<&str> = dtypes.iter().map(|d| d.as_str()).collect();
+        names.join(", ")
+    }
 }
 
 impl fmt::Display for DType {
@@ -91,8 +97,10 @@ impl FromStr for DType {
             .into_iter()
             .find(|d| d.as_str().eq_ignore_ascii_case(s))
             .ok_or_else(|| {
-                let names: Vec<_> = DType::ALL.iter().map(|d| d.as_str()).collect();
-                format!("unknown dtype `{s}`; expected one of {}", names.join(", "))
+                format!(
+                    "unknown dtype `{s}`; expected one of {}",
+                    DType::list(&DType::ALL)
+                )
             })
     }
 }

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicU32;
 
 use hetero_agent::{Backend, HostBuf, Registry};
-use hetero_plan::{Fingerprint, ModelSpec, Plan, Predictor, Processor};
+use hetero_plan::{DType, Fingerprint, ModelSpec, Plan, Predictor, Processor};
 
 use super::{Runtime, RuntimeOptions};
 use crate::decider::Decider;
@@ -204,12 +204,7 @@ fn check_backends(plan: &Plan, backends: &[Box<dyn Backend>]) -> Result<()> {
                 id: id.clone(),
                 message: format!(
                     "the plan runs it in {d}, which it does not support here (it runs {})",
-                    p.capabilities
-                        .dtypes
-                        .iter()
-                        .map(|d| d.as_str())
-                        .collect::<Vec<_>>()
-                        .join(", ")
+                    DType::list(&p.capabilities.dtypes)
                 ),
             });
         }
