@@ -1143,6 +1143,58 @@ fn user() -> String {
     String::from_utf8_lossy(&o.stdout).trim().to_string()
 }
 
+/// `ssh` and `scp` first on PATH: scripts that write their arguments to a
+/// log and run the real program.
+struct SshLog {
+    dir: TempDir,
+    path: String,
+}
+
+impl SshLog {
+    fn new() -> SshLog {
+        let dir = temp_dir("sshlog");
+        let bin = dir.path().join("bin");
+        std::fs::create_dir_all(&bin).unwrap();
+        let log = dir.path().join("ssh.log");
+        for tool in ["ssh", "scp"] {
+            let real = find_tool(tool).unwrap();
+            let script = bin.join(tool);
+            std::fs::write(
+                &script,
+                format!(
+                    "#!/bin/sh\n{{ printf '%s\\037' {tool} \"$@\"; printf '\\n'; }} >> '{}'\n\
+                     exec '{}' \"$@\"\n",
+                    log.display(),
+                    real.display()
+                ),
+            )
+            .unwrap();
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+        }
+        let path = format!(
+            "{}:{}",
+            bin.display(),
+            std::env::var("PATH").unwrap_or_default()
+        );
+        SshLog { dir, path }
+    }
+
+    /// Every command run, as its program and arguments.
+    fn commands(&self) -> Vec<Vec<String>> {
+        std::fs::read_to_string(self.dir.path().join("ssh.log"))
+            .unwrap_or_default()
+            .lines()
+            .map(|l| {
+                l.trim_end_matches('\x1f')
+                    .split('\x1f')
+                    .map(str::to_string)
+                    .collect()
+            })
+            .collect()
+    }
+}
+
 /// Starts sshd on 127.0.0.1 with a temporary host key, user key and
 /// configs; or says why it cannot.
 fn start_sshd() -> Result<Sshd, String> {
@@ -1268,8 +1320,32 @@ fn ssh_end_to_end_against_a_real_sshd() {
         "--out",
         out.to_str().unwrap(),
     ];
-    let o = hetero_env(&args, &[]);
+    let log = SshLog::new();
+    let o = hetero_env(&args, &[("PATH", &log.path)]);
     expect_ok(&o, "profile over ssh");
+    // Every ssh and scp command has the destination right after `--`, and
+    // nowhere before it, where ssh reads options.
+    let dest = format!("{}@127.0.0.1", user());
+    let commands = log.commands();
+    assert!(commands.iter().any(|c| c[0] == "scp"), "{commands:#?}");
+    for c in &commands {
+        let dash = c.iter().position(|a| a == "--");
+        let dash = dash.unwrap_or_else(|| panic!("no `--`: {c:?}"));
+        assert!(
+            !c[..dash].iter().any(|a| a.contains(&dest)),
+            "the destination before `--`: {c:?}"
+        );
+        match c[0].as_str() {
+            "ssh" => assert_eq!(c[dash + 1], dest, "{c:?}"),
+            _ => assert!(
+                c[dash + 1..].len() == 2
+                    && c[dash + 1..]
+                        .iter()
+                        .any(|a| a.starts_with(&format!("{dest}:"))),
+                "{c:?}"
+            ),
+        }
+    }
     assert!(
         remote.join("hetero-agent").is_file(),
         "the agent was copied"
@@ -1286,6 +1362,74 @@ fn ssh_end_to_end_against_a_real_sshd() {
         .clone();
     assert!(cpu["rows"].as_u64().unwrap() > 50, "{cpu}");
     assert_unique(&journal_ids(&out));
+}
+
+/// A user or host that ssh would read as an option (`-oProxyCommand=...`
+/// runs a command on this machine; `-E FILE` writes a file) is refused
+/// before ssh or scp runs, even with a live sshd at the address.
+#[test]
+fn ssh_names_that_ssh_would_read_as_options_are_refused_and_run_nothing() {
+    let sshd = or_skip!(SSHD, start_sshd());
+    let t = temp_dir("inject");
+    let marker = t.path().join("pwned");
+    let me = user();
+    let port = sshd.port;
+    let cases = [
+        (
+            format!("ssh://-oProxyCommand=touch${{IFS}}pwned@127.0.0.1:{port}"),
+            "the user",
+        ),
+        (
+            format!(
+                "ssh://-oProxyCommand=touch%20{}@127.0.0.1:{port}",
+                marker.display()
+            ),
+            "the user",
+        ),
+        (
+            format!("ssh://-Epwned@127.0.0.1:{port}"),
+            "the user `-Epwned`",
+        ),
+        (format!("ssh://-V@127.0.0.1:{port}"), "the user `-V`"),
+        (
+            format!("ssh://{me}@-oProxyCommand=touch${{IFS}}pwned"),
+            "the host",
+        ),
+        (
+            format!("ssh://{me};touch${{IFS}}pwned@127.0.0.1:{port}"),
+            "the user",
+        ),
+    ];
+    for (device, part) in &cases {
+        let log = SshLog::new();
+        let o = HETERO
+            .cmd()
+            .args([
+                "profile",
+                "--device",
+                device,
+                "--ssh-config",
+                sshd.config.to_str().unwrap(),
+                "--retries",
+                "1",
+                "--out",
+                t.path().join("ds").to_str().unwrap(),
+            ])
+            .env("PATH", &log.path)
+            .current_dir(t.path())
+            .output();
+        let e = expect_bad(&o, device);
+        assert!(
+            e.contains(&format!("`{device}`")) && e.contains(part),
+            "names the device and {part}: {e}"
+        );
+        assert_eq!(log.commands(), Vec::<Vec<String>>::new(), "{device}");
+        let left: Vec<_> = std::fs::read_dir(t.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert!(left.is_empty(), "{device} left {left:?}");
+    }
 }
 
 #[test]
@@ -1313,7 +1457,7 @@ fn unreachable_ssh_host_exits_2_with_the_command() {
     );
     assert!(e.contains("cannot reach") && e.contains(&device), "{e}");
     assert!(
-        e.contains(&format!("-p {port} nobody@127.0.0.1")),
+        e.contains(&format!("-p {port} -- nobody@127.0.0.1")),
         "the exact command: {e}"
     );
     assert!(e.contains("fix:"), "{e}");

@@ -11,6 +11,7 @@ use std::process::Command;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::target::check_ssh_destination;
 use crate::{Error, Result, Target};
 
 mod adb;
@@ -172,6 +173,15 @@ impl Transport {
         let kind = match target {
             Target::Local => Kind::Local { agent: None },
             Target::Ssh { user, host, port } => {
+                check_ssh_destination(user.as_deref(), host).map_err(|reason| {
+                    Error::UnknownDevice {
+                        given: target.to_string(),
+                        reason,
+                    }
+                })?;
+                if let Some(dir) = &opts.remote_dir {
+                    check_scp_path(dir)?;
+                }
                 let dest = match user {
                     Some(u) => format!("{u}@{host}"),
                     None => host.clone(),
@@ -453,11 +463,7 @@ impl Transport {
         let remote = remote.to_string();
         let out = self.retrying(
             |t| match &t.kind {
-                Kind::Ssh(s) => {
-                    let mut c = t.scp_command();
-                    c.args(dir.ends(local_s.clone(), format!("{}:{remote}", scp_host(&s.dest))));
-                    c
-                }
+                Kind::Ssh(_) => t.scp_command(dir, &local_s, &remote),
                 _ => {
                     let mut c = t.adb_command();
                     c.arg(dir.adb_verb())
@@ -546,20 +552,33 @@ impl Transport {
         }
     }
 
-    fn ssh_command(&self, line: &str) -> Command {
-        let Kind::Ssh(s) = &self.kind else {
-            unreachable!("ssh_command on a non-ssh transport")
-        };
+    /// `ssh OPTIONS [-p PORT] EXTRA -- DEST`: the destination after `--`,
+    /// so that ssh never reads it as an option. The port is given to every
+    /// command, `-O exit` too: the control socket's name hashes it.
+    fn ssh_to_dest(&self, s: &Ssh, extra: &[&str]) -> Command {
         let mut c = Command::new("ssh");
         self.ssh_common(&mut c, s);
         if let Some(p) = s.port {
             c.arg("-p").arg(p.to_string());
         }
-        c.arg(&s.dest).arg("--").arg(line);
+        c.args(extra).arg("--").arg(&s.dest);
         c
     }
 
-    fn scp_command(&self) -> Command {
+    /// ssh running `line`, a command line for the remote shell whose every
+    /// word was quoted with [`shell_quote`].
+    fn ssh_command(&self, line: &str) -> Command {
+        let Kind::Ssh(s) = &self.kind else {
+            unreachable!("ssh_command on a non-ssh transport")
+        };
+        let mut c = self.ssh_to_dest(s, &[]);
+        c.arg(line);
+        c
+    }
+
+    /// `scp -q OPTIONS [-P PORT] -- FROM TO`: after `--`, neither end can be
+    /// read as an option.
+    fn scp_command(&self, dir: Direction, local: &str, remote: &str) -> Command {
         let Kind::Ssh(s) = &self.kind else {
             unreachable!("scp_command on a non-ssh transport")
         };
@@ -569,6 +588,8 @@ impl Transport {
         if let Some(p) = s.port {
             c.arg("-P").arg(p.to_string());
         }
+        let remote = format!("{}:{remote}", scp_host(&s.dest));
+        c.arg("--").args(dir.ends(local.to_string(), remote));
         c
     }
 
@@ -585,13 +606,28 @@ impl Transport {
 impl Drop for Transport {
     fn drop(&mut self) {
         if let Kind::Ssh(s) = &self.kind {
-            let mut c = Command::new("ssh");
-            self.ssh_common(&mut c, s);
-            c.args(["-O", "exit", &s.dest]);
+            let c = self.ssh_to_dest(s, &["-O", "exit"]);
             let _ = run_with_timeout(c, Duration::from_secs(5));
         }
         let _ = std::fs::remove_dir_all(&self.scratch);
     }
+}
+
+/// Refuses a folder on an ssh host whose name the remote shell would read
+/// otherwise than scp does: scp's older protocol hands the path to the
+/// remote shell unquoted, its newer one takes it literally, so only words
+/// that need no quoting mean the same to both.
+fn check_scp_path(dir: &str) -> Result<()> {
+    if dir.is_empty() || dir.starts_with('-') || shell_quote(dir) != dir {
+        return Err(Error::BadArgument {
+            flag: "--remote-dir".into(),
+            message: format!(
+                "`{dir}`: on an ssh host the folder may hold only letters, digits and \
+                 `/ . _ - + , : = @ %`, and may not start with `-`"
+            ),
+        });
+    }
+    Ok(())
 }
 
 /// `host` for scp, bracketing IPv6 addresses.
@@ -716,6 +752,74 @@ mod tests {
         assert!(!adb_link_failure(
             b"hetero-agent: spec: field `cases[0]`: closed\n"
         ));
+    }
+
+    /// The arguments of `c`, as strings.
+    fn argv(c: &Command) -> Vec<String> {
+        c.get_args()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect()
+    }
+
+    fn ssh_transport(target: &str, dir: &str) -> Result<Transport> {
+        let opts = TransportOptions {
+            remote_dir: Some(dir.into()),
+            ..TransportOptions::default()
+        };
+        Transport::open(&target.parse().unwrap(), opts)
+    }
+
+    #[test]
+    fn a_remote_folder_that_needs_quoting_is_refused_over_ssh() {
+        for dir in ["/tmp/a b", "-x", "$(reboot)", "a;b", "~/x", ""] {
+            let e = ssh_transport("ssh://h", dir).err().unwrap();
+            assert!(
+                e.is_bad_input() && e.to_string().contains("--remote-dir"),
+                "{e}"
+            );
+        }
+    }
+
+    #[test]
+    fn ssh_and_scp_put_the_destination_after_a_double_dash() {
+        let t = ssh_transport("ssh://pi@10.0.0.2:2222", "/tmp/agent-dir").unwrap();
+        let args = ["sweep".to_string(), "a b;$(x)".to_string()];
+        let ssh = argv(&t.agent_command(&args, "log"));
+        let n = ssh.len();
+        assert_eq!(ssh[n - 3..n - 1], ["--", "pi@10.0.0.2"], "{ssh:?}");
+        assert_eq!(
+            ssh[n - 1],
+            "cd /tmp/agent-dir && ./hetero-agent sweep 'a b;$(x)'"
+        );
+        assert_eq!(ssh[n - 5..n - 3], ["-p", "2222"]);
+        let scp = argv(&t.scp_command(Direction::Push, "/l/f", "/tmp/agent-dir/f"));
+        let n = scp.len();
+        assert_eq!(
+            scp[n - 5..],
+            ["-P", "2222", "--", "/l/f", "pi@10.0.0.2:/tmp/agent-dir/f"]
+        );
+        let scp = argv(&t.scp_command(Direction::Pull, "/l/f", "x"));
+        assert_eq!(scp[scp.len() - 3..], ["--", "pi@10.0.0.2:x", "/l/f"]);
+    }
+
+    #[test]
+    fn a_target_built_by_hand_is_checked_too() {
+        for (user, host) in [
+            (Some("-oProxyCommand=touch x"), "127.0.0.1"),
+            (None, "-V"),
+            (Some("a b"), "h"),
+            (None, "h;rm"),
+        ] {
+            let target = Target::Ssh {
+                user: user.map(str::to_string),
+                host: host.into(),
+                port: None,
+            };
+            let e = Transport::open(&target, TransportOptions::default())
+                .err()
+                .unwrap();
+            assert!(e.is_bad_input(), "{e}");
+        }
     }
 
     #[test]
