@@ -8,6 +8,7 @@ use std::sync::mpsc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use hetero_plan::Setup;
 use hetero_plan::protocol::AgentLine;
 
 use super::cost::CostModel;
@@ -50,6 +51,8 @@ pub(super) struct Sink<'a> {
     pub rep: &'a Reporter,
     /// Rows this run, per processor.
     pub done: &'a mut BTreeMap<String, u64>,
+    /// The run's measuring conditions, added to each row.
+    pub setup: &'a Setup,
 }
 
 /// When to give up on the agent.
@@ -157,7 +160,7 @@ impl Sink<'_> {
     fn row(
         &mut self,
         text: &str,
-        line: AgentLine,
+        mut line: AgentLine,
         end: &mut BatchEnd,
         last_row_at: &mut Option<Instant>,
     ) -> Result<()> {
@@ -173,7 +176,8 @@ impl Sink<'_> {
         if self.rows.has(&id) {
             return Ok(());
         }
-        self.journal.append(text)?;
+        self.journal
+            .append(&super::setup::stamp(text, &mut line, self.setup))?;
         let (processor, status, median) = match &line {
             AgentLine::Measurement(r) => (r.processor.clone(), r.status, r.median_us),
             AgentLine::Microbench(l) => (
