@@ -57,7 +57,11 @@ pub(super) struct Sink<'a> {
 
 /// When to give up on the agent.
 pub(super) struct Limits {
-    /// Killed at this instant (the budget and its grace).
+    /// The end of the budget: the agent is stopped at its first line after
+    /// it (a case just ended, so nothing measured is lost).
+    pub deadline: Instant,
+    /// Killed at this instant, in the middle of a case: the budget and at
+    /// most one case's timeout.
     pub hard_deadline: Instant,
     /// Killed after this long without a line.
     pub stall_limit: Duration,
@@ -90,6 +94,10 @@ pub(super) fn run_batch(
                 if let Err(e) = sink.line(&text, at, &mut end, &mut last_row_at) {
                     agent.kill();
                     return Err(e);
+                }
+                if last_line >= limits.deadline && !end.killed_for_budget {
+                    end.killed_for_budget = true;
+                    let _ = agent.child.kill();
                 }
             }
             Ok(Err(e)) => {

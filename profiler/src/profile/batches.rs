@@ -206,8 +206,12 @@ impl Run {
             done: &mut self.done_this_run,
             setup: &self.setup,
         };
+        // A case in progress at the deadline may run to its timeout, no
+        // further.
+        let case_timeout = Duration::from_millis(self.opts.run.timeout_ms);
         let limits = Limits {
-            hard_deadline: self.deadline + self.grace,
+            deadline: self.deadline,
+            hard_deadline: self.deadline + self.grace.min(case_timeout),
             stall_limit,
         };
         agent_run::run_batch(&self.link.tr, &args, sink, limits)

@@ -164,6 +164,14 @@ pub fn profile(opts: ProfileOptions, rep: Arc<Reporter>) -> Result<Outcome> {
         budget_s: opts.budget.as_secs_f64(),
         resume: opts.resume,
     });
+    for dir in crate::scratch::clean_dead_runs(&std::env::temp_dir()) {
+        rep.emit(&Event::Warning {
+            message: format!(
+                "removed {}, the scratch folder of a run that was killed",
+                dir.display()
+            ),
+        });
+    }
     let mut link = connect::connect(&opts, &rep)?;
     let hello = handshake::handshake(&mut link, &opts.agent_args, &rep)?;
     let probed = probe::probe(&mut link, &opts, &rep)?;
@@ -199,7 +207,9 @@ struct Run {
     done_this_run: BTreeMap<String, u64>,
     t0: Instant,
     deadline: Instant,
-    /// How long past the deadline an agent may finish its batch.
+    /// How long past the deadline a case in progress may run, at most (and
+    /// at most one case's timeout): the agent is stopped at its first line
+    /// after the deadline, and killed at the deadline plus this.
     grace: Duration,
 }
 
