@@ -720,4 +720,26 @@ pub(crate) mod tests {
         let (m, _) = Dataset::merge(&[("a".into(), a), ("b".into(), b)]).unwrap();
         assert_eq!(m.profile.unwrap().seconds, 2.0);
     }
+
+    #[test]
+    fn rows_without_conditions_take_those_of_their_device_json() {
+        let mut row = mrow("a", "cpu:0", 4, Some(10.0));
+        let own = row.conditions.setup.clone();
+        assert!(own.is_some());
+        assert_eq!(setup_of(&row.conditions, None), own);
+        row.conditions.setup = None;
+        assert_eq!(setup_of(&row.conditions, None), None);
+        let profile: DeviceProfile = serde_json::from_value(serde_json::json!({
+            "schema_version": 1,
+            "host": {"name": "h", "os": "linux", "arch": "x86_64", "transport": "local"},
+            "agent": {"version": "0", "protocol": 1, "arch": "x86_64"},
+            "processors": [],
+            "sweep": {"schema_version": 1, "run": {"warmups": 1, "repetitions": 3,
+                      "timeout_ms": 100, "cold_cache": true}},
+            "started_ms": 0
+        }))
+        .unwrap();
+        let s = setup_of(&row.conditions, Some(&profile)).unwrap();
+        assert!(s.cold_cache && s.cpu_groups.is_none() && s.host_cores.is_none());
+    }
 }
