@@ -41,6 +41,12 @@ pub struct FitArgs {
     /// those shapes with them (HeteroLLM's real-execution mode).
     #[arg(long)]
     model_only: bool,
+    /// Fit only the rows measured under these conditions, as
+    /// KEY=VALUE[,KEY=VALUE...] (cache=warm|cold, rotate_weights=on|off,
+    /// timer=kernel|ordinary, cpu_groups=G, host_cores=N): for a dataset
+    /// resumed with --allow-mixed, whose rows are refused together.
+    #[arg(long, value_name = "KEY=VALUE,...")]
+    conditions: Option<String>,
 }
 
 /// A dataset as the fitter needs it.
@@ -170,12 +176,20 @@ pub fn run(args: FitArgs) -> anyhow::Result<()> {
     {
         return Err(BadInput(format!("--max-cv: must be a positive number, got {c}")).into());
     }
+    let conditions = match &args.conditions {
+        Some(text) => Some(
+            hetero_plan::Setup::parse_pairs(text)
+                .map_err(|e| BadInput(format!("--conditions: {e}")))?,
+        ),
+        None => None,
+    };
     check_outputs(&args)?;
     let data = load_dataset(&args.dataset)?;
     let params = FitParams {
         folds: args.folds,
         max_cv: args.max_cv,
         measured: !args.model_only,
+        conditions,
         ..FitParams::default()
     };
     let (predictor, report) = fit::fit(

@@ -44,8 +44,15 @@ pub struct ProfileArgs {
     #[arg(long, default_value = "15m")]
     budget: String,
     /// Continue the dataset in --out: cases already in its journal are skipped.
+    /// Its rows' measuring conditions (cache state, timer, CPU groups, cores)
+    /// must be this run's, unless --allow-mixed.
     #[arg(long)]
     resume: bool,
+    /// With --resume: continue a dataset measured under other conditions
+    /// (e.g. --cold-cache on a warm one). Each row keeps its own; `hetero
+    /// fit --conditions` fits one set of them.
+    #[arg(long, requires = "resume")]
+    allow_mixed: bool,
     /// The agent binary to run (any architecture).
     #[arg(long, conflicts_with = "agent_dir")]
     agent: Option<PathBuf>,
@@ -230,6 +237,7 @@ fn options(a: ProfileArgs) -> anyhow::Result<(ProfileOptions, bool)> {
     opts.models = models;
     opts.budget = budget;
     opts.resume = a.resume;
+    opts.allow_mixed = a.allow_mixed;
     opts.agent = agent;
     opts.agent_args = a.agent_args;
     opts.transport = TransportOptions {

@@ -850,6 +850,174 @@ fn agent_killed_mid_batch_is_restarted_without_duplicates() {
     assert!(v["measurements"].as_u64().unwrap() > 100);
 }
 
+/// `hetero profile` of the fake agent's cpu:0 alone, without refinement or
+/// microbenchmarks, into `out`, with `extra` flags after.
+fn cpu_profile_args<'a>(agent: &'a str, out: &'a Path, extra: &[&'a str]) -> Vec<&'a str> {
+    let mut a = vec![
+        "profile",
+        "--device",
+        "local",
+        "--agent",
+        agent,
+        "--processors",
+        "cpu:0",
+        "--no-refine",
+        "--no-microbench",
+        "--budget",
+        "60s",
+        "--out",
+        out.to_str().unwrap(),
+    ];
+    a.extend_from_slice(extra);
+    a
+}
+
+/// The `cold_cache` of each journal row's recorded conditions, in order.
+fn journal_cold(dir: &Path) -> Vec<bool> {
+    std::fs::read_to_string(dir.join("journal.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| {
+            let v: Value = serde_json::from_str(l).unwrap();
+            v["conditions"]["setup"]["cold_cache"].as_bool().unwrap()
+        })
+        .collect()
+}
+
+/// A warm-cache dataset resumed with --cold-cache is refused (device.json
+/// untouched); with --allow-mixed it goes on, each row keeping its own
+/// conditions, and a fit must pick one set of them.
+#[test]
+fn resume_refuses_other_conditions_unless_allowed_and_rows_keep_theirs() {
+    let agent = or_skip!(PYTHON, fake_agent());
+    let t = temp_dir("mixed");
+    let out = t.path().join("ds");
+    let first = cpu_profile_args(&agent, &out, &["--max-cases", "16"]);
+    expect_ok(&hetero_env(&first, &[]), "warm run");
+    let warm = journal_cold(&out).len();
+    assert!(journal_cold(&out).iter().all(|c| !c));
+    let device = std::fs::read(out.join("device.json")).unwrap();
+
+    let cold = cpu_profile_args(
+        &agent,
+        &out,
+        &["--max-cases", "32", "--resume", "--cold-cache"],
+    );
+    let e = expect_bad(&hetero_env(&cold, &[]), "resume with --cold-cache");
+    assert!(
+        e.contains("cache=warm") && e.contains("cache=cold") && e.contains("--cold-cache"),
+        "{e}"
+    );
+    assert!(e.contains("--allow-mixed"), "{e}");
+    assert_eq!(std::fs::read(out.join("device.json")).unwrap(), device);
+
+    let mut mixed = cold.clone();
+    mixed.push("--allow-mixed");
+    let o = hetero_env(&mixed, &[]);
+    expect_ok(&o, "resume with --allow-mixed");
+    assert!(stderr(&o).contains("--allow-mixed"), "{}", stderr(&o));
+    let cold_flags = journal_cold(&out);
+    assert!(cold_flags.len() > warm, "{}", cold_flags.len());
+    assert!(cold_flags[..warm].iter().all(|c| !c) && cold_flags[warm..].iter().all(|c| *c));
+    // device.json still says what the first run's rows were measured with.
+    let v: Value =
+        serde_json::from_slice(&std::fs::read(out.join("device.json")).unwrap()).unwrap();
+    assert_ne!(
+        v["sweep"]["run"]["cold_cache"], true,
+        "{}",
+        v["sweep"]["run"]
+    );
+    // The tables keep each row's conditions too.
+    let ds = hetero_profiler::Dataset::load(&out).unwrap();
+    let cold_rows = ds
+        .measurements
+        .iter()
+        .filter(|r| r.conditions.setup.as_ref().unwrap().cold_cache)
+        .count();
+    assert_eq!(cold_rows, cold_flags.len() - warm);
+
+    let p = t.path().join("p.ron");
+    let args = ["fit", out.to_str().unwrap(), "--out", p.to_str().unwrap()];
+    let e = expect_bad(&hetero_env(&args, &[]), "fit of a mixed dataset");
+    assert!(
+        e.contains("different conditions") && e.contains("--conditions"),
+        "{e}"
+    );
+    fit(&out, &p, &["--conditions", "cache=warm"]);
+    fit(&out, &p, &["--conditions", "cache=cold"]);
+}
+
+/// A line torn in the middle of the journal is named (file and line) in a
+/// warning and skipped; its case is measured again.
+#[test]
+fn a_torn_middle_journal_line_is_warned_of_and_skipped() {
+    let agent = or_skip!(PYTHON, fake_agent());
+    let t = temp_dir("torn");
+    let out = t.path().join("ds");
+    expect_ok(
+        &hetero_env(&cpu_profile_args(&agent, &out, &["--max-cases", "12"]), &[]),
+        "first run",
+    );
+    let want = dataset_ids(&out);
+    let journal = out.join("journal.jsonl");
+    let text = std::fs::read_to_string(&journal).unwrap();
+    let mut lines: Vec<String> = text.lines().map(str::to_string).collect();
+    lines[2] = lines[2][..lines[2].len() / 2].to_string();
+    std::fs::write(&journal, lines.join("\n") + "\n").unwrap();
+    let o = hetero_env(
+        &cpu_profile_args(&agent, &out, &["--max-cases", "12", "--resume"]),
+        &[],
+    );
+    expect_ok(&o, "resume over a torn line");
+    let e = stderr(&o);
+    assert!(e.contains("journal.jsonl:3: skipped"), "{e}");
+    assert_eq!(dataset_ids(&out), want);
+}
+
+/// The scratch folder a killed run left in TMPDIR is removed at the next
+/// start; other folders stay.
+#[test]
+fn a_dead_runs_scratch_folder_is_removed_at_start() {
+    let agent = or_skip!(PYTHON, fake_agent());
+    let t = temp_dir("scratch");
+    let tmp = t.path().join("tmp");
+    // A process id above any Linux hands out: its run is over.
+    let stale = tmp.join("hetero-4194305-123");
+    let other = tmp.join("hetero-notes-1");
+    std::fs::create_dir_all(&stale).unwrap();
+    std::fs::create_dir_all(&other).unwrap();
+    std::fs::write(stale.join("spec.json"), "{}").unwrap();
+    let out = t.path().join("ds");
+    let o = hetero_env(
+        &cpu_profile_args(&agent, &out, &["--max-cases", "12"]),
+        &[("TMPDIR", tmp.to_str().unwrap())],
+    );
+    expect_ok(&o, "profile");
+    assert!(!stale.exists(), "{}", stderr(&o));
+    assert!(other.exists());
+    // The run's own scratch folder is gone too.
+    let left: Vec<_> = std::fs::read_dir(&tmp).unwrap().collect();
+    assert_eq!(left.len(), 1, "{left:?}");
+}
+
+/// The agent is stopped once the budget is spent: the run ends within the
+/// budget plus one case's timeout, though its batch holds more.
+#[test]
+fn the_budget_is_kept_within_one_case_timeout() {
+    let agent = or_skip!(PYTHON, fake_agent());
+    let t = temp_dir("budget");
+    let out = t.path().join("ds");
+    let mut args = cpu_profile_args(&agent, &out, &["--timeout-ms", "1000"]);
+    let at = args.iter().position(|a| *a == "60s").unwrap();
+    args[at] = "4s";
+    let t0 = Instant::now();
+    let o = hetero_env(&args, &[("FAKE_AGENT_DELAY", "1.5")]);
+    let wall = t0.elapsed().as_secs_f64();
+    expect_ok(&o, "profile on a 4 s budget");
+    assert!(stdout(&o).contains("the budget ran out"), "{}", stdout(&o));
+    assert!(wall < 4.0 + 1.0 + 1.5, "{wall:.1} s on a 4 s budget");
+}
+
 // ---------------------------------------------------------------- adb
 
 struct FakeAdb {

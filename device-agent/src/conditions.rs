@@ -28,6 +28,7 @@ pub fn read(cpus: Option<&[usize]>) -> Conditions {
             .or_else(|| proc_cpuinfo_mhz(Path::new("/proc/cpuinfo"), cpus)),
         temp_c: max_temp_c(Path::new("/sys/class/thermal")),
         host_probe_us: None,
+        setup: None,
     }
 }
 

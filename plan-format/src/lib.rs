@@ -38,6 +38,7 @@ pub mod predictor;
 mod processor;
 mod profile;
 pub mod protocol;
+mod setup;
 mod sweep;
 mod version;
 
@@ -59,6 +60,7 @@ pub use predictor::{
 };
 pub use processor::{Capabilities, Processor, ProcessorApi, ProcessorKind, Timing};
 pub use profile::{AgentInfo, DeviceProfile, HostInfo};
+pub use setup::{Setup, SetupDifference};
 pub use sweep::{
     Conditions, DEFAULT_WARMUP_MS, GemvStream, MeasurementRow, MicrobenchKind, MicrobenchRequest,
     MicrobenchRow, RowStatus, RunFlags, RunParams, Stats, SweepCase, SweepSpec,

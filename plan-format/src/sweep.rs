@@ -381,6 +381,12 @@ pub struct Conditions {
     /// one), and `hetero run` compares it with its own.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub host_probe_us: Option<f64>,
+    /// The settings the row was measured with that change its times
+    /// (cache state, timer, CPU groups, cores). The agent leaves it out;
+    /// `hetero profile` adds it to every row it journals. Absent from rows
+    /// of older datasets, which take it from their `device.json`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub setup: Option<crate::Setup>,
 }
 
 /// One measured GEMM: one JSON line of the agent's sweep output.

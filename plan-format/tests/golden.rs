@@ -50,6 +50,7 @@ fn conditions() -> Conditions {
         cpu_mhz: Some(2400.0),
         temp_c: Some(41.5),
         host_probe_us: Some(4.25),
+        setup: None,
     }
 }
 

@@ -1,7 +1,8 @@
 //! The journal: every row the agent sends, appended as it arrives.
 //!
-//! `journal.jsonl` in the output folder holds the agent's row lines exactly
-//! as received (one JSON object per line, with its `"type"`). Each line is
+//! `journal.jsonl` in the output folder holds the agent's row lines as
+//! received (one JSON object per line, with its `"type"`), each with the
+//! run's measuring conditions added (`conditions.setup`). Each line is
 //! written with a single `write` call, so a killed host loses nothing the
 //! kernel accepted; `fsync` runs once per batch ([`Journal::SYNC_ROWS`] rows
 //! or [`Journal::SYNC_EVERY`]) and at the end of every agent run, so a power

@@ -37,6 +37,7 @@ pub mod guide;
 pub mod journal;
 pub mod profile;
 pub mod report;
+pub mod scratch;
 mod target;
 pub mod transport;
 

@@ -13,7 +13,9 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
-use hetero_plan::{DeviceProfile, Fingerprint, MeasurementRow, MicrobenchRow, SweepSpec};
+use hetero_plan::{
+    Conditions, DeviceProfile, Fingerprint, MeasurementRow, MicrobenchRow, Setup, SweepSpec,
+};
 use serde::Serialize;
 
 use crate::journal::{Journal, Rows};
@@ -395,6 +397,16 @@ pub(crate) fn add_new_items(into: &mut SweepSpec, from: &SweepSpec) {
     );
 }
 
+/// The measuring conditions of a row: its own, or for a row of an older
+/// dataset, which has none, those of its dataset's run parameters
+/// (`device.json`'s sweep), with the CPU groups and cores not recorded.
+pub fn setup_of(c: &Conditions, profile: Option<&DeviceProfile>) -> Option<Setup> {
+    c.setup.clone().or_else(|| {
+        let run = &profile?.sweep.as_ref()?.run;
+        Some(Setup::of_run(run, None, None))
+    })
+}
+
 /// Identifies a device: host name, architecture and its processors. Two
 /// runs on the same device have the same fingerprint; `--resume` refuses a
 /// folder whose device fingerprint differs.
@@ -484,6 +496,13 @@ pub(crate) mod tests {
                 cpu_mhz: Some(2400.5),
                 temp_c: None,
                 host_probe_us: Some(4.5),
+                setup: Some(Setup {
+                    cold_cache: true,
+                    rotate_weights: false,
+                    kernel_timer: true,
+                    cpu_groups: Some("0-3;4-7".into()),
+                    host_cores: Some(8),
+                }),
             },
         }
     }
@@ -516,6 +535,7 @@ pub(crate) mod tests {
                 cpu_mhz: None,
                 temp_c: Some(41.0),
                 host_probe_us: None,
+                setup: None,
             },
         }
     }
@@ -699,5 +719,27 @@ pub(crate) mod tests {
         };
         let (m, _) = Dataset::merge(&[("a".into(), a), ("b".into(), b)]).unwrap();
         assert_eq!(m.profile.unwrap().seconds, 2.0);
+    }
+
+    #[test]
+    fn rows_without_conditions_take_those_of_their_device_json() {
+        let mut row = mrow("a", "cpu:0", 4, Some(10.0));
+        let own = row.conditions.setup.clone();
+        assert!(own.is_some());
+        assert_eq!(setup_of(&row.conditions, None), own);
+        row.conditions.setup = None;
+        assert_eq!(setup_of(&row.conditions, None), None);
+        let profile: DeviceProfile = serde_json::from_value(serde_json::json!({
+            "schema_version": 1,
+            "host": {"name": "h", "os": "linux", "arch": "x86_64", "transport": "local"},
+            "agent": {"version": "0", "protocol": 1, "arch": "x86_64"},
+            "processors": [],
+            "sweep": {"schema_version": 1, "run": {"warmups": 1, "repetitions": 3,
+                      "timeout_ms": 100, "cold_cache": true}},
+            "started_ms": 0
+        }))
+        .unwrap();
+        let s = setup_of(&row.conditions, Some(&profile)).unwrap();
+        assert!(s.cold_cache && s.cpu_groups.is_none() && s.host_cores.is_none());
     }
 }

@@ -7,7 +7,8 @@ use std::io::Cursor;
 use std::path::Path;
 
 use hetero_plan::{
-    Conditions, GemmShape, GemvStream, MeasurementRow, MicrobenchRow, Stats, Timing, Validate,
+    Conditions, GemmShape, GemvStream, MeasurementRow, MicrobenchRow, Setup, Stats, Timing,
+    Validate,
 };
 use polars::prelude::*;
 use serde::de::DeserializeOwned;
@@ -121,10 +122,17 @@ pub(super) fn measurements_frame(rows: &[MeasurementRow], path: &Path) -> Result
 }
 
 /// The [`Conditions`] of the rows as the columns `timestamp_ms`,
-/// `cpu_mhz`, `temp_c` and `host_probe_us`.
-fn condition_columns<'a>(v: impl Iterator<Item = &'a Conditions>) -> [Column; 4] {
+/// `cpu_mhz`, `temp_c` and `host_probe_us`, and its [`Setup`] as
+/// `cold_cache`, `rotate_weights`, `kernel_timer`, `cpu_groups` and
+/// `host_cores` (all null in a row without one).
+fn condition_columns<'a>(v: impl Iterator<Item = &'a Conditions>) -> [Column; 9] {
     let v: Vec<&Conditions> = v.collect();
     let of = |f: fn(&Conditions) -> Option<f64>| v.iter().map(|c| f(c)).collect::<Vec<_>>();
+    let flag = |f: fn(&Setup) -> bool| {
+        v.iter()
+            .map(|c| c.setup.as_ref().map(f))
+            .collect::<Vec<_>>()
+    };
     [
         col(
             "timestamp_ms",
@@ -133,6 +141,21 @@ fn condition_columns<'a>(v: impl Iterator<Item = &'a Conditions>) -> [Column; 4]
         col("cpu_mhz", of(|c| c.cpu_mhz)),
         col("temp_c", of(|c| c.temp_c)),
         col("host_probe_us", of(|c| c.host_probe_us)),
+        col("cold_cache", flag(|s| s.cold_cache)),
+        col("rotate_weights", flag(|s| s.rotate_weights)),
+        col("kernel_timer", flag(|s| s.kernel_timer)),
+        col(
+            "cpu_groups",
+            v.iter()
+                .map(|c| c.setup.as_ref().and_then(|s| s.cpu_groups.clone()))
+                .collect::<Vec<_>>(),
+        ),
+        col(
+            "host_cores",
+            v.iter()
+                .map(|c| c.setup.as_ref().and_then(|s| s.host_cores))
+                .collect::<Vec<_>>(),
+        ),
     ]
 }
 
@@ -315,31 +338,46 @@ impl<'a> Reader<'a> {
             .collect())
     }
 
-    /// The [`Conditions`] of [`condition_columns`]; a missing timestamp is 0.
+    /// The [`Conditions`] of [`condition_columns`]; a missing timestamp is 0,
+    /// and a row whose `cold_cache` is null has no [`Setup`].
     fn conditions(&self) -> Result<Vec<Conditions>> {
         let ts = self.u64s("timestamp_ms")?;
         let [mhz, temp, probe] = ["cpu_mhz", "temp_c", "host_probe_us"].map(|c| self.f64s(c));
         let (mhz, temp, probe) = (mhz?, temp?, probe?);
+        let cold = self.opt_bools("cold_cache")?;
+        let (rotate, kernel) = (self.bools("rotate_weights")?, self.bools("kernel_timer")?);
+        let groups = self.strs("cpu_groups", false)?;
+        let cores = self.u32s("host_cores", false)?;
         Ok((0..self.df.height())
             .map(|i| Conditions {
                 timestamp_ms: ts[i].unwrap_or(0),
                 cpu_mhz: mhz[i],
                 temp_c: temp[i],
                 host_probe_us: probe[i],
+                setup: cold[i].map(|cold_cache| Setup {
+                    cold_cache,
+                    rotate_weights: rotate[i],
+                    kernel_timer: kernel[i],
+                    cpu_groups: groups[i].clone(),
+                    host_cores: cores[i],
+                }),
             })
             .collect())
     }
 
     fn bools(&self, name: &str) -> Result<Vec<bool>> {
+        Ok(self
+            .opt_bools(name)?
+            .into_iter()
+            .map(|o| o.unwrap_or(false))
+            .collect())
+    }
+
+    fn opt_bools(&self, name: &str) -> Result<Vec<Option<bool>>> {
         let n = self.df.height();
         Ok(match self.column(name, &DataType::Boolean, false)? {
-            Some(c) => c
-                .bool()
-                .map_err(polars_err(self.path))?
-                .iter()
-                .map(|o| o.unwrap_or(false))
-                .collect(),
-            None => vec![false; n],
+            Some(c) => c.bool().map_err(polars_err(self.path))?.iter().collect(),
+            None => vec![None; n],
         })
     }
 }

@@ -11,6 +11,7 @@
 //! k-fold scores only see shapes inside the measured range, so on a near tie
 //! the simpler family wins ([`choose`]).
 
+mod conditions;
 mod families;
 pub mod line;
 mod overheads;
@@ -73,6 +74,19 @@ pub enum FitError {
         /// Rows without.
         ordinary: usize,
     },
+    /// Rows of one group measured under different conditions (a dataset
+    /// resumed with `--allow-mixed`): their times do not compare.
+    #[error(
+        "{processor}/{dtype}: its rows were measured under different conditions: {sets}; fit one set: pass --conditions with the pairs that pick it (e.g. --conditions cache=warm)"
+    )]
+    MixedConditions {
+        /// Processor id.
+        processor: String,
+        /// Element type.
+        dtype: DType,
+        /// Each set of conditions with its rows, as `N rows `label``.
+        sets: String,
+    },
     /// A tree could not be grown.
     #[error(transparent)]
     Tree(#[from] tree::TreeError),
@@ -95,6 +109,11 @@ pub struct FitParams {
     /// mode), which then answers those shapes with them; `false` (`hetero
     /// fit --model-only`): the model answers every shape.
     pub measured: bool,
+    /// Fit only the rows (and microbenchmarks) measured under these
+    /// conditions, `key=value` pairs of [`hetero_plan::Setup::label`]
+    /// (`hetero fit --conditions`). `None`: all rows, and a group whose
+    /// rows mix conditions is refused ([`FitError::MixedConditions`]).
+    pub conditions: Option<Vec<(String, String)>>,
 }
 
 impl Default for FitParams {
@@ -105,6 +124,7 @@ impl Default for FitParams {
             families: Family::ALL.to_vec(),
             max_cv: None,
             measured: true,
+            conditions: None,
         }
     }
 }
@@ -633,6 +653,9 @@ pub fn fit(
     micro: &[MicrobenchRow],
     params: &FitParams,
 ) -> Result<(Predictor, Report), FitError> {
+    let (rows, micro) = conditions::select(profile, rows, micro, params.conditions.as_deref());
+    let (rows, micro) = (rows.as_slice(), micro.as_slice());
+    conditions::check_not_mixed(profile, rows)?;
     let mut groups = usable_groups(rows)?;
     // Noisy rows, counted per group, then left out.
     let mut noisy: BTreeMap<(String, DType), u32> = BTreeMap::new();

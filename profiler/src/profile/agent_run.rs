@@ -8,6 +8,7 @@ use std::sync::mpsc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use hetero_plan::Setup;
 use hetero_plan::protocol::AgentLine;
 
 use super::cost::CostModel;
@@ -50,11 +51,17 @@ pub(super) struct Sink<'a> {
     pub rep: &'a Reporter,
     /// Rows this run, per processor.
     pub done: &'a mut BTreeMap<String, u64>,
+    /// The run's measuring conditions, added to each row.
+    pub setup: &'a Setup,
 }
 
 /// When to give up on the agent.
 pub(super) struct Limits {
-    /// Killed at this instant (the budget and its grace).
+    /// The end of the budget: the agent is stopped at its first line after
+    /// it (a case just ended, so nothing measured is lost).
+    pub deadline: Instant,
+    /// Killed at this instant, in the middle of a case: the budget and at
+    /// most one case's timeout.
     pub hard_deadline: Instant,
     /// Killed after this long without a line.
     pub stall_limit: Duration,
@@ -87,6 +94,10 @@ pub(super) fn run_batch(
                 if let Err(e) = sink.line(&text, at, &mut end, &mut last_row_at) {
                     agent.kill();
                     return Err(e);
+                }
+                if last_line >= limits.deadline && !end.killed_for_budget {
+                    end.killed_for_budget = true;
+                    let _ = agent.child.kill();
                 }
             }
             Ok(Err(e)) => {
@@ -157,7 +168,7 @@ impl Sink<'_> {
     fn row(
         &mut self,
         text: &str,
-        line: AgentLine,
+        mut line: AgentLine,
         end: &mut BatchEnd,
         last_row_at: &mut Option<Instant>,
     ) -> Result<()> {
@@ -173,7 +184,8 @@ impl Sink<'_> {
         if self.rows.has(&id) {
             return Ok(());
         }
-        self.journal.append(text)?;
+        self.journal
+            .append(&super::setup::stamp(text, &mut line, self.setup))?;
         let (processor, status, median) = match &line {
             AgentLine::Measurement(r) => (r.processor.clone(), r.status, r.median_us),
             AgentLine::Microbench(l) => (

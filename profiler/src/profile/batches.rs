@@ -152,12 +152,22 @@ impl Run {
         Ok(end)
     }
 
-    /// Adds the spec's cases and benchmarks to the profile's sweep, once.
+    /// Adds the spec's cases and benchmarks to the profile's sweep, once;
+    /// cases sent under other run parameters than the sweep's (a resume
+    /// with `--allow-mixed`) carry their own.
     fn record_sent(&mut self, spec: &SweepSpec) {
         let Some(s) = &mut self.profile.sweep else {
             return;
         };
-        dataset::add_new_items(s, spec);
+        if s.run == spec.run {
+            dataset::add_new_items(s, spec);
+            return;
+        }
+        let mut own = spec.clone();
+        for c in &mut own.cases {
+            c.run.get_or_insert(spec.run);
+        }
+        dataset::add_new_items(s, &own);
     }
 
     /// Puts the spec on the device and runs the agent's sweep of it.
@@ -194,9 +204,14 @@ impl Run {
             cost: &mut self.cost,
             rep: &self.rep,
             done: &mut self.done_this_run,
+            setup: &self.setup,
         };
+        // A case in progress at the deadline may run to its timeout, no
+        // further.
+        let case_timeout = Duration::from_millis(self.opts.run.timeout_ms);
         let limits = Limits {
-            hard_deadline: self.deadline + self.grace,
+            deadline: self.deadline,
+            hard_deadline: self.deadline + self.grace.min(case_timeout),
             stall_limit,
         };
         agent_run::run_batch(&self.link.tr, &args, sink, limits)

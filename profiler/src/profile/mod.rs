@@ -17,13 +17,14 @@ mod handshake;
 mod probe;
 mod queue;
 mod refine;
+mod setup;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use hetero_plan::{DType, DeviceProfile, ModelSpec, Processor, RunParams};
+use hetero_plan::{DType, DeviceProfile, ModelSpec, Processor, RunParams, Setup};
 
 pub use probe::same_device;
 
@@ -56,6 +57,10 @@ pub struct ProfileOptions {
     pub budget: Duration,
     /// Continue the dataset in `out`.
     pub resume: bool,
+    /// On resume, keep going when the dataset's rows were measured under
+    /// other conditions ([`hetero_plan::Setup`]) than this run's: each row
+    /// keeps its own. Without it such a resume is refused.
+    pub allow_mixed: bool,
     /// Where the agent binary comes from.
     pub agent: AgentSource,
     /// Extra agent flags placed before the subcommand (`--cpu-groups 0-3`).
@@ -102,6 +107,7 @@ impl ProfileOptions {
             models: Vec::new(),
             budget: Duration::from_secs(15 * 60),
             resume: false,
+            allow_mixed: false,
             agent: AgentSource::Auto,
             agent_args: Vec::new(),
             transport: TransportOptions::default(),
@@ -158,12 +164,20 @@ pub fn profile(opts: ProfileOptions, rep: Arc<Reporter>) -> Result<Outcome> {
         budget_s: opts.budget.as_secs_f64(),
         resume: opts.resume,
     });
+    for dir in crate::scratch::clean_dead_runs(&std::env::temp_dir()) {
+        rep.emit(&Event::Warning {
+            message: format!(
+                "removed {}, the scratch folder of a run that was killed",
+                dir.display()
+            ),
+        });
+    }
     let mut link = connect::connect(&opts, &rep)?;
     let hello = handshake::handshake(&mut link, &opts.agent_args, &rep)?;
     let probed = probe::probe(&mut link, &opts, &rep)?;
     let profile = probe::device_profile(&link, &hello, &probed, &opts, old_profile.as_ref())?;
     // Opens the journal and designs the sweep.
-    let mut run = Run::start(opts, rep, link, probed.selected, profile, old_profile, t0)?;
+    let mut run = Run::start(opts, rep, link, probed, profile, old_profile, t0)?;
     // Runs batches, refining once the design is measured.
     let stopped = run.run_batches()?;
     run.finish(stopped)
@@ -176,6 +190,8 @@ struct Run {
     link: Link,
     /// The processors measured.
     selected: Vec<Processor>,
+    /// The conditions this run's rows are measured under.
+    setup: Setup,
     /// What `device.json` will say.
     profile: DeviceProfile,
     /// Seconds earlier runs of the dataset took.
@@ -191,7 +207,9 @@ struct Run {
     done_this_run: BTreeMap<String, u64>,
     t0: Instant,
     deadline: Instant,
-    /// How long past the deadline an agent may finish its batch.
+    /// How long past the deadline a case in progress may run, at most (and
+    /// at most one case's timeout): the agent is stopped at its first line
+    /// after the deadline, and killed at the deadline plus this.
     grace: Duration,
 }
 
@@ -203,7 +221,7 @@ impl Run {
         opts: ProfileOptions,
         rep: Arc<Reporter>,
         link: Link,
-        selected: Vec<Processor>,
+        probed: probe::Probed,
         profile: DeviceProfile,
         old_profile: Option<DeviceProfile>,
         t0: Instant,
@@ -211,6 +229,17 @@ impl Run {
         let out = &opts.out;
         std::fs::create_dir_all(out).map_err(|e| Error::io(out, e))?;
         let (journal, rows, cut) = Journal::open(&out.join(Journal::FILE))?;
+        warn_skipped(&out.join(Journal::FILE), &rows, &rep);
+        let setup = setup::of_run(&opts, &probed.processors);
+        setup::check_resume(
+            out,
+            &rows,
+            old_profile.as_ref(),
+            &setup,
+            opts.allow_mixed,
+            &rep,
+        )?;
+        let selected = probed.selected;
         if opts.resume {
             rep.emit(&Event::Resumed {
                 rows: rows.len(),
@@ -231,6 +260,7 @@ impl Run {
             rep,
             link,
             selected,
+            setup,
             profile,
             journal,
             rows,
@@ -240,5 +270,20 @@ impl Run {
             done_this_run: BTreeMap::new(),
             t0,
         })
+    }
+}
+
+/// Warns of each journal line that was skipped: one that is not a row (a
+/// line torn in the middle of the file), or a row that contradicts itself.
+/// A partial last line, which a killed run leaves, is cut quietly by
+/// [`Journal::open`] and counted in the `resumed` event.
+fn warn_skipped(path: &std::path::Path, rows: &Rows, rep: &Reporter) {
+    for (line, why) in rows.skipped_lines.iter().chain(&rows.invalid) {
+        rep.emit(&Event::Warning {
+            message: format!(
+                "{}:{line}: skipped a line that is not a usable row: {why}",
+                path.display()
+            ),
+        });
     }
 }

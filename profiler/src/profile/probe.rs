@@ -176,11 +176,11 @@ pub(super) fn device_profile(
             profile.processors.push(p.clone());
         }
     }
+    // The old sweep's run parameters stay: they are the conditions of the
+    // rows that carry none of their own (those of older datasets). Cases
+    // this run sends under other ones carry theirs (`record_sent`).
     if let Some(s) = &old.sweep {
-        profile.sweep = Some(SweepSpec {
-            run: opts.run,
-            ..s.clone()
-        });
+        profile.sweep = Some(s.clone());
     }
     Ok(profile)
 }
