@@ -974,6 +974,104 @@ fn a_torn_middle_journal_line_is_warned_of_and_skipped() {
     assert_eq!(dataset_ids(&out), want);
 }
 
+/// A small tmpfs mounted on a folder, unmounted when dropped (a failing
+/// test leaves no mount behind).
+struct Tmpfs(PathBuf);
+
+impl Tmpfs {
+    /// Mounts a tmpfs of `size` (as `mount -o size=` reads it) on `dir`, or
+    /// says why it cannot (not root, a container that forbids mounts).
+    fn mount(dir: &Path, size: &str) -> Result<Tmpfs, String> {
+        std::fs::create_dir_all(dir).unwrap();
+        let o = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+            .arg(dir)
+            .output()
+            .map_err(|e| format!("cannot run mount: {e}"))?;
+        if !o.status.success() {
+            return Err(format!("cannot mount a tmpfs: {}", stderr(&o).trim()));
+        }
+        Ok(Tmpfs(dir.to_path_buf()))
+    }
+
+    /// Gives the mounted tmpfs a new size, keeping its files.
+    fn resize(&self, size: &str) {
+        let o = Command::new("mount")
+            .args(["-o", &format!("remount,size={size}")])
+            .arg(&self.0)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "remount: {}", stderr(&o));
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(&self.0).status();
+    }
+}
+
+/// The disk fills up in the middle of a profile: the run exits 1 naming the
+/// journal and the cause, the journal holds only whole rows, and `--resume`
+/// once space is freed measures the rest, each case once, as an
+/// uninterrupted run does.
+#[test]
+fn a_full_disk_fails_naming_the_file_and_resume_finishes_without_loss() {
+    let agent = or_skip!(PYTHON, fake_agent());
+    let t = temp_dir("fulldisk");
+    let scale = ("FAKE_AGENT_SCALE", "0.0001");
+    let cases = ["--max-cases", "400"];
+    let full = t.path().join("full");
+    expect_ok(
+        &hetero_env(&cpu_profile_args(&agent, &full, &cases), &[scale]),
+        "uninterrupted run",
+    );
+    let want = assert_unique(&journal_ids(&full));
+
+    // Declared after `t`, so unmounted before the folder is removed.
+    let disk = or_skip!(MOUNT, Tmpfs::mount(&t.path().join("disk"), "64k"));
+    let out = disk.0.join("ds");
+    let args = cpu_profile_args(&agent, &out, &cases);
+    let o = hetero_env(&args, &[scale]);
+    assert_eq!(
+        o.status.code(),
+        Some(1),
+        "a full disk should exit 1\nstdout: {}\nstderr: {}",
+        stdout(&o),
+        stderr(&o)
+    );
+    let e = stderr(&o);
+    assert!(
+        e.contains("journal.jsonl") && e.contains("No space left on device"),
+        "{e}"
+    );
+    let text = std::fs::read_to_string(out.join("journal.jsonl")).unwrap();
+    assert!(text.is_empty() || text.ends_with('\n'), "a torn last line");
+    for (i, line) in text.lines().enumerate() {
+        let v: Value = serde_json::from_str(line)
+            .unwrap_or_else(|err| panic!("journal line {}: {err}: {line}", i + 1));
+        assert!(v["case_id"].is_string(), "line {}: {line}", i + 1);
+    }
+    let before = assert_unique(&journal_ids(&out));
+    assert!(
+        !before.is_empty() && before.len() < want.len(),
+        "{} of {} rows fit",
+        before.len(),
+        want.len()
+    );
+
+    disk.resize("16m");
+    let mut resume = args.clone();
+    resume.push("--resume");
+    let o = hetero_env(&resume, &[scale]);
+    expect_ok(&o, "resume after freeing space");
+    assert!(!stderr(&o).contains("skipped"), "{}", stderr(&o));
+    let got = assert_unique(&journal_ids(&out));
+    assert!(before.is_subset(&got));
+    assert_eq!(got, want);
+    assert_eq!(dataset_ids(&out), want);
+}
+
 /// The scratch folder a killed run left in TMPDIR is removed at the next
 /// start; other folders stay.
 #[test]

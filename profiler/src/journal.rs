@@ -132,6 +132,8 @@ impl Rows {
 pub struct Journal {
     path: PathBuf,
     file: std::fs::File,
+    /// Bytes of whole lines in the file: where a failed write is cut back to.
+    len: u64,
     unsynced: usize,
     last_sync: Instant,
 }
@@ -171,6 +173,7 @@ impl Journal {
             Journal {
                 path: path.to_path_buf(),
                 file,
+                len: keep as u64,
                 unsynced: 0,
                 last_sync: Instant::now(),
             },
@@ -180,14 +183,17 @@ impl Journal {
     }
 
     /// Appends one row line (without its newline) in a single write, and
-    /// syncs when the batch is full.
+    /// syncs when the batch is full. A write that fails part way (a full
+    /// disk) is cut back off, so the file ends with a whole line.
     pub fn append(&mut self, line: &str) -> Result<()> {
         let mut buf = Vec::with_capacity(line.len() + 1);
         buf.extend_from_slice(line.trim_end_matches(['\r', '\n']).as_bytes());
         buf.push(b'\n');
-        self.file
-            .write_all(&buf)
-            .map_err(|e| Error::io(&self.path, e))?;
+        if let Err(e) = self.file.write_all(&buf) {
+            let _ = self.file.set_len(self.len);
+            return Err(Error::io(&self.path, e));
+        }
+        self.len += buf.len() as u64;
         self.unsynced += 1;
         if self.unsynced >= Self::SYNC_ROWS || self.last_sync.elapsed() >= Self::SYNC_EVERY {
             self.sync()?;

@@ -28,6 +28,9 @@ pub const FONT: Require = Require("HETERO_REQUIRE_FONT");
 pub const PYTHON: Require = Require("HETERO_REQUIRE_PYTHON");
 /// A C compiler, `cc` (the C API example).
 pub const CC: Require = Require("HETERO_REQUIRE_CC");
+/// Permission to mount a tmpfs (root, outside a container that forbids
+/// mounts): the full-disk test fills a small one.
+pub const MOUNT: Require = Require("HETERO_REQUIRE_MOUNT");
 
 impl Require {
     /// Whether the variable is set to anything but empty or `0`.
