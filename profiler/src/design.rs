@@ -69,6 +69,8 @@ pub enum Stratum {
     Refine,
     /// Given by the caller: a plan's GEMMs.
     Given,
+    /// A second measurement of a case already measured (the repeat pass).
+    Repeat,
 }
 
 /// One thing to measure.
@@ -110,6 +112,24 @@ pub struct Planned {
 /// The content-named id of a GEMM case.
 pub fn case_id(processor: &str, shape: GemmShape, dtype: DType, order: OperandOrder) -> String {
     format!("{processor}/{shape}/{dtype}/{order}")
+}
+
+/// What a repeat's case id adds to the id of the case it measures again
+/// (`cpu:0/64x256x256/f32/aw@repeat`).
+pub const REPEAT_SUFFIX: &str = "@repeat";
+
+/// The repeat of `c`: the same GEMM under an id of its own, so that the
+/// journal keeps both rows.
+pub fn repeat_case(c: &SweepCase) -> SweepCase {
+    SweepCase {
+        id: format!("{}{REPEAT_SUFFIX}", c.id),
+        ..c.clone()
+    }
+}
+
+/// The id of the case that `id` repeats, if it is a repeat's.
+pub fn repeated_id(id: &str) -> Option<&str> {
+    id.strip_suffix(REPEAT_SUFFIX)
 }
 
 /// Builds a case.
@@ -777,7 +797,7 @@ pub fn refine(
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use std::path::Path;
 
     use hetero_plan::{Capabilities, ProcessorApi, ProcessorKind};
@@ -785,7 +805,7 @@ mod tests {
     use super::*;
     use crate::guide::Point;
 
-    fn cpu() -> Processor {
+    pub(crate) fn cpu() -> Processor {
         Processor {
             id: "cpu:0".into(),
             kind: ProcessorKind::Cpu,

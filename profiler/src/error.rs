@@ -29,6 +29,20 @@ pub enum Error {
         /// What is wrong and how to fix it.
         message: String,
     },
+    /// The budget does not measure the rows a fit needs
+    /// ([`crate::profile::BudgetPlan::minimum_s`]); refused before any case
+    /// runs.
+    #[error(
+        "--budget {budget} is too short to profile {processors} for a fit: it needs at least {minimum}"
+    )]
+    BudgetTooShort {
+        /// The budget given, as `--budget` takes it.
+        budget: String,
+        /// The processors asked for, comma-separated.
+        processors: String,
+        /// The shortest budget that does.
+        minimum: String,
+    },
     /// The host did not answer over ssh.
     #[error("cannot reach {target}: `{command}` failed: {detail}\nfix: {fix}")]
     Unreachable {
@@ -165,6 +179,7 @@ impl Error {
         match self {
             Error::UnknownDevice { .. }
             | Error::BadArgument { .. }
+            | Error::BudgetTooShort { .. }
             | Error::Unreachable { .. }
             | Error::AdbDevice { .. }
             | Error::MissingProgram { .. }

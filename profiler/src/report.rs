@@ -57,6 +57,9 @@ pub enum Event {
         /// Bytes of a cut-off last line removed from the journal.
         cut_bytes: u64,
     },
+    /// How the run will spend its budget, before the first case: GEMM rows
+    /// per processor and seconds per stage.
+    Plan(crate::profile::BudgetPlan),
     /// A batch of cases is sent to the agent.
     Batch {
         /// Batch number, from 1.
@@ -144,6 +147,9 @@ pub enum Event {
         stopped: String,
         /// Planned cases left out because the budget ran out.
         left_for_budget: usize,
+        /// Microbenchmark repeats the budget plan skipped (listed in the
+        /// dataset's `budget.json`).
+        skipped_microbench: usize,
         /// The dataset's SHA-256.
         fingerprint: String,
     },
@@ -222,6 +228,18 @@ impl Reporter {
                 *restart_in_ms as f64 / 1e3
             )),
             Event::Warning { message } => Some(format!("warning: {message}")),
+            Event::Plan(plan) if !self.json => {
+                let print = || {
+                    for line in plan.lines() {
+                        println!("{line}");
+                    }
+                };
+                match &self.multi {
+                    Some(m) => m.suspend(print),
+                    None => print(),
+                }
+                None
+            }
             Event::Resumed { rows, cut_bytes } if *cut_bytes > 0 => Some(format!(
                 "resuming with {rows} row(s); removed a cut-off last line ({cut_bytes} bytes) \
                  from the journal"

@@ -79,7 +79,11 @@ impl Run {
             items: Vec::new(),
             estimate: self.cost.startup,
         };
+        // The microbenchmark repeat rounds wait for the fit rows, the
+        // repeat pass and the first round: each then in its own agent
+        // process.
         if batch_no > 0
+            && !self.queue.early_pending()
             && let Some(round) = self.queue.repeats.pop_front()
         {
             for p in round {

@@ -13,11 +13,14 @@ use crate::journal::Rows;
 /// Seconds a case or benchmark is expected to take, learnt as rows arrive.
 pub(super) struct CostModel {
     run: RunParams,
-    kinds: HashMap<String, ProcessorKind>,
+    /// Each processor's prior throughput, flop/s ([`prior_flops`]).
+    priors: HashMap<String, f64>,
     pub guides: HashMap<Group, ThroughputGuide>,
     per_proc: HashMap<String, ThroughputGuide>,
-    /// Observed wall time / estimate, per processor.
-    factor: HashMap<String, f64>,
+    /// Observed wall time / estimate, per processor and kind of item
+    /// (GEMM cases apart from microbenchmarks: their estimates miss by
+    /// different factors).
+    factor: HashMap<(String, bool), f64>,
     /// Seconds from spawning the agent to its hello line.
     pub startup: f64,
 }
@@ -27,7 +30,10 @@ impl CostModel {
     pub fn new(run: RunParams, processors: &[Processor]) -> CostModel {
         CostModel {
             run,
-            kinds: processors.iter().map(|p| (p.id.clone(), p.kind)).collect(),
+            priors: processors
+                .iter()
+                .map(|p| (p.id.clone(), prior_flops(p)))
+                .collect(),
             guides: HashMap::new(),
             per_proc: HashMap::new(),
             factor: HashMap::new(),
@@ -71,34 +77,40 @@ impl CostModel {
                     .and_then(|q| q.predict(&c.shape))
                     .or_else(|| self.per_proc.get(&c.processor)?.predict(&c.shape))
                     .unwrap_or_else(|| {
-                        let prior = match self.kinds.get(&c.processor) {
-                            Some(ProcessorKind::Gpu) => 2e11,
-                            Some(ProcessorKind::Npu) => 5e11,
-                            _ => 1e10,
-                        };
+                        let prior = self.priors.get(&c.processor).copied().unwrap_or(1e10);
                         20.0 + c.shape.flops() / prior * 1e6
                     });
                 let run = c.run.unwrap_or(self.run);
-                let runs = (run.warmups + run.repetitions + 2) as f64;
-                runs * per_run_us * 1e-6 + setup_seconds(&c.shape)
+                // The kernel timer follows each timed run with an ordinary one.
+                let timed = run.repetitions * if run.kernel_timer { 2 } else { 1 };
+                let runs = (run.warmups + timed + 2) as f64;
+                // Warming up lasts at least `warmup_ms`.
+                let warm = run.warmup_ms as f64 * 1e-3;
+                runs * per_run_us * 1e-6 + warm + CASE_OVERHEAD_S + setup_seconds(&c.shape)
             }
             Item::Bench(b) => {
                 let runs = (self.run.warmups + self.run.repetitions) as f64;
-                let bytes = b.bytes.unwrap_or(match b.bench {
+                let (bytes, fixed) = match b.bench {
+                    // Two GEMVs streaming 64 MiB of weights, several times:
+                    // 0.5 to 2.6 s each on a 16-core Xeon host with an H200.
                     MicrobenchKind::BandwidthAlone | MicrobenchKind::BandwidthConcurrent => {
-                        64 << 20
+                        (b.bytes.unwrap_or(64 << 20), 0.5)
                     }
-                    _ => 0,
-                }) as f64;
+                    // Timed loops of a fixed length: about a second each there.
+                    MicrobenchKind::SubmitEmpty | MicrobenchKind::SyncBlock => {
+                        (b.bytes.unwrap_or(0), 1.0)
+                    }
+                    _ => (b.bytes.unwrap_or(0), 0.02),
+                };
                 let graph = b.shape.map_or(0.0, |s| setup_seconds(&s) * 5.0);
-                0.02 + runs * bytes / 2e9 + graph
+                fixed + runs * bytes as f64 / 1e9 + graph
             }
         }
     }
 
     /// The calibrated estimate, seconds.
     pub fn estimate(&self, item: &Item) -> f64 {
-        self.raw(item) * self.factor.get(item.processor()).copied().unwrap_or(1.0)
+        self.raw(item) * self.factor.get(&factor_key(item)).copied().unwrap_or(1.0)
     }
 
     /// Calibrates the processor's factor with an item's wall time.
@@ -111,11 +123,35 @@ impl CostModel {
         // 0.5 so that small cases, whose overheads dominate, cannot make a
         // large one look cheap enough to start near the end of the budget.
         let ratio = (wall / raw).clamp(0.5, 20.0);
-        let f = self
-            .factor
-            .entry(item.processor().to_string())
-            .or_insert(ratio);
+        let f = self.factor.entry(factor_key(item)).or_insert(ratio);
         *f = 0.7 * *f + 0.3 * ratio;
+    }
+}
+
+/// The key of an item's calibration factor: its processor, and whether it
+/// is a microbenchmark.
+fn factor_key(item: &Item) -> (String, bool) {
+    (item.processor().to_string(), matches!(item, Item::Bench(_)))
+}
+
+/// What the agent spends on a case besides its runs, its warm-up time and
+/// its setup: the row's verification, output and bookkeeping. On a
+/// 16-core Xeon host with an H200, cases of a few hundred µs a run came
+/// 0.1 to 0.15 s apart.
+const CASE_OVERHEAD_S: f64 = 0.08;
+
+/// A processor's throughput before any of its rows is measured, flop/s:
+/// low on purpose, so that a first batch and the budget plan err on the
+/// long side. A CPU counts 15 Gflop/s a core where the probe gives its
+/// cores (a 16-core Xeon host ran 4096³ f32 at 630 Gflop/s).
+pub(super) fn prior_flops(p: &Processor) -> f64 {
+    match p.kind {
+        ProcessorKind::Gpu => 2e11,
+        ProcessorKind::Npu => 5e11,
+        _ => p
+            .capabilities
+            .compute_units
+            .map_or(1e10, |cores| 1.5e10 * cores.max(1) as f64),
     }
 }
 

@@ -2,7 +2,7 @@
 //! written atomically, and say what the run did.
 
 use super::batches::update_bars;
-use super::{Outcome, Run, refine};
+use super::{Outcome, Run, budget, refine};
 use crate::dataset::{self, Dataset};
 use crate::journal::{Journal, Rows};
 use crate::report::Event;
@@ -22,6 +22,7 @@ impl Run {
             mut journal,
             rows_before,
             queue,
+            plan,
             cost,
             done_this_run,
             t0,
@@ -44,6 +45,9 @@ impl Run {
             notes,
         };
         ds.save(&out)?;
+        if let Some(p) = &plan {
+            budget::save(&out, p)?;
+        }
         let name = out
             .file_name()
             .map(|n| n.to_string_lossy().into_owned())
@@ -58,6 +62,7 @@ impl Run {
             left_for_budget: queue.pending.len(),
             fingerprint: ds.fingerprint(name),
             held_out: refine::held_out_summary(&cost),
+            plan,
         };
         update_bars(&rep, &selected, [].iter(), &done_this_run, &cost, 0.0);
         rep.finish();
@@ -69,6 +74,10 @@ impl Run {
             seconds: outcome.seconds,
             stopped: outcome.stopped.to_string(),
             left_for_budget: outcome.left_for_budget,
+            skipped_microbench: outcome
+                .plan
+                .as_ref()
+                .map_or(0, |p| p.skipped_microbench.len()),
             fingerprint: outcome.fingerprint.sha256.clone(),
         });
         Ok(outcome)

@@ -3,13 +3,16 @@
 //!
 //! A run is a list of steps, one module each: connect to the device and
 //! install the agent (`connect`), check its handshake (`handshake`), probe
-//! its processors (`probe`), design the sweep (`queue`), run batches of it
+//! its processors (`probe`), design the sweep (`queue`) and plan the budget
+//! over it (`budget`: a budget too short for a fit is refused here, before
+//! any case runs), run batches of it
 //! within the budget (`batches`, one agent process each in `agent_run`),
 //! refine where the throughput guide is inaccurate (`refine`), and finish
 //! by writing the dataset (`finish`).
 
 mod agent_run;
 mod batches;
+pub mod budget;
 mod connect;
 mod cost;
 mod finish;
@@ -26,6 +29,7 @@ use std::time::{Duration, Instant};
 
 use hetero_plan::{DType, DeviceProfile, ModelSpec, Processor, RunParams, Setup};
 
+pub use budget::{BudgetPlan, ProcessorBudget, StageBudget};
 pub use probe::same_device;
 
 use crate::agent::AgentSource;
@@ -152,6 +156,9 @@ pub struct Outcome {
     pub fingerprint: hetero_plan::Fingerprint,
     /// Held-out error of the throughput guide per (processor, dtype, order).
     pub held_out: Vec<(Group, HeldOut)>,
+    /// How the run planned its budget; `None` for a chosen set (`--plan`,
+    /// `--queries`), which is measured as given.
+    pub plan: Option<BudgetPlan>,
 }
 
 /// Runs `hetero profile`.
@@ -201,6 +208,8 @@ struct Run {
     /// Rows in the journal when the run started.
     rows_before: usize,
     queue: Queue,
+    /// The budget plan (see [`Outcome::plan`]).
+    plan: Option<BudgetPlan>,
     refiner: Refiner,
     cost: CostModel,
     /// Rows this run, per processor.
@@ -246,10 +255,14 @@ impl Run {
                 cut_bytes: cut,
             });
         }
-        let queue = Queue::design(&opts, &selected, &profile, &rows, &rep);
+        let mut queue = Queue::design(&opts, &selected, Some(&profile), &rows, &rep);
         let refiner = Refiner::new(opts.refine && !queue::chosen(&opts), opts.refine_rounds);
         let mut cost = CostModel::new(opts.run, &selected);
         cost.rebuild(&rows);
+        let plan = plan_budget(&opts, &selected, &mut queue, &rows, &cost)?;
+        if let Some(p) = &plan {
+            rep.emit(&Event::Plan(p.clone()));
+        }
         let grace = Duration::from_secs_f64((opts.budget.as_secs_f64() * 0.1).clamp(5.0, 120.0));
         Ok(Run {
             deadline: t0 + opts.budget,
@@ -265,12 +278,68 @@ impl Run {
             journal,
             rows,
             queue,
+            plan,
             refiner,
             cost,
             done_this_run: BTreeMap::new(),
             t0,
         })
     }
+}
+
+/// Orders the queue by the budget plan and refuses a budget shorter than
+/// its minimum; `None` for a chosen set, measured as given.
+fn plan_budget(
+    opts: &ProfileOptions,
+    selected: &[Processor],
+    queue: &mut Queue,
+    rows: &Rows,
+    cost: &CostModel,
+) -> Result<Option<BudgetPlan>> {
+    if queue::chosen(opts) {
+        return Ok(None);
+    }
+    let plan = queue.schedule(&budget::Inputs {
+        budget_s: opts.budget.as_secs_f64(),
+        selected,
+        dtypes: opts.dtypes.as_deref(),
+        rows,
+        cost,
+    });
+    if opts.budget.as_secs_f64() < plan.minimum_s {
+        return Err(Error::BudgetTooShort {
+            budget: budget::fmt_secs(opts.budget.as_secs_f64()),
+            processors: selected
+                .iter()
+                .map(|p| p.id.as_str())
+                .collect::<Vec<_>>()
+                .join(", "),
+            minimum: budget::fmt_secs(plan.minimum_s),
+        });
+    }
+    Ok(Some(plan))
+}
+
+/// The budget plan a profile of `processors` with `opts` would make on a
+/// new dataset, from the cost model's estimates before any row, whether
+/// or not `opts.budget` reaches its [`BudgetPlan::minimum`] (the shortest
+/// `--budget` that `hetero profile` accepts for them): for `hetero demo`
+/// to choose a budget or processors before it profiles. `None` for a
+/// chosen set (`--plan`, `--queries`), which needs no fit rows.
+pub fn budget_plan(opts: &ProfileOptions, processors: &[Processor]) -> Option<BudgetPlan> {
+    if queue::chosen(opts) {
+        return None;
+    }
+    let rows = Rows::default();
+    let mut queue = Queue::design(opts, processors, None, &rows, &Reporter::silent());
+    let cost = CostModel::new(opts.run, processors);
+    Some(queue.schedule(&budget::Inputs {
+        budget_s: opts.budget.as_secs_f64(),
+        selected: processors,
+        dtypes: opts.dtypes.as_deref(),
+        rows: &rows,
+        cost: &cost,
+    }))
 }
 
 /// Warns of each journal line that was skipped: one that is not a row (a

@@ -8,6 +8,7 @@ use std::collections::{HashMap, HashSet, VecDeque};
 use hetero_plan::{DeviceProfile, Processor, SweepCase};
 
 use super::ProfileOptions;
+use super::budget::{self, BudgetPlan};
 use crate::design::{self, Item, Planned, Stratum};
 use crate::journal::Rows;
 use crate::report::{Event, Reporter};
@@ -19,8 +20,12 @@ pub(super) struct Queue {
     /// Every item id planned by this run (measured or not).
     pub planned_ids: HashSet<String>,
     /// Rounds of the host-path microbenchmarks, one for each of the next
-    /// batches (agent processes): see `design::MICRO_PROCESSES`.
+    /// batches (agent processes) once no `early` item is pending: see
+    /// `design::MICRO_PROCESSES`.
     pub repeats: VecDeque<Vec<Planned>>,
+    /// Ids of the budget plan's stages before the microbenchmark repeats
+    /// (the fit rows, the repeat pass, the first microbenchmark round).
+    pub early: HashSet<String>,
     /// Whether `--max-cases` left planned cases out.
     pub capped: bool,
     max_cases: Option<usize>,
@@ -28,11 +33,12 @@ pub(super) struct Queue {
 
 impl Queue {
     /// The queue of a run over `selected`, whose device profile is `profile`
-    /// and whose journal holds `rows`.
+    /// (that of an earlier run, whose unmeasured cases it takes over) and
+    /// whose journal holds `rows`.
     pub fn design(
         opts: &ProfileOptions,
         selected: &[Processor],
-        profile: &DeviceProfile,
+        profile: Option<&DeviceProfile>,
         rows: &Rows,
         rep: &Reporter,
     ) -> Queue {
@@ -40,6 +46,7 @@ impl Queue {
             pending: Vec::new(),
             planned_ids: HashSet::new(),
             repeats: VecDeque::new(),
+            early: HashSet::new(),
             capped: false,
             max_cases: opts.max_cases,
         };
@@ -47,10 +54,9 @@ impl Queue {
         warn_of_unmatched(opts, selected, &selected_ids, rep);
         // A given design stands alone: a resumed profile's unmeasured cases
         // wait for a resume without one.
-        let earlier = if opts.cases.is_some() {
-            Vec::new()
-        } else {
-            sent_earlier(profile)
+        let earlier = match profile {
+            Some(p) if opts.cases.is_none() => sent_earlier(p),
+            _ => Vec::new(),
         };
         for p in initial(opts, selected).into_iter().chain(earlier) {
             if selected_ids.contains(p.item.processor())
@@ -65,6 +71,29 @@ impl Queue {
         }
         q.capped = q.cap(rows);
         q
+    }
+
+    /// Orders the queue by the budget plan ([`budget::schedule`]) and
+    /// returns the plan.
+    pub fn schedule(&mut self, inputs: &budget::Inputs) -> BudgetPlan {
+        let s = budget::schedule(
+            inputs,
+            std::mem::take(&mut self.pending),
+            std::mem::take(&mut self.repeats),
+        );
+        self.planned_ids
+            .extend(s.pending.iter().map(|p| p.item.id().to_string()));
+        self.pending = s.pending;
+        self.repeats = s.repeats;
+        self.early = s.early;
+        s.plan
+    }
+
+    /// True while an item of the plan's early stages waits.
+    pub fn early_pending(&self) -> bool {
+        self.pending
+            .iter()
+            .any(|p| self.early.contains(p.item.id()))
     }
 
     /// Adds the cases of a refinement round, then applies `--max-cases`;
@@ -219,6 +248,7 @@ fn cap_cases(pending: &mut Vec<Planned>, rows: &Rows, cap: usize) -> usize {
         *used.entry(r.processor.clone()).or_default() += 1;
     }
     pending.retain(|p| match &p.item {
+        Item::Case(_) if p.stratum == Stratum::Repeat => true,
         Item::Case(c) => {
             let n = used.entry(c.processor.clone()).or_default();
             *n += 1;
