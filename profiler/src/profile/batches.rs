@@ -10,6 +10,7 @@ use hetero_plan::{Processor, SchemaVersion, SweepSpec};
 
 use super::Run;
 use super::agent_run::{self, BatchEnd, Limits, Sink};
+use super::budget;
 use super::cost::CostModel;
 use super::refine;
 use crate::dataset::{self, DEVICE_FILE};
@@ -75,6 +76,9 @@ impl Run {
     /// improves as rows arrive.
     fn fill_batch(&mut self, batch_no: u32, remaining: f64) -> Batch {
         let target = if batch_no == 0 { 5.0f64 } else { 30.0 }.min(remaining);
+        if self.t0.elapsed().as_secs_f64() >= budget::GEMM_SHARE * self.opts.budget.as_secs_f64() {
+            self.queue.demote_extension();
+        }
         let mut batch = Batch {
             items: Vec::new(),
             estimate: self.cost.startup,

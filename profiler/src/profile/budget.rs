@@ -2,10 +2,12 @@
 //! before the first case runs, from the cost model's estimates.
 //!
 //! The stages, in the order they run:
-//! 1. **gemm**: GEMM rows for every processor, at least [`FIT_ROWS`] per
-//!    (processor, dtype), then more in the design's order until the stage
-//!    holds [`GEMM_SHARE`] of the budget;
-//! 2. **repeat pass**: [`REPEAT_ROWS`] of those cases per (processor,
+//! 1. **gemm**: GEMM rows for every processor, first [`FIT_ROWS`] per
+//!    (processor, dtype) (the fit rows), then, after the repeat pass, more
+//!    in the design's order until the stage holds [`GEMM_SHARE`] of the
+//!    budget (those move behind the microbenchmarks if the stage runs
+//!    past its share);
+//! 2. **repeat pass**: [`REPEAT_ROWS`] of the fit rows per (processor,
 //!    dtype), measured again by a later agent process (`hetero fit`
 //!    reports how often the two agree: the predictor's ceiling);
 //! 3. **microbench**: one round of the microbenchmarks;
@@ -197,6 +199,10 @@ pub(super) struct Scheduled {
     /// Ids of the stages before the microbenchmark repeats: those rounds
     /// wait until none of these is pending.
     pub early: HashSet<String>,
+    /// Ids of the first stage's rows beyond the fit rows: they move behind
+    /// the first microbenchmark round once the stage has had its share of
+    /// the budget (the estimates may be short).
+    pub extension: HashSet<String>,
 }
 
 /// What a plan is made of.
@@ -230,16 +236,20 @@ pub(super) fn schedule(
             fit_only_s += take_fit_rows(&cases, &p.id, d, need, &est, &mut taken);
         }
     }
-    let share = GEMM_SHARE * inp.budget_s;
-    let mut gemm_s: f64 = cases
-        .iter()
-        .filter(|(i, _)| taken.contains(i))
-        .map(|(_, p)| est(p))
-        .sum();
-    extend_to_share(&cases, inp.selected, share, &est, &mut taken, &mut gemm_s);
-    // The repeat pass, from the fit rows.
+    // The repeat pass, from the rows measured and the fit rows.
     let repeat = repeat_pass(inp, &cases, &taken);
     let repeat_s: f64 = repeat.iter().map(est).sum();
+    // More GEMM rows, to the stage's share.
+    let fit_rows = taken.clone();
+    let mut gemm_s = fit_only_s;
+    extend_to_share(
+        &cases,
+        inp.selected,
+        GEMM_SHARE * inp.budget_s,
+        &est,
+        &mut taken,
+        &mut gemm_s,
+    );
     // Microbenchmarks: the first round, then the repeat rounds that fit.
     let round1_s: f64 = benches.iter().map(|(_, p)| est(p)).sum();
     let mut micro_s = round1_s;
@@ -282,8 +292,11 @@ pub(super) fn schedule(
         ],
         rest.len(),
     );
-    let mut ordered: Vec<Planned> = first.into_iter().map(|(_, p)| p).collect();
+    let (fit, more): (Vec<_>, Vec<_>) = first.into_iter().partition(|(i, _)| fit_rows.contains(i));
+    let extension = more.iter().map(|(_, p)| p.item.id().to_string()).collect();
+    let mut ordered: Vec<Planned> = fit.into_iter().map(|(_, p)| p).collect();
     ordered.extend(repeat);
+    ordered.extend(more.into_iter().map(|(_, p)| p));
     ordered.extend(benches.into_iter().map(|(_, p)| p));
     let early = ordered.iter().map(|p| p.item.id().to_string()).collect();
     ordered.extend(rest.into_iter().map(|(_, p)| p));
@@ -299,6 +312,7 @@ pub(super) fn schedule(
         pending: ordered,
         repeats: kept,
         early,
+        extension,
     }
 }
 
@@ -685,5 +699,60 @@ mod tests {
         assert_eq!(fmt_secs(39.2), "40s");
         assert_eq!(fmt_secs(120.0), "2m");
         assert_eq!(fmt_secs(150.0), "2m30s");
+    }
+}
+
+#[cfg(test)]
+mod gpu_host {
+    use std::path::Path;
+
+    use super::*;
+    use crate::{ProfileOptions, Target};
+
+    /// The plan of a profile of the GPU host's four processors (its bundled
+    /// dataset's probe) for `model`, within `budget_s`.
+    fn plan_of(model: &str, budget_s: u64, keep: impl Fn(&str) -> bool) -> BudgetPlan {
+        let ds = crate::Dataset::load(Path::new("../datasets/gpu-host-h200")).unwrap();
+        let procs: Vec<Processor> = ds
+            .profile
+            .unwrap()
+            .processors
+            .into_iter()
+            .filter(|p| !p.simulated && keep(&p.id))
+            .collect();
+        let mut opts = ProfileOptions::new(Target::Local, "/nonexistent".into());
+        opts.models = vec![
+            hetero_plan::hf::load_config(Path::new(&format!("../datasets/models/{model}.json")))
+                .unwrap(),
+        ];
+        opts.budget = Duration::from_secs(budget_s);
+        crate::profile::budget_plan(&opts, &procs).unwrap()
+    }
+
+    /// The four real processors of a 16-core Xeon host with an H200 (a
+    /// PoCL and NVIDIA's OpenCL beside cpu:0 and cuda:0), whose per-case
+    /// times the cost model's priors follow: each gets its fit rows in a
+    /// 150 s profile of either bundled model, PoCL's being the dearest,
+    /// and the microbenchmarks only one round.
+    #[test]
+    fn the_gpu_hosts_four_processors_get_their_fit_rows_in_150_s() {
+        for m in ["qwen2.5-1.5b", "llama-3.1-8b"] {
+            let p = plan_of(m, 150, |_| true);
+            assert!(p.minimum_s <= 150.0, "{m}: {}", p.lines().join("\n"));
+            assert!(p.minimum_s >= 60.0, "{m}: {}", p.lines().join("\n"));
+            assert_eq!(p.processors.len(), 4);
+            for q in &p.processors {
+                assert!(q.gemm_rows >= FIT_ROWS, "{m}: {q:?}");
+                assert_eq!(q.repeat_rows, REPEAT_ROWS, "{m}: {q:?}");
+            }
+            let pocl = &p.processors.iter().find(|q| q.processor == "opencl:0:0");
+            let cuda = &p.processors.iter().find(|q| q.processor == "cuda:0");
+            assert!(pocl.unwrap().gemm_s > 3.0 * cuda.unwrap().gemm_s);
+            assert_eq!(p.microbench_rounds, 1, "{m}");
+            assert!(!p.skipped_microbench.is_empty());
+            // cpu:0 and cuda:0 alone need far less.
+            let two = plan_of(m, 150, |id| id == "cpu:0" || id == "cuda:0");
+            assert!(two.minimum_s < 0.6 * p.minimum_s, "{m}: {}", two.minimum_s);
+        }
     }
 }

@@ -2,9 +2,9 @@
 //! fills a batch to its time target and stops items that no longer fit the
 //! budget.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
-use hetero_plan::{GemmShape, MicrobenchKind, Processor, ProcessorKind, RunParams};
+use hetero_plan::{GemmShape, MicrobenchKind, Processor, ProcessorApi, ProcessorKind, RunParams};
 
 use crate::design::{Group, Item};
 use crate::guide::{Point, ThroughputGuide};
@@ -13,8 +13,12 @@ use crate::journal::Rows;
 /// Seconds a case or benchmark is expected to take, learnt as rows arrive.
 pub(super) struct CostModel {
     run: RunParams,
-    /// Each processor's prior throughput, flop/s ([`prior_flops`]).
-    priors: HashMap<String, f64>,
+    /// Each processor's prior cost of a run: fixed µs and flop/s
+    /// ([`prior_run`]).
+    priors: HashMap<String, (f64, f64)>,
+    /// Processors whose backend times kernels alone under the kernel timer
+    /// (CUDA's alone), each such run followed by an ordinary one.
+    kernel_only: HashSet<String>,
     pub guides: HashMap<Group, ThroughputGuide>,
     per_proc: HashMap<String, ThroughputGuide>,
     /// Observed wall time / estimate, per processor and kind of item
@@ -32,7 +36,12 @@ impl CostModel {
             run,
             priors: processors
                 .iter()
-                .map(|p| (p.id.clone(), prior_flops(p)))
+                .map(|p| (p.id.clone(), prior_run(p)))
+                .collect(),
+            kernel_only: processors
+                .iter()
+                .filter(|p| p.api == ProcessorApi::Cuda)
+                .map(|p| p.id.clone())
                 .collect(),
             guides: HashMap::new(),
             per_proc: HashMap::new(),
@@ -77,12 +86,17 @@ impl CostModel {
                     .and_then(|q| q.predict(&c.shape))
                     .or_else(|| self.per_proc.get(&c.processor)?.predict(&c.shape))
                     .unwrap_or_else(|| {
-                        let prior = self.priors.get(&c.processor).copied().unwrap_or(1e10);
-                        20.0 + c.shape.flops() / prior * 1e6
+                        let (fixed_us, flops) = self
+                            .priors
+                            .get(&c.processor)
+                            .copied()
+                            .unwrap_or((20.0, 1e10));
+                        fixed_us + c.shape.flops() / flops * 1e6
                     });
                 let run = c.run.unwrap_or(self.run);
                 // The kernel timer follows each timed run with an ordinary one.
-                let timed = run.repetitions * if run.kernel_timer { 2 } else { 1 };
+                let twice = run.kernel_timer && self.kernel_only.contains(&c.processor);
+                let timed = run.repetitions * if twice { 2 } else { 1 };
                 let runs = (run.warmups + timed + 2) as f64;
                 // Warming up lasts at least `warmup_ms`.
                 let warm = run.warmup_ms as f64 * 1e-3;
@@ -140,18 +154,23 @@ fn factor_key(item: &Item) -> (String, bool) {
 /// 0.1 to 0.15 s apart.
 const CASE_OVERHEAD_S: f64 = 0.08;
 
-/// A processor's throughput before any of its rows is measured, flop/s:
-/// low on purpose, so that a first batch and the budget plan err on the
-/// long side. A CPU counts 15 Gflop/s a core where the probe gives its
-/// cores (a 16-core Xeon host ran 4096³ f32 at 630 Gflop/s).
-pub(super) fn prior_flops(p: &Processor) -> f64 {
-    match p.kind {
-        ProcessorKind::Gpu => 2e11,
-        ProcessorKind::Npu => 5e11,
-        _ => p
-            .capabilities
-            .compute_units
-            .map_or(1e10, |cores| 1.5e10 * cores.max(1) as f64),
+/// A processor's cost of one run before any of its rows is measured:
+/// fixed µs and flop/s, low on purpose so that a first batch and the
+/// budget plan err on the long side. A CPU counts 15 Gflop/s a core where
+/// the probe gives its cores (a 16-core Xeon host ran 4096³ f32 at 630
+/// Gflop/s). OpenCL on a CPU (PoCL) pays a fixed cost on every run: on
+/// that host 80 to 110 ms a run below 2 Gflop, about 30 Gflop/s above.
+pub(super) fn prior_run(p: &Processor) -> (f64, f64) {
+    match (p.kind, p.api) {
+        (ProcessorKind::Gpu, _) => (20.0, 2e11),
+        (ProcessorKind::Npu, _) => (20.0, 5e11),
+        (ProcessorKind::Cpu, ProcessorApi::Opencl) => (80e3, 3e10),
+        _ => (
+            20.0,
+            p.capabilities
+                .compute_units
+                .map_or(1e10, |cores| 1.5e10 * cores.max(1) as f64),
+        ),
     }
 }
 

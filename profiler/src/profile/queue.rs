@@ -26,6 +26,9 @@ pub(super) struct Queue {
     /// Ids of the budget plan's stages before the microbenchmark repeats
     /// (the fit rows, the repeat pass, the first microbenchmark round).
     pub early: HashSet<String>,
+    /// Ids of the first GEMM stage's rows beyond the fit rows (see
+    /// [`Queue::demote_extension`]).
+    pub extension: HashSet<String>,
     /// Whether `--max-cases` left planned cases out.
     pub capped: bool,
     max_cases: Option<usize>,
@@ -47,6 +50,7 @@ impl Queue {
             planned_ids: HashSet::new(),
             repeats: VecDeque::new(),
             early: HashSet::new(),
+            extension: HashSet::new(),
             capped: false,
             max_cases: opts.max_cases,
         };
@@ -86,7 +90,30 @@ impl Queue {
         self.pending = s.pending;
         self.repeats = s.repeats;
         self.early = s.early;
+        self.extension = s.extension;
         s.plan
+    }
+
+    /// Moves the first stage's rows beyond the fit rows that are still
+    /// pending behind the first microbenchmark round, and out of the early
+    /// stages: the stage has had its share of the budget.
+    pub fn demote_extension(&mut self) {
+        if self.extension.is_empty() {
+            return;
+        }
+        let ext = std::mem::take(&mut self.extension);
+        for id in &ext {
+            self.early.remove(id);
+        }
+        let (moved, mut kept): (Vec<Planned>, Vec<Planned>) = std::mem::take(&mut self.pending)
+            .into_iter()
+            .partition(|p| ext.contains(p.item.id()));
+        let at = kept
+            .iter()
+            .rposition(|p| self.early.contains(p.item.id()))
+            .map_or(0, |i| i + 1);
+        kept.splice(at..at, moved);
+        self.pending = kept;
     }
 
     /// True while an item of the plan's early stages waits.
@@ -310,5 +337,56 @@ mod tests {
                 "mb/cpu:0/submit_empty",
             ]
         );
+    }
+
+    #[test]
+    fn the_first_stage_beyond_the_fit_rows_moves_behind_the_first_microbenchmarks() {
+        let case = |p: &str, m| Planned {
+            item: Item::Case(design::case(
+                p,
+                GemmShape::new(m, 64, 64).unwrap(),
+                DType::F32,
+                hetero_plan::OperandOrder::Aw,
+            )),
+            stratum: Stratum::Model,
+        };
+        let bench = Planned {
+            item: Item::Bench(hetero_plan::MicrobenchRequest {
+                id: "mb/cpu:0/submit_empty".into(),
+                processor: "cpu:0".into(),
+                bench: MicrobenchKind::SubmitEmpty,
+                bytes: None,
+                peer: None,
+                shape: None,
+            }),
+            stratum: Stratum::Microbench,
+        };
+        // Fit row 1, extension rows 2 and 3, the first microbenchmark
+        // round, the rest (4).
+        let pending = vec![
+            case("cpu:0", 1),
+            case("cpu:0", 2),
+            case("cpu:0", 3),
+            bench,
+            case("cpu:0", 4),
+        ];
+        let ids: Vec<String> = pending.iter().map(|p| p.item.id().to_string()).collect();
+        let mut q = Queue {
+            pending,
+            planned_ids: HashSet::new(),
+            repeats: VecDeque::new(),
+            early: ids[..4].iter().cloned().collect(),
+            extension: ids[1..3].iter().cloned().collect(),
+            capped: false,
+            max_cases: None,
+        };
+        assert!(q.early_pending());
+        q.demote_extension();
+        let order: Vec<&str> = q.pending.iter().map(|p| p.item.id()).collect();
+        assert_eq!(order, [&ids[0], &ids[3], &ids[1], &ids[2], &ids[4]]);
+        assert!(!q.early.contains(&ids[1]) && q.extension.is_empty());
+        // Once the early items are sent, the microbenchmark repeats may go.
+        q.pending.drain(..2);
+        assert!(!q.early_pending());
     }
 }
