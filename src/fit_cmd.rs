@@ -108,6 +108,9 @@ pub fn print_report(report: &Report) {
         );
     }
     for e in &report.entries {
+        println!("{}", accuracy_line(e));
+    }
+    for e in &report.entries {
         if let Some(w) = e.worst.first() {
             println!(
                 "  worst {} {}: {} {} measured {:.1} µs, predicted {:.1} µs ({:+.1} %)",
@@ -168,6 +171,34 @@ pub fn print_report(report: &Report) {
     for s in &report.skipped {
         println!("  skipped (too few rows): {s}");
     }
+    if !report.skipped_microbench.is_empty() {
+        println!(
+            "  microbenchmarks: the profile's budget skipped {} repeat(s) (listed in its budget.json); \
+             hetero profile --resume with a longer --budget measures them",
+            report.skipped_microbench.len()
+        );
+    }
+}
+
+/// The predictor's share within ±10 % beside the repeatability of the
+/// measurements it is scored on (`cpu:0 f32  predictor 58 % within ±10 %
+/// · repeatability 80 % (ceiling)`).
+fn accuracy_line(e: &fit::ReportEntry) -> String {
+    let head = format!(
+        "  {} {}  predictor {:.0} % within ±10 %",
+        e.processor,
+        e.dtype,
+        100.0 * e.within_10pct
+    );
+    match &e.repeatability {
+        Some(r) => format!(
+            "{head}  ·  repeatability {:.0} % (ceiling; {} case(s) measured twice, median {:.1} % apart)",
+            100.0 * r.within_10pct,
+            r.pairs,
+            r.median_abs_diff_pct
+        ),
+        None => format!("{head}  ·  repeatability not measured (the dataset has no repeat pass)"),
+    }
 }
 
 pub fn run(args: FitArgs) -> anyhow::Result<()> {
@@ -201,6 +232,9 @@ pub fn run(args: FitArgs) -> anyhow::Result<()> {
     )
     .map_err(|e: FitError| BadInput(format!("{}: {e}", args.dataset.display())))?;
     let mut report = report;
+    if let Some(plan) = hetero_profiler::profile::budget::read(&args.dataset)? {
+        report.skipped_microbench = plan.skipped_microbench;
+    }
     if let Some(dir) = &args.test {
         report.test = Some(test_run(&predictor, &data.rows, dir)?);
     }

@@ -23,7 +23,10 @@ use crate::bad;
   hetero profile --device adb --out datasets/my-phone --resume --budget 10m   # continue after a cut
 
 The rows go to OUT/journal.jsonl as they arrive; at the end OUT holds
-measurements.parquet, microbench.parquet and device.json. See docs/profiling.md.")]
+measurements.parquet, microbench.parquet, device.json and budget.json (the
+budget plan printed at the start). A budget too short for the fit rows of
+every processor is refused before any case runs (exit 2, with the minimum).
+See docs/profiling.md.")]
 pub struct ProfileArgs {
     /// Where the agent runs: `local`, `ssh://user@host[:port]`, `adb` or `adb:SERIAL`.
     #[arg(long)]
@@ -373,6 +376,18 @@ pub fn run(args: ProfileArgs) -> anyhow::Result<()> {
                 println!("stopped: max_cases (every processor has its --max-cases GEMM cases)")
             }
             s => println!("stopped: {s}"),
+        }
+        if let Some(p) = o.plan.as_ref().filter(|p| !p.skipped_microbench.is_empty()) {
+            println!(
+                "microbenchmarks: {} repeat(s) skipped for the budget ({} of {} rounds; listed in {}); \
+                 --resume with a longer --budget measures them",
+                p.skipped_microbench.len(),
+                p.microbench_rounds,
+                hetero_profiler::design::MICRO_PROCESSES,
+                o.out
+                    .join(hetero_profiler::profile::budget::BUDGET_FILE)
+                    .display()
+            );
         }
         if !o.held_out.is_empty() {
             println!();

@@ -161,7 +161,7 @@ fn local_fake_agent_end_to_end() {
             "--models",
             "datasets/models/qwen2.5-1.5b.json",
             "--budget",
-            "60s",
+            "300s",
             "--out",
             out.to_str().unwrap(),
             "--json",
@@ -219,8 +219,8 @@ fn local_fake_agent_end_to_end() {
             .iter()
             .any(|id| id.starts_with("mb/cpu:0/copy_h2d/"))
     );
-    // The host-path microbenchmarks, measured again in the next batches
-    // (agent processes), one round per batch: round r in batch r.
+    // The host-path microbenchmarks, measured again in the batches (agent
+    // processes) after the first round, one round per batch.
     let mut batch = 0;
     let mut batch_of = std::collections::HashMap::new();
     for e in &events {
@@ -232,11 +232,13 @@ fn local_fake_agent_end_to_end() {
             _ => {}
         }
     }
-    assert_eq!(batch_of["mb/cpu:0/submit_empty"], 1);
+    let first = batch_of["mb/cpu:0/submit_empty"];
+    let second = batch_of["mb/cpu:0/submit_empty@2"];
+    assert!(second > first, "{first} {second}");
     for round in 2..=4 {
         for id in ["mb/cpu:0/submit_empty", "mb/cpu:0/copy_h2d/4096"] {
             let id = format!("{id}@{round}");
-            assert_eq!(batch_of.get(&id), Some(&round), "{id}");
+            assert_eq!(batch_of.get(&id), Some(&(second + round - 2)), "{id}");
         }
     }
     assert!(!batch_of.contains_key("mb/cpu:0/copy_h2d/67108864@2"));
@@ -348,7 +350,7 @@ fn max_cases_bounds_each_processor() {
             "--max-cases",
             "9",
             "--budget",
-            "60s",
+            "300s",
             "--out",
             out.to_str().unwrap(),
             "--json",
@@ -1107,13 +1109,13 @@ fn the_budget_is_kept_within_one_case_timeout() {
     let out = t.path().join("ds");
     let mut args = cpu_profile_args(&agent, &out, &["--timeout-ms", "1000"]);
     let at = args.iter().position(|a| *a == "60s").unwrap();
-    args[at] = "4s";
+    args[at] = "12s";
     let t0 = Instant::now();
     let o = hetero_env(&args, &[("FAKE_AGENT_DELAY", "1.5")]);
     let wall = t0.elapsed().as_secs_f64();
-    expect_ok(&o, "profile on a 4 s budget");
+    expect_ok(&o, "profile on a 12 s budget");
     assert!(stdout(&o).contains("the budget ran out"), "{}", stdout(&o));
-    assert!(wall < 4.0 + 1.0 + 1.5, "{wall:.1} s on a 4 s budget");
+    assert!(wall < 12.0 + 1.0 + 1.5, "{wall:.1} s on a 12 s budget");
 }
 
 // ---------------------------------------------------------------- adb
@@ -1824,4 +1826,234 @@ fn local_real_agent_kill_and_resume() {
             .unwrap()
             .contains("protocol 1")
     );
+}
+
+// ---------------------------------------------------------------- budget plan
+
+/// `hetero profile` of the fake agent's two processors for qwen2.5-1.5b
+/// into `out` within `budget`, `--json`; its events.
+fn planned_profile(agent: &str, out: &Path, budget: &str, env: &[(&str, &str)]) -> Vec<Value> {
+    let args = [
+        "profile",
+        "--device",
+        "local",
+        "--agent",
+        agent,
+        "--models",
+        "datasets/models/qwen2.5-1.5b.json",
+        "--no-refine",
+        "--budget",
+        budget,
+        "--out",
+        out.to_str().unwrap(),
+        "--json",
+    ];
+    let text = expect_ok(&hetero_env(&args, env), &args.join(" "));
+    text.lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+/// Every processor gets the rows a fit needs, and the repeat pass, before
+/// any microbenchmark; a 60 s budget affords one round of microbenchmarks,
+/// and the repeats it skips are in the plan, `budget.json` and the fit's
+/// report; the fit shows each processor's repeatability.
+#[test]
+fn fit_rows_come_before_microbenchmarks_and_skipped_repeats_are_recorded() {
+    let agent = or_skip!(PYTHON, fake_agent());
+    let t = temp_dir("split");
+    let out = t.path().join("ds");
+    let events = planned_profile(&agent, &out, "60s", &[]);
+    let plan_at = events.iter().position(|e| e["event"] == "plan").unwrap();
+    let batch_at = events.iter().position(|e| e["event"] == "batch").unwrap();
+    assert!(plan_at < batch_at, "the plan comes before the first batch");
+    let plan = &events[plan_at];
+    let stages: Vec<&str> = plan["stages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["stage"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        stages,
+        [
+            "gemm",
+            "repeat_pass",
+            "microbench",
+            "microbench_repeats",
+            "more_gemm"
+        ]
+    );
+    for p in plan["processors"].as_array().unwrap() {
+        assert!(p["gemm_rows"].as_u64().unwrap() >= 36, "{p}");
+        assert_eq!(p["repeat_rows"], 10, "{p}");
+    }
+    assert_eq!(plan["microbench_rounds"], 1, "{plan}");
+    let skipped: Vec<&str> = plan["skipped_microbench"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap())
+        .collect();
+    assert!(skipped.contains(&"mb/cpu:0/submit_empty@2"), "{skipped:?}");
+
+    // The journal: per processor at least 36 GEMM rows and its 10 repeats
+    // before the first microbenchmark, and no skipped repeat at all.
+    let ids = journal_ids(&out);
+    let first_mb = ids.iter().position(|id| id.starts_with("mb/")).unwrap();
+    for p in ["cpu:0/", "fake-gpu/"] {
+        let before = &ids[..first_mb];
+        let rows = before
+            .iter()
+            .filter(|id| id.starts_with(p) && !id.ends_with("@repeat"))
+            .count();
+        let repeats = before
+            .iter()
+            .filter(|id| id.starts_with(p) && id.ends_with("@repeat"))
+            .count();
+        assert!(rows >= 36, "{p}: {rows} rows before the microbenchmarks");
+        assert_eq!(repeats, 10, "{p}");
+    }
+    assert!(ids.iter().all(|id| !skipped.contains(&id.as_str())));
+    let done = events.last().unwrap();
+    assert_eq!(done["skipped_microbench"], skipped.len());
+    let saved: Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("budget.json")).unwrap()).unwrap();
+    assert_eq!(saved["skipped_microbench"], plan["skipped_microbench"]);
+
+    // The fit: repeatability beside the predictor, and the skipped repeats.
+    let report = t.path().join("r.json");
+    let text = fit(
+        &out,
+        &t.path().join("p.ron"),
+        &["--report", report.to_str().unwrap()],
+    );
+    for p in ["cpu:0 f32", "fake-gpu f16"] {
+        let line = text
+            .lines()
+            .find(|l| l.trim_start().starts_with(p) && l.contains("predictor"))
+            .unwrap_or_else(|| panic!("no accuracy line for {p}: {text}"));
+        assert!(
+            line.contains("within ±10 %") && line.contains("repeatability 100 % (ceiling"),
+            "{line}"
+        );
+    }
+    assert!(
+        text.contains(&format!(
+            "the profile's budget skipped {} repeat(s)",
+            skipped.len()
+        )),
+        "{text}"
+    );
+    let r: Value = serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+    for e in r["entries"].as_array().unwrap() {
+        assert_eq!(e["repeatability"]["pairs"], 10, "{e}");
+        assert_eq!(e["repeatability"]["within_10pct"], 1.0, "{e}");
+        // The repeats are not fitted: the samples are the first rows.
+        assert!(e["samples"].as_u64().unwrap() >= 36);
+    }
+    assert_eq!(
+        r["skipped_microbench"].as_array().unwrap().len(),
+        skipped.len()
+    );
+
+    // Repeats that come back 30 % slower for odd M: the share is the
+    // repeats within ±10 %, below 100 %.
+    let noisy = t.path().join("noisy");
+    planned_profile(&agent, &noisy, "60s", &[("FAKE_AGENT_REPEAT_SCALE", "1.3")]);
+    let _ = fit(
+        &noisy,
+        &t.path().join("q.ron"),
+        &["--report", report.to_str().unwrap()],
+    );
+    let r: Value = serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+    let odd = |dir: &Path, p: &str| {
+        journal_ids(dir)
+            .iter()
+            .filter(|id| id.starts_with(p) && id.ends_with("@repeat"))
+            .filter(|id| {
+                let m: u32 = id
+                    .split('/')
+                    .nth(1)
+                    .unwrap()
+                    .split('x')
+                    .next()
+                    .unwrap()
+                    .parse()
+                    .unwrap();
+                m % 2 == 1
+            })
+            .count()
+    };
+    for e in r["entries"].as_array().unwrap() {
+        let p = format!("{}/", e["processor"].as_str().unwrap());
+        let want = (10 - odd(&noisy, &p)) as f64 / 10.0;
+        assert_eq!(e["repeatability"]["within_10pct"], want, "{e}");
+    }
+}
+
+/// A budget too short for the fit rows is refused before the agent runs a
+/// case, with the minimum; that minimum is accepted, and the text output
+/// prints the plan first.
+#[test]
+fn a_budget_too_short_for_a_fit_is_refused_with_its_minimum() {
+    let agent = or_skip!(PYTHON, fake_agent());
+    let t = temp_dir("short");
+    let out = t.path().join("ds");
+    let log = t.path().join("agent.log");
+    let args = |budget: &'static str, out: &Path| -> Vec<String> {
+        [
+            "profile",
+            "--device",
+            "local",
+            "--agent",
+            &agent,
+            "--models",
+            "datasets/models/qwen2.5-1.5b.json",
+            "--no-refine",
+            "--budget",
+            budget,
+            "--out",
+            out.to_str().unwrap(),
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect()
+    };
+    let a = args("5s", &out);
+    let a: Vec<&str> = a.iter().map(String::as_str).collect();
+    let e = expect_bad(
+        &hetero_env(&a, &[("FAKE_AGENT_LOG", log.to_str().unwrap())]),
+        "a 5 s budget",
+    );
+    let head = "--budget 5s is too short to profile cpu:0, fake-gpu for a fit: it needs at least ";
+    let at = e.find(head).unwrap_or_else(|| panic!("{e}"));
+    let minimum = e[at + head.len()..]
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .to_string();
+    let secs = hetero_profiler::report::parse_duration(&minimum)
+        .unwrap_or_else(|err| panic!("`{minimum}`: {err}"));
+    assert!(secs > Duration::from_secs(5), "{minimum}");
+    let commands = std::fs::read_to_string(&log).unwrap();
+    assert!(!commands.contains("sweep"), "a case ran: {commands}");
+    assert!(journal_ids(&out).is_empty());
+
+    // The minimum is accepted; the plan is printed before the run.
+    let min: &'static str = Box::leak(minimum.into_boxed_str());
+    let ok_out = t.path().join("ok");
+    let a = args(min, &ok_out);
+    let a: Vec<&str> = a.iter().map(String::as_str).collect();
+    let text = expect_ok(&hetero_env(&a, &[]), "the minimum budget");
+    let first: Vec<&str> = text.lines().take(5).collect();
+    assert!(
+        first[0].starts_with(&format!("budget plan for {min} (at least {min} for a fit)")),
+        "{text}"
+    );
+    assert!(first[1].contains("GEMM rows") && first[1].contains("repeats"));
+    assert!(first[2].trim_start().starts_with("cpu:0"));
+    assert!(first[3].trim_start().starts_with("fake-gpu"));
+    assert!(first[4].contains("stages: gemm"), "{text}");
+    assert!(text.contains("repeat(s) skipped for the budget"), "{text}");
 }

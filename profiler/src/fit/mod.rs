@@ -15,6 +15,7 @@ mod conditions;
 mod families;
 pub mod line;
 mod overheads;
+pub mod repeat;
 pub mod retest;
 pub mod tree;
 
@@ -31,6 +32,7 @@ use serde::{Deserialize, Serialize};
 
 pub use families::Family;
 pub use overheads::fit_overheads;
+pub use repeat::Repeatability;
 pub use retest::{Agreement, PairDiff, TestEntry, agreement, test_predictor};
 
 /// Fewest usable rows a (processor, dtype) needs to be fitted.
@@ -186,6 +188,11 @@ pub struct ReportEntry {
     /// about the kernels alone.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub launch_us: Option<f64>,
+    /// How often the profile's repeat pass measured a case again within
+    /// ±10 % of its first row: the ceiling `within_10pct` is measured
+    /// against. `None` when the dataset has no repeats.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub repeatability: Option<Repeatability>,
 }
 
 /// Held-out accuracy over the rows whose cv lies in `(above, up_to]`.
@@ -247,6 +254,10 @@ pub struct Report {
     pub entries: Vec<ReportEntry>,
     /// Groups with too few rows, as `processor/dtype: n rows`.
     pub skipped: Vec<String>,
+    /// Microbenchmark repeats the profile's budget plan skipped (its
+    /// `budget.json`): a resume with a longer budget measures them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub skipped_microbench: Vec<String>,
     /// The predictor against another profile of the device (`hetero fit
     /// --test`), if one was given.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -654,6 +665,9 @@ pub fn fit(
     params: &FitParams,
 ) -> Result<(Predictor, Report), FitError> {
     let (rows, micro) = conditions::select(profile, rows, micro, params.conditions.as_deref());
+    // The repeat pass's rows score the measurements, not the fit.
+    let (rows, repeats) = repeat::split_repeats(&rows);
+    let mut repeatability = repeat::repeatability(&rows, &repeats);
     let (rows, micro) = (rows.as_slice(), micro.as_slice());
     conditions::check_not_mixed(profile, rows)?;
     let mut groups = usable_groups(rows)?;
@@ -733,6 +747,7 @@ pub fn fit(
             worst,
             held_out,
             launch_us: m.launch_us,
+            repeatability: repeatability.remove(&(m.processor.clone(), m.dtype)),
         });
         models.push(m);
     }
@@ -751,6 +766,7 @@ pub fn fit(
             .iter()
             .map(|((p, d), s)| format!("{p}/{d}: {} rows", s.len()))
             .collect(),
+        skipped_microbench: Vec::new(),
         test: None,
     };
     Ok((predictor, report))

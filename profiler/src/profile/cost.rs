@@ -150,9 +150,9 @@ fn factor_key(item: &Item) -> (String, bool) {
 
 /// What the agent spends on a case besides its runs, its warm-up time and
 /// its setup: the row's verification, output and bookkeeping. On a
-/// 16-core Xeon host with an H200, cases of a few hundred µs a run came
-/// 0.1 to 0.15 s apart.
-const CASE_OVERHEAD_S: f64 = 0.08;
+/// 16-core Xeon host with an H200, the wall time between two rows was
+/// 0.01 to 0.07 s (medians per processor) above the runs and the setup.
+const CASE_OVERHEAD_S: f64 = 0.03;
 
 /// A processor's cost of one run before any of its rows is measured:
 /// fixed µs and flop/s, low on purpose so that a first batch and the
