@@ -2,8 +2,11 @@
 //! before the first case runs, from the cost model's estimates.
 //!
 //! The stages, in the order they run:
-//! 1. **gemm**: GEMM rows for every processor, first [`FIT_ROWS`] per
-//!    (processor, dtype) (the fit rows), then, after the repeat pass, more
+//! 1. **gemm**: GEMM rows for every processor, first the fit rows: the
+//!    design's first [`FIT_ROWS`] cases per (processor, dtype) that the
+//!    cost model's priors put at most [`FIT_CASE_MAX_S`] each (a resume
+//!    measures those it lacks); then,
+//!    after the repeat pass, more
 //!    in the design's order until the stage holds [`GEMM_SHARE`] of the
 //!    budget (those move behind the microbenchmarks if the stage runs
 //!    past its share);
@@ -18,7 +21,9 @@
 //!    budget is spent.
 //!
 //! A budget shorter than stages 1 and 2 for the fit rows
-//! ([`BudgetPlan::minimum_s`]) is refused before any case runs.
+//! ([`BudgetPlan::minimum_s`]) is refused before any case runs. Under
+//! `--max-cases` the fit rows are at most that many and there is no
+//! repeat pass: the cap bounds every GEMM row.
 
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::path::Path;
@@ -212,6 +217,13 @@ pub(super) struct Inputs<'a> {
     pub dtypes: Option<&'a [DType]>,
     pub rows: &'a Rows,
     pub cost: &'a CostModel,
+    /// The design's cases in priority order, those measured included:
+    /// the fit rows and the repeat pass are chosen from it, so that a
+    /// resumed profile chooses as an uninterrupted one does.
+    pub design: &'a [Planned],
+    /// `--max-cases`: fit rows at most this many per processor, and no
+    /// repeat pass (the cap bounds every GEMM row).
+    pub max_cases: Option<usize>,
 }
 
 /// Plans the budget over the designed queue (`pending` in priority order,
@@ -222,25 +234,42 @@ pub(super) fn schedule(
     repeats: VecDeque<Vec<Planned>>,
 ) -> Scheduled {
     let est = |p: &Planned| inp.cost.estimate(&p.item);
+    // Repeats sent by an earlier run come back as the repeat pass chooses.
     let (benches, cases): (Vec<Indexed>, Vec<Indexed>) = pending
         .into_iter()
+        .filter(|p| design::repeated_id(p.item.id()).is_none())
         .enumerate()
         .partition(|(_, p)| matches!(p.item, Item::Bench(_)));
     let have = usable_rows(inp.rows);
-    // Stage 1: the fit rows of each processor, then the share.
+    // Chosen by the priors, so that a resumed profile chooses as an
+    // uninterrupted one did.
+    let prior = inp.cost.uncalibrated();
+    let fit_set = fit_rows(inp, &|p: &Planned| prior.estimate(&p.item));
+    // Stage 1: the fit rows not measured yet, as many as each group lacks.
+    let at: HashMap<&str, (usize, f64)> = cases
+        .iter()
+        .map(|(i, p)| (p.item.id(), (*i, est(p))))
+        .collect();
     let mut taken: HashSet<usize> = HashSet::new();
     let mut fit_only_s = 0.0;
-    for p in inp.selected {
-        for d in design::dtypes_for(p, inp.dtypes) {
-            let need = FIT_ROWS.saturating_sub(have.get(&(p.id.clone(), d)).copied().unwrap_or(0));
-            fit_only_s += take_fit_rows(&cases, &p.id, d, need, &est, &mut taken);
+    for (key, ids) in &fit_set {
+        let need = ids
+            .len()
+            .saturating_sub(have.get(key).copied().unwrap_or(0));
+        for (i, secs) in ids.iter().filter_map(|id| at.get(id.as_str())).take(need) {
+            taken.insert(*i);
+            fit_only_s += secs;
         }
     }
-    // The repeat pass, from the rows measured and the fit rows.
-    let repeat = repeat_pass(inp, &cases, &taken);
+    // The repeat pass, of fit rows measured before or in stage 1.
+    let repeat = if inp.max_cases.is_some() {
+        Vec::new()
+    } else {
+        repeat_pass(inp, &fit_set, &cases, &taken)
+    };
     let repeat_s: f64 = repeat.iter().map(est).sum();
     // More GEMM rows, to the stage's share.
-    let fit_rows = taken.clone();
+    let fit_taken = taken.clone();
     let mut gemm_s = fit_only_s;
     extend_to_share(
         &cases,
@@ -292,7 +321,7 @@ pub(super) fn schedule(
         ],
         rest.len(),
     );
-    let (fit, more): (Vec<_>, Vec<_>) = first.into_iter().partition(|(i, _)| fit_rows.contains(i));
+    let (fit, more): (Vec<_>, Vec<_>) = first.into_iter().partition(|(i, _)| fit_taken.contains(i));
     let extension = more.iter().map(|(_, p)| p.item.id().to_string()).collect();
     let mut ordered: Vec<Planned> = fit.into_iter().map(|(_, p)| p).collect();
     ordered.extend(repeat);
@@ -333,42 +362,35 @@ fn usable_rows(rows: &Rows) -> HashMap<(String, DType), usize> {
     have
 }
 
-/// Takes `need` cases of `proc_`/`dtype` into `taken`: the first in the
-/// design's order of those estimated at most [`FIT_CASE_MAX_S`], then, if
-/// too few are, the cheapest others. Returns their estimated seconds.
-fn take_fit_rows(
-    cases: &[Indexed],
-    proc_: &str,
-    dtype: DType,
-    need: usize,
+/// The fit rows of each (processor, dtype), as case ids in the design's
+/// order: its first [`FIT_ROWS`] cases (fewer under `--max-cases`) that
+/// `est` puts at most [`FIT_CASE_MAX_S`] each, measured or not.
+fn fit_rows(
+    inp: &Inputs,
     est: &impl Fn(&Planned) -> f64,
-    taken: &mut HashSet<usize>,
-) -> f64 {
-    let mine: Vec<(usize, f64)> = cases
-        .iter()
-        .filter(|(i, p)| match &p.item {
-            Item::Case(c) => c.processor == proc_ && c.dtype == dtype && !taken.contains(i),
-            Item::Bench(_) => false,
-        })
-        .map(|(i, p)| (*i, est(p)))
-        .collect();
-    let mut chosen: Vec<(usize, f64)> = mine
-        .iter()
-        .filter(|(_, s)| *s <= FIT_CASE_MAX_S)
-        .take(need)
-        .copied()
-        .collect();
-    if chosen.len() < need {
-        let mut dear: Vec<(usize, f64)> = mine
-            .iter()
-            .filter(|(_, s)| *s > FIT_CASE_MAX_S)
-            .copied()
-            .collect();
-        dear.sort_by(|a, b| a.1.total_cmp(&b.1));
-        chosen.extend(dear.into_iter().take(need - chosen.len()));
+) -> BTreeMap<(String, DType), Vec<String>> {
+    let mut out = BTreeMap::new();
+    for p in inp.selected {
+        let dtypes = design::dtypes_for(p, inp.dtypes);
+        let target = inp
+            .max_cases
+            .map_or(FIT_ROWS, |m| FIT_ROWS.min(m / dtypes.len().max(1)));
+        for d in dtypes {
+            let ids: Vec<String> = inp
+                .design
+                .iter()
+                .filter(|x| match &x.item {
+                    Item::Case(c) => c.processor == p.id && c.dtype == d,
+                    Item::Bench(_) => false,
+                })
+                .filter(|x| est(x) <= FIT_CASE_MAX_S)
+                .take(target)
+                .map(|x| x.item.id().to_string())
+                .collect();
+            out.insert((p.id.clone(), d), ids);
+        }
     }
-    taken.extend(chosen.iter().map(|(i, _)| *i));
-    chosen.iter().map(|(_, s)| s).sum()
+    out
 }
 
 /// Adds cases to the first stage, one processor after another in the
@@ -408,44 +430,51 @@ fn extend_to_share(
     }
 }
 
-/// The repeat pass: per (processor, dtype) without [`REPEAT_ROWS`]
-/// repeats yet, that many of its cases spread evenly over the rows
-/// measured before and the first stage's, each under its repeat id.
-fn repeat_pass(inp: &Inputs, cases: &[Indexed], taken: &HashSet<usize>) -> Vec<Planned> {
-    let mut pool: BTreeMap<(String, DType), Vec<SweepCase>> = BTreeMap::new();
-    let mut done: HashMap<(String, DType), usize> = HashMap::new();
-    for r in inp.rows.measurements.iter().filter(|r| r.is_usable()) {
-        let key = (r.processor.clone(), r.dtype);
-        if design::repeated_id(&r.case_id).is_some() {
-            *done.entry(key).or_default() += 1;
-        } else if let Some(shape) = r.shape() {
-            let c = design::case(&r.processor, shape, r.dtype, r.order);
-            if c.id == r.case_id {
-                pool.entry(key).or_default().push(c);
+/// The repeat pass: per (processor, dtype), [`REPEAT_ROWS`] of its fit
+/// rows spread evenly over them (at most half), each under its repeat id;
+/// those whose first row is neither measured nor in the first stage, and
+/// those repeated already, are left out.
+fn repeat_pass(
+    inp: &Inputs,
+    fit_set: &BTreeMap<(String, DType), Vec<String>>,
+    cases: &[Indexed],
+    taken: &HashSet<usize>,
+) -> Vec<Planned> {
+    let first: HashMap<&str, &SweepCase> = cases
+        .iter()
+        .filter(|(i, _)| taken.contains(i))
+        .filter_map(|(_, p)| match &p.item {
+            Item::Case(c) => Some((c.id.as_str(), c)),
+            Item::Bench(_) => None,
+        })
+        .collect();
+    let measured: HashMap<&str, SweepCase> = inp
+        .rows
+        .measurements
+        .iter()
+        .filter(|r| r.is_usable())
+        .filter_map(|r| {
+            let c = design::case(&r.processor, r.shape()?, r.dtype, r.order);
+            (c.id == r.case_id).then_some((r.case_id.as_str(), c))
+        })
+        .collect();
+    let mut out = Vec::new();
+    for ids in fit_set.values() {
+        let n = REPEAT_ROWS.min(ids.len() / 2);
+        for j in 0..n {
+            let id = ids[j * ids.len() / n].as_str();
+            let Some(c) = first.get(id).copied().or_else(|| measured.get(id)) else {
+                continue;
+            };
+            let again = design::repeat_case(c);
+            if !inp.rows.has(&again.id) {
+                out.push(Planned {
+                    item: Item::Case(again),
+                    stratum: Stratum::Repeat,
+                });
             }
         }
     }
-    for (_, p) in cases.iter().filter(|(i, _)| taken.contains(i)) {
-        if let Item::Case(c) = &p.item
-            && inp.cost.estimate(&p.item) <= FIT_CASE_MAX_S
-        {
-            pool.entry((c.processor.clone(), c.dtype))
-                .or_default()
-                .push(c.clone());
-        }
-    }
-    let mut out = Vec::new();
-    for (key, v) in pool {
-        let n = REPEAT_ROWS
-            .saturating_sub(done.get(&key).copied().unwrap_or(0))
-            .min(v.len() / 2);
-        out.extend((0..n).map(|j| Planned {
-            item: Item::Case(design::repeat_case(&v[j * v.len() / n])),
-            stratum: Stratum::Repeat,
-        }));
-    }
-    let ids: HashSet<String> = inp.rows.ids().iter().cloned().collect();
-    out.retain(|p| !ids.contains(p.item.id()));
     out
 }
 
@@ -584,6 +613,7 @@ mod tests {
         let procs = [proc_("cpu:0"), proc_("cpu:1")];
         let cost = CostModel::new(RunParams::default(), &procs);
         let (pending, rounds) = design_of(&procs);
+        let design = pending.clone();
         schedule(
             &Inputs {
                 budget_s,
@@ -591,6 +621,8 @@ mod tests {
                 dtypes: None,
                 rows,
                 cost: &cost,
+                design: &design,
+                max_cases: None,
             },
             pending,
             rounds,

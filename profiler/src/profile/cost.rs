@@ -50,6 +50,20 @@ impl CostModel {
         }
     }
 
+    /// The same model before any row: the estimates of the priors alone,
+    /// which do not depend on what a dataset holds.
+    pub fn uncalibrated(&self) -> CostModel {
+        CostModel {
+            run: self.run,
+            priors: self.priors.clone(),
+            kernel_only: self.kernel_only.clone(),
+            guides: HashMap::new(),
+            per_proc: HashMap::new(),
+            factor: HashMap::new(),
+            startup: 1.0,
+        }
+    }
+
     /// The throughput guides again, from every usable row.
     pub fn rebuild(&mut self, rows: &Rows) {
         let mut groups: HashMap<Group, Vec<Point>> = HashMap::new();

@@ -305,6 +305,8 @@ fn plan_budget(
         dtypes: opts.dtypes.as_deref(),
         rows,
         cost,
+        design: &[],
+        max_cases: opts.max_cases,
     });
     if opts.budget.as_secs_f64() < plan.minimum_s {
         return Err(Error::BudgetTooShort {
@@ -339,6 +341,8 @@ pub fn budget_plan(opts: &ProfileOptions, processors: &[Processor]) -> Option<Bu
         dtypes: opts.dtypes.as_deref(),
         rows: &rows,
         cost: &cost,
+        design: &[],
+        max_cases: opts.max_cases,
     }))
 }
 

@@ -29,6 +29,10 @@ pub(super) struct Queue {
     /// Ids of the first GEMM stage's rows beyond the fit rows (see
     /// [`Queue::demote_extension`]).
     pub extension: HashSet<String>,
+    /// The design in priority order, cases measured before included (and
+    /// at most `--max-cases` per processor): what the budget plan chooses
+    /// the fit rows and the repeat pass from.
+    pub design: Vec<Planned>,
     /// Whether `--max-cases` left planned cases out.
     pub capped: bool,
     max_cases: Option<usize>,
@@ -51,6 +55,7 @@ impl Queue {
             repeats: VecDeque::new(),
             early: HashSet::new(),
             extension: HashSet::new(),
+            design: Vec::new(),
             capped: false,
             max_cases: opts.max_cases,
         };
@@ -62,7 +67,14 @@ impl Queue {
             Some(p) if opts.cases.is_none() => sent_earlier(p),
             _ => Vec::new(),
         };
-        for p in initial(opts, selected).into_iter().chain(earlier) {
+        let mut design: Vec<Planned> = initial(opts, selected)
+            .into_iter()
+            .filter(|p| selected_ids.contains(p.item.processor()))
+            .collect();
+        if let Some(cap) = opts.max_cases {
+            cap_cases(&mut design, &Rows::default(), cap);
+        }
+        for p in design.iter().cloned().chain(earlier) {
             if selected_ids.contains(p.item.processor())
                 && !rows.has(p.item.id())
                 && q.planned_ids.insert(p.item.id().to_string())
@@ -73,6 +85,7 @@ impl Queue {
         if opts.microbench && !chosen(opts) {
             q.repeats = q.microbench_repeats(selected, rows);
         }
+        q.design = design;
         q.capped = q.cap(rows);
         q
     }
@@ -80,8 +93,14 @@ impl Queue {
     /// Orders the queue by the budget plan ([`budget::schedule`]) and
     /// returns the plan.
     pub fn schedule(&mut self, inputs: &budget::Inputs) -> BudgetPlan {
+        let design = std::mem::take(&mut self.design);
+        let inputs = budget::Inputs {
+            design: &design,
+            max_cases: self.max_cases,
+            ..*inputs
+        };
         let s = budget::schedule(
-            inputs,
+            &inputs,
             std::mem::take(&mut self.pending),
             std::mem::take(&mut self.repeats),
         );
@@ -377,6 +396,7 @@ mod tests {
             repeats: VecDeque::new(),
             early: ids[..4].iter().cloned().collect(),
             extension: ids[1..3].iter().cloned().collect(),
+            design: Vec::new(),
             capped: false,
             max_cases: None,
         };
