@@ -537,9 +537,10 @@ fn launch_overheads(p: &Processor, processors: &[Processor], out: &mut Vec<Micro
     }
 }
 
-/// Agent processes that measure the host-path microbenchmarks: the first
-/// batch, then one repeat in each of the next `MICRO_PROCESSES - 1`
-/// batches (each batch is its own agent process). The host's CUDA path
+/// Agent processes that measure the host-path microbenchmarks at most: the
+/// batch of the first round, then one repeat round in each of the next
+/// `MICRO_PROCESSES - 1` batches (each batch is its own agent process), as
+/// many as the budget plan affords (`profile::budget`). The host's CUDA path
 /// runs at one speed per process: on a 16-core Xeon host with one H100,
 /// 24 processes of one decode plan ran at 0.74-0.94 of its prediction, the
 /// launch, copy and submit costs together, whatever core, address layout or

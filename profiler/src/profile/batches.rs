@@ -71,9 +71,9 @@ impl Run {
         }
     }
 
-    /// Fills a batch: short at first (to calibrate), then up to 30 s. Items
-    /// whose estimate exceeds what is left stay pending: the estimate
-    /// improves as rows arrive.
+    /// Fills a batch in the queue's order: short at first (to calibrate),
+    /// then up to 30 s. Items whose estimate exceeds what is left stay
+    /// pending: the estimate improves as rows arrive.
     fn fill_batch(&mut self, batch_no: u32, remaining: f64) -> Batch {
         let target = if batch_no == 0 { 5.0f64 } else { 30.0 }.min(remaining);
         if self.t0.elapsed().as_secs_f64() >= budget::GEMM_SHARE * self.opts.budget.as_secs_f64() {
@@ -98,13 +98,21 @@ impl Run {
                 }
             }
         }
+        // In the queue's order: the first item that does not fit the
+        // batch ends it, so that no later item (a microbenchmark behind
+        // the fit rows) passes it; an item longer than the time left is
+        // passed over.
         let mut keep = Vec::new();
+        let mut full = false;
         for p in self.queue.pending.drain(..) {
             let est = self.cost.estimate(&p.item);
-            if est <= remaining && (batch.items.is_empty() || batch.estimate + est <= target) {
+            if full || est > remaining {
+                keep.push(p);
+            } else if batch.items.is_empty() || batch.estimate + est <= target {
                 batch.estimate += est;
                 batch.items.push(p);
             } else {
+                full = true;
                 keep.push(p);
             }
         }

@@ -13,9 +13,9 @@ use crate::journal::Rows;
 /// Seconds a case or benchmark is expected to take, learnt as rows arrive.
 pub(super) struct CostModel {
     run: RunParams,
-    /// Each processor's prior cost of a run: fixed µs and flop/s
-    /// ([`prior_run`]).
-    priors: HashMap<String, (f64, f64)>,
+    /// Each processor's prior cost of a run: fixed µs, flop/s and the
+    /// seconds of a cache eviction ([`prior_run`]).
+    priors: HashMap<String, (f64, f64, f64)>,
     /// Processors whose backend times kernels alone under the kernel timer
     /// (CUDA's alone), each such run followed by an ordinary one.
     kernel_only: HashSet<String>,
@@ -100,11 +100,7 @@ impl CostModel {
                     .and_then(|q| q.predict(&c.shape))
                     .or_else(|| self.per_proc.get(&c.processor)?.predict(&c.shape))
                     .unwrap_or_else(|| {
-                        let (fixed_us, flops) = self
-                            .priors
-                            .get(&c.processor)
-                            .copied()
-                            .unwrap_or((20.0, 1e10));
+                        let (fixed_us, flops, _) = self.prior(&c.processor);
                         fixed_us + c.shape.flops() / flops * 1e6
                     });
                 let run = c.run.unwrap_or(self.run);
@@ -114,7 +110,13 @@ impl CostModel {
                 let runs = (run.warmups + timed + 2) as f64;
                 // Warming up lasts at least `warmup_ms`.
                 let warm = run.warmup_ms as f64 * 1e-3;
-                runs * per_run_us * 1e-6 + warm + CASE_OVERHEAD_S + setup_seconds(&c.shape)
+                // Cold caches: an eviction before every timed run.
+                let evict = if run.cold_cache || run.rotate_weights {
+                    timed as f64 * self.prior(&c.processor).2
+                } else {
+                    0.0
+                };
+                runs * per_run_us * 1e-6 + warm + evict + CASE_OVERHEAD_S + setup_seconds(&c.shape)
             }
             Item::Bench(b) => {
                 let runs = (self.run.warmups + self.run.repetitions) as f64;
@@ -134,6 +136,14 @@ impl CostModel {
                 fixed + runs * bytes as f64 / 1e9 + graph
             }
         }
+    }
+
+    /// A processor's prior ([`prior_run`]).
+    fn prior(&self, id: &str) -> (f64, f64, f64) {
+        self.priors
+            .get(id)
+            .copied()
+            .unwrap_or((20.0, 1e10, HOST_EVICT_S))
     }
 
     /// The calibrated estimate, seconds.
@@ -170,23 +180,32 @@ const CASE_OVERHEAD_S: f64 = 0.03;
 
 /// A processor's cost of one run before any of its rows is measured:
 /// fixed µs and flop/s, low on purpose so that a first batch and the
-/// budget plan err on the long side. A CPU counts 15 Gflop/s a core where
-/// the probe gives its cores (a 16-core Xeon host ran 4096³ f32 at 630
+/// budget plan err on the long side, and the seconds of one cache
+/// eviction (`--cold-cache`). A CPU counts 15 Gflop/s a core where the
+/// probe gives its cores (a 16-core Xeon host ran 4096³ f32 at 630
 /// Gflop/s). OpenCL on a CPU (PoCL) pays a fixed cost on every run: on
 /// that host 80 to 110 ms a run below 2 Gflop, about 30 Gflop/s above.
-pub(super) fn prior_run(p: &Processor) -> (f64, f64) {
+pub(super) fn prior_run(p: &Processor) -> (f64, f64, f64) {
     match (p.kind, p.api) {
-        (ProcessorKind::Gpu, _) => (20.0, 2e11),
-        (ProcessorKind::Npu, _) => (20.0, 5e11),
-        (ProcessorKind::Cpu, ProcessorApi::Opencl) => (80e3, 3e10),
+        (ProcessorKind::Gpu, _) => (20.0, 2e11, GPU_EVICT_S),
+        (ProcessorKind::Npu, _) => (20.0, 5e11, HOST_EVICT_S),
+        (ProcessorKind::Cpu, ProcessorApi::Opencl) => (80e3, 3e10, HOST_EVICT_S),
         _ => (
             20.0,
             p.capabilities
                 .compute_units
                 .map_or(1e10, |cores| 1.5e10 * cores.max(1) as f64),
+            HOST_EVICT_S,
         ),
     }
 }
+
+/// One eviction of the host's caches: writing up to 512 MiB took 77 ms a
+/// run on a 2-core x86-64 machine with a 260 MiB cache (about 180 ms in a
+/// debug build).
+const HOST_EVICT_S: f64 = 0.1;
+/// One eviction of a GPU's L2, by a kernel.
+const GPU_EVICT_S: f64 = 0.005;
 
 /// Input generation, the CPU reference check and buffer setup, seconds.
 fn setup_seconds(s: &GemmShape) -> f64 {

@@ -19,8 +19,8 @@ pub(super) struct Queue {
     pub pending: Vec<Planned>,
     /// Every item id planned by this run (measured or not).
     pub planned_ids: HashSet<String>,
-    /// Rounds of the host-path microbenchmarks, one for each of the next
-    /// batches (agent processes) once no `early` item is pending: see
+    /// Rounds of the host-path microbenchmarks, one for each of the
+    /// batches (agent processes) after no `early` item is pending: see
     /// `design::MICRO_PROCESSES`.
     pub repeats: VecDeque<Vec<Planned>>,
     /// Ids of the budget plan's stages before the microbenchmark repeats
