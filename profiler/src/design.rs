@@ -798,7 +798,7 @@ pub fn refine(
 }
 
 #[cfg(test)]
-pub(crate) mod tests {
+mod tests {
     use std::path::Path;
 
     use hetero_plan::{Capabilities, ProcessorApi, ProcessorKind};
@@ -806,7 +806,7 @@ pub(crate) mod tests {
     use super::*;
     use crate::guide::Point;
 
-    pub(crate) fn cpu() -> Processor {
+    fn cpu() -> Processor {
         Processor {
             id: "cpu:0".into(),
             kind: ProcessorKind::Cpu,

@@ -551,9 +551,19 @@ mod tests {
     use super::*;
 
     fn proc_(id: &str) -> Processor {
-        let mut p = design::tests::cpu();
-        p.id = id.into();
-        p
+        Processor {
+            id: id.into(),
+            kind: hetero_plan::ProcessorKind::Cpu,
+            api: hetero_plan::ProcessorApi::Cpu,
+            name: "cores".into(),
+            driver: String::new(),
+            capabilities: hetero_plan::Capabilities {
+                dtypes: vec![DType::F32, DType::F16],
+                ..Default::default()
+            },
+            simulated: false,
+            emulated: false,
+        }
     }
 
     fn planned(p: &str, m: u32) -> Planned {
