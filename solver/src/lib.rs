@@ -38,6 +38,7 @@ mod engine;
 mod error;
 mod explain;
 mod graphs;
+mod model_bounds;
 mod offload;
 pub mod oracle;
 pub mod settings;

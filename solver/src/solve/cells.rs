@@ -10,8 +10,8 @@ use hetero_plan::{
 };
 use rayon::prelude::*;
 
-use super::round2;
 use super::tables::{max_m_of, twin_key, twins};
+use super::{round2, sampled};
 use crate::engine::{Cell, OpCtx, Proc, Setup, Tables};
 use crate::settings::Settings;
 use crate::{Error, Result};
@@ -37,7 +37,7 @@ pub(super) fn solve_ops(
     let twin_of = twins(&tasks, |&(op, phase, _)| twin_key(setup, op, phase));
     let reps: Vec<usize> = (0..tasks.len()).filter(|&i| twin_of[i] == i).collect();
     let contexts = contexts(setup, &tasks, &reps, prefill_tables);
-    let cells = solve_cells(&contexts);
+    let cells = solve_cells(setup, &contexts);
     let solved: Vec<Result<OpPlan>> = reps
         .par_iter()
         .zip(&contexts)
@@ -103,29 +103,74 @@ fn contexts<'s, 'a>(
         .collect()
 }
 
-/// The cell of every distinct (rows, instances) of every context. Cells
-/// are solved in order of M, then operator: a thread solves one M for
-/// several operators in a row, so a compiled model's per-thread memo also
-/// serves the shapes that operators with the same K share at that M.
-fn solve_cells(contexts: &[Context]) -> Vec<HashMap<(u32, u32), Cell>> {
-    let mut work: Vec<(u32, u32, usize)> = vec![];
-    for (j, (_, rows)) in contexts.iter().enumerate() {
-        let mut keys = rows.clone();
-        keys.sort_unstable();
-        keys.dedup();
-        work.extend(keys.into_iter().map(|(m, i)| (m, i, j)));
-    }
-    work.sort_unstable();
-    let solved_cells: Vec<Cell> = work
-        .par_iter()
-        .map(|&(m, i, j)| contexts[j].0.cell_at(m, i))
-        .collect();
+/// The cell of every distinct (rows, instances) of every context, each
+/// with its winner and runner-up only: every one costed in full when the
+/// solve is exhaustive, else solved in blocks ([`sampled`]).
+fn solve_cells(setup: &Setup, contexts: &[Context]) -> Vec<HashMap<(u32, u32), Cell>> {
+    let solved: Vec<(usize, Vec<Cell>)> = if setup.exhaustive {
+        every_cell(contexts)
+    } else {
+        sampled_cells(contexts)
+    };
     let mut cells: Vec<HashMap<(u32, u32), Cell>> =
         contexts.iter().map(|_| HashMap::new()).collect();
-    for (&(m, i, j), cell) in work.iter().zip(solved_cells) {
-        cells[j].insert((m, i), cell);
+    for (j, list) in solved {
+        for cell in list {
+            cells[j].insert((cell.m, cell.instances), cell);
+        }
     }
     cells
+}
+
+/// Every cell costed in full. Cells are solved in order of M, then
+/// operator: a thread solves one M for several operators in a row, so a
+/// compiled model's per-thread memo also serves the shapes that operators
+/// with the same K share at that M.
+fn every_cell(contexts: &[Context]) -> Vec<(usize, Vec<Cell>)> {
+    let mut work: Vec<(u32, u32, usize)> = vec![];
+    for (j, (_, rows)) in contexts.iter().enumerate() {
+        work.extend(distinct(rows).into_iter().map(|(m, i)| (m, i, j)));
+    }
+    work.sort_unstable();
+    work.par_iter()
+        .map(|&(m, i, j)| {
+            let mut cell = contexts[j].0.cell_at(m, i);
+            cell.cands.truncate(2);
+            (j, vec![cell])
+        })
+        .collect()
+}
+
+/// The cells of every context solved in blocks, the blocks in parallel.
+fn sampled_cells(contexts: &[Context]) -> Vec<(usize, Vec<Cell>)> {
+    let keys: Vec<Vec<(u32, u32)>> = contexts
+        .iter()
+        .map(|(_, rows)| {
+            let mut k = distinct(rows);
+            k.sort_unstable_by_key(|&(m, i)| (i, m));
+            k
+        })
+        .collect();
+    let work: Vec<(usize, std::ops::Range<usize>)> = contexts
+        .iter()
+        .enumerate()
+        .flat_map(|(j, (cx, _))| {
+            sampled::blocks(cx, &keys[j])
+                .into_iter()
+                .map(move |b| (j, b))
+        })
+        .collect();
+    work.into_par_iter()
+        .map(|(j, b)| (j, sampled::solve_block(&contexts[j].0, &keys[j][b])))
+        .collect()
+}
+
+/// The distinct (rows, instances) of a context, sorted.
+fn distinct(rows: &[(u32, u32)]) -> Vec<(u32, u32)> {
+    let mut keys = rows.to_vec();
+    keys.sort_unstable();
+    keys.dedup();
+    keys
 }
 
 /// A task's plan: its decision at every length, and the operand order of

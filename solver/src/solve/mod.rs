@@ -7,6 +7,7 @@ mod assemble;
 mod cells;
 mod graph_sets;
 mod procs;
+mod sampled;
 mod tables;
 
 use hetero_plan::{Fingerprint, ModelSpec, Plan};
