@@ -49,7 +49,7 @@ pub use error::{Error, Result};
 pub use explain::{ExplainedCandidate, Explanation, coverage, explain};
 pub use oracle::{GemmModel, LatencyOracle};
 pub use settings::{Distribution, GraphChoice, Settings};
-pub use solve::solve;
+pub use solve::{SolveStats, solve, solve_with_stats};
 
 #[cfg(test)]
 mod tests;

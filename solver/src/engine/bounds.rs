@@ -39,34 +39,61 @@ impl OpCtx<'_, '_> {
             .unwrap_or(0.0)
     }
 
-    /// Lower bounds of every family over M in `lo..=hi`. They take copies
-    /// and syncs as costing at least nothing, a part of a split as taking
-    /// at least the smallest share a cut can give (a sequence cut's dynamic
-    /// part as running any M up to `hi`), and a static-graph processor as
-    /// running at least one of its prepared graphs or the exact shape.
+    /// The least of `f` at the corners of M in `m` and rows in `rows`: the
+    /// least copy cost over the box, copy lines growing with the bytes
+    /// they move (as the cost model's pruning takes them too).
+    fn copy_floor_over(&self, m: (u32, u32), rows: (u32, u32), f: impl Fn(u32, u32) -> f64) -> f64 {
+        [(m.0, rows.0), (m.0, rows.1), (m.1, rows.0), (m.1, rows.1)]
+            .into_iter()
+            .map(|(mm, r)| f(mm, r))
+            .fold(INF, f64::min)
+            .max(0.0)
+    }
+
+    /// Lower bounds of every family over M in `lo..=hi`. They take syncs as
+    /// costing at least the cheaper side's, copies as growing with the
+    /// bytes moved, a part of a split as taking at least the smallest share
+    /// a cut can give (a sequence cut's dynamic part as running any M up to
+    /// `hi`), and a static-graph processor as running at least one of its
+    /// prepared graphs or the exact shape.
     pub fn bounds(&self, lo: u32, hi: u32) -> Bounds {
         let procs = &self.setup.procs;
         let (n, rmin) = (self.n, self.rmin());
+        let (k, nf) = (self.k as f64, n as f64);
         let alone: Vec<f64> = (0..procs.len())
             .map(|p| {
                 if procs[p].static_graphs {
-                    INF
-                } else {
-                    self.time_floor(p, (lo, hi), (n, n)) + procs[p].alone_overhead_us()
+                    return INF;
                 }
+                let copy = self.copy_floor_over((lo, hi), (n, n), |m, _| {
+                    let m = m as f64;
+                    procs[p].alone_copy_us(m * k, m * nf, self.order(p))
+                });
+                self.time_floor(p, (lo, hi), (n, n)) + copy + procs[p].alone_overhead_us()
             })
             .collect();
         let mut rest = INF;
-        // Each processor's least part of a split.
+        // Each processor's least part of a split, and its least copies.
         let dyn_lo = if self.statics.is_empty() { lo } else { 1 };
-        let part: Vec<f64> = (0..procs.len())
+        let part: Vec<(f64, f64)> = (0..procs.len())
             .map(|p| match self.statics.iter().find(|st| st.p == p) {
-                Some(st) => st
-                    .sizes
-                    .iter()
-                    .map(|&g| self.time_floor(p, (g, g), (rmin, n)))
-                    .fold(self.time_floor(p, (lo, hi), (rmin, n)), f64::min),
-                None => self.time_floor(p, (dyn_lo, hi), (rmin, n)),
+                Some(st) => {
+                    let t = st
+                        .sizes
+                        .iter()
+                        .map(|&g| self.time_floor(p, (g, g), (rmin, n)))
+                        .fold(self.time_floor(p, (lo, hi), (rmin, n)), f64::min);
+                    let copy =
+                        self.copy_floor_over((1, hi), (rmin, n), |m, r| self.part_copy_us(p, m, r));
+                    (t, copy)
+                }
+                None => {
+                    let t = self.time_floor(p, (dyn_lo, hi), (rmin, n));
+                    let copy = self.copy_floor_over((dyn_lo, hi), (rmin, n), |m, r| {
+                        self.part_copy_us(p, m, r)
+                    });
+                    (t, copy)
+                }
             })
             .collect();
         let split: Vec<usize> = (0..procs.len()).filter(|&p| procs[p].can_split).collect();
@@ -76,7 +103,7 @@ impl OpCtx<'_, '_> {
                     continue;
                 }
                 let sync = procs[a].sync_us.min(procs[b].sync_us).max(0.0);
-                rest = rest.min(part[a].max(part[b]) + sync);
+                rest = rest.min(part[a].0.max(part[b].0) + sync + part[a].1 + part[b].1);
             }
         }
         for st in &self.statics {

@@ -11,7 +11,7 @@ use hetero_plan::{
 use rayon::prelude::*;
 
 use super::tables::{max_m_of, twin_key, twins};
-use super::{round2, sampled};
+use super::{SolveStats, round2, sampled};
 use crate::engine::{Cell, OpCtx, Proc, Setup, Tables};
 use crate::settings::Settings;
 use crate::{Error, Result};
@@ -30,14 +30,14 @@ pub(super) fn solve_ops(
     ops: &[&LinearOp],
     prefill_tables: &HashMap<String, Arc<Tables>>,
     settings: &Settings,
-) -> Result<Vec<OpPlan>> {
+) -> Result<(Vec<OpPlan>, SolveStats)> {
     let tasks = tasks(ops, settings);
     // A task whose operator has an earlier twin in the same phase copies
     // its decisions instead of solving them again.
     let twin_of = twins(&tasks, |&(op, phase, _)| twin_key(setup, op, phase));
     let reps: Vec<usize> = (0..tasks.len()).filter(|&i| twin_of[i] == i).collect();
     let contexts = contexts(setup, &tasks, &reps, prefill_tables);
-    let cells = solve_cells(setup, &contexts);
+    let (cells, stats) = solve_cells(setup, &contexts);
     let solved: Vec<Result<OpPlan>> = reps
         .par_iter()
         .zip(&contexts)
@@ -59,7 +59,7 @@ pub(super) fn solve_ops(
         };
         plan_ops.push(op_plan);
     }
-    Ok(plan_ops)
+    Ok((plan_ops, stats))
 }
 
 /// Every operator in every phase asked for, phase first.
@@ -106,27 +106,33 @@ fn contexts<'s, 'a>(
 /// The cell of every distinct (rows, instances) of every context, each
 /// with its winner and runner-up only: every one costed in full when the
 /// solve is exhaustive, else solved in blocks ([`sampled`]).
-fn solve_cells(setup: &Setup, contexts: &[Context]) -> Vec<HashMap<(u32, u32), Cell>> {
-    let solved: Vec<(usize, Vec<Cell>)> = if setup.exhaustive {
+fn solve_cells(
+    setup: &Setup,
+    contexts: &[Context],
+) -> (Vec<HashMap<(u32, u32), Cell>>, SolveStats) {
+    let solved: Vec<(usize, Vec<Cell>, usize)> = if setup.exhaustive {
         every_cell(contexts)
     } else {
         sampled_cells(contexts)
     };
     let mut cells: Vec<HashMap<(u32, u32), Cell>> =
         contexts.iter().map(|_| HashMap::new()).collect();
-    for (j, list) in solved {
+    let mut stats = SolveStats::default();
+    for (j, list, costed) in solved {
+        stats.cells += list.len();
+        stats.costed += costed;
         for cell in list {
             cells[j].insert((cell.m, cell.instances), cell);
         }
     }
-    cells
+    (cells, stats)
 }
 
 /// Every cell costed in full. Cells are solved in order of M, then
 /// operator: a thread solves one M for several operators in a row, so a
 /// compiled model's per-thread memo also serves the shapes that operators
 /// with the same K share at that M.
-fn every_cell(contexts: &[Context]) -> Vec<(usize, Vec<Cell>)> {
+fn every_cell(contexts: &[Context]) -> Vec<(usize, Vec<Cell>, usize)> {
     let mut work: Vec<(u32, u32, usize)> = vec![];
     for (j, (_, rows)) in contexts.iter().enumerate() {
         work.extend(distinct(rows).into_iter().map(|(m, i)| (m, i, j)));
@@ -136,13 +142,13 @@ fn every_cell(contexts: &[Context]) -> Vec<(usize, Vec<Cell>)> {
         .map(|&(m, i, j)| {
             let mut cell = contexts[j].0.cell_at(m, i);
             cell.cands.truncate(2);
-            (j, vec![cell])
+            (j, vec![cell], 1)
         })
         .collect()
 }
 
 /// The cells of every context solved in blocks, the blocks in parallel.
-fn sampled_cells(contexts: &[Context]) -> Vec<(usize, Vec<Cell>)> {
+fn sampled_cells(contexts: &[Context]) -> Vec<(usize, Vec<Cell>, usize)> {
     let keys: Vec<Vec<(u32, u32)>> = contexts
         .iter()
         .map(|(_, rows)| {
@@ -161,7 +167,10 @@ fn sampled_cells(contexts: &[Context]) -> Vec<(usize, Vec<Cell>)> {
         })
         .collect();
     work.into_par_iter()
-        .map(|(j, b)| (j, sampled::solve_block(&contexts[j].0, &keys[j][b])))
+        .map(|(j, b)| {
+            let (cells, costed) = sampled::solve_block(&contexts[j].0, &keys[j][b]);
+            (j, cells, costed)
+        })
         .collect()
 }
 

@@ -58,14 +58,15 @@ pub(super) fn blocks(cx: &OpCtx, keys: &[(u32, u32)]) -> Vec<std::ops::Range<usi
 }
 
 /// The cells of one block, in order (each keeps its winner and runner-up
-/// only).
-pub(super) fn solve_block(cx: &OpCtx, keys: &[(u32, u32)]) -> Vec<Cell> {
+/// only), and how many of them were costed in full.
+pub(super) fn solve_block(cx: &OpCtx, keys: &[(u32, u32)]) -> (Vec<Cell>, usize) {
     let bounds = match keys {
         [first, .., last] => Some(cx.bounds(first.0, last.0)),
         _ => None,
     };
     let mut reference: Option<Reference> = None;
     let mut out = Vec::with_capacity(keys.len());
+    let mut costed = 0;
     for &(m, instances) in keys {
         if let (Some(b), Some(r)) = (&bounds, &reference)
             && let Some(cell) = carried_cell(cx, r, b, m, instances)
@@ -74,6 +75,7 @@ pub(super) fn solve_block(cx: &OpCtx, keys: &[(u32, u32)]) -> Vec<Cell> {
             continue;
         }
         let mut cell = cx.cell_at(m, instances);
+        costed += 1;
         cell.cands.truncate(2);
         reference = cell.cands.first().map(|w| {
             let runner_up = cell.cands.get(1).map(|r| r.shape.clone());
@@ -81,7 +83,7 @@ pub(super) fn solve_block(cx: &OpCtx, keys: &[(u32, u32)]) -> Vec<Cell> {
         });
         out.push(cell);
     }
-    out
+    (out, costed)
 }
 
 /// The reference's winner and runner-up carried to `m`, where the bounds
