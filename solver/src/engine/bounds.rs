@@ -58,7 +58,7 @@ impl OpCtx<'_, '_> {
     /// prepared graphs or the exact shape.
     pub fn bounds(&self, lo: u32, hi: u32) -> Bounds {
         let procs = &self.setup.procs;
-        let (n, rmin) = (self.n, self.rmin());
+        let n = self.n;
         let (k, nf) = (self.k as f64, n as f64);
         let alone: Vec<f64> = (0..procs.len())
             .map(|p| {
@@ -72,49 +72,168 @@ impl OpCtx<'_, '_> {
                 self.time_floor(p, (lo, hi), (n, n)) + copy + procs[p].alone_overhead_us()
             })
             .collect();
-        let mut rest = INF;
-        // Each processor's least part of a split, and its least copies.
-        let dyn_lo = if self.statics.is_empty() { lo } else { 1 };
-        let part: Vec<(f64, f64)> = (0..procs.len())
-            .map(|p| match self.statics.iter().find(|st| st.p == p) {
-                Some(st) => {
-                    let t = st
-                        .sizes
-                        .iter()
-                        .map(|&g| self.time_floor(p, (g, g), (rmin, n)))
-                        .fold(self.time_floor(p, (lo, hi), (rmin, n)), f64::min);
-                    let copy =
-                        self.copy_floor_over((1, hi), (rmin, n), |m, r| self.part_copy_us(p, m, r));
-                    (t, copy)
+        let rest = self
+            .dynamic_splits_floor(lo, hi)
+            .min(self.static_floor(lo, hi));
+        Bounds { alone, rest }
+    }
+
+    /// The least cost of a row cut among dynamic processors over M in
+    /// `lo..=hi`. Two parts: the rows of one part are cut into ranges
+    /// (doubling from either end), and in each range the two parts' time
+    /// floors, the cheaper sync and both parts' least copies bound every
+    /// cut in it. Three parts: the largest has at least a third of the
+    /// rows.
+    fn dynamic_splits_floor(&self, lo: u32, hi: u32) -> f64 {
+        let procs = &self.setup.procs;
+        let (n, rmin, align) = (self.n, self.rmin(), self.align());
+        let dy: Vec<usize> = self.splittable_dynamic().collect();
+        if dy.len() < 2 || n < 2 {
+            return INF;
+        }
+        // Cut points, symmetric: the range of one part's rows mirrors the
+        // other's.
+        let mut pts = vec![rmin.min(n - 1), n - rmin.min(n - 1)];
+        let mut x = align;
+        while x < n {
+            pts.extend([x, n - x]);
+            x = x.saturating_mul(2);
+        }
+        pts.retain(|&r| r >= rmin.min(n - 1) && r <= n - rmin.min(n - 1));
+        pts.sort_unstable();
+        pts.dedup();
+        let ranges: Vec<(u32, u32)> = match pts.len() {
+            1 => vec![(pts[0], pts[0])],
+            _ => pts.windows(2).map(|w| (w[0], w[1])).collect(),
+        };
+        // Per processor and range of its rows: (time floor, least copies).
+        let floor: Vec<Vec<(f64, f64)>> = (0..procs.len())
+            .map(|p| {
+                if !dy.contains(&p) {
+                    return vec![];
                 }
-                None => {
-                    let t = self.time_floor(p, (dyn_lo, hi), (rmin, n));
-                    let copy = self.copy_floor_over((dyn_lo, hi), (rmin, n), |m, r| {
-                        self.part_copy_us(p, m, r)
-                    });
-                    (t, copy)
-                }
+                ranges
+                    .iter()
+                    .map(|&r| {
+                        let copy = self
+                            .copy_floor_over((lo, hi), r, |m, rows| self.part_copy_us(p, m, rows));
+                        (self.time_floor(p, (lo, hi), r), copy)
+                    })
+                    .collect()
             })
             .collect();
-        let split: Vec<usize> = (0..procs.len()).filter(|&p| procs[p].can_split).collect();
-        for (i, &a) in split.iter().enumerate() {
-            for &b in &split[i + 1..] {
-                if procs[a].static_graphs && procs[b].static_graphs {
-                    continue;
-                }
+        let mut best = INF;
+        for (i, &a) in dy.iter().enumerate() {
+            for &b in &dy[i + 1..] {
                 let sync = procs[a].sync_us.min(procs[b].sync_us).max(0.0);
-                rest = rest.min(part[a].0.max(part[b].0) + sync + part[a].1 + part[b].1);
+                // Range `j` of `a`'s rows leaves `b` the mirrored range.
+                for j in 0..ranges.len() {
+                    let (ta, ca) = floor[a][j];
+                    let (tb, cb) = floor[b][ranges.len() - 1 - j];
+                    best = best.min(ta.max(tb) + sync + ca + cb);
+                }
             }
         }
-        for st in &self.statics {
-            let whole = st
-                .sizes
-                .iter()
-                .map(|&g| self.time_floor(st.p, (g, g), (n, n)))
-                .fold(self.time_floor(st.p, (lo, hi), (n, n)), f64::min);
-            rest = rest.min(whole);
+        if dy.len() >= 3 {
+            best = best.min(self.three_way_floor(&dy, (lo, hi), &ranges, &floor));
         }
-        Bounds { alone, rest }
+        best
+    }
+
+    /// The least cost of a three-way row cut among `dy` over M in `m`:
+    /// for each part, over each range of its rows, the other two share the
+    /// rest and the larger of them has at least half of it. Every part
+    /// gives a bound; the greatest holds.
+    fn three_way_floor(
+        &self,
+        dy: &[usize],
+        m: (u32, u32),
+        ranges: &[(u32, u32)],
+        floor: &[Vec<(f64, f64)>],
+    ) -> f64 {
+        let procs = &self.setup.procs;
+        let (n, rmin) = (self.n, self.rmin());
+        let half: Vec<u32> = ranges
+            .iter()
+            .map(|r| (n - r.1).div_ceil(2).max(1))
+            .collect();
+        // Per processor: its time floor with at least `half[j]` rows, and
+        // its least copies.
+        let larger: Vec<Vec<f64>> = (0..procs.len())
+            .map(|p| {
+                if !dy.contains(&p) {
+                    return vec![];
+                }
+                half.iter()
+                    .map(|&h| self.time_floor(p, m, (h, n)))
+                    .collect()
+            })
+            .collect();
+        let copy: Vec<f64> = (0..procs.len())
+            .map(|p| self.copy_floor_over(m, (rmin, n), |mm, r| self.part_copy_us(p, mm, r)))
+            .collect();
+        let mut best = INF;
+        for (i, &a) in dy.iter().enumerate() {
+            for (j, &b) in dy.iter().enumerate().skip(i + 1) {
+                for &c in &dy[j + 1..] {
+                    let three = [a, b, c];
+                    let sync = three
+                        .iter()
+                        .map(|&p| procs[p].sync_us)
+                        .fold(INF, f64::min)
+                        .max(0.0);
+                    let mut bound: f64 = 0.0;
+                    for (x, &p) in three.iter().enumerate() {
+                        let (q, r) = (three[(x + 1) % 3], three[(x + 2) % 3]);
+                        let least = (0..ranges.len())
+                            .map(|k| {
+                                let (tp, cp) = floor[p][k];
+                                tp.max(larger[q][k].min(larger[r][k])) + cp
+                            })
+                            .fold(INF, f64::min);
+                        bound = bound.max(least + copy[q] + copy[r]);
+                    }
+                    best = best.min(bound + sync);
+                }
+            }
+        }
+        best
+    }
+
+    /// The least cost of a candidate that uses a static-graph processor:
+    /// alone (at least one of its graphs, or the exact shape), or beside a
+    /// dynamic one (their least parts, the least sync, their least copies;
+    /// a sequence cut's dynamic part may run any M up to `hi`).
+    fn static_floor(&self, lo: u32, hi: u32) -> f64 {
+        let procs = &self.setup.procs;
+        let (n, rmin) = (self.n, self.rmin());
+        let least_sync = (0..procs.len())
+            .map(|p| procs[p].sync_us)
+            .fold(INF, f64::min)
+            .max(0.0);
+        let mut best = INF;
+        for st in &self.statics {
+            let s = st.p;
+            let graphs = |rows: (u32, u32)| {
+                st.sizes
+                    .iter()
+                    .map(|&g| self.time_floor(s, (g, g), rows))
+                    .fold(self.time_floor(s, (lo, hi), rows), f64::min)
+            };
+            best = best.min(graphs((n, n)));
+            if !procs[s].can_split {
+                continue;
+            }
+            let ts = graphs((rmin, n));
+            let cs = self.copy_floor_over((1, hi), (rmin, n), |m, r| self.part_copy_us(s, m, r));
+            for d in self.splittable_dynamic() {
+                let td = self.time_floor(d, (1, hi), (rmin, n));
+                let cd =
+                    self.copy_floor_over((1, hi), (rmin, n), |m, r| self.part_copy_us(d, m, r));
+                best = best.min(ts.max(td) + least_sync + cs + cd);
+            }
+        }
+        best
     }
 
     /// The candidate of `shape`'s family with the same parameters carried

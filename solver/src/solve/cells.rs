@@ -23,6 +23,9 @@ type Task<'o, 's> = (&'o LinearOp, Phase, &'s [u32]);
 /// (lengths with the same rows share a cell).
 type Context<'s, 'a> = (OpCtx<'s, 'a>, Vec<(u32, u32)>);
 
+/// A context's cells by (rows, instances).
+type Cells = HashMap<(u32, u32), Cell>;
+
 /// Solves every operator in every phase at every length, in plan order
 /// (phase, then operator).
 pub(super) fn solve_ops(
@@ -106,17 +109,13 @@ fn contexts<'s, 'a>(
 /// The cell of every distinct (rows, instances) of every context, each
 /// with its winner and runner-up only: every one costed in full when the
 /// solve is exhaustive, else solved in blocks ([`sampled`]).
-fn solve_cells(
-    setup: &Setup,
-    contexts: &[Context],
-) -> (Vec<HashMap<(u32, u32), Cell>>, SolveStats) {
+fn solve_cells(setup: &Setup, contexts: &[Context]) -> (Vec<Cells>, SolveStats) {
     let solved: Vec<(usize, Vec<Cell>, usize)> = if setup.exhaustive {
         every_cell(contexts)
     } else {
         sampled_cells(contexts)
     };
-    let mut cells: Vec<HashMap<(u32, u32), Cell>> =
-        contexts.iter().map(|_| HashMap::new()).collect();
+    let mut cells: Vec<Cells> = contexts.iter().map(|_| HashMap::new()).collect();
     let mut stats = SolveStats::default();
     for (j, list, costed) in solved {
         stats.cells += list.len();

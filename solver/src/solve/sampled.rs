@@ -3,23 +3,23 @@
 //! The distinct M of an operator are cut into blocks at every prepared
 //! graph size (a size is a block of its own) and at sixteen points per
 //! power of two; M up to [`COSTED_UP_TO`] are each a block of one. In a
-//! block, the first length is costed in full, and each next length takes
-//! the family of the last one costed in full, carried to it
+//! block, the first length is costed in full. Each next length carries
+//! the winners and runners-up of the latest lengths costed in full to it
 //! ([`OpCtx::carried`]: the same processors and shares; a sequence cut's
-//! dynamic part takes the remaining tokens), if the block's lower bounds
-//! ([`OpCtx::bounds`]) prove that no other candidate there is cheaper by
-//! more than [`TOLERANCE`]. Where they do not, that length is costed in
-//! full and becomes the block's new reference.
+//! dynamic part takes the remaining tokens) and keeps the cheapest, if the
+//! block's lower bounds ([`OpCtx::bounds`]) prove that no other candidate
+//! there is cheaper by more than [`TOLERANCE`]. Where they do not, that
+//! length is costed in full.
 //!
 //! So at every length the decision costs at most `1 + TOLERANCE` times the
 //! exhaustive solve's optimum. Where the kept family is one dynamic
 //! processor alone (whose cost at a length is exactly that family's best)
 //! and the bounds are at least its cost, the two solves choose the same
 //! cost exactly. The runner-up of a length not costed in full is the
-//! reference's runner-up family carried likewise, not necessarily the
+//! cheapest other family among those carried, not necessarily the
 //! cheapest other family there.
 
-use crate::engine::{Bounds, Cell, OpCtx, Shape};
+use crate::engine::{Bounds, Cand, Cell, OpCtx, Shape};
 use crate::settings::TOLERANCE;
 
 /// Lengths up to this M are each costed in full.
@@ -27,8 +27,13 @@ pub(super) const COSTED_UP_TO: u32 = 64;
 /// Blocks per power of two of M.
 const BLOCKS_PER_OCTAVE: u32 = 16;
 
-/// A block's reference: the winner's shape and the runner-up's.
-type Reference = (Shape, Option<Shape>);
+/// Shapes of the winners and runners-up of the latest lengths costed in
+/// full, most recent first (an operator whose winner alternates between
+/// two families, as unaligned M can make it, keeps both).
+type Reference = Vec<Shape>;
+
+/// How many shapes a reference keeps.
+const REFERENCE_SHAPES: usize = 4;
 
 /// The blocks of `keys` (distinct `(m, instances)`, sorted by instances,
 /// then M), as index ranges.
@@ -64,12 +69,12 @@ pub(super) fn solve_block(cx: &OpCtx, keys: &[(u32, u32)]) -> (Vec<Cell>, usize)
         [first, .., last] => Some(cx.bounds(first.0, last.0)),
         _ => None,
     };
-    let mut reference: Option<Reference> = None;
+    let mut reference: Reference = vec![];
     let mut out = Vec::with_capacity(keys.len());
     let mut costed = 0;
     for &(m, instances) in keys {
-        if let (Some(b), Some(r)) = (&bounds, &reference)
-            && let Some(cell) = carried_cell(cx, r, b, m, instances)
+        if let Some(b) = &bounds
+            && let Some(cell) = carried_cell(cx, &reference, b, m, instances)
         {
             out.push(cell);
             continue;
@@ -77,35 +82,38 @@ pub(super) fn solve_block(cx: &OpCtx, keys: &[(u32, u32)]) -> (Vec<Cell>, usize)
         let mut cell = cx.cell_at(m, instances);
         costed += 1;
         cell.cands.truncate(2);
-        reference = cell.cands.first().map(|w| {
-            let runner_up = cell.cands.get(1).map(|r| r.shape.clone());
-            (w.shape.clone(), runner_up)
-        });
+        for c in cell.cands.iter().rev() {
+            reference.retain(|s| *s != c.shape);
+            reference.insert(0, c.shape.clone());
+        }
+        reference.truncate(REFERENCE_SHAPES);
         out.push(cell);
     }
     (out, costed)
 }
 
-/// The reference's winner and runner-up carried to `m`, where the bounds
-/// prove the winner within [`TOLERANCE`] of every candidate at `m` (and it
-/// still beats the runner-up); `None` where the length must be costed in
-/// full.
+/// The reference's shapes carried to `m`: the cheapest is the winner and
+/// the cheapest of another family the runner-up, where the bounds prove
+/// the winner within [`TOLERANCE`] of every candidate at `m`; `None` where
+/// the length must be costed in full.
 fn carried_cell(
     cx: &OpCtx,
-    (winner, runner_up): &Reference,
+    reference: &Reference,
     bounds: &Bounds,
     m: u32,
     instances: u32,
 ) -> Option<Cell> {
-    let w = cx.carried(winner, m)?;
-    let r = match runner_up {
-        Some(s) => Some(cx.carried(s, m)?),
-        None => None,
-    };
-    if !w.total.is_finite()
-        || r.as_ref()
-            .is_some_and(|r| r.total.partial_cmp(&w.total) != Some(std::cmp::Ordering::Greater))
-    {
+    let mut carried: Vec<Cand> = reference
+        .iter()
+        .filter_map(|s| cx.carried(s, m))
+        .filter(|c| c.total.is_finite())
+        .collect();
+    carried.sort_by(|a, b| a.total.total_cmp(&b.total));
+    let mut it = carried.into_iter();
+    let w = it.next()?;
+    let r = it.find(|c| c.family(m) != w.family(m));
+    // A tie with another family is left to the full costing's order.
+    if r.as_ref().is_some_and(|r| r.total <= w.total) {
         return None;
     }
     // One dynamic processor alone: `w` is that family's best at `m`.
@@ -133,4 +141,43 @@ fn carried_cell(
             .map(|c| c.scale(scale))
             .collect(),
     })
+}
+
+#[cfg(test)]
+mod debug_tests {
+    #[test]
+    fn debug_reasons() {
+        use crate::engine::OpCtx;
+        let model = hetero_plan::hf::load_config(std::path::Path::new(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../tests/fixtures/configs/llama-70b-class.json"
+        )))
+        .unwrap();
+        let dev = crate::synthetic::discrete_cpu_gpu();
+        let settings = crate::Settings {
+            prefill_lengths: (1..=3000).collect(),
+            ..Default::default()
+        };
+        let mut notes = vec![];
+        let procs =
+            super::super::procs::build_procs(&dev, &[], &[], &settings.phases, &mut notes).unwrap();
+        let ops = super::super::select_ops(&model, &[]).unwrap();
+        let setup =
+            super::super::procs::device_setup(procs, None, &ops, &settings, &mut notes).unwrap();
+        let op = ops[0];
+        let cx = OpCtx::new(&setup, op, hetero_plan::Phase::Prefill, 3000);
+        for &(lo, hi) in &[(100u32, 103u32), (1000, 1003), (2500, 2503)] {
+            let b = cx.bounds(lo, hi);
+            for m in lo..=hi {
+                let c = cx.cell_at(m, 1);
+                let v: Vec<String> = c
+                    .cands
+                    .iter()
+                    .take(3)
+                    .map(|x| format!("{} {:.1}", x.label(&setup.procs, m), x.total))
+                    .collect();
+                eprintln!("{} m {m}: {:?} bounds {:?}", op.name, v, b);
+            }
+        }
+    }
 }
