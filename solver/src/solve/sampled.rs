@@ -144,40 +144,69 @@ fn carried_cell(
 }
 
 #[cfg(test)]
-mod debug_tests {
-    #[test]
-    fn debug_reasons() {
-        use crate::engine::OpCtx;
-        let model = hetero_plan::hf::load_config(std::path::Path::new(concat!(
+mod tests {
+    use hetero_plan::{ModelSpec, Phase, hf};
+
+    use super::super::{procs, select_ops};
+    use crate::LatencyOracle;
+    use crate::engine::OpCtx;
+    use crate::settings::{GraphChoice, Settings};
+    use crate::synthetic;
+
+    fn model() -> ModelSpec {
+        let path = concat!(
             env!("CARGO_MANIFEST_DIR"),
             "/../tests/fixtures/configs/llama-70b-class.json"
-        )))
-        .unwrap();
-        let dev = crate::synthetic::discrete_cpu_gpu();
-        let settings = crate::Settings {
+        );
+        hf::load_config(std::path::Path::new(path)).unwrap()
+    }
+
+    /// Every candidate of every family (unpruned) at every length of a
+    /// block costs at least the block's floor.
+    fn check_bounds<O: LatencyOracle>(dev: &O, graphs: GraphChoice) {
+        let model = model();
+        let settings = Settings {
             prefill_lengths: (1..=3000).collect(),
+            graphs,
             ..Default::default()
         };
         let mut notes = vec![];
-        let procs =
-            super::super::procs::build_procs(&dev, &[], &[], &settings.phases, &mut notes).unwrap();
-        let ops = super::super::select_ops(&model, &[]).unwrap();
-        let setup =
-            super::super::procs::device_setup(procs, None, &ops, &settings, &mut notes).unwrap();
-        let op = ops[0];
-        let cx = OpCtx::new(&setup, op, hetero_plan::Phase::Prefill, 3000);
-        for &(lo, hi) in &[(100u32, 103u32), (1000, 1003), (2500, 2503)] {
-            let b = cx.bounds(lo, hi);
-            for m in lo..=hi {
-                let c = cx.cell_at(m, 1);
-                let v: Vec<String> = c
-                    .cands
-                    .iter()
-                    .take(3)
-                    .map(|x| format!("{} {:.1}", x.label(&setup.procs, m), x.total))
-                    .collect();
-                eprintln!("{} m {m}: {:?} bounds {:?}", op.name, v, b);
+        let ps = procs::build_procs(dev, &[], &[], &settings.phases, &mut notes).unwrap();
+        let ops = select_ops(&model, &[]).unwrap();
+        let mut setup = procs::device_setup(ps, None, &ops, &settings, &mut notes).unwrap();
+        for g in &mut setup.graphs {
+            g.prefill = vec![128, 512, 1024];
+        }
+        for op in &ops {
+            let mut cx = OpCtx::new(&setup, op, Phase::Prefill, 3000);
+            cx.prune = false;
+            for (lo, hi) in [(65, 80), (100, 103), (500, 530), (1000, 1100), (2049, 2176)] {
+                let b = cx.bounds(lo, hi);
+                for m in lo..=hi {
+                    let cell = cx.cell_at(m, 1);
+                    for c in &cell.cands {
+                        let slack = 1e-9 * c.total;
+                        assert!(
+                            c.total + slack >= b.floor_without(None),
+                            "{} at {m}: {} costs {} below the floor {:?}",
+                            op.name,
+                            c.label(&setup.procs, m),
+                            c.total,
+                            b
+                        );
+                    }
+                }
             }
         }
+    }
+
+    #[test]
+    fn block_bounds_are_below_every_candidate() {
+        check_bounds(&synthetic::discrete_cpu_gpu(), GraphChoice::Auto);
+        check_bounds(
+            &synthetic::paper_like_npu_gpu(),
+            GraphChoice::Sizes(vec![128, 512, 1024]),
+        );
+        check_bounds(&synthetic::identical_gpus(), GraphChoice::Auto);
     }
 }
