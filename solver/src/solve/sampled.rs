@@ -1,15 +1,16 @@
 //! Solving without costing every candidate at every length.
 //!
 //! The distinct M of an operator are cut into blocks at every prepared
-//! graph size (a size is a block of its own) and at sixteen points per
-//! power of two; M up to [`COSTED_UP_TO`] are each a block of one. In a
-//! block, the first length is costed in full. Each next length carries
-//! the winners and runners-up of the latest lengths costed in full to it
-//! ([`OpCtx::carried`]: the same processors and shares; a sequence cut's
-//! dynamic part takes the remaining tokens) and keeps the cheapest, if the
-//! block's lower bounds ([`OpCtx::bounds`]) prove that no other candidate
-//! there is cheaper by more than [`TOLERANCE`]. Where they do not, that
-//! length is costed in full.
+//! graph size (a size is a block of its own) and at every power of two
+//! and the midpoint after it; M up to [`COSTED_UP_TO`] are each a block of
+//! one. In a block, the first length is costed in full. Each next length
+//! carries the winners and runners-up of the latest lengths costed in full
+//! to it ([`OpCtx::carried`]: the same processors and shares; a sequence
+//! cut's dynamic part takes the remaining tokens) and keeps the cheapest,
+//! if the lower bounds over a window of the block ([`OpCtx::bounds`]) prove that
+//! no other candidate there is cheaper by more than [`TOLERANCE`]. Where
+//! they do not, that length is costed in full and the window narrows
+//! ([`solve_block`]).
 //!
 //! So at every length the decision costs at most `1 + TOLERANCE` times the
 //! exhaustive solve's optimum. Where the kept family is one dynamic
@@ -25,7 +26,9 @@ use crate::settings::TOLERANCE;
 /// Lengths up to this M are each costed in full.
 pub(super) const COSTED_UP_TO: u32 = 64;
 /// Blocks per power of two of M.
-const BLOCKS_PER_OCTAVE: u32 = 16;
+const BLOCKS_PER_OCTAVE: u32 = 2;
+/// The fewest lengths a window of bounds spans.
+const MIN_WINDOW: usize = 8;
 
 /// Shapes of the winners and runners-up of the latest lengths costed in
 /// full, most recent first (an operator whose winner alternates between
@@ -64,20 +67,39 @@ pub(super) fn blocks(cx: &OpCtx, keys: &[(u32, u32)]) -> Vec<std::ops::Range<usi
 
 /// The cells of one block, in order (each keeps its winner and runner-up
 /// only), and how many of them were costed in full.
+///
+/// Bounds hold over a window of the block's lengths, at first all of it.
+/// Where they prove nothing at a length, that length is costed in full and
+/// the next window is half as long (down to [`MIN_WINDOW`], below which
+/// every length is costed in full); a window that proves every length lets
+/// the next one be twice as long.
 pub(super) fn solve_block(cx: &OpCtx, keys: &[(u32, u32)]) -> (Vec<Cell>, usize) {
-    let bounds = match keys {
-        [first, .., last] => Some(cx.bounds(first.0, last.0)),
-        _ => None,
-    };
     let mut reference: Reference = vec![];
     let mut out = Vec::with_capacity(keys.len());
     let mut costed = 0;
-    for &(m, instances) in keys {
-        if let Some(b) = &bounds
-            && let Some(cell) = carried_cell(cx, &reference, b, m, instances)
-        {
-            out.push(cell);
-            continue;
+    let mut window = keys.len();
+    // The bounds, and the end of the window they hold over.
+    let mut bounds: Option<(usize, Bounds)> = None;
+    for (i, &(m, instances)) in keys.iter().enumerate() {
+        if bounds.as_ref().is_some_and(|(end, _)| i >= *end) {
+            window = (window * 2).min(keys.len());
+            bounds = None;
+        }
+        if bounds.is_none() && !reference.is_empty() && window >= MIN_WINDOW {
+            let end = (i + window).min(keys.len());
+            bounds = Some((end, cx.bounds(m, keys[end - 1].0)));
+        }
+        if let Some((_, b)) = &bounds {
+            match carried_cell(cx, &reference, b, m, instances) {
+                Some(cell) => {
+                    out.push(cell);
+                    continue;
+                }
+                None => {
+                    window /= 2;
+                    bounds = None;
+                }
+            }
         }
         let mut cell = cx.cell_at(m, instances);
         costed += 1;
