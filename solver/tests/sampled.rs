@@ -190,7 +190,7 @@ fn the_simulated_devices_stay_within_the_bound() {
         &[],
     );
     compare("2 gpus", &synthetic::identical_gpus(), &model, 3000, &[]);
-    let (differ, all) = compare(
+    let (differ, all, _) = compare(
         "cpu+cuda",
         &synthetic::discrete_cpu_gpu(),
         &model,
