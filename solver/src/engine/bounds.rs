@@ -47,7 +47,6 @@ impl OpCtx<'_, '_> {
             .into_iter()
             .map(|(mm, r)| f(mm, r))
             .fold(INF, f64::min)
-            .max(0.0)
     }
 
     /// Lower bounds of every family over M in `lo..=hi`. They take syncs as
