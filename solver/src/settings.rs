@@ -354,7 +354,11 @@ mod tests {
         assert!(parse_range("a..b").is_err());
         // Long contexts, up to a bound that keeps the list in memory.
         assert_eq!(parse_range("1..131072").unwrap().len(), 131072);
-        assert!(parse_range("1..4294967295").unwrap_err().contains("up to 1048576"));
+        assert!(
+            parse_range("1..4294967295")
+                .unwrap_err()
+                .contains("up to 1048576")
+        );
         assert_eq!(parse_list("64, 32,64").unwrap(), vec![32, 64]);
         assert!(parse_list("32,x").is_err());
         assert_eq!(parse_duration_us("30s").unwrap(), 30e6);
