@@ -7,14 +7,16 @@
 # BASE_BIN and NEW_BIN are release builds of `hetero` (say, of `main` and of
 # a branch); PREDICTOR is a predictor file (`hetero fit` on
 # datasets/gpu-host-h200, see docs/benchmarks.md). Every run writes its plan;
-# the two binaries' plans must be byte-identical (the script fails if not).
+# the two binaries' plans must be byte-identical (the script fails if not):
+# NEW_FLAGS=--exhaustive makes a build that solves lengths in blocks cost
+# every length, as builds before it did. PROCESSORS=a,b,c narrows both.
 # Prints one line per run and a summary table (median, min, max of the
 # solve time the command reports and of the whole command's wall time), with
 # `uptime` before and after.
 set -euo pipefail
 
 if [[ $# -lt 3 ]]; then
-    sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'
     exit 2
 fi
 base=$1
@@ -33,7 +35,11 @@ done
 cases=(
     "llama-3.1-8b|$root/datasets/models/llama-3.1-8b.json|--lengths 1..4096 --decode-lengths 1..4"
     "llama-70b-class|$root/tests/fixtures/configs/llama-70b-class.json|--lengths 1..8192 --decode-lengths 1"
+    "llama-70b-class-32k|$root/tests/fixtures/configs/llama-70b-class.json|--lengths 1..32768 --decode-lengths 1..8"
 )
+common=()
+[[ -n ${PROCESSORS:-} ]] && common=(--processors "$PROCESSORS")
+read -r -a new_flags <<<"${NEW_FLAGS:-}"
 
 echo "uptime before: $(uptime)"
 echo "base: $base"
@@ -46,11 +52,15 @@ for c in "${cases[@]}"; do
     for i in $(seq "$runs"); do
         for which in base new; do
             bin=$base
-            [[ $which == new ]] && bin=$new
+            extra=("${common[@]}")
+            if [[ $which == new ]]; then
+                bin=$new
+                extra+=("${new_flags[@]}")
+            fi
             plan=$out/$name-$which.ron
             # shellcheck disable=SC2086
             /usr/bin/time -f '%e %U' -o "$out/time" \
-                "$bin" solve --predictor "$pred" --model "$model" --out "$plan" $flags \
+                "$bin" solve --predictor "$pred" --model "$model" --out "$plan" $flags "${extra[@]}" \
                 >"$out/log"
             solve_s=$(sed -n 's/.*solved in \([0-9.]*\) s.*/\1/p' "$out/log")
             read -r wall user <"$out/time"

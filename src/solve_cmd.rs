@@ -78,6 +78,11 @@ pub struct SolveArgs {
     /// Row cuts are multiples of this many output rows.
     #[arg(long, default_value_t = 256)]
     row_align: u32,
+    /// Cost every candidate at every length. By default a length whose
+    /// neighbour's decision is proved within 0.5 % of its optimum (by lower
+    /// bounds of the latency models) takes that decision uncosted.
+    #[arg(long)]
+    exhaustive: bool,
     /// Write the plan as JSON (the output must then be named .json).
     #[arg(long)]
     json: bool,
@@ -182,6 +187,7 @@ fn settings(args: &SolveArgs) -> anyhow::Result<Settings> {
         processors: list(&args.processors),
         ops: list(&args.ops),
         row_align: args.row_align,
+        exhaustive: args.exhaustive,
     })
 }
 

@@ -1,14 +1,18 @@
-//! Benchmark: solve a Llama-70B-class model at every prefill length 1..=8192
-//! (plus decode at 1) on a simulated NPU + GPU device.
+//! Benchmark: solve a Llama-70B-class model at every prefill length
+//! 1..=32768 (plus decode at 1..=8), in blocks (the default) and
+//! exhaustively.
 //!
 //! `cargo bench -p hetero-solver --bench solve_70b` (set RAYON_NUM_THREADS
-//! to pin the thread count). Two latency oracles:
+//! to pin the thread count; HETERO_BENCH_TOP=131072 for longer prompts).
+//! Three latency oracles:
 //! * `analytic`: the simulated processors of `hetero_solver::synthetic`;
 //! * `forest`: the same device as a predictor file whose models are forests
 //!   of 64 regression trees of depth 8 (the cost of evaluating fitted tree
 //!   models; their predictions approximate rooflines, for timing only);
 //! * `file`: a predictor file named by `HETERO_BENCH_PREDICTOR` (say, the
-//!   fit of `datasets/gpu-host-h200`), skipped when unset.
+//!   fit of `datasets/gpu-host-h200`), skipped when unset, with the
+//!   processors `HETERO_BENCH_PROCESSORS` names (comma-separated; all when
+//!   unset).
 
 use std::path::Path;
 use std::time::Instant;
@@ -19,17 +23,23 @@ use hetero_plan::{
     hf,
 };
 use hetero_solver::synthetic::{self, SynthModel};
-use hetero_solver::{GraphChoice, LatencyOracle, Settings, solve};
+use hetero_solver::{GraphChoice, LatencyOracle, Settings, solve_with_stats};
 
-fn settings() -> Settings {
+fn settings(exhaustive: bool, processors: &[String]) -> Settings {
+    let top: u32 = std::env::var("HETERO_BENCH_TOP")
+        .ok()
+        .and_then(|t| t.parse().ok())
+        .unwrap_or(32768);
     Settings {
         phases: vec![Phase::Prefill, Phase::Decode],
-        prefill_lengths: (1..=8192).collect(),
-        decode_lengths: vec![1],
+        prefill_lengths: (1..=top).collect(),
+        decode_lengths: (1..=8).collect(),
         graphs: GraphChoice::Auto,
         // One graph size of every 70B operator takes about 11 s to prepare
         // on this simulated NPU.
         prepare_budget_us: Some(120e6),
+        processors: processors.to_vec(),
+        exhaustive,
         ..Settings::default()
     }
 }
@@ -118,25 +128,37 @@ fn forest_predictor() -> Predictor {
     }
 }
 
-fn time<O: LatencyOracle>(name: &str, oracle: &O, model: &hetero_plan::ModelSpec) {
-    let s = settings();
-    let fp = Fingerprint::of_bytes(name, name.as_bytes());
-    let mut times = vec![];
-    let mut cells = 0;
-    for _ in 0..5 {
-        let t = Instant::now();
-        let plan = solve(oracle, fp.clone(), model, &s).expect("solve");
-        times.push(t.elapsed().as_secs_f64());
-        cells = plan.ops.iter().map(|o| o.decisions.len()).sum::<usize>();
+fn time<O: LatencyOracle>(
+    name: &str,
+    oracle: &O,
+    model: &hetero_plan::ModelSpec,
+    processors: &[String],
+) {
+    for exhaustive in [false, true] {
+        let s = settings(exhaustive, processors);
+        let fp = Fingerprint::of_bytes(name, name.as_bytes());
+        let mut times = vec![];
+        let mut line = String::new();
+        for _ in 0..5 {
+            let t = Instant::now();
+            let (plan, stats) = solve_with_stats(oracle, fp.clone(), model, &s).expect("solve");
+            times.push(t.elapsed().as_secs_f64());
+            let decisions = plan.ops.iter().map(|o| o.decisions.len()).sum::<usize>();
+            line = format!(
+                "{decisions} decisions, {} of {} cells costed in full",
+                stats.costed, stats.cells
+            );
+        }
+        times.sort_by(f64::total_cmp);
+        println!(
+            "{name:>9} {}: {line}; median {:.3} s (min {:.3}, max {:.3}) over 5 runs, {} threads",
+            if exhaustive { "exhaustive" } else { "blocks" },
+            times[2],
+            times[0],
+            times[4],
+            rayon::current_num_threads()
+        );
     }
-    times.sort_by(f64::total_cmp);
-    println!(
-        "{name:>9}: {cells} cells, median {:.3} s (min {:.3}, max {:.3}) over 5 runs, {} threads",
-        times[2],
-        times[0],
-        times[4],
-        rayon::current_num_threads()
-    );
 }
 
 fn main() {
@@ -154,16 +176,19 @@ fn main() {
         .collect();
     let want = |n: &str| which.is_empty() || which.iter().any(|w| w == n);
     if want("analytic") {
-        time("analytic", &synthetic::paper_like_npu_gpu(), &model);
+        time("analytic", &synthetic::paper_like_npu_gpu(), &model, &[]);
     }
     if want("forest") {
-        time("forest", &forest_predictor(), &model);
+        time("forest", &forest_predictor(), &model, &[]);
     }
     if want("file") {
         match std::env::var_os("HETERO_BENCH_PREDICTOR") {
             Some(p) => {
                 let p: Predictor = hetero_plan::load(Path::new(&p)).expect("predictor file");
-                time("file", &p, &model);
+                let procs: Vec<String> = std::env::var("HETERO_BENCH_PROCESSORS")
+                    .map(|v| v.split(',').map(|x| x.trim().to_string()).collect())
+                    .unwrap_or_default();
+                time("file", &p, &model, &procs);
             }
             None => eprintln!("skipping file: HETERO_BENCH_PREDICTOR is not set"),
         }

@@ -104,6 +104,8 @@ pub(crate) fn setup_from_plan<'a, O: LatencyOracle + ?Sized>(
         row_align: info.map_or(256, |i| i.row_align),
         graphs,
         offload,
+        // One cell is explained: its tables are predicted on demand.
+        exhaustive: false,
     })
 }
 

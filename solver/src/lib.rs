@@ -1,8 +1,11 @@
 //! The hetero solver: for a device (a predictor) and a model, decide how
 //! every GEMM runs at every sequence length, and write it down as a plan.
 //!
-//! For each operator × phase × length the solver costs every candidate of
-//! the seeds, generalised to the processors the predictor names:
+//! For each operator × phase × length the solver chooses among the
+//! candidates of the seeds, generalised to the processors the predictor
+//! names (every candidate is costed at a length unless lower bounds of the
+//! latency models prove a neighbouring decision within 0.5 % there; see
+//! [`Settings::exhaustive`]):
 //!
 //! * one processor alone; a static-graph processor (an NPU) pads to a
 //!   prepared graph size or prepares the exact shape online;
@@ -38,6 +41,7 @@ mod engine;
 mod error;
 mod explain;
 mod graphs;
+mod model_bounds;
 mod offload;
 pub mod oracle;
 pub mod settings;
@@ -48,7 +52,7 @@ pub use error::{Error, Result};
 pub use explain::{ExplainedCandidate, Explanation, coverage, explain};
 pub use oracle::{GemmModel, LatencyOracle};
 pub use settings::{Distribution, GraphChoice, Settings};
-pub use solve::solve;
+pub use solve::{SolveStats, solve, solve_with_stats};
 
 #[cfg(test)]
 mod tests;

@@ -2,6 +2,7 @@
 //! models and overhead constants.
 
 use std::cell::RefCell;
+use std::ops::RangeInclusive;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use hetero_plan::{
@@ -17,6 +18,21 @@ pub trait GemmModel: Sync {
     /// solver builds once per solve and then asks instead of `self`.
     /// `None` (the default): `self` is fast enough.
     fn compiled(&self) -> Option<Box<dyn GemmModel + Send + '_>> {
+        None
+    }
+
+    /// A lower bound of [`predict_us`](GemmModel::predict_us) over every
+    /// M in `m` and every N in `n` (K and the order fixed), µs. `None`
+    /// (the default): no bound is known, and the solver costs every length
+    /// in full.
+    fn lower_bound_us(
+        &self,
+        m: RangeInclusive<u32>,
+        k: u32,
+        n: RangeInclusive<u32>,
+        order: OperandOrder,
+    ) -> Option<f64> {
+        let _ = (m, k, n, order);
         None
     }
 }
@@ -36,6 +52,26 @@ impl GemmModel for ProcessorModel {
             source: self,
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
         }))
+    }
+
+    /// The model's bound over the box ([`crate::model_bounds`]), lowered to
+    /// any measured shape inside it, plus the launch path.
+    fn lower_bound_us(
+        &self,
+        m: RangeInclusive<u32>,
+        k: u32,
+        n: RangeInclusive<u32>,
+        order: OperandOrder,
+    ) -> Option<f64> {
+        let order = self.model_order(order);
+        let mut lb = crate::model_bounds::lower_bound(&self.model, &m, k, &n, self.dtype, order)?;
+        for g in &self.measured {
+            let (gm, gk, gn) = g.shape.mkn();
+            if g.order == order && gk == k && m.contains(&gm) && n.contains(&gn) {
+                lb = lb.min(g.us);
+            }
+        }
+        Some(lb + self.launch_us.unwrap_or(0.0))
     }
 }
 
@@ -99,6 +135,16 @@ impl GemmModel for Compiled<'_> {
                 }
             }
         })
+    }
+
+    fn lower_bound_us(
+        &self,
+        m: RangeInclusive<u32>,
+        k: u32,
+        n: RangeInclusive<u32>,
+        order: OperandOrder,
+    ) -> Option<f64> {
+        GemmModel::lower_bound_us(self.source, m, k, n, order)
     }
 }
 

@@ -149,7 +149,21 @@ pub struct Settings {
     pub ops: Vec<String>,
     /// Row cuts are multiples of this (HeteroLLM: 256).
     pub row_align: u32,
+    /// Cost every candidate at every length. Off (the default), a length
+    /// inside a block whose lower bounds prove the neighbouring decision's
+    /// family optimal within [`TOLERANCE`] takes that family without the
+    /// other candidates being costed (`docs/solver.md`, "Which lengths are
+    /// costed").
+    pub exhaustive: bool,
 }
+
+/// How far above the exhaustive solve's optimum a length that is not
+/// costed in full may be: its decision costs at most `1 + TOLERANCE` times
+/// the least cost of every candidate there.
+pub const TOLERANCE: f64 = 0.005;
+
+/// The longest length `--lengths` takes: 2²⁰ tokens.
+pub const MAX_LENGTH: u32 = 1 << 20;
 
 /// The prepare-time budget when none is given: 30 s.
 pub const DEFAULT_PREPARE_BUDGET_US: f64 = 30e6;
@@ -172,6 +186,7 @@ impl Default for Settings {
             processors: vec![],
             ops: vec![],
             row_align: 256,
+            exhaustive: false,
         }
     }
 }
@@ -197,6 +212,9 @@ impl Settings {
                     what,
                     "lengths must be positive and strictly increasing",
                 ));
+            }
+            if lens.last().is_some_and(|&l| l > MAX_LENGTH) {
+                return Err(Error::arg(what, format!("lengths go up to {MAX_LENGTH}")));
             }
         }
         if let GraphChoice::Sizes(s) = &self.graphs
@@ -229,6 +247,11 @@ pub fn parse_range(s: &str) -> std::result::Result<Vec<u32>, String> {
         let hi: u32 = hi.trim().parse().map_err(|_| bad())?;
         if lo == 0 {
             return Err(format!("bad length range `{s}`: lengths start at 1"));
+        }
+        if hi > MAX_LENGTH {
+            return Err(format!(
+                "bad length range `{s}`: lengths go up to {MAX_LENGTH}"
+            ));
         }
         Ok((lo..=hi).collect())
     } else {
@@ -329,6 +352,13 @@ mod tests {
         assert!(parse_range("5..4").unwrap().is_empty());
         assert!(parse_range("0..4").is_err());
         assert!(parse_range("a..b").is_err());
+        // Long contexts, up to a bound that keeps the list in memory.
+        assert_eq!(parse_range("1..131072").unwrap().len(), 131072);
+        assert!(
+            parse_range("1..4294967295")
+                .unwrap_err()
+                .contains("up to 1048576")
+        );
         assert_eq!(parse_list("64, 32,64").unwrap(), vec![32, 64]);
         assert!(parse_list("32,x").is_err());
         assert_eq!(parse_duration_us("30s").unwrap(), 30e6);

@@ -97,6 +97,19 @@ impl GemmModel for Bound {
     fn predict_us(&self, shape: GemmShape, order: OperandOrder) -> Option<f64> {
         Some(self.model.time_us(shape, self.dtype, order))
     }
+
+    /// Both simulated models grow with M and with N (padding rounds up,
+    /// the roofline's two terms grow): the least M and N give the bound.
+    fn lower_bound_us(
+        &self,
+        m: std::ops::RangeInclusive<u32>,
+        k: u32,
+        n: std::ops::RangeInclusive<u32>,
+        order: OperandOrder,
+    ) -> Option<f64> {
+        let shape = GemmShape::new(*m.start(), k, *n.start())?;
+        Some(self.model.time_us(shape, self.dtype, order))
+    }
 }
 
 /// A simulated device: processors, their timing models and overheads.

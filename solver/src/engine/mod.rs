@@ -2,6 +2,7 @@
 //! prediction tables, and candidate generation with the HeteroLLM cost
 //! model, one module per family of candidates.
 
+mod bounds;
 mod cand;
 mod context;
 mod dynamic;
@@ -12,6 +13,7 @@ mod tables;
 
 use hetero_plan::{GemmShape, LinearOp, OperandOrder, Phase};
 
+pub(crate) use bounds::Bounds;
 pub(crate) use cand::{Cand, Shape};
 pub(crate) use context::{Cell, OpCtx, StaticCtx};
 pub(crate) use proc::{OffloadSetup, Proc, Setup, StaticGraphs};

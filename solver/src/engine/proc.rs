@@ -236,6 +236,11 @@ pub(crate) struct Setup<'a> {
     pub graphs: Vec<StaticGraphs>,
     /// Offload mode: (cpu, gpu) indices and the resident rows per operator.
     pub offload: Option<OffloadSetup>,
+    /// Every candidate is costed at every length
+    /// ([`Settings::exhaustive`](crate::Settings::exhaustive), and always in
+    /// offload mode); else lengths are solved in blocks
+    /// (`solve::sampled`).
+    pub exhaustive: bool,
 }
 
 impl Setup<'_> {

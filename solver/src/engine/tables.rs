@@ -20,6 +20,8 @@ impl Tables {
     ///
     /// With `static_m`, static-graph processors are predicted only at those
     /// M (their graph sizes); other entries are NaN and predicted on demand.
+    /// A solve that does not cost every length (see
+    /// [`Setup::exhaustive`]) predicts the dynamic processors on demand too.
     pub fn new(
         setup: &Setup,
         op: &LinearOp,
@@ -52,6 +54,7 @@ impl Tables {
                     }
                     v
                 }
+                _ if !setup.exhaustive => vec![f64::NAN; top.max(1) as usize + 1],
                 _ => std::iter::once(INF)
                     .chain(
                         (1..=top.max(1))

@@ -10,8 +10,8 @@ use hetero_plan::{
 };
 use rayon::prelude::*;
 
-use super::round2;
 use super::tables::{max_m_of, twin_key, twins};
+use super::{SolveStats, round2, sampled};
 use crate::engine::{Cell, OpCtx, Proc, Setup, Tables};
 use crate::settings::Settings;
 use crate::{Error, Result};
@@ -23,6 +23,9 @@ type Task<'o, 's> = (&'o LinearOp, Phase, &'s [u32]);
 /// (lengths with the same rows share a cell).
 type Context<'s, 'a> = (OpCtx<'s, 'a>, Vec<(u32, u32)>);
 
+/// A context's cells by (rows, instances).
+type Cells = HashMap<(u32, u32), Cell>;
+
 /// Solves every operator in every phase at every length, in plan order
 /// (phase, then operator).
 pub(super) fn solve_ops(
@@ -30,14 +33,14 @@ pub(super) fn solve_ops(
     ops: &[&LinearOp],
     prefill_tables: &HashMap<String, Arc<Tables>>,
     settings: &Settings,
-) -> Result<Vec<OpPlan>> {
+) -> Result<(Vec<OpPlan>, SolveStats)> {
     let tasks = tasks(ops, settings);
     // A task whose operator has an earlier twin in the same phase copies
     // its decisions instead of solving them again.
     let twin_of = twins(&tasks, |&(op, phase, _)| twin_key(setup, op, phase));
     let reps: Vec<usize> = (0..tasks.len()).filter(|&i| twin_of[i] == i).collect();
     let contexts = contexts(setup, &tasks, &reps, prefill_tables);
-    let cells = solve_cells(&contexts);
+    let (cells, stats) = solve_cells(setup, &contexts);
     let solved: Vec<Result<OpPlan>> = reps
         .par_iter()
         .zip(&contexts)
@@ -59,7 +62,7 @@ pub(super) fn solve_ops(
         };
         plan_ops.push(op_plan);
     }
-    Ok(plan_ops)
+    Ok((plan_ops, stats))
 }
 
 /// Every operator in every phase asked for, phase first.
@@ -103,29 +106,79 @@ fn contexts<'s, 'a>(
         .collect()
 }
 
-/// The cell of every distinct (rows, instances) of every context. Cells
-/// are solved in order of M, then operator: a thread solves one M for
-/// several operators in a row, so a compiled model's per-thread memo also
-/// serves the shapes that operators with the same K share at that M.
-fn solve_cells(contexts: &[Context]) -> Vec<HashMap<(u32, u32), Cell>> {
+/// The cell of every distinct (rows, instances) of every context, each
+/// with its winner and runner-up only: every one costed in full when the
+/// solve is exhaustive, else solved in blocks ([`sampled`]).
+fn solve_cells(setup: &Setup, contexts: &[Context]) -> (Vec<Cells>, SolveStats) {
+    let solved: Vec<(usize, Vec<Cell>, usize)> = if setup.exhaustive {
+        every_cell(contexts)
+    } else {
+        sampled_cells(contexts)
+    };
+    let mut cells: Vec<Cells> = contexts.iter().map(|_| HashMap::new()).collect();
+    let mut stats = SolveStats::default();
+    for (j, list, costed) in solved {
+        stats.cells += list.len();
+        stats.costed += costed;
+        for cell in list {
+            cells[j].insert((cell.m, cell.instances), cell);
+        }
+    }
+    (cells, stats)
+}
+
+/// Every cell costed in full. Cells are solved in order of M, then
+/// operator: a thread solves one M for several operators in a row, so a
+/// compiled model's per-thread memo also serves the shapes that operators
+/// with the same K share at that M.
+fn every_cell(contexts: &[Context]) -> Vec<(usize, Vec<Cell>, usize)> {
     let mut work: Vec<(u32, u32, usize)> = vec![];
     for (j, (_, rows)) in contexts.iter().enumerate() {
-        let mut keys = rows.clone();
-        keys.sort_unstable();
-        keys.dedup();
-        work.extend(keys.into_iter().map(|(m, i)| (m, i, j)));
+        work.extend(distinct(rows).into_iter().map(|(m, i)| (m, i, j)));
     }
     work.sort_unstable();
-    let solved_cells: Vec<Cell> = work
-        .par_iter()
-        .map(|&(m, i, j)| contexts[j].0.cell_at(m, i))
+    work.par_iter()
+        .map(|&(m, i, j)| {
+            let mut cell = contexts[j].0.cell_at(m, i);
+            cell.cands.truncate(2);
+            (j, vec![cell], 1)
+        })
+        .collect()
+}
+
+/// The cells of every context solved in blocks, the blocks in parallel.
+fn sampled_cells(contexts: &[Context]) -> Vec<(usize, Vec<Cell>, usize)> {
+    let keys: Vec<Vec<(u32, u32)>> = contexts
+        .iter()
+        .map(|(_, rows)| {
+            let mut k = distinct(rows);
+            k.sort_unstable_by_key(|&(m, i)| (i, m));
+            k
+        })
         .collect();
-    let mut cells: Vec<HashMap<(u32, u32), Cell>> =
-        contexts.iter().map(|_| HashMap::new()).collect();
-    for (&(m, i, j), cell) in work.iter().zip(solved_cells) {
-        cells[j].insert((m, i), cell);
-    }
-    cells
+    let work: Vec<(usize, std::ops::Range<usize>)> = contexts
+        .iter()
+        .enumerate()
+        .flat_map(|(j, (cx, _))| {
+            sampled::blocks(cx, &keys[j])
+                .into_iter()
+                .map(move |b| (j, b))
+        })
+        .collect();
+    work.into_par_iter()
+        .map(|(j, b)| {
+            let (cells, costed) = sampled::solve_block(&contexts[j].0, &keys[j][b]);
+            (j, cells, costed)
+        })
+        .collect()
+}
+
+/// The distinct (rows, instances) of a context, sorted.
+fn distinct(rows: &[(u32, u32)]) -> Vec<(u32, u32)> {
+    let mut keys = rows.to_vec();
+    keys.sort_unstable();
+    keys.dedup();
+    keys
 }
 
 /// A task's plan: its decision at every length, and the operand order of

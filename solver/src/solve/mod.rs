@@ -7,6 +7,7 @@ mod assemble;
 mod cells;
 mod graph_sets;
 mod procs;
+mod sampled;
 mod tables;
 
 use hetero_plan::{Fingerprint, ModelSpec, Plan};
@@ -28,6 +29,27 @@ pub fn solve<O: LatencyOracle + ?Sized>(
     model: &ModelSpec,
     settings: &Settings,
 ) -> Result<Plan> {
+    solve_with_stats(oracle, predictor, model, settings).map(|(plan, _)| plan)
+}
+
+/// How much of a solve was costed in full.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SolveStats {
+    /// Distinct cells (an operator's rows and instances in a phase) solved;
+    /// operators with a twin share theirs.
+    pub cells: usize,
+    /// Of those, the cells whose every candidate was costed (all of them
+    /// with [`Settings::exhaustive`]).
+    pub costed: usize,
+}
+
+/// [`solve`], and how many cells it costed in full.
+pub fn solve_with_stats<O: LatencyOracle + ?Sized>(
+    oracle: &O,
+    predictor: Fingerprint,
+    model: &ModelSpec,
+    settings: &Settings,
+) -> Result<(Plan, SolveStats)> {
     settings.check()?;
     let ops = select_ops(model, &settings.ops)?;
     let mut notes = vec![];
@@ -50,7 +72,7 @@ pub fn solve<O: LatencyOracle + ?Sized>(
         dist.as_ref(),
         settings,
     )?;
-    let plan_ops = cells::solve_ops(&setup, &ops, &prefill_tables, settings)?;
+    let (plan_ops, stats) = cells::solve_ops(&setup, &ops, &prefill_tables, settings)?;
     let solved = assemble::Solved {
         setup: &setup,
         ops: &ops,
@@ -58,7 +80,10 @@ pub fn solve<O: LatencyOracle + ?Sized>(
         dist,
         notes,
     };
-    Ok(assemble::plan(oracle, predictor, model, settings, solved))
+    Ok((
+        assemble::plan(oracle, predictor, model, settings, solved),
+        stats,
+    ))
 }
 
 /// Rounds to hundredths, as the plan writes times.

@@ -234,6 +234,16 @@ impl GemmModel for Borrowed<'_> {
     fn predict_us(&self, shape: hetero_plan::GemmShape, order: OperandOrder) -> Option<f64> {
         self.0.predict_us(shape, order)
     }
+
+    fn lower_bound_us(
+        &self,
+        m: std::ops::RangeInclusive<u32>,
+        k: u32,
+        n: std::ops::RangeInclusive<u32>,
+        order: OperandOrder,
+    ) -> Option<f64> {
+        self.0.lower_bound_us(m, k, n, order)
+    }
 }
 
 /// Processor ids in words, for messages.
@@ -408,6 +418,7 @@ pub(super) fn device_setup<'a>(
                 },
             })
             .collect(),
+        exhaustive: settings.exhaustive || offload.is_some(),
         offload,
     };
     if let Some(budget) = settings.gpu_mem_budget {
