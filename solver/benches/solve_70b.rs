@@ -127,7 +127,7 @@ fn time<O: LatencyOracle>(name: &str, oracle: &O, model: &hetero_plan::ModelSpec
         let t = Instant::now();
         let plan = solve(oracle, fp.clone(), model, &s).expect("solve");
         times.push(t.elapsed().as_secs_f64());
-        cells = plan.ops.iter().map(|o| o.decisions.len()).sum::<usize>();
+        cells = plan.ops.iter().map(|o| o.length_count()).sum::<usize>();
     }
     times.sort_by(f64::total_cmp);
     println!(
