@@ -259,7 +259,8 @@ pub(crate) fn apply(s: &mut Strategy, f: Follow, m0: u32, m: u32) {
 }
 
 /// The follow rule a strategy at rows `m` is consistent with, if any: the
-/// only dynamic part of a sequence cut, a chunk count of `ceil(m / chunk)`,
+/// only dynamic part of a sequence cut, when it has tokens (a remainder of
+/// zero stays a fixed part), a chunk count of `ceil(m / chunk)`,
 /// an offload that gives the GPU every token.
 pub(crate) fn follow_of(s: &Strategy, m: u32) -> Option<Follow> {
     match s {
@@ -269,7 +270,7 @@ pub(crate) fn follow_of(s: &Strategy, m: u32) -> Option<Follow> {
                 .enumerate()
                 .filter(|(_, p)| p.graphs.is_empty());
             match (dynamic.next(), dynamic.next()) {
-                (Some((i, _)), None) => Some(Follow::Rest { part: i as u32 }),
+                (Some((i, p)), None) if p.tokens > 0 => Some(Follow::Rest { part: i as u32 }),
                 _ => None,
             }
         }

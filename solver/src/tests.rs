@@ -145,7 +145,10 @@ fn length_300_is_a_sequence_cut_256_on_the_npu_plus_44_on_the_gpu() {
             padded.total_us,
             d.cost.total_us
         );
-        assert_eq!(e.resolved.as_ref(), Some(d), "{op}: re-solve differs");
+        assert!(
+            e.resolved.as_ref().is_some_and(|r| d.agrees_with(r)),
+            "{op}: re-solve differs"
+        );
     }
 }
 
