@@ -587,7 +587,7 @@ fn plan_show_refuses_malformed_ranges_naming_the_range() {
     let op = &plan.ops[0];
     assert!(op.ranges.len() >= 2, "{:?}", op.ranges);
     let show = HETERO.ok(&["plan", "show", t.path().join("plan.ron").to_str().unwrap()]);
-    assert!(show.contains(" ranges holding 300 decisions"), "{show}");
+    assert!(show.contains(" ranges holding 301 decisions"), "{show}");
     // Overlap: the first range runs one length into the second.
     let mut overlap = plan.clone();
     let r = &mut overlap.ops[0].ranges[0];
