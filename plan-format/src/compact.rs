@@ -4,8 +4,8 @@
 //! Each range is grown greedily while one rule — M is the length or a
 //! constant, the strategy is fixed or follows M ([`Follow`]) — reproduces
 //! every decision exactly. Its costs keep the knots a piecewise-linear
-//! function needs to stay within the tolerance ([`COST_TOLERANCE_REL`],
-//! [`COST_TOLERANCE_ABS_US`]) at every length: a knot is placed as far on
+//! function needs to stay within the tolerance ([`cost_tolerance`]) at
+//! every length: a knot is placed as far on
 //! as the cone of slopes through every length before it allows.
 
 use schemars::JsonSchema;
@@ -14,8 +14,7 @@ use serde::{Deserialize, Serialize};
 use crate::Phase;
 use crate::plan::{Decision, OpPlan, ProcessorOrder};
 use crate::ranges::{
-    COST_TOLERANCE_ABS_US, COST_TOLERANCE_REL, CostKnot, DecisionRange, Follow, Span, apply,
-    follow_of, same_shape,
+    CostKnot, DecisionRange, Follow, Span, apply, cost_tolerance, follow_of, same_shape,
 };
 
 /// The spans of consecutive lengths of a table sorted by length.
@@ -170,10 +169,19 @@ fn knots(ds: &[Decision]) -> Vec<usize> {
             if within {
                 best = e;
             }
-            // Shrunk a little, for the rounding of the interpolation itself.
-            let tol = 0.999 * (COST_TOLERANCE_REL * ds[e].cost.total_us).max(COST_TOLERANCE_ABS_US);
+            // Shrunk a little, for the rounding of the interpolation itself;
+            // the runner-up's fields (the last two) by its own total.
+            let tol = 0.999 * cost_tolerance(ds[e].cost.total_us);
+            let runner = ds[e]
+                .runner_up
+                .as_ref()
+                .map(|r| 0.999 * cost_tolerance(r.total_us));
             let mut open = true;
             for f in 0..va.len() {
+                let tol = match runner {
+                    Some(t) if f + 2 >= va.len() => t,
+                    _ => tol,
+                };
                 lo[f] = lo[f].max((ve[f] - tol - va[f]) / dx);
                 hi[f] = hi[f].min((ve[f] + tol - va[f]) / dx);
                 open &= lo[f] <= hi[f];
@@ -310,8 +318,8 @@ impl TryFrom<OpPlanFile> for OpPlan {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::StrategyKind;
     use crate::plan::{CostBreakdown, RunnerUp, SeqPart, Strategy};
-    use crate::{StrategyKind, ranges::COST_TOLERANCE_ABS_US};
 
     fn single(p: &str) -> Strategy {
         Strategy::Single {
@@ -380,14 +388,16 @@ mod tests {
                 (a.len, &a.strategy, a.m, a.instances),
                 (b.len, &b.strategy, b.m, b.instances)
             );
-            let tol = (COST_TOLERANCE_REL * b.cost.total_us).max(COST_TOLERANCE_ABS_US);
+            let tol = cost_tolerance(b.cost.total_us);
             assert!(
                 (a.cost.total_us - b.cost.total_us).abs() <= tol,
                 "{}",
                 b.len
             );
             let (ra, rb) = (a.runner_up.as_ref().unwrap(), b.runner_up.as_ref().unwrap());
+            let tol = cost_tolerance(rb.total_us);
             assert!((ra.total_us - rb.total_us).abs() <= tol, "{}", b.len);
+            assert!(a.agrees_with(b), "{}", b.len);
         }
     }
 

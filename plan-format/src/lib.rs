@@ -65,6 +65,7 @@ pub use processor::{Capabilities, Processor, ProcessorApi, ProcessorKind, Timing
 pub use profile::{AgentInfo, DeviceProfile, HostInfo};
 pub use ranges::{
     COST_TOLERANCE_ABS_US, COST_TOLERANCE_REL, CostKnot, DecisionRange, Follow, Span,
+    cost_tolerance,
 };
 pub use setup::{Setup, SetupDifference};
 pub use sweep::{

@@ -251,8 +251,7 @@ mod tests {
     use std::path::Path;
 
     use hetero_plan::{
-        COST_TOLERANCE_ABS_US, COST_TOLERANCE_REL, Fingerprint, ModelSpec, Phase, Predictor,
-        Validate, compact, expand, hf,
+        Fingerprint, ModelSpec, Phase, Predictor, Validate, compact, cost_tolerance, expand, hf,
     };
 
     use super::DENSE;
