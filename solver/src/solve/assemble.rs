@@ -309,7 +309,7 @@ mod tests {
                     "{what}"
                 );
                 assert!(got.agrees_with(want), "{what}: {got:?} vs {want:?}");
-                let tol = (COST_TOLERANCE_REL * want.cost.total_us).max(COST_TOLERANCE_ABS_US);
+                let tol = cost_tolerance(want.cost.total_us);
                 assert!(
                     (got.cost.total_us - want.cost.total_us).abs() <= tol,
                     "{what}"
