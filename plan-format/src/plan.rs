@@ -602,12 +602,12 @@ fn short(sha: &str) -> &str {
 }
 
 impl Plan {
-    /// Plans are written pretty down to this depth and one decision per
-    /// line below it ([`crate::to_string_depth`]): a plan holds one decision
-    /// per operator, phase and length, tens of thousands of them.
+    /// Plans are written pretty down to this depth and one range of
+    /// lengths per line below it ([`crate::to_string_depth`]): a range with
+    /// its cost knots reads as one line of a table.
     pub const PRETTY_DEPTH: usize = 4;
 
-    /// The plan as text in `format`, one decision per line.
+    /// The plan as text in `format`, one range per line.
     pub fn to_text(&self, format: crate::Format) -> crate::Result<String> {
         crate::to_string_depth(self, format, Some(Self::PRETTY_DEPTH))
     }
