@@ -14,7 +14,7 @@ use serde::{Deserialize, Serialize};
 use crate::Phase;
 use crate::plan::{Decision, OpPlan, ProcessorOrder};
 use crate::ranges::{
-    CostKnot, DecisionRange, Follow, Span, apply, cost_tolerance, follow_of, same_shape,
+    CostKnot, DecisionRange, Follow, Span, cost_tolerance, follow_of, follows, same_shape,
 };
 
 /// The spans of consecutive lengths of a table sorted by length.
@@ -93,14 +93,7 @@ fn holds(d0: &Decision, (m, follow): Rule, d: &Decision) -> bool {
     }
     match follow {
         None => d.strategy == d0.strategy,
-        Some(f) => {
-            if std::mem::discriminant(&d.strategy) != std::mem::discriminant(&d0.strategy) {
-                return false;
-            }
-            let mut s = d0.strategy.clone();
-            apply(&mut s, f, d0.rows_m(), want_m);
-            s == d.strategy
-        }
+        Some(f) => follows(&d0.strategy, f, d0.rows_m(), want_m, &d.strategy),
     }
 }
 

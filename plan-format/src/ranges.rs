@@ -271,6 +271,45 @@ pub(crate) fn apply(s: &mut Strategy, f: Follow, m0: u32, m: u32) {
     }
 }
 
+/// Whether `s` is `s0` (as at rows `m0`) with its followed parameter moved
+/// to rows `m` ≥ `m0`: what [`apply`] gives, compared without building it.
+pub(crate) fn follows(s0: &Strategy, f: Follow, m0: u32, m: u32, s: &Strategy) -> bool {
+    match (f, s0, s) {
+        (Follow::Rest { part }, Strategy::SeqCut { parts: a }, Strategy::SeqCut { parts: b }) => {
+            a.len() == b.len()
+                && a.iter().zip(b).enumerate().all(|(i, (x, y))| {
+                    let tokens = if i == part as usize {
+                        x.tokens as i64 + m as i64 - m0 as i64
+                    } else {
+                        x.tokens as i64
+                    };
+                    x.processor == y.processor && x.graphs == y.graphs && tokens == y.tokens as i64
+                })
+        }
+        (
+            Follow::Chunks,
+            Strategy::Chunked {
+                processor: p0,
+                chunk: c0,
+                ..
+            },
+            Strategy::Chunked {
+                processor,
+                chunk,
+                chunks,
+            },
+        ) => p0 == processor && c0 == chunk && *chunk > 0 && *chunks == m.div_ceil(*chunk),
+        (Follow::GpuTokens, Strategy::Offload { .. }, Strategy::Offload { gpu_tokens, .. }) => {
+            let mut t = s0.clone();
+            if let Strategy::Offload { gpu_tokens: g, .. } = &mut t {
+                *g = *gpu_tokens;
+            }
+            *gpu_tokens == m && t == *s
+        }
+        _ => false,
+    }
+}
+
 /// The follow rule a strategy at rows `m` is consistent with, if any: the
 /// only dynamic part of a sequence cut, when it has tokens (a remainder of
 /// zero stays a fixed part), a chunk count of `ceil(m / chunk)`,
