@@ -75,8 +75,8 @@ pub fn run(cmd: PlanCmd) -> anyhow::Result<()> {
 
 fn kinds(op: &OpPlan) -> BTreeMap<&'static str, usize> {
     let mut m = BTreeMap::new();
-    for d in &op.decisions {
-        *m.entry(d.strategy.kind().as_str()).or_insert(0) += 1;
+    for r in &op.ranges {
+        *m.entry(r.strategy.kind().as_str()).or_insert(0) += (r.to - r.from) as usize + 1;
     }
     m
 }
@@ -96,15 +96,14 @@ fn sample_lengths(plan: &Plan, phase: Phase) -> Vec<u32> {
     let Some(op) = plan.ops.iter().find(|o| o.phase == phase) else {
         return vec![];
     };
-    let lens: Vec<u32> = op.decisions.iter().map(|d| d.len).collect();
-    if phase == Phase::Decode || lens.len() <= 6 {
-        return lens;
+    if phase == Phase::Decode || op.length_count() <= 6 {
+        return op.lengths().collect();
     }
     let mut v: Vec<u32> = [1, 128, 300, 512, 1024, 2048, 4096, 8192]
         .into_iter()
-        .filter(|l| lens.binary_search(l).is_ok())
+        .filter(|&l| op.range_index(l).is_some())
         .collect();
-    if let Some(&last) = lens.last()
+    if let Some(last) = op.spans.last().map(|s| s.to)
         && !v.contains(&last)
     {
         v.push(last);
@@ -118,15 +117,28 @@ fn short(sha: &str) -> &str {
 
 fn show(args: ShowArgs) -> anyhow::Result<()> {
     let plan: Plan = hetero_plan::load(&args.plan)?;
+    let bytes = std::fs::metadata(&args.plan)?.len();
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&show_json(&plan))?);
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&show_json(&plan, bytes))?
+        );
     } else {
-        print!("{}", show_table(&plan));
+        print!("{}", show_table(&plan, bytes));
     }
     Ok(())
 }
 
-fn show_json(plan: &Plan) -> serde_json::Value {
+/// The plan's decision ranges and the decisions they hold, over every
+/// operator.
+fn ranges_and_decisions(plan: &Plan) -> (usize, usize) {
+    plan.ops.iter().fold((0, 0), |(r, d), o| {
+        (r + o.ranges.len(), d + o.length_count())
+    })
+}
+
+fn show_json(plan: &Plan, bytes: u64) -> serde_json::Value {
+    let (ranges, decisions) = ranges_and_decisions(plan);
     let ops: Vec<serde_json::Value> = plan
         .ops
         .iter()
@@ -137,8 +149,9 @@ fn show_json(plan: &Plan) -> serde_json::Value {
                 "k": o.k,
                 "n": o.n,
                 "layers": o.layers,
-                "lengths": coverage(&o.decisions),
-                "decisions": o.decisions.len(),
+                "lengths": coverage(o),
+                "decisions": o.length_count(),
+                "ranges": o.ranges.len(),
                 "kinds": kinds(o),
                 "orders": o.orders,
             })
@@ -152,6 +165,9 @@ fn show_json(plan: &Plan) -> serde_json::Value {
             .into()
     };
     json!({
+        "file_bytes": bytes,
+        "ranges": ranges,
+        "decisions": decisions,
         "model": plan.model,
         "predictor": plan.predictor,
         "processors": plan.processors,
@@ -202,7 +218,7 @@ pub(crate) fn write_expected_prefill(s: &mut String, info: &SolverInfo) {
     }
 }
 
-fn show_table(plan: &Plan) -> String {
+fn show_table(plan: &Plan, bytes: u64) -> String {
     let mut s = String::new();
     let _ = writeln!(
         s,
@@ -211,6 +227,12 @@ fn show_table(plan: &Plan) -> String {
         short(&plan.model.sha256),
         plan.predictor.name,
         short(&plan.predictor.sha256)
+    );
+    let (ranges, decisions) = ranges_and_decisions(plan);
+    let _ = writeln!(
+        s,
+        "file: {} ({bytes} bytes), {ranges} ranges holding {decisions} decisions",
+        fmt_bytes(bytes)
     );
     let procs: Vec<String> = plan
         .processors
@@ -293,7 +315,7 @@ fn show_table(plan: &Plan) -> String {
             o.phase.as_str(),
             o.k,
             o.n,
-            coverage(&o.decisions).trim_start_matches("lengths "),
+            coverage(o).trim_start_matches("lengths "),
             k.join(", ")
         );
     }
@@ -330,7 +352,7 @@ fn explain(args: ExplainArgs) -> anyhow::Result<()> {
             "the plan has no {phase} decision for `{}` at length {}; it covers {}",
             args.op,
             args.len,
-            coverage(&op_plan.decisions)
+            coverage(op_plan)
         ))
     })?;
     let explanation = match (&args.predictor, &args.model) {
@@ -365,11 +387,11 @@ fn explain(args: ExplainArgs) -> anyhow::Result<()> {
                 "copy_us": c.copy_us,
                 "total_us": c.total_us,
             })).collect::<Vec<_>>()),
-            "resolved_matches_plan": explanation.as_ref().map(|e| e.resolved.as_ref() == Some(decision)),
+            "resolved_matches_plan": explanation.as_ref().map(|e| e.resolved.as_ref().is_some_and(|r| decision.agrees_with(r))),
         });
         println!("{}", serde_json::to_string_pretty(&v)?);
     } else {
-        print!("{}", explain_text(op_plan, decision, explanation.as_ref()));
+        print!("{}", explain_text(op_plan, &decision, explanation.as_ref()));
     }
     Ok(())
 }
@@ -514,7 +536,7 @@ fn explain_text(op: &OpPlan, d: &Decision, e: Option<&Explanation>) -> String {
             );
         }
         Some(e) => {
-            if e.resolved.as_ref() != Some(d) {
+            if !e.resolved.as_ref().is_some_and(|r| d.agrees_with(r)) {
                 let _ = writeln!(
                     s,
                     "\nwarning: re-solving this cell now gives {} — the plan was written by another solver version",

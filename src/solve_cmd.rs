@@ -237,13 +237,15 @@ pub fn run(args: SolveArgs) -> anyhow::Result<()> {
 fn summary(plan: &Plan, out: &Path, seconds: f64, bytes: usize) -> String {
     use std::fmt::Write;
     let mut s = String::new();
-    let cells: usize = plan.ops.iter().map(|o| o.decisions.len()).sum();
+    let cells: usize = plan.ops.iter().map(|o| o.length_count()).sum();
+    let ranges: usize = plan.ops.iter().map(|o| o.ranges.len()).sum();
     let _ = writeln!(
         s,
-        "wrote {} ({}): {} decisions for {} operator tables, solved in {:.2} s",
+        "wrote {} ({}): {} decisions in {} ranges for {} operator tables, solved in {:.2} s",
         out.display(),
         fmt_bytes(bytes as u64),
         cells,
+        ranges,
         plan.ops.len(),
         seconds
     );

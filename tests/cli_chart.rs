@@ -281,7 +281,7 @@ fn plan_partition_charts_hold_one_panel_per_operator_coloured_by_strategy() {
         assert!(svg.contains("share of the output (%)"), "y axis label");
         let all: BTreeSet<&str> = ops
             .iter()
-            .flat_map(|op| plan.op(op, phase).unwrap().decisions.iter())
+            .flat_map(|op| plan.op(op, phase).unwrap().decisions())
             .map(|d| kind_colour(d.strategy.kind()))
             .collect();
         // One legend swatch per family the phase uses.
@@ -290,8 +290,7 @@ fn plan_partition_charts_hold_one_panel_per_operator_coloured_by_strategy() {
             let want: BTreeSet<&str> = plan
                 .op(op, phase)
                 .unwrap()
-                .decisions
-                .iter()
+                .decisions()
                 .map(|d| kind_colour(d.strategy.kind()))
                 .collect();
             assert_eq!(kinds_drawn(seg), want, "{phase} {op}: series by strategy");
@@ -362,7 +361,7 @@ fn plan_latency_curves_draw_every_candidate_and_are_deterministic() {
         for (op, seg) in ops.iter().zip(&segs) {
             // Every length of this small plan is re-evaluated (fewer than --samples).
             let mut kinds = BTreeSet::new();
-            for d in &plan.op(op, phase).unwrap().decisions {
+            for d in plan.op(op, phase).unwrap().decisions() {
                 let e =
                     hetero_solver::explain(&predictor, &model, &plan, op, phase, d.len).unwrap();
                 for c in e.candidates.iter().filter(|c| c.total_us.is_finite()) {

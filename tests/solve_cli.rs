@@ -79,7 +79,7 @@ fn solve_writes_a_plan_with_fingerprints_graphs_and_decisions() {
     assert_eq!(plan.ops.len(), 2 * model.ops.len());
     for op in &plan.ops {
         let want = if op.phase == Phase::Prefill { 512 } else { 2 };
-        assert_eq!(op.decisions.len(), want, "{} {}", op.op, op.phase);
+        assert_eq!(op.length_count(), want, "{} {}", op.op, op.phase);
     }
     let gs = plan.graph_set("npu-sim").expect("a graph set");
     assert!(!gs.sizes.is_empty() && gs.decode_sizes == vec![1, 2]);
@@ -91,17 +91,23 @@ fn solve_writes_a_plan_with_fingerprints_graphs_and_decisions() {
     let kinds: Vec<StrategyKind> = plan
         .ops
         .iter()
-        .flat_map(|o| o.decisions.iter().map(|d| d.strategy.kind()))
+        .flat_map(|o| o.ranges.iter().map(|r| r.strategy.kind()))
         .collect();
     assert!(kinds.contains(&StrategyKind::SeqCut) || kinds.contains(&StrategyKind::Hybrid));
     assert!(kinds.contains(&StrategyKind::RowCut));
-    // One decision per line.
+    // One range per line, far fewer than the decisions they hold.
     let text = std::fs::read_to_string(t.path().join("plan.ron")).unwrap();
     let lines = text
         .lines()
-        .filter(|l| l.trim_start().starts_with("(len:"))
+        .filter(|l| l.trim_start().starts_with("(from:"))
         .count();
-    assert_eq!(lines, 16 * 512 / 2 + 8 * 2);
+    let ranges: usize = plan.ops.iter().map(|o| o.ranges.len()).sum();
+    assert_eq!(
+        lines,
+        ranges + plan.ops.len(),
+        "a line per range and per span list"
+    );
+    assert!(ranges * 4 < 16 * 512 / 2 + 8 * 2, "{ranges} ranges");
 }
 
 #[test]
@@ -431,9 +437,9 @@ fn offload_mode_on_a_discrete_gpu_host() {
         "{o:?}"
     );
     assert!(plan.ops.iter().any(|op| {
-        op.decisions
+        op.ranges
             .iter()
-            .any(|d| d.strategy.kind() == StrategyKind::Offload)
+            .any(|r| r.strategy.kind() == StrategyKind::Offload)
     }));
     let show = HETERO.ok(&["plan", "show", out.to_str().unwrap()]);
     assert!(
@@ -443,9 +449,7 @@ fn offload_mode_on_a_discrete_gpu_host() {
     let op = plan
         .ops
         .iter()
-        .find(|o| {
-            o.phase == Phase::Decode && o.decisions[0].strategy.kind() == StrategyKind::Offload
-        })
+        .find(|o| o.phase == Phase::Decode && o.ranges[0].strategy.kind() == StrategyKind::Offload)
         .expect("an offloaded decode operator");
     let ex = HETERO.ok(&[
         "plan",
@@ -519,8 +523,8 @@ fn prompt_length_histogram_drives_the_graph_set() {
 fn plan_show_refuses_bad_costs_empty_plans_and_non_utf8() {
     let t = temp_dir("show-bad");
     let (_, plan) = solve(&t, "plan.ron", &["--lengths", "1..8", "--ops", "ffn_down"]);
-    let cost = plan.ops[0].decisions[0].cost.total_us;
-    let field = "ops[0].decisions[0].cost.total_us";
+    let cost = plan.ops[0].ranges[0].costs[0].cost.total_us;
+    let field = "ops[0].ranges[0].costs[0].cost.total_us";
     for (name, from) in [
         ("bad.ron", format!("total_us: {cost:?})")),
         ("bad.json", format!("\"total_us\": {cost:?}}}")),
@@ -567,4 +571,52 @@ fn plan_show_refuses_bad_costs_empty_plans_and_non_utf8() {
         e.contains("not UTF-8") && e.contains("byte offset 10"),
         "{e}"
     );
+}
+
+/// A plan whose ranges overlap, leave a gap or give a part a remainder
+/// that is not positive is refused with exit 2, naming the file and the
+/// range.
+#[test]
+fn plan_show_refuses_malformed_ranges_naming_the_range() {
+    let t = temp_dir("show-ranges");
+    let (_, plan) = solve(
+        &t,
+        "plan.ron",
+        &["--lengths", "1..300", "--ops", "ffn_down"],
+    );
+    let op = &plan.ops[0];
+    assert!(op.ranges.len() >= 2, "{:?}", op.ranges);
+    let show = HETERO.ok(&["plan", "show", t.path().join("plan.ron").to_str().unwrap()]);
+    assert!(show.contains(" ranges holding 301 decisions"), "{show}");
+    // Overlap: the first range runs one length into the second.
+    let mut overlap = plan.clone();
+    let r = &mut overlap.ops[0].ranges[0];
+    r.to += 1;
+    r.costs.last_mut().unwrap().len += 1;
+    // Gap: the first range stops one length short (its knots kept valid,
+    // so that only the gap is wrong).
+    let mut gap = plan.clone();
+    let r = &mut gap.ops[0].ranges[0];
+    assert!(r.from < r.to, "{r:?}");
+    r.to -= 1;
+    let d = plan.ops[0].at(r.to).unwrap();
+    r.costs.retain(|k| k.len < d.len);
+    r.costs.push(hetero_plan::CostKnot {
+        len: d.len,
+        cost: d.cost,
+        runner_up: d.runner_up,
+    });
+    for (name, bad, want) in [
+        ("overlap.ron", overlap, "also in ranges[0]"),
+        ("gap.json", gap, "have no decision"),
+    ] {
+        let path = t.path().join(name);
+        hetero_plan::save(&path, &bad).unwrap();
+        let e = HETERO.bad_input(&["plan", "show", path.to_str().unwrap()]);
+        assert!(
+            e.contains(&path.display().to_string()) && e.contains("ops[0].ranges[1]"),
+            "{name}: {e}"
+        );
+        assert!(e.contains(want), "{name}: {e}");
+    }
 }

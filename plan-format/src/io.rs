@@ -138,7 +138,7 @@ pub fn to_string<T: Serialize>(value: &T, format: Format) -> Result<String> {
 }
 
 /// As [`to_string`], but values nested deeper than `depth` levels are
-/// written on one line (a plan's decisions: one per line). `None`: no limit.
+/// written on one line (a plan's ranges: one per line). `None`: no limit.
 pub fn to_string_depth<T: Serialize>(
     value: &T,
     format: Format,

@@ -25,6 +25,7 @@ fn is_zero<T: Default + PartialEq>(v: &T) -> bool {
 }
 
 mod checked;
+mod compact;
 mod compiled;
 mod duration;
 mod error;
@@ -38,10 +39,12 @@ pub mod predictor;
 mod processor;
 mod profile;
 pub mod protocol;
+pub mod ranges;
 mod setup;
 mod sweep;
 mod version;
 
+pub use compact::{DenseOpPlan, compact, expand, spans_of};
 pub use compiled::CompiledModel;
 pub use duration::parse_duration;
 pub use error::{Error, Result};
@@ -60,6 +63,10 @@ pub use predictor::{
 };
 pub use processor::{Capabilities, Processor, ProcessorApi, ProcessorKind, Timing};
 pub use profile::{AgentInfo, DeviceProfile, HostInfo};
+pub use ranges::{
+    COST_TOLERANCE_ABS_US, COST_TOLERANCE_REL, CostKnot, DecisionRange, Follow, Span,
+    cost_tolerance,
+};
 pub use setup::{Setup, SetupDifference};
 pub use sweep::{
     Conditions, DEFAULT_WARMUP_MS, GemvStream, MeasurementRow, MicrobenchKind, MicrobenchRequest,

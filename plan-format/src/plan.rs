@@ -3,6 +3,8 @@ use std::collections::BTreeMap;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+use crate::compact::{DenseOpPlan, compact, spans_of};
+use crate::ranges::{DecisionRange, Span, check_coverage, check_follow, check_knots};
 use crate::{DType, Fingerprint, OperandOrder, Phase, SchemaVersion, Validate, checked, is_zero};
 
 fn is_one(v: &u32) -> bool {
@@ -342,8 +344,13 @@ pub struct ProcessorOrder {
     pub order: OperandOrder,
 }
 
-/// Every decision for one operator in one phase, one per length, sorted.
+/// Every decision for one operator in one phase, as ranges of lengths
+/// ([`DecisionRange`]; see [`crate::ranges`]).
+///
+/// Files of schema version 1 and 2 list one decision per length
+/// (`decisions`); they are compacted as they load.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(try_from = "crate::compact::OpPlanFile")]
 pub struct OpPlan {
     /// Canonical operator name.
     pub op: String,
@@ -359,8 +366,11 @@ pub struct OpPlan {
     /// Operand order per processor where it is not `aw`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub orders: Vec<ProcessorOrder>,
-    /// One decision per length, lengths strictly increasing.
-    pub decisions: Vec<Decision>,
+    /// The lengths the table covers, spans sorted and apart.
+    pub spans: Vec<Span>,
+    /// The decisions: ranges sorted by length that together cover `spans`
+    /// exactly.
+    pub ranges: Vec<DecisionRange>,
 }
 
 impl OpPlan {
@@ -373,17 +383,63 @@ impl OpPlan {
             .unwrap_or_default()
     }
 
-    /// The decision at exactly `len`, if the plan covers it.
-    pub fn at(&self, len: u32) -> Option<&Decision> {
-        let first = self.decisions.first()?.len;
-        // Dense tables answer in O(1); fall back to a search otherwise.
-        match self.decisions.get(len.checked_sub(first)? as usize) {
-            Some(d) if d.len == len => Some(d),
-            _ => self
-                .decisions
-                .binary_search_by_key(&len, |d| d.len)
-                .ok()
-                .map(|i| &self.decisions[i]),
+    /// The index of the range covering `len`, in O(log ranges).
+    pub fn range_index(&self, len: u32) -> Option<usize> {
+        let i = self
+            .ranges
+            .partition_point(|r| r.from <= len)
+            .checked_sub(1)?;
+        (self.ranges[i].to >= len).then_some(i)
+    }
+
+    /// The decision at exactly `len`, materialised, if the plan covers it.
+    pub fn at(&self, len: u32) -> Option<Decision> {
+        self.ranges[self.range_index(len)?].at(len)
+    }
+
+    /// Every decision of the table, materialised, in order of length.
+    pub fn decisions(&self) -> impl Iterator<Item = Decision> + '_ {
+        self.ranges.iter().flat_map(DecisionRange::expand)
+    }
+
+    /// Every length the table covers, in order.
+    pub fn lengths(&self) -> impl Iterator<Item = u32> + '_ {
+        self.spans.iter().flat_map(|s| s.from..=s.to)
+    }
+
+    /// How many lengths the table covers.
+    pub fn length_count(&self) -> usize {
+        self.spans
+            .iter()
+            .map(|s| (s.to as usize + 1).saturating_sub(s.from as usize))
+            .sum()
+    }
+
+    /// The table of `dense` (decisions sorted by strictly increasing
+    /// length), compacted.
+    pub fn from_dense(dense: DenseOpPlan) -> OpPlan {
+        OpPlan {
+            spans: spans_of(&dense.decisions),
+            ranges: compact(&dense.decisions),
+            op: dense.op,
+            phase: dense.phase,
+            k: dense.k,
+            n: dense.n,
+            layers: dense.layers,
+            orders: dense.orders,
+        }
+    }
+
+    /// The table with one decision per length.
+    pub fn to_dense(&self) -> DenseOpPlan {
+        DenseOpPlan {
+            op: self.op.clone(),
+            phase: self.phase,
+            k: self.k,
+            n: self.n,
+            layers: self.layers,
+            orders: self.orders.clone(),
+            decisions: self.decisions().collect(),
         }
     }
 }
@@ -546,12 +602,12 @@ fn short(sha: &str) -> &str {
 }
 
 impl Plan {
-    /// Plans are written pretty down to this depth and one decision per
-    /// line below it ([`crate::to_string_depth`]): a plan holds one decision
-    /// per operator, phase and length, tens of thousands of them.
+    /// Plans are written pretty down to this depth and one range of
+    /// lengths per line below it ([`crate::to_string_depth`]): a range with
+    /// its cost knots reads as one line of a table.
     pub const PRETTY_DEPTH: usize = 4;
 
-    /// The plan as text in `format`, one decision per line.
+    /// The plan as text in `format`, one range per line.
     pub fn to_text(&self, format: crate::Format) -> crate::Result<String> {
         crate::to_string_depth(self, format, Some(Self::PRETTY_DEPTH))
     }
@@ -627,68 +683,24 @@ impl Validate for Plan {
                     format!("operator `{}` appears twice in {}", op.op, op.phase),
                 ));
             }
-            if op.decisions.is_empty() {
+            if op.ranges.is_empty() {
                 return Err((
-                    format!("ops[{i}].decisions"),
+                    format!("ops[{i}].ranges"),
                     format!("operator `{}` has no decisions in {}", op.op, op.phase),
                 ));
             }
-            let mut prev = 0u32;
-            for (j, d) in op.decisions.iter().enumerate() {
-                let at = format!("ops[{i}].decisions[{j}]");
-                if d.len == 0 || d.len <= prev {
-                    return Err((
-                        format!("{at}.len"),
-                        "lengths must be positive and strictly increasing".into(),
-                    ));
+            check_coverage(op, &format!("ops[{i}]"))?;
+            for (j, r) in op.ranges.iter().enumerate() {
+                let at = format!("ops[{i}].ranges[{j}]");
+                if r.instances == 0 || r.m == Some(0) {
+                    return Err((at, "`m` and `instances` must be at least 1".into()));
                 }
-                prev = d.len;
-                if d.instances == 0 || d.m == Some(0) {
-                    return Err((at.clone(), "`m` and `instances` must be at least 1".into()));
+                check_follow(r, &at)?;
+                check_knots(r, &at)?;
+                for len in [r.from, r.to] {
+                    check_strategy(&at, &r.strategy_at(len), r.rows_m(len), op.n)?;
                 }
-                let rows = |parts: &[RowPart]| parts.iter().map(|p| p.rows as u64).sum::<u64>();
-                match &d.strategy {
-                    Strategy::RowCut { parts } | Strategy::Hybrid { parts, .. }
-                        if rows(parts) != op.n as u64 =>
-                    {
-                        return Err((
-                            format!("{at}.strategy.parts"),
-                            format!("rows add up to {}, not N = {}", rows(parts), op.n),
-                        ));
-                    }
-                    Strategy::SeqCut { parts } => {
-                        let t: u64 = parts.iter().map(|p| p.tokens as u64).sum();
-                        if t != d.rows_m() as u64 {
-                            return Err((
-                                format!("{at}.strategy.parts"),
-                                format!("tokens add up to {t}, not M = {}", d.rows_m()),
-                            ));
-                        }
-                    }
-                    Strategy::Offload {
-                        cc_rows,
-                        cg_rows,
-                        gg_rows,
-                        gpu_tokens,
-                        ..
-                    } => {
-                        let r = *cc_rows as u64 + *cg_rows as u64 + *gg_rows as u64;
-                        if r != op.n as u64 {
-                            return Err((
-                                format!("{at}.strategy"),
-                                format!("cc + cg + gg rows add up to {r}, not N = {}", op.n),
-                            ));
-                        }
-                        if *gpu_tokens > d.rows_m() {
-                            return Err((
-                                format!("{at}.strategy.gpu_tokens"),
-                                format!("{gpu_tokens} is more than M = {}", d.rows_m()),
-                            ));
-                        }
-                    }
-                    _ => {}
-                }
-                if let Some(p) = d.strategy.processors().into_iter().find(|p| !used(p)) {
+                if let Some(p) = r.strategy.processors().into_iter().find(|p| !used(p)) {
                     return Err((
                         format!("{at}.strategy"),
                         format!("processor `{p}` is not in the plan's `processors`"),
@@ -700,9 +712,68 @@ impl Validate for Plan {
     }
 }
 
+/// The parts of a strategy at rows `m` add up: rows to N, tokens to M, and
+/// an offload's GPU tokens are at most M.
+fn check_strategy(at: &str, s: &Strategy, m: u32, n: u32) -> Result<(), (String, String)> {
+    let rows = |parts: &[RowPart]| parts.iter().map(|p| p.rows as u64).sum::<u64>();
+    match s {
+        Strategy::RowCut { parts } | Strategy::Hybrid { parts, .. } if rows(parts) != n as u64 => {
+            Err((
+                format!("{at}.strategy.parts"),
+                format!("rows add up to {}, not N = {n}", rows(parts)),
+            ))
+        }
+        Strategy::SeqCut { parts } => {
+            let t: u64 = parts.iter().map(|p| p.tokens as u64).sum();
+            if t != m as u64 {
+                return Err((
+                    format!("{at}.strategy.parts"),
+                    format!("tokens add up to {t}, not M = {m}"),
+                ));
+            }
+            Ok(())
+        }
+        Strategy::Offload {
+            cc_rows,
+            cg_rows,
+            gg_rows,
+            gpu_tokens,
+            ..
+        } => {
+            let r = *cc_rows as u64 + *cg_rows as u64 + *gg_rows as u64;
+            if r != n as u64 {
+                return Err((
+                    format!("{at}.strategy"),
+                    format!("cc + cg + gg rows add up to {r}, not N = {n}"),
+                ));
+            }
+            if *gpu_tokens > m {
+                return Err((
+                    format!("{at}.strategy.gpu_tokens"),
+                    format!("{gpu_tokens} is more than M = {m}"),
+                ));
+            }
+            Ok(())
+        }
+        _ => Ok(()),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn dense(decisions: Vec<Decision>) -> OpPlan {
+        OpPlan::from_dense(DenseOpPlan {
+            op: "ffn_up".into(),
+            phase: Phase::Prefill,
+            k: 64,
+            n: 512,
+            layers: 2,
+            orders: vec![],
+            decisions,
+        })
+    }
 
     fn plan(strategy: Strategy) -> Plan {
         Plan {
@@ -714,28 +785,20 @@ mod tests {
             solver: None,
             notes: vec![],
             graph_sets: vec![],
-            ops: vec![OpPlan {
-                op: "ffn_up".into(),
-                phase: Phase::Prefill,
-                k: 64,
-                n: 512,
-                layers: 2,
-                orders: vec![],
-                decisions: vec![Decision {
-                    len: 8,
-                    m: None,
-                    instances: 1,
-                    strategy,
-                    cost: CostBreakdown {
-                        parts_us: vec![1.0, 1.0],
-                        sync_us: 0.0,
-                        sync_block_us: None,
-                        copy_us: 0.0,
-                        total_us: 1.0,
-                    },
-                    runner_up: None,
-                }],
-            }],
+            ops: vec![dense(vec![Decision {
+                len: 8,
+                m: None,
+                instances: 1,
+                strategy,
+                cost: CostBreakdown {
+                    parts_us: vec![1.0, 1.0],
+                    sync_us: 0.0,
+                    sync_block_us: None,
+                    copy_us: 0.0,
+                    total_us: 1.0,
+                },
+                runner_up: None,
+            }])],
         }
     }
 
@@ -753,12 +816,16 @@ mod tests {
     #[test]
     fn at_finds_lengths_in_sparse_tables() {
         let mut p = plan(offload(0, 0, 512, 0));
-        let d = p.ops[0].decisions[0].clone();
-        p.ops[0].decisions = [1, 16, 256, 2048]
-            .into_iter()
-            .map(|len| Decision { len, ..d.clone() })
-            .collect();
+        let d = p.ops[0].at(8).unwrap();
+        p.ops[0] = dense(
+            [1, 16, 256, 2048]
+                .into_iter()
+                .map(|len| Decision { len, ..d.clone() })
+                .collect(),
+        );
+        assert!(p.validate().is_ok());
         let op = &p.ops[0];
+        assert_eq!(op.ranges.len(), 4);
         assert_eq!(op.at(2048).map(|d| d.len), Some(2048));
         assert_eq!(op.at(16).map(|d| d.len), Some(16));
         assert!(op.at(17).is_none() && op.at(4096).is_none() && op.at(0).is_none());
@@ -768,10 +835,10 @@ mod tests {
     fn offload_rows_must_add_up_to_n() {
         assert!(plan(offload(128, 128, 256, 4)).validate().is_ok());
         let (field, msg) = plan(offload(128, 128, 255, 0)).validate().unwrap_err();
-        assert_eq!(field, "ops[0].decisions[0].strategy");
+        assert_eq!(field, "ops[0].ranges[0].strategy");
         assert!(msg.contains("511"), "{msg}");
         let (field, _) = plan(offload(128, 128, 256, 9)).validate().unwrap_err();
-        assert_eq!(field, "ops[0].decisions[0].strategy.gpu_tokens");
+        assert_eq!(field, "ops[0].ranges[0].strategy.gpu_tokens");
     }
 
     #[test]

@@ -7,7 +7,11 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 /// `wt_at`) and the launch overhead after a CPU part
 /// `launch_overhead_after_cpu` (version 1: `op_overhead_after`), and no
 /// longer writes `op_alone` microbenchmarks.
-pub const SCHEMA_VERSION: u32 = 2;
+///
+/// Version 3 writes a plan's decision tables as ranges of lengths
+/// (`spans`, `ranges`) instead of one decision per length (`decisions`,
+/// still read).
+pub const SCHEMA_VERSION: u32 = 3;
 
 /// The oldest schema version this build still reads: version 1 files load
 /// through the old names' aliases.

@@ -56,7 +56,7 @@ where
 
 #[test]
 fn bad_costs_are_refused_in_ron_and_json_alike() {
-    let field = "ops[0].decisions[0].cost.total_us";
+    let field = "ops[0].ranges[0].costs[0].cost.total_us";
     let ron = golden_text("plan.ron");
     let line = line_of(&ron, "total_us: 925.0");
     for bad in ["NaN", "-405.4", "1e400", "inf"] {
@@ -84,7 +84,7 @@ fn bad_costs_are_refused_in_ron_and_json_alike() {
     refused_at::<Plan>(
         &text,
         Format::Ron,
-        "ops[0].decisions[0].cost.parts_us[1]",
+        "ops[0].ranges[0].costs[0].cost.parts_us[1]",
         line,
     );
     let text = edited(&json, "\"cpu:0\": 1.0312", "\"cpu:0\": 0.0");
@@ -142,9 +142,9 @@ fn bad_model_parameters_name_the_field_in_ron_and_json() {
 #[test]
 fn a_plan_without_operators_or_decisions_is_refused_by_field() {
     let mut plan: Plan = load(&golden("plan.ron")).unwrap();
-    plan.ops[0].decisions.clear();
+    plan.ops[0].ranges.clear();
     let (field, msg) = plan.validate().unwrap_err();
-    assert_eq!(field, "ops[0].decisions");
+    assert_eq!(field, "ops[0].ranges");
     assert!(msg.contains("no decisions"), "{msg}");
     plan.ops.clear();
     let text = to_string(&plan, Format::Json).unwrap();

@@ -349,7 +349,7 @@ pub fn sample_plan() -> Plan {
             prepare_us: 2.5e6,
             bytes: 120 << 20,
         }],
-        ops: vec![OpPlan {
+        ops: vec![OpPlan::from_dense(DenseOpPlan {
             op: "ffn_down".into(),
             phase: Phase::Prefill,
             k: 8960,
@@ -440,7 +440,7 @@ pub fn sample_plan() -> Plan {
                     runner_up: None,
                 },
             ],
-        }],
+        })],
     }
 }
 
@@ -449,7 +449,7 @@ fn golden_plan() {
     check("plan", &sample_plan());
 }
 
-/// Plans are written one decision per line (`Plan::to_text`); the compact
+/// Plans are written one range per line (`Plan::to_text`); the compact
 /// layout parses back to the same plan.
 #[test]
 fn golden_plan_one_decision_per_line() {
@@ -465,11 +465,27 @@ fn golden_plan_one_decision_per_line() {
         assert_eq!(text, golden, "{} differs", path.display());
         let lines = text
             .lines()
-            .filter(|l| l.contains("len:") || l.contains("\"len\":"))
+            .filter(|l| l.contains("from:") || l.contains("\"from\":"))
             .count();
-        assert_eq!(lines, plan.ops[0].decisions.len(), "{text}");
+        assert_eq!(lines, plan.ops[0].ranges.len() + 1, "{text}");
         let back: Plan = load(&path).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(back, plan);
+    }
+}
+
+/// Plans of schema version 2 (one decision per length) still load, and give
+/// the decisions of today's plan at every length.
+#[test]
+fn schema_2_plans_load_and_give_the_same_decisions() {
+    let plan = sample_plan();
+    for ext in ["ron", "json"] {
+        let old: Plan = load(&golden_dir().join(format!("plan-v2.{ext}"))).unwrap();
+        assert_eq!(old.ops[0].ranges, plan.ops[0].ranges, "{ext}");
+        assert_eq!(old.ops[0].spans, plan.ops[0].spans, "{ext}");
+        let want: Vec<Decision> = plan.ops[0].decisions().collect();
+        let got: Vec<Decision> = old.ops[0].decisions().collect();
+        assert_eq!(got, want, "{ext}");
+        assert_eq!(want.len(), 4);
     }
 }
 

@@ -111,11 +111,177 @@ fn cross_field_validation_names_the_field() {
     assert_ne!(good, bad);
     match parse_err::<Plan>(&bad, Format::Json) {
         Error::Invalid { field, message, .. } => {
-            assert_eq!(field, "ops[0].decisions[0].strategy.parts");
+            assert_eq!(field, "ops[0].ranges[0].strategy.parts");
             assert!(message.contains("1535"), "{message}");
         }
         e => panic!("unexpected {e}"),
     }
+}
+
+/// A plan whose table has a flat run, a sequence cut whose GPU part takes
+/// the rest of M, and a sparse tail: three spans, four ranges.
+fn ranged_plan() -> Plan {
+    use hetero_plan::{CostBreakdown, Decision, DenseOpPlan, OpPlan, SeqPart, Strategy};
+    let single = Strategy::Single {
+        processor: "npu-sim".into(),
+        padded_to: Some(256),
+        online_prepare: false,
+    };
+    let seq = |len: u32| Strategy::SeqCut {
+        parts: vec![
+            SeqPart {
+                processor: "npu-sim".into(),
+                tokens: 256,
+                graphs: vec![256],
+            },
+            SeqPart {
+                processor: "cpu:0".into(),
+                tokens: len - 256,
+                graphs: vec![],
+            },
+        ],
+    };
+    let lens = (1..=300).chain([512, 1024]);
+    let decisions = lens
+        .map(|len| Decision {
+            len,
+            m: None,
+            instances: 1,
+            strategy: if len <= 256 { single.clone() } else { seq(len) },
+            cost: CostBreakdown {
+                parts_us: if len <= 256 {
+                    vec![100.0]
+                } else {
+                    vec![100.0, len as f64]
+                },
+                sync_us: 0.0,
+                sync_block_us: None,
+                copy_us: 0.0,
+                total_us: 100.0 + len as f64,
+            },
+            runner_up: None,
+        })
+        .collect();
+    let mut plan = golden_plan();
+    plan.ops = vec![OpPlan::from_dense(DenseOpPlan {
+        op: "ffn_down".into(),
+        phase: hetero_plan::Phase::Prefill,
+        k: 8960,
+        n: 1536,
+        layers: 28,
+        orders: vec![],
+        decisions,
+    })];
+    plan
+}
+
+/// Loads `plan` written in both formats; the field and message of its
+/// refusal (the same in both).
+fn refused_range(plan: &Plan) -> (String, String) {
+    let mut seen = vec![];
+    for format in [Format::Ron, Format::Json] {
+        let text = hetero_plan::to_string(plan, format).unwrap();
+        match parse_err::<Plan>(&text, format) {
+            e @ Error::Invalid { .. } => {
+                assert!(e.to_string().starts_with("bad.file:"), "{e}");
+                let Error::Invalid { field, message, .. } = e else {
+                    unreachable!()
+                };
+                seen.push((field, message));
+            }
+            e => panic!("unexpected {e}"),
+        }
+    }
+    assert_eq!(seen[0], seen[1]);
+    seen.remove(0)
+}
+
+#[test]
+fn malformed_ranges_are_refused_naming_the_range() {
+    let good = ranged_plan();
+    let op = &good.ops[0];
+    assert_eq!(op.ranges.len(), 4, "{:#?}", op.ranges);
+    assert_eq!(op.spans.len(), 3);
+    let text = hetero_plan::to_string(&good, Format::Ron).unwrap();
+    load_str::<Plan>(Path::new("good.ron"), &text, Format::Ron).unwrap();
+
+    // Overlap: the sequence cut starts inside the flat run.
+    let mut p = good.clone();
+    p.ops[0].ranges[0].to = 260;
+    p.ops[0].ranges[0].costs.last_mut().unwrap().len = 260;
+    let (field, msg) = refused_range(&p);
+    assert_eq!(field, "ops[0].ranges[1]");
+    assert!(
+        msg.contains("257..=260") && msg.contains("ranges[0]"),
+        "{msg}"
+    );
+
+    // Gap inside a span.
+    let mut p = good.clone();
+    p.ops[0].ranges[0].to = 250;
+    p.ops[0].ranges[0].costs.last_mut().unwrap().len = 250;
+    let (field, msg) = refused_range(&p);
+    assert_eq!(field, "ops[0].ranges[1]");
+    assert!(msg.contains("251..=256") && msg.contains("gap"), "{msg}");
+
+    // A span whose lengths no range covers.
+    let mut p = good.clone();
+    p.ops[0].ranges.pop();
+    let (field, msg) = refused_range(&p);
+    assert_eq!(field, "ops[0].ranges[2]");
+    assert!(msg.contains("1024..=1024"), "{msg}");
+
+    // from > to.
+    let mut p = good.clone();
+    p.ops[0].ranges[2].to = 500;
+    let (field, msg) = refused_range(&p);
+    assert_eq!(field, "ops[0].ranges[2]");
+    assert!(msg.contains("after to 500"), "{msg}");
+
+    // A remainder that is not positive: the GPU takes M − 256 from 256 on.
+    let mut p = good.clone();
+    p.ops[0].ranges[0].to = 255;
+    p.ops[0].ranges[0].costs.last_mut().unwrap().len = 255;
+    let r = &mut p.ops[0].ranges[1];
+    r.from = 256;
+    r.costs[0].len = 256;
+    let (field, msg) = refused_range(&p);
+    assert_eq!(field, "ops[0].ranges[1].follow");
+    assert!(
+        msg.contains("M − 256") && msg.contains("length 256"),
+        "{msg}"
+    );
+
+    // Parts that do not add up to M at `from`.
+    let mut p = good.clone();
+    if let hetero_plan::Strategy::SeqCut { parts } = &mut p.ops[0].ranges[1].strategy {
+        parts[1].tokens = 7;
+    }
+    let (field, msg) = refused_range(&p);
+    assert_eq!(field, "ops[0].ranges[1].strategy.parts");
+    assert!(msg.contains("not M = 257"), "{msg}");
+
+    // Cost knots that do not reach the end of their range.
+    let mut p = good.clone();
+    p.ops[0].ranges[1].costs.last_mut().unwrap().len = 299;
+    let (field, _) = refused_range(&p);
+    assert_eq!(field, "ops[0].ranges[1].costs");
+}
+
+#[test]
+fn schema_2_tables_with_lengths_out_of_order_are_refused() {
+    let text = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden/plan-v2.ron"),
+    )
+    .unwrap();
+    let bad = text.replacen("len: 300", "len: 299", 1);
+    assert_ne!(bad, text);
+    let e = parse_err::<Plan>(&bad, Format::Ron);
+    let msg = e.to_string();
+    assert!(
+        msg.contains("ops[0]") && msg.contains("decisions[1].len"),
+        "{msg}"
+    );
 }
 
 fn golden_plan() -> Plan {

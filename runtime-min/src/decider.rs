@@ -1,12 +1,13 @@
 //! The control-plane decider (HeteroLLM §4.3): which decision of the plan
-//! applies to an operator at a length, in O(1).
+//! applies to an operator at a length.
 //!
-//! [`Decider`] turns every operator's decision list into a dense table
-//! indexed by `len - first`, so a lookup is one subtraction and one load
-//! whatever the plan's lengths look like (dense `1..=2048`, or sparse
-//! `1, 16, 256`: the gaps hold "no decision"). With the `tree` feature,
-//! [`tree::DistilledTree`] fits a linfa decision tree to the same table and
-//! states how often it agrees with it.
+//! A plan stores each operator's decisions as ranges of lengths
+//! ([`hetero_plan::DecisionRange`]). [`Decider`] keeps the first and last
+//! length of every range and finds the one covering a length by binary
+//! search, in O(log ranges), without expanding the table at load; the
+//! decision at that length is then materialised from its range. With the
+//! `tree` feature, [`tree::DistilledTree`] fits a linfa decision tree to the
+//! same table and states how often it agrees with it.
 
 use std::collections::HashMap;
 
@@ -14,51 +15,34 @@ use hetero_plan::{Decision, OpPlan, Phase, Plan};
 
 use crate::{Error, Result};
 
-const NONE: u32 = u32::MAX;
-
-/// One operator's table: `index[len - first]` is the decision index.
+/// One operator's ranges: their first and last lengths, sorted.
 #[derive(Debug, Clone)]
 struct Table {
-    first: u32,
-    index: Vec<u32>,
+    from: Vec<u32>,
+    to: Vec<u32>,
 }
 
-/// O(1) lookup of the plan's decision for any operator, phase and length.
+/// O(log ranges) lookup of the plan's decision for any operator, phase and
+/// length.
 #[derive(Debug, Clone)]
 pub struct Decider {
     tables: Vec<Table>,
     by_name: HashMap<(String, Phase), usize>,
 }
 
-/// The widest length range a table is built for; longer sparse plans fall
-/// back to a binary search past it (never for plans the solver writes).
-const MAX_SPAN: u32 = 1 << 20;
-
 impl Decider {
-    /// Builds the tables of every operator of the plan.
+    /// Reads the range bounds of every operator of the plan.
     pub fn new(plan: &Plan) -> Decider {
-        let mut tables = Vec::with_capacity(plan.ops.len());
-        let mut by_name = HashMap::new();
-        for (i, op) in plan.ops.iter().enumerate() {
-            by_name.insert((op.op.clone(), op.phase), i);
-            let first = op.decisions.first().map(|d| d.len).unwrap_or(1);
-            let last = op.decisions.last().map(|d| d.len).unwrap_or(0);
-            let span = last.saturating_sub(first).saturating_add(1).min(MAX_SPAN);
-            let mut index = vec![
-                NONE;
-                if op.decisions.is_empty() {
-                    0
-                } else {
-                    span as usize
+        let mut by_name = HashMap::with_capacity(plan.ops.len());
+        let tables = (plan.ops.iter().enumerate())
+            .map(|(i, op)| {
+                by_name.insert((op.op.clone(), op.phase), i);
+                Table {
+                    from: op.ranges.iter().map(|r| r.from).collect(),
+                    to: op.ranges.iter().map(|r| r.to).collect(),
                 }
-            ];
-            for (j, d) in op.decisions.iter().enumerate() {
-                if let Some(slot) = index.get_mut((d.len - first) as usize) {
-                    *slot = j as u32;
-                }
-            }
-            tables.push(Table { first, index });
-        }
+            })
+            .collect();
         Decider { tables, by_name }
     }
 
@@ -67,48 +51,48 @@ impl Decider {
         self.by_name.get(&(op.to_string(), phase)).copied()
     }
 
-    /// The decision index for `plan.ops[op]` at `len`, in O(1).
+    /// The index of the range of `plan.ops[op]` covering `len`, in
+    /// O(log ranges).
     #[inline]
     pub fn decide(&self, op: usize, len: u32) -> Option<usize> {
         let t = self.tables.get(op)?;
-        let i = *t.index.get(len.checked_sub(t.first)? as usize)?;
-        (i != NONE).then_some(i as usize)
+        let i = t.from.partition_point(|&f| f <= len).checked_sub(1)?;
+        (t.to[i] >= len).then_some(i)
     }
 
-    /// The decision itself, or an error naming what the plan covers.
-    pub fn decision<'p>(&self, plan: &'p Plan, op: usize, len: u32) -> Result<&'p Decision> {
+    /// The decision at `len`, materialised from its range, or an error
+    /// naming what the plan covers.
+    pub fn decision(&self, plan: &Plan, op: usize, len: u32) -> Result<Decision> {
         let o = &plan.ops[op];
-        match self.decide(op, len) {
-            Some(i) => Ok(&o.decisions[i]),
-            None => match o.decisions.binary_search_by_key(&len, |d| d.len) {
-                // Only past MAX_SPAN.
-                Ok(i) => Ok(&o.decisions[i]),
-                Err(_) => Err(Error::NoDecision {
-                    op: o.op.clone(),
-                    phase: o.phase,
-                    len,
-                    covered: covered(o),
-                }),
-            },
-        }
+        self.decide(op, len)
+            .and_then(|i| o.ranges[i].at(len))
+            .ok_or_else(|| Error::NoDecision {
+                op: o.op.clone(),
+                phase: o.phase,
+                len,
+                covered: covered(o),
+            })
     }
 }
 
 /// The lengths an operator's table covers, in words (`1..=2048`, `1, 2, 4`).
 pub fn covered(op: &OpPlan) -> String {
-    let lens: Vec<u32> = op.decisions.iter().map(|d| d.len).collect();
-    match lens.as_slice() {
-        [] => "no lengths".into(),
-        [a] => format!("length {a}"),
-        [a, .., b] if (b - a) as usize + 1 == lens.len() => format!("lengths {a}..={b}"),
-        _ if lens.len() <= 8 => format!(
+    let (first, last) = match (op.spans.first(), op.spans.last()) {
+        (Some(a), Some(b)) => (a.from, b.to),
+        _ => return "no lengths".into(),
+    };
+    let count = op.length_count();
+    match count {
+        1 => format!("length {first}"),
+        _ if op.spans.len() == 1 => format!("lengths {first}..={last}"),
+        _ if count <= 8 => format!(
             "lengths {}",
-            lens.iter()
-                .map(u32::to_string)
+            op.lengths()
+                .map(|l| l.to_string())
                 .collect::<Vec<_>>()
                 .join(", ")
         ),
-        [a, .., b] => format!("{} lengths between {a} and {b}", lens.len()),
+        _ => format!("{count} lengths between {first} and {last}"),
     }
 }
 
@@ -121,7 +105,7 @@ pub mod tree {
     //! tree is a compact stand-in whose [`agreement`](DistilledTree::agreement)
     //! with the table over every length it covers is measured, not assumed.
 
-    use hetero_plan::{OpPlan, Strategy};
+    use hetero_plan::{Decision, OpPlan, Strategy};
     use linfa::prelude::*;
     use linfa_trees::DecisionTree;
     use ndarray::{Array1, Array2};
@@ -142,9 +126,9 @@ pub mod tree {
     impl DistilledTree {
         /// Fits a tree to the table of `op`; `max_depth: None` grows it fully.
         pub fn fit(op: &OpPlan, max_depth: Option<usize>) -> DistilledTree {
+            let decisions: Vec<Decision> = op.decisions().collect();
             let mut classes: Vec<Strategy> = Vec::new();
-            let y: Vec<usize> = op
-                .decisions
+            let y: Vec<usize> = decisions
                 .iter()
                 .map(|d| match classes.iter().position(|c| *c == d.strategy) {
                     Some(i) => i,
@@ -166,7 +150,7 @@ pub mod tree {
             }
             let x = Array2::from_shape_vec(
                 (y.len(), 1),
-                op.decisions.iter().map(|d| d.len as f64).collect(),
+                decisions.iter().map(|d| d.len as f64).collect(),
             )
             .expect("one feature per decision");
             let data = Dataset::new(x.clone(), Array1::from(y.clone()));
@@ -223,8 +207,11 @@ mod tests {
         let a = d.op_index("a", Phase::Prefill).unwrap();
         let b = d.op_index("b", Phase::Decode).unwrap();
         assert!(d.op_index("a", Phase::Decode).is_none());
+        // One strategy everywhere: one range.
+        assert_eq!(plan.ops[a].ranges.len(), 1);
         for len in 1..=300 {
-            assert_eq!(d.decide(a, len), Some(len as usize - 1));
+            assert_eq!(d.decide(a, len), Some(0));
+            assert_eq!(d.decision(&plan, a, len).unwrap().len, len);
         }
         assert_eq!(d.decide(a, 0), None);
         assert_eq!(d.decide(a, 301), None);
@@ -258,7 +245,7 @@ mod tests {
         assert_eq!(full.classes.len(), 3);
         assert_eq!(full.agreement, 1.0, "a full tree reproduces the table");
         for len in [1u32, 63, 64, 200, 299, 300, 512] {
-            let want = &plan.ops[0].decisions[len as usize - 1].strategy;
+            let want = &plan.ops[0].at(len).unwrap().strategy;
             assert_eq!(full.predict(len), want, "len {len}");
         }
         // A stump cannot isolate three regimes plus an outlier: the stated
@@ -270,7 +257,7 @@ mod tests {
             stump.agreement
         );
         let right = (1..=512u32)
-            .filter(|&l| stump.predict(l) == &plan.ops[0].decisions[l as usize - 1].strategy)
+            .filter(|&l| stump.predict(l) == &plan.ops[0].at(l).unwrap().strategy)
             .count();
         assert!((stump.agreement - right as f64 / 512.0).abs() < 1e-12);
     }

@@ -1,8 +1,8 @@
 //! Plans and models built in code for the unit tests.
 
 use hetero_plan::{
-    CostBreakdown, Decision, Fingerprint, LinearOp, MRule, ModelSpec, OpPlan, OpRole, Phase, Plan,
-    ProcessorDType, RowPart, SchemaVersion, Strategy,
+    CostBreakdown, Decision, DenseOpPlan, Fingerprint, LinearOp, MRule, ModelSpec, OpPlan, OpRole,
+    Phase, Plan, ProcessorDType, RowPart, SchemaVersion, Strategy,
 };
 
 pub fn single(p: &str) -> Strategy {
@@ -68,24 +68,26 @@ pub fn plan_with(ops: Vec<Table<'_>>) -> Plan {
         graph_sets: vec![],
         ops: ops
             .into_iter()
-            .map(|(name, phase, table)| OpPlan {
-                op: name.into(),
-                phase,
-                k: 1024,
-                n: 1024,
-                layers: 1,
-                orders: vec![],
-                decisions: table
-                    .into_iter()
-                    .map(|(len, strategy)| Decision {
-                        len,
-                        m: None,
-                        instances: 1,
-                        cost: cost(strategy.processors().len()),
-                        strategy,
-                        runner_up: None,
-                    })
-                    .collect(),
+            .map(|(name, phase, table)| {
+                OpPlan::from_dense(DenseOpPlan {
+                    op: name.into(),
+                    phase,
+                    k: 1024,
+                    n: 1024,
+                    layers: 1,
+                    orders: vec![],
+                    decisions: table
+                        .into_iter()
+                        .map(|(len, strategy)| Decision {
+                            len,
+                            m: None,
+                            instances: 1,
+                            cost: cost(strategy.processors().len()),
+                            strategy,
+                            runner_up: None,
+                        })
+                        .collect(),
+                })
             })
             .collect(),
     }
@@ -124,7 +126,7 @@ pub fn tiny_plan(
                     }
                 })
                 .collect();
-            ops.push(OpPlan {
+            ops.push(OpPlan::from_dense(DenseOpPlan {
                 op: op.name.clone(),
                 phase: *phase,
                 k: op.k,
@@ -132,7 +134,7 @@ pub fn tiny_plan(
                 layers: op.layers,
                 orders: vec![],
                 decisions,
-            });
+            }));
         }
     }
     Plan {

@@ -15,7 +15,7 @@ fn a_solved_plan_runs_every_phase_and_passes_the_check() {
     let kinds: std::collections::BTreeSet<String> = p
         .ops
         .iter()
-        .flat_map(|o| o.decisions.iter().map(|d| d.strategy.kind().to_string()))
+        .flat_map(|o| o.ranges.iter().map(|r| r.strategy.kind().to_string()))
         .collect();
     eprintln!("strategies in the solved plan: {kinds:?}");
     for sync in [SyncChoice::Poll, SyncChoice::Block] {

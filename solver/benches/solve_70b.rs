@@ -143,7 +143,7 @@ fn time<O: LatencyOracle>(
             let t = Instant::now();
             let (plan, stats) = solve_with_stats(oracle, fp.clone(), model, &s).expect("solve");
             times.push(t.elapsed().as_secs_f64());
-            let decisions = plan.ops.iter().map(|o| o.decisions.len()).sum::<usize>();
+            let decisions = plan.ops.iter().map(|o| o.length_count()).sum::<usize>();
             line = format!(
                 "{decisions} decisions, {} of {} cells costed in full",
                 stats.costed, stats.cells

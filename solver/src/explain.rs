@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 
-use hetero_plan::{Decision, ModelSpec, OperandOrder, Phase, Plan, Strategy, StrategyKind};
+use hetero_plan::{Decision, ModelSpec, OpPlan, OperandOrder, Phase, Plan, Strategy, StrategyKind};
 
 use crate::engine::{OffloadSetup, OpCtx, Setup, StaticGraphs, Tables, table_top};
 use crate::oracle::LatencyOracle;
@@ -135,11 +135,11 @@ pub fn explain<O: LatencyOracle + ?Sized>(
         len,
         covered: format!("no {phase} lengths"),
     })?;
-    let planned = op_plan.at(len).cloned().ok_or_else(|| Error::NotInPlan {
+    let planned = op_plan.at(len).ok_or_else(|| Error::NotInPlan {
         op: op.into(),
         phase: phase.to_string(),
         len,
-        covered: coverage(&op_plan.decisions),
+        covered: coverage(op_plan),
     })?;
     let setup = setup_from_plan(oracle, plan)?;
     let orders: Vec<OperandOrder> = setup.procs.iter().map(|p| op_plan.order(&p.id)).collect();
@@ -180,19 +180,17 @@ pub fn explain<O: LatencyOracle + ?Sized>(
 }
 
 /// The lengths a decision table covers, in words.
-pub fn coverage(d: &[Decision]) -> String {
-    match (d.first(), d.last()) {
-        (Some(a), Some(b)) if b.len - a.len + 1 == d.len() as u32 => {
-            format!("lengths {}..={}", a.len, b.len)
-        }
-        (Some(_), Some(_)) => {
-            let v: Vec<String> = d.iter().take(12).map(|d| d.len.to_string()).collect();
+pub fn coverage(op: &OpPlan) -> String {
+    match op.spans.as_slice() {
+        [] => "no lengths".into(),
+        [s] => format!("lengths {}..={}", s.from, s.to),
+        _ => {
+            let v: Vec<String> = op.lengths().take(12).map(|l| l.to_string()).collect();
             format!(
                 "lengths {}{}",
                 v.join(","),
-                if d.len() > 12 { ",..." } else { "" }
+                if op.length_count() > 12 { ",..." } else { "" }
             )
         }
-        _ => "no lengths".into(),
     }
 }

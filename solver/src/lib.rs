@@ -52,7 +52,7 @@ pub use error::{Error, Result};
 pub use explain::{ExplainedCandidate, Explanation, coverage, explain};
 pub use oracle::{GemmModel, LatencyOracle};
 pub use settings::{Distribution, GraphChoice, Settings};
-pub use solve::{SolveStats, solve, solve_with_stats};
+pub use solve::{SolveStats, solve, solve_with_stats, solve_with_tables};
 
 #[cfg(test)]
 mod tests;

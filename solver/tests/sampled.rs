@@ -12,10 +12,10 @@ use std::path::{Path, PathBuf};
 
 use hetero_plan::predictor::{FEATURE_NAMES, LatencyModel, Score, Tree, TreeNode};
 use hetero_plan::{
-    DType, Fingerprint, ModelSpec, Phase, Plan, Predictor, ProcessorModel, SchemaVersion, hf,
+    DType, Fingerprint, ModelSpec, Phase, Predictor, ProcessorModel, SchemaVersion, hf,
 };
 use hetero_solver::settings::TOLERANCE;
-use hetero_solver::{LatencyOracle, Settings, SolveStats, solve_with_stats, synthetic};
+use hetero_solver::{LatencyOracle, Settings, SolveStats, solve_with_tables, synthetic};
 
 fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
@@ -50,14 +50,14 @@ fn compare<O: LatencyOracle>(
 ) -> (usize, usize, SolveStats) {
     let fp = Fingerprint::of_bytes(name, name.as_bytes());
     let solve = |exhaustive| {
-        solve_with_stats(oracle, fp.clone(), model, &settings(exhaustive, top, procs))
+        solve_with_tables(oracle, fp.clone(), model, &settings(exhaustive, top, procs))
             .expect("solve")
     };
-    let (dense, _): (Plan, _) = solve(true);
-    let (sampled, stats) = solve(false);
-    assert_eq!(dense.ops.len(), sampled.ops.len());
+    let (_, dense, _) = solve(true);
+    let (_, sampled, stats) = solve(false);
+    assert_eq!(dense.len(), sampled.len());
     let (mut differ, mut all, mut runner_up) = (0, 0, 0);
-    for (d, s) in dense.ops.iter().zip(&sampled.ops) {
+    for (d, s) in dense.iter().zip(&sampled) {
         assert_eq!((&d.op, d.phase), (&s.op, s.phase));
         assert_eq!(d.decisions.len(), s.decisions.len(), "{name} {}", d.op);
         for (a, b) in d.decisions.iter().zip(&s.decisions) {

@@ -127,11 +127,13 @@ fn title(o: &OpPlan) -> String {
         t += &format!(", ×{} layers", o.layers);
     }
     // A fixed M (the lm_head's last token in prefill) is worth saying.
-    if let Some(d) = o.decisions.first()
-        && o.decisions.len() > 1
-        && o.decisions.iter().all(|x| x.rows_m() == d.rows_m())
+    if let Some(r) = o.ranges.first()
+        && o.length_count() > 1
+        && o.ranges
+            .iter()
+            .all(|x| x.rows_m(x.from) == r.rows_m(r.from) && x.rows_m(x.to) == r.rows_m(r.from))
     {
-        t += &format!(", M = {}", d.rows_m());
+        t += &format!(", M = {}", r.rows_m(r.from));
     }
     t + ")"
 }
@@ -143,7 +145,7 @@ pub fn phases(plan: &Plan) -> Vec<Phase> {
         .filter(|ph| {
             plan.ops
                 .iter()
-                .any(|o| o.phase == *ph && !o.decisions.is_empty())
+                .any(|o| o.phase == *ph && !o.ranges.is_empty())
         })
         .collect()
 }
@@ -171,18 +173,17 @@ pub fn partition(plan: &Plan, phase: Phase) -> PartitionFigure {
     let panels = plan
         .ops
         .iter()
-        .filter(|o| o.phase == phase && !o.decisions.is_empty())
+        .filter(|o| o.phase == phase && !o.ranges.is_empty())
         .map(|o| {
             let pts = o
-                .decisions
-                .iter()
+                .decisions()
                 .map(|d| {
                     let kind = d.strategy.kind();
                     used[kind_index(kind)] = true;
                     SharePoint {
                         len: d.len,
                         kind,
-                        shares: shares(d, o.n, &processors),
+                        shares: shares(&d, o.n, &processors),
                     }
                 })
                 .collect();
@@ -286,7 +287,7 @@ pub fn candidate_key(s: &Strategy) -> String {
 /// else about `budget` spread evenly on a log axis, plus every graph size
 /// and the length after it (where padding steps up), and both ends.
 pub fn sample_lengths(o: &OpPlan, graph_sizes: &[u32], budget: usize) -> Vec<u32> {
-    let lens: Vec<u32> = o.decisions.iter().map(|d| d.len).collect();
+    let lens: Vec<u32> = o.lengths().collect();
     if lens.len() <= budget {
         return lens;
     }
@@ -327,11 +328,11 @@ pub fn latency(
     for o in plan
         .ops
         .iter()
-        .filter(|o| o.phase == phase && !o.decisions.is_empty())
+        .filter(|o| o.phase == phase && !o.ranges.is_empty())
     {
         let lens = match eval {
             Some(_) => sample_lengths(o, &all_sizes, budget),
-            None => o.decisions.iter().map(|d| d.len).collect(),
+            None => o.lengths().collect(),
         };
         let mut chosen = Vec::new();
         let mut runner_up = Vec::new();
@@ -497,7 +498,7 @@ mod tests {
 
     #[test]
     fn sampled_lengths_keep_the_padding_steps() {
-        let o = OpPlan {
+        let o = OpPlan::from_dense(hetero_plan::DenseOpPlan {
             op: "x".into(),
             phase: Phase::Prefill,
             k: 8,
@@ -516,7 +517,7 @@ mod tests {
                     )
                 })
                 .collect(),
-        };
+        });
         let s = sample_lengths(&o, &[256, 512], 50);
         assert!(s.len() <= 60 && s.len() >= 40, "{}", s.len());
         for want in [1, 255, 256, 257, 511, 512, 513, 1000] {

@@ -55,7 +55,7 @@ impl Runtime {
         output: &mut [f32],
     ) -> Result<LinearTiming> {
         self.prepare_op(op, phase, len)?;
-        let (oi, _, _) = self.lookup(op, phase, len)?;
+        let oi = self.op_of(op, phase, len)?;
         let Runtime {
             prepared,
             gemms,
@@ -83,9 +83,7 @@ impl Runtime {
                 ),
             ));
         }
-        let predicted = plan.ops[oi].decisions[p.decision]
-            .cost
-            .total_with(*sync == SyncChoice::Block);
+        let predicted = p.decision.cost.total_with(*sync == SyncChoice::Block);
         let mut total = Sample::default();
         // Merged into the pool's buffer, copied out only on success.
         let mut staged = vec![0f32; inst * m * n];

@@ -341,7 +341,7 @@ pub fn plan_gemms(plan: &Plan, phase: Phase, len: u32) -> Result<Vec<PlanGemm>> 
             continue;
         }
         let d = decider.decision(plan, oi, len)?;
-        for part in layout(plan, oi, d, op.n, &is_static)? {
+        for part in layout(plan, oi, &d, op.n, &is_static)? {
             let processor = plan.processors[part.proc].clone();
             let dtype = plan.dtype(&processor).unwrap_or(DType::F32);
             let order = op.order(&processor);

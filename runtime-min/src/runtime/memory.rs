@@ -205,11 +205,12 @@ impl Runtime {
         let mut scratch = 0u128;
         for &oi in ops {
             let name = self.plan.ops[oi].op.clone();
-            let (oi, di, mi) = self.lookup(&name, phase, len)?;
+            let oi = self.op_of(&name, phase, len)?;
             if self.prepared.contains_key(&(oi, len)) {
                 continue;
             }
-            let d = &self.plan.ops[oi].decisions[di];
+            let (oi, d, mi) = self.lookup(&name, phase, len)?;
+            let d = &d;
             let lop = &self.model.ops[mi];
             let target = OpTarget {
                 oi,

@@ -24,7 +24,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use hetero_agent::{Backend, Gemm, HostBuf, OpenOptions};
-use hetero_plan::{ModelSpec, OpRole, Phase, Plan};
+use hetero_plan::{Decision, ModelSpec, OpRole, Phase, Plan};
 
 use crate::decider::Decider;
 use crate::exec::{Fault, Stage, SyncChoice};
@@ -142,7 +142,7 @@ impl Runtime {
                 let t = crate::decider::tree::DistilledTree::fit(op, max_depth);
                 crate::report::TreeReport {
                     op: op.op.clone(),
-                    lengths: op.decisions.len(),
+                    lengths: op.length_count(),
                     classes: t.classes.len(),
                     leaves: t.leaves,
                     depth: t.depth,
@@ -173,8 +173,7 @@ impl Runtime {
     /// The GEMM dimensions of an operator at a length: rows per instance
     /// (M), input features (K), output features (N), instances per layer.
     pub fn op_dims(&self, op: &str, phase: Phase, len: u32) -> Result<(u32, u32, u32, u32)> {
-        let (oi, di, mi) = self.lookup(op, phase, len)?;
-        let d = &self.plan.ops[oi].decisions[di];
+        let (_, d, mi) = self.lookup(op, phase, len)?;
         let o = &self.model.ops[mi];
         Ok((d.rows_m(), o.k, o.n, d.instances))
     }
@@ -187,10 +186,23 @@ impl Runtime {
             .ok_or_else(|| Error::arg("processor", format!("`{id}` is not in the plan")))
     }
 
-    /// The plan operator index, its decision index and the model operator.
-    fn lookup(&self, op: &str, phase: Phase, len: u32) -> Result<(usize, usize, usize)> {
-        let oi = self
-            .decider
+    /// The plan operator index, its decision at `len` (materialised) and
+    /// the model operator.
+    fn lookup(&self, op: &str, phase: Phase, len: u32) -> Result<(usize, Decision, usize)> {
+        let oi = self.op_of(op, phase, len)?;
+        let d = self.decider.decision(&self.plan, oi, len)?;
+        let mi = self
+            .model
+            .ops
+            .iter()
+            .position(|o| o.name == op)
+            .expect("checked when the runtime was built");
+        Ok((oi, d, mi))
+    }
+
+    /// The plan operator index of `op` in `phase` (`len` for the error).
+    fn op_of(&self, op: &str, phase: Phase, len: u32) -> Result<usize> {
+        self.decider
             .op_index(op, phase)
             .ok_or_else(|| Error::NoDecision {
                 op: op.to_string(),
@@ -206,19 +218,7 @@ impl Runtime {
                         .collect::<Vec<_>>()
                         .join(", ")
                 ),
-            })?;
-        let d = self.decider.decision(&self.plan, oi, len)?;
-        let di = self.plan.ops[oi]
-            .decisions
-            .binary_search_by_key(&d.len, |x| x.len)
-            .expect("the decision is in its table");
-        let mi = self
-            .model
-            .ops
-            .iter()
-            .position(|o| o.name == op)
-            .expect("checked when the runtime was built");
-        Ok((oi, di, mi))
+            })
     }
 
     /// The operators of a phase, in execution order: the decoder layer's in

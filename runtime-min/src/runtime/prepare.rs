@@ -33,7 +33,8 @@ pub(super) struct GemmKey {
 /// One operator prepared at one length.
 pub(super) struct Prepared {
     pub model_op: usize,
-    pub decision: usize,
+    /// The decision it runs, materialised from its range.
+    pub decision: Decision,
     pub m: usize,
     pub k: usize,
     pub n: usize,
@@ -113,12 +114,12 @@ impl Runtime {
     }
 
     pub(super) fn prepare_op(&mut self, op: &str, phase: Phase, len: u32) -> Result<()> {
-        let (oi, di, mi) = self.lookup(op, phase, len)?;
+        let oi = self.op_of(op, phase, len)?;
         if self.prepared.contains_key(&(oi, len)) {
             return Ok(());
         }
+        let (oi, d, mi) = self.lookup(op, phase, len)?;
         self.check_memory(phase, len, &[oi])?;
-        let d = self.plan.ops[oi].decisions[di].clone();
         let lop: LinearOp = self.model.ops[mi].clone();
         let target = OpTarget {
             oi,
@@ -157,11 +158,11 @@ impl Runtime {
             (oi, len),
             Prepared {
                 model_op: mi,
-                decision: di,
                 m: m as usize,
                 k,
                 n,
                 instances: d.instances,
+                decision: d,
                 layers,
                 shares,
             },

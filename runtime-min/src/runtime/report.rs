@@ -95,7 +95,7 @@ impl Runtime {
             steps: if decode { spec.steps } else { 1 },
             repeat: spec.repeat,
             sync: self.sync.as_str().into(),
-            decider: "table (O(1) per operator and length)".into(),
+            decider: "ranges (O(log ranges) per operator and length)".into(),
             timing: timing_of(any_sim, any_emu).into(),
             predicted_us: predicted_total,
             predicted_medians_us: predicted_medians,
@@ -128,7 +128,7 @@ impl Runtime {
     /// prediction with this run's wait.
     fn op_summary(&self, oi: usize, p: &Prepared, s: &[Sample]) -> OpSummary {
         let op = &self.plan.ops[oi];
-        let d = &op.decisions[p.decision];
+        let d = &p.decision;
         let col = |f: &dyn Fn(&Sample) -> f64| s.iter().map(f).collect::<Vec<f64>>();
         let measured_each = col(&|x| x.measured_us);
         let measured = report::median(&measured_each);

@@ -4,9 +4,11 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use hetero_plan::{
-    Fingerprint, GraphSet, LinearOp, ModelSpec, OffloadPlacement, OpPlan, Phase, Plan,
+    DenseOpPlan, Fingerprint, GraphSet, LinearOp, ModelSpec, OffloadPlacement, OpPlan, Phase, Plan,
     ProcessorDType, Resident, RowGraph, SchemaVersion, SolverInfo, Strategy,
 };
+
+use rayon::prelude::*;
 
 use super::graph_sets::prepare_budget;
 use super::round2;
@@ -18,12 +20,13 @@ use crate::settings::{Distribution, Settings, fmt_bytes};
 pub(super) struct Solved<'x, 'a> {
     pub setup: &'x Setup<'a>,
     pub ops: &'x [&'x LinearOp],
-    pub plan_ops: Vec<OpPlan>,
+    /// One decision per length; compacted into ranges as the plan is written.
+    pub plan_ops: Vec<DenseOpPlan>,
     pub dist: Option<Distribution>,
     pub notes: Vec<String>,
 }
 
-/// Writes the plan down.
+/// Writes the plan down: the decision tables compacted into ranges.
 pub(super) fn plan<O: LatencyOracle + ?Sized>(
     oracle: &O,
     predictor: Fingerprint,
@@ -94,7 +97,7 @@ pub(super) fn plan<O: LatencyOracle + ?Sized>(
         }),
         notes,
         graph_sets,
-        ops: plan_ops,
+        ops: plan_ops.into_par_iter().map(OpPlan::from_dense).collect(),
     }
 }
 
@@ -148,7 +151,12 @@ fn offload_placement(
 
 /// The graphs a static processor must prepare: a full graph of every
 /// operator at every size, plus the row-share graphs decisions use.
-fn graph_set(setup: &Setup, g: &StaticGraphs, ops: &[&LinearOp], plan_ops: &[OpPlan]) -> GraphSet {
+fn graph_set(
+    setup: &Setup,
+    g: &StaticGraphs,
+    ops: &[&LinearOp],
+    plan_ops: &[DenseOpPlan],
+) -> GraphSet {
     let sp = &setup.procs[g.p];
     let mut rows: BTreeMap<(String, Phase, u32), u32> = BTreeMap::new();
     for op in plan_ops {
@@ -208,7 +216,7 @@ fn graph_set(setup: &Setup, g: &StaticGraphs, ops: &[&LinearOp], plan_ops: &[OpP
 /// Expected prefill latency: over the distribution, the sum over every
 /// operator and layer of the decision the runtime would use (the next
 /// solved length at or above the prompt's).
-fn expected_prefill(ops: &[OpPlan], dist: &Distribution, solved: &[u32]) -> f64 {
+fn expected_prefill(ops: &[DenseOpPlan], dist: &Distribution, solved: &[u32]) -> f64 {
     let per_len: HashMap<u32, f64> = solved
         .iter()
         .map(|&l| {
@@ -227,4 +235,109 @@ fn expected_prefill(ops: &[OpPlan], dist: &Distribution, solved: &[u32]) -> f64 
             solved.get(i).map(|s| p * per_len[s])
         })
         .sum()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use hetero_plan::{
+        Fingerprint, ModelSpec, Phase, Predictor, Validate, compact, cost_tolerance, expand, hf,
+    };
+
+    use crate::{GraphChoice, LatencyOracle, Settings, solve_with_tables, synthetic};
+
+    fn root() -> std::path::PathBuf {
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+    }
+
+    fn model(name: &str) -> ModelSpec {
+        let r = root();
+        let p = [
+            r.join("datasets/models").join(name),
+            r.join("tests/fixtures/configs").join(name),
+        ]
+        .into_iter()
+        .find(|p| p.exists())
+        .unwrap_or_else(|| panic!("no config {name}"));
+        hf::load_config(&p).unwrap()
+    }
+
+    fn settings(prefill: u32, budget: Option<u64>) -> Settings {
+        Settings {
+            phases: vec![Phase::Prefill, Phase::Decode],
+            prefill_lengths: (1..=prefill).collect(),
+            decode_lengths: (1..=8).collect(),
+            graphs: GraphChoice::Auto,
+            prepare_budget_us: Some(600e6),
+            gpu_mem_budget: budget,
+            ..Settings::default()
+        }
+    }
+
+    /// Solves, and checks every decision of the dense solve against the
+    /// plan's ranges: strategy, M and instances exactly, every cost within
+    /// the tolerance. Returns (decisions, ranges).
+    fn check_lossless<O: LatencyOracle>(oracle: &O, m: &ModelSpec, s: &Settings) -> (usize, usize) {
+        let fp = Fingerprint::of_bytes("p", b"p");
+        let (plan, dense, _) = solve_with_tables(oracle, fp, m, s).unwrap();
+        plan.validate().unwrap();
+        assert_eq!(dense.len(), plan.ops.len());
+        let (mut decisions, mut ranges) = (0, 0);
+        for (table, op) in dense.iter().zip(&plan.ops) {
+            assert_eq!(op.length_count(), table.decisions.len());
+            assert_eq!(op.ranges, compact(&table.decisions));
+            let back = expand(&op.ranges);
+            assert_eq!(back.len(), table.decisions.len());
+            for ((want, got), at) in table.decisions.iter().zip(&back).zip(op.decisions()) {
+                let what = format!("{} {} len {}", op.op, op.phase, want.len);
+                assert_eq!(got, &at, "{what}");
+                assert_eq!(
+                    (got.len, got.m, got.instances, &got.strategy),
+                    (want.len, want.m, want.instances, &want.strategy),
+                    "{what}"
+                );
+                assert!(got.agrees_with(want), "{what}: {got:?} vs {want:?}");
+                let tol = cost_tolerance(want.cost.total_us);
+                assert!(
+                    (got.cost.total_us - want.cost.total_us).abs() <= tol,
+                    "{what}"
+                );
+            }
+            decisions += table.decisions.len();
+            ranges += op.ranges.len();
+        }
+        (decisions, ranges)
+    }
+
+    #[test]
+    fn plans_expand_to_the_dense_solve_on_simulated_processors() {
+        let dev = synthetic::paper_like_npu_gpu();
+        for name in [
+            "llama-3.1-8b.json",
+            "qwen2.5-1.5b.json",
+            "qwen1.5-moe-a2.7b.json",
+        ] {
+            let (d, r) = check_lossless(&dev, &model(name), &settings(1500, None));
+            assert!(r * 4 < d, "{name}: {r} ranges for {d} decisions");
+        }
+        let host = synthetic::discrete_cpu_gpu();
+        check_lossless(
+            &host,
+            &model("qwen2.5-1.5b.json"),
+            &settings(900, Some(1 << 29)),
+        );
+    }
+
+    #[test]
+    fn plans_expand_to_the_dense_solve_with_fixture_and_fitted_like_predictors() {
+        let path = root().join("tests/fixtures/predictors/soc-npu-gpu.ron");
+        let fixture: Predictor = hetero_plan::load(&path).unwrap();
+        let m = model("llama-3.1-8b.json");
+        check_lossless(&fixture, &m, &settings(2048, None));
+        for name in ["soc-npu-gpu.ron", "discrete-cpu-gpu.ron"] {
+            let fitted = crate::tests::tree_predictor(name);
+            check_lossless(&fitted, &model("qwen2.5-1.5b.json"), &settings(1200, None));
+        }
+    }
 }

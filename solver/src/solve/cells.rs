@@ -6,7 +6,8 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use hetero_plan::{
-    CostBreakdown, Decision, LinearOp, OpPlan, OperandOrder, Phase, ProcessorOrder, RunnerUp,
+    CostBreakdown, Decision, DenseOpPlan as OpPlan, LinearOp, OperandOrder, Phase, ProcessorOrder,
+    RunnerUp,
 };
 use rayon::prelude::*;
 

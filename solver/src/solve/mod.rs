@@ -10,7 +10,7 @@ mod procs;
 mod sampled;
 mod tables;
 
-use hetero_plan::{Fingerprint, ModelSpec, Plan};
+use hetero_plan::{DenseOpPlan, Fingerprint, ModelSpec, Plan};
 
 use crate::Result;
 use crate::oracle::LatencyOracle;
@@ -50,6 +50,29 @@ pub fn solve_with_stats<O: LatencyOracle + ?Sized>(
     model: &ModelSpec,
     settings: &Settings,
 ) -> Result<(Plan, SolveStats)> {
+    solve_inner(oracle, predictor, model, settings, false).map(|(plan, _, stats)| (plan, stats))
+}
+
+/// [`solve_with_stats`], with the decision tables as solved, one decision
+/// per length, before the plan compacts them into ranges: for comparing
+/// solves, or a plan with its solve, length by length.
+pub fn solve_with_tables<O: LatencyOracle + ?Sized>(
+    oracle: &O,
+    predictor: Fingerprint,
+    model: &ModelSpec,
+    settings: &Settings,
+) -> Result<(Plan, Vec<DenseOpPlan>, SolveStats)> {
+    solve_inner(oracle, predictor, model, settings, true)
+        .map(|(plan, tables, stats)| (plan, tables.unwrap_or_default(), stats))
+}
+
+fn solve_inner<O: LatencyOracle + ?Sized>(
+    oracle: &O,
+    predictor: Fingerprint,
+    model: &ModelSpec,
+    settings: &Settings,
+    keep_tables: bool,
+) -> Result<(Plan, Option<Vec<DenseOpPlan>>, SolveStats)> {
     settings.check()?;
     let ops = select_ops(model, &settings.ops)?;
     let mut notes = vec![];
@@ -73,6 +96,7 @@ pub fn solve_with_stats<O: LatencyOracle + ?Sized>(
         settings,
     )?;
     let (plan_ops, stats) = cells::solve_ops(&setup, &ops, &prefill_tables, settings)?;
+    let tables = keep_tables.then(|| plan_ops.clone());
     let solved = assemble::Solved {
         setup: &setup,
         ops: &ops,
@@ -82,6 +106,7 @@ pub fn solve_with_stats<O: LatencyOracle + ?Sized>(
     };
     Ok((
         assemble::plan(oracle, predictor, model, settings, solved),
+        tables,
         stats,
     ))
 }
