@@ -686,6 +686,7 @@ fn run_step(d: &mut Demo) -> Result<()> {
         label: format!("the plan ({})", d.choice.chosen.join(" + ")),
         prefill: Timed::of(&p),
         decode: Timed::of(&dec),
+        mix: None,
     }];
     for e in d.compared.extra.clone() {
         let at = |phase: &str| {
@@ -700,10 +701,13 @@ fn run_step(d: &mut Demo) -> Result<()> {
             label: e.label.clone(),
             prefill: Timed::of(&p),
             decode: Timed::of(&dec),
+            mix: e.mix.clone(),
         };
         println!(
-            "  {}: prefill {:?} µs, decode {:?} µs (measured)",
-            ran.label, ran.prefill.measured_us, ran.decode.measured_us
+            "  {}, predicted → measured: prefill {}, decode {}",
+            ran.label,
+            ran.prefill.cell(),
+            ran.decode.cell()
         );
         d.ran.push(ran);
     }

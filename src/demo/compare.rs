@@ -16,7 +16,7 @@ use hetero_plan::{Plan, ProcessorKind};
 use hetero_solver::settings::fmt_bytes;
 
 use super::reference;
-use super::screen::{self, PhaseTimes, Reference};
+use super::screen::{self, PhaseTimes, Predicted, Reference};
 use crate::demo_cmd::Demo;
 
 /// A plan to run beside the demo's own.
@@ -28,6 +28,8 @@ pub struct Extra {
     pub plan: String,
     /// How the screen names it.
     pub label: String,
+    /// Its strategy mix, where the screen shows one.
+    pub mix: Option<Vec<(String, f64)>>,
 }
 
 /// What the comparing step found.
@@ -38,7 +40,7 @@ pub struct Compared {
     pub extra: Vec<Extra>,
     /// Why no single-processor plan runs (the plan has one processor).
     pub single_note: Option<String>,
-    /// The plan on the reference machine.
+    /// The plans on the reference machine.
     pub reference: Option<Reference>,
 }
 
@@ -71,10 +73,11 @@ pub fn runs_title(d: &Demo) -> String {
 pub fn step(d: &mut Demo) -> Result<()> {
     let plan: Plan = hetero_plan::load(Path::new(&d.files.plan))?;
     let mut compared = Compared::default();
+    let predictor = d.files.predictor.clone();
     if plan.processors.len() > 1 {
-        let procs = plan.processors.clone();
-        let predictor = d.files.predictor.clone();
-        if let Some(best) = best_single(d, &predictor, &procs, &d.out, "")? {
+        let best = singles(d, &predictor, &plan.processors, &d.out, "")?;
+        let best = best.into_iter().min_by(|a, b| a.total.total_cmp(&b.total));
+        if let Some(best) = best {
             println!(
                 "  best single processor, as predicted at prefill {} and in decode: {}",
                 d.args.len, best.processor
@@ -83,6 +86,7 @@ pub fn step(d: &mut Demo) -> Result<()> {
                 tag: "single".into(),
                 label: format!("{} alone", best.processor),
                 plan: best.plan,
+                mix: None,
             });
         }
     } else {
@@ -91,17 +95,28 @@ pub fn step(d: &mut Demo) -> Result<()> {
             "the plan has one processor ({only}): it is its own best single processor"
         ));
     }
-    if let Some(off) = offload(d, &plan)? {
-        compared.extra.push(off);
+    if let Some(gpu) = d.choice.discrete_gpu() {
+        let cpu = (plan.processors.iter())
+            .find(|id| (d.choice.processor(id)).is_some_and(|p| p.kind == ProcessorKind::Cpu));
+        match cpu {
+            Some(cpu) if plan.processors.contains(&gpu.id) => {
+                let path = d.out.join("offload-plan.ron").display().to_string();
+                let label = offload(d, &predictor, &plan, [cpu, &gpu.id], &path, "")?;
+                compared.extra.push(Extra {
+                    tag: "offload".into(),
+                    mix: Some(screen::mix(&hetero_plan::load(Path::new(&path))?)),
+                    plan: path,
+                    label,
+                });
+            }
+            _ => println!(
+                "  no offload plan: the plan does not use both a CPU and {}",
+                gpu.id
+            ),
+        }
     }
     if d.choice.one_real() {
-        let r = reference_plan(d)?;
-        println!(
-            "  reference plan on {}: {}",
-            r.processors.join(" + "),
-            screen::mix_line(&r.mix)
-        );
-        compared.reference = Some(r);
+        compared.reference = Some(reference_plans(d)?);
     }
     d.compared = compared;
     Ok(())
@@ -113,6 +128,8 @@ struct Single {
     plan: String,
     /// Predicted at the demo's lengths.
     times: PhaseTimes,
+    /// Predicted over a prefill and the demo's decode steps.
+    total: f64,
 }
 
 /// A plan's predicted prefill at the demo's length and one decode step,
@@ -124,18 +141,16 @@ fn predicted_run(d: &Demo, plan: &Plan) -> (PhaseTimes, f64) {
 }
 
 /// Solves a plan for each of `procs` alone, at the demo's prefill length
-/// and in decode, with `predictor`; returns the one predicted fastest over
-/// a prefill and the decode steps: its processor, plan file and predicted
-/// times.
-fn best_single(
+/// and in decode, with `predictor`, into `dir`.
+fn singles(
     d: &Demo,
     predictor: &str,
     procs: &[String],
     dir: &Path,
     tag: &str,
-) -> Result<Option<Single>> {
-    let mut best: Option<(Single, f64)> = None;
+) -> Result<Vec<Single>> {
     let len = d.args.len.to_string();
+    let mut out = Vec::new();
     for p in procs {
         let file = p.replace(':', "-");
         let path = dir.join(format!("single-{file}.ron")).display().to_string();
@@ -157,82 +172,66 @@ fn best_single(
         )?;
         let plan: Plan = hetero_plan::load(Path::new(&path))?;
         let (times, total) = predicted_run(d, &plan);
-        if best.as_ref().is_none_or(|b| total < b.1) {
-            let s = Single {
-                processor: p.clone(),
-                plan: path,
-                times,
-            };
-            best = Some((s, total));
-        }
+        out.push(Single {
+            processor: p.clone(),
+            plan: path,
+            times,
+            total,
+        });
     }
-    Ok(best.map(|b| b.0))
+    Ok(out)
 }
 
-/// The offload plan where the plan has a discrete GPU and a CPU: half the
-/// model's weights (in the GPU's dtype) fit in the GPU memory budget.
-fn offload(d: &Demo, plan: &Plan) -> Result<Option<Extra>> {
-    let Some(gpu) = d.choice.discrete_gpu() else {
-        return Ok(None);
-    };
-    let cpu = (plan.processors.iter()).find(|id| {
-        d.choice
-            .processor(id)
-            .is_some_and(|p| p.kind == ProcessorKind::Cpu)
-    });
-    let (Some(cpu), true) = (cpu, plan.processors.contains(&gpu.id)) else {
-        println!(
-            "  no offload plan: the plan does not use both a CPU and {}",
-            gpu.id
-        );
-        return Ok(None);
-    };
+/// Solves the offload plan of `[cpu, gpu]` into `path`, at every length
+/// the plan has: a GPU memory budget of half the model's weights (in the
+/// GPU's dtype in `plan`), which therefore do not fit. Returns its label.
+fn offload(
+    d: &Demo,
+    predictor: &str,
+    plan: &Plan,
+    [cpu, gpu]: [&str; 2],
+    path: &str,
+    tag: &str,
+) -> Result<String> {
     let bits = (plan.dtypes.iter())
-        .find(|x| x.processor == gpu.id)
+        .find(|x| x.processor == gpu)
         .map_or(16, |x| x.dtype.weight_bits() as u64);
     let model = crate::solve_cmd::load_model(Path::new(&d.files.model))?;
     let weights = model.linear_params_stored().saturating_mul(bits) / 8;
     let budget = weights / 2;
-    let path = d.out.join("offload-plan.ron").display().to_string();
     d.hetero(
-        "solve-offload",
+        &format!("{tag}solve-offload"),
         &[
             "solve",
             "--predictor",
-            &d.files.predictor,
+            predictor,
             "--model",
             &d.files.model,
             "--out",
-            &path,
-            "--buckets",
-            &d.args.len.to_string(),
+            path,
+            "--lengths",
+            &format!("1..{}", d.args.max_len),
             "--processors",
-            &format!("{cpu},{}", gpu.id),
+            &format!("{cpu},{gpu}"),
             "--gpu-mem-budget",
             &format!("{budget}B"),
         ],
     )?;
     println!(
-        "  offload plan: {} of the model's {} of weights on {}, the rest streamed from host memory",
+        "  offload plan: {} of the model's {} of weights on {gpu}, the rest on the host",
         fmt_bytes(budget),
         fmt_bytes(weights),
-        gpu.id
     );
-    Ok(Some(Extra {
-        tag: "offload".into(),
-        plan: path,
-        label: format!(
-            "offload, {} of {} on {}",
-            fmt_bytes(budget),
-            fmt_bytes(weights),
-            gpu.id
-        ),
-    }))
+    Ok(format!(
+        "offload, {}/{} on {gpu}",
+        fmt_bytes(budget),
+        fmt_bytes(weights)
+    ))
 }
 
-/// Fits the built-in reference profile and solves the same model on it,
-/// with its two processors and each alone.
-fn reference_plan(d: &Demo) -> Result<Reference> {
+/// Fits the built-in reference profile and solves the same model on it:
+/// the plan of its two processors, each alone, and the offload plan.
+fn reference_plans(d: &Demo) -> Result<Reference> {
     let dir = d.out.join("reference");
     let at = |name: &str| dir.join(name).display().to_string();
     let (dataset, predictor, report, plan_path) = (
@@ -268,13 +267,43 @@ fn reference_plan(d: &Demo) -> Result<Reference> {
         ],
     )?;
     let plan: Plan = hetero_plan::load(Path::new(&plan_path))?;
+    let mut plans = vec![Predicted {
+        label: format!("the plan ({})", plan.processors.join(" + ")),
+        times: predicted_run(d, &plan).0,
+        mix: Some(screen::mix(&plan)),
+    }];
     let procs: Vec<String> = reference::PROCESSORS.map(String::from).to_vec();
-    let single = best_single(d, &predictor, &procs, &dir, "reference-")?;
+    for s in singles(d, &predictor, &procs, &dir, "reference-")? {
+        plans.push(Predicted {
+            label: format!("{} alone", s.processor),
+            times: s.times,
+            mix: None,
+        });
+    }
+    let off = at("offload-plan.ron");
+    let label = offload(
+        d,
+        &predictor,
+        &plan,
+        reference::PROCESSORS,
+        &off,
+        "reference-",
+    )?;
+    let off_plan: Plan = hetero_plan::load(Path::new(&off))?;
+    plans.push(Predicted {
+        label,
+        times: predicted_run(d, &off_plan).0,
+        mix: Some(screen::mix(&off_plan)),
+    });
+    for p in &plans {
+        println!(
+            "  reference, {}: {}",
+            p.label,
+            p.mix.as_deref().map_or_else(String::new, screen::mix_line)
+        );
+    }
     Ok(Reference {
         machine: reference::MACHINE.into(),
-        processors: plan.processors.clone(),
-        mix: screen::mix(&plan),
-        plan: predicted_run(d, &plan).0,
-        single: single.map(|s| (s.processor, s.times)),
+        plans,
     })
 }

@@ -139,7 +139,8 @@ impl Timed {
         }
     }
 
-    fn cell(&self) -> String {
+    /// "predicted → measured".
+    pub fn cell(&self) -> String {
         format!("{} → {}", us(self.predicted_us), us(self.measured_us))
     }
 }
@@ -150,20 +151,28 @@ pub struct Ran {
     pub label: String,
     pub prefill: Timed,
     pub decode: Timed,
+    /// Its strategy mix, for a plan beside the demo's that shows one.
+    pub mix: Option<Vec<(String, f64)>>,
 }
 
-/// How a plan with a second processor would look on the reference
-/// machine, predicted there.
+/// A plan of the reference machine, predicted there.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Predicted {
+    pub label: String,
+    /// Prefill at the demo's length and one decode step.
+    pub times: PhaseTimes,
+    /// Its strategy mix, where the screen shows one.
+    pub mix: Option<Vec<(String, f64)>>,
+}
+
+/// How plans with a second processor look on the reference machine,
+/// predicted there: the plan first, then each processor alone and the
+/// offload plan.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Reference {
     /// The machine, in words.
     pub machine: String,
-    pub processors: Vec<String>,
-    pub mix: Vec<(String, f64)>,
-    /// Prefill at the demo's length and one decode step, µs.
-    pub plan: PhaseTimes,
-    /// The best single processor there and its times.
-    pub single: Option<(String, PhaseTimes)>,
+    pub plans: Vec<Predicted>,
 }
 
 /// Everything the last screen shows.
@@ -246,15 +255,20 @@ impl Screen {
             "\nRuns on this machine, predicted → measured (prefill {}, {} decode steps):",
             self.len, self.tokens
         );
-        let _ = writeln!(s, "  {:<34} {:<22} decode", "plan", "prefill");
+        let _ = writeln!(s, "  {:<36} {:<22} decode", "plan", "prefill");
         for r in &self.runs {
             let _ = writeln!(
                 s,
-                "  {:<34} {:<22} {}",
-                truncate(&r.label, 34),
+                "  {:<36} {:<22} {}",
+                truncate(&r.label, 36),
                 r.prefill.cell(),
                 r.decode.cell()
             );
+        }
+        for r in &self.runs {
+            if let Some(mix) = &r.mix {
+                let _ = writeln!(s, "  {}: {}", r.label, mix_line(mix));
+            }
         }
         if let Some(note) = &self.single_note {
             let _ = writeln!(s, "  {note}");
@@ -273,31 +287,26 @@ impl Screen {
 fn render_reference(r: &Reference, len: u32, s: &mut String) {
     let _ = writeln!(
         s,
-        "\nWith a second processor: the REFERENCE profile of {} \
-         (bundled; predicted there, not run here):",
+        "\nWith a second processor: the REFERENCE profile of {}\n\
+         (built into hetero; predicted for that machine, not run here):",
         r.machine
     );
     let _ = writeln!(
         s,
-        "  plan on {}: {}",
-        r.processors.join(" + "),
-        mix_line(&r.mix)
+        "  {:<36} {:>10} {:>11}  strategy mix",
+        "plan",
+        format!("prefill {len}"),
+        "decode step"
     );
-    let _ = writeln!(
-        s,
-        "  predicted prefill {len}: {}, one decode step: {}",
-        us(r.plan.0),
-        us(r.plan.1)
-    );
-    if let Some((id, (p, d))) = &r.single {
-        let _ = writeln!(
-            s,
-            "  {id} alone: {}, {} (the plan: prefill {}, decode {})",
-            us(*p),
-            us(*d),
-            speed(r.plan.0, *p),
-            speed(r.plan.1, *d)
+    for p in &r.plans {
+        let row = format!(
+            "  {:<36} {:>10} {:>11}  {}",
+            truncate(&p.label, 36),
+            us(p.times.0),
+            us(p.times.1),
+            p.mix.as_deref().map(mix_line).unwrap_or_default()
         );
+        let _ = writeln!(s, "{}", row.trim_end());
     }
 }
 
@@ -333,16 +342,19 @@ mod tests {
                     label: "the plan (cpu:0 + cuda:0)".into(),
                     prefill: timed(900.0, 1000.0),
                     decode: timed(300.0, 330.0),
+                    mix: None,
                 },
                 Ran {
                     label: "cuda:0 alone".into(),
                     prefill: timed(1000.0, 1200.0),
                     decode: timed(300.0, 330.0),
+                    mix: None,
                 },
                 Ran {
-                    label: "offload, 1.4 GiB of 2.9 GiB on cuda:0".into(),
+                    label: "offload, 1.40 GiB/2.90 GiB on cuda:0".into(),
                     prefill: timed(20_000.0, 25_000.0),
                     decode: timed(9000.0, 9900.0),
+                    mix: Some(vec![("offload cpu:0+cuda:0".into(), 100.0)]),
                 },
             ],
             single_note: None,
@@ -360,6 +372,10 @@ mod tests {
         assert!(text.contains("20.0 %  row_cut cpu:0+cuda:0"), "{text}");
         assert!(text.contains("900 µs → 1000 µs"), "{text}");
         assert!(text.contains("20.0 ms → 25.0 ms"), "{text}");
+        assert!(
+            text.contains("on cuda:0: offload cpu:0+cuda:0 100 %"),
+            "{text}"
+        );
         // 1200 / 1000 measured.
         assert!(
             text.contains("against cuda:0 alone: prefill 1.20× faster, decode 1.00× faster"),
@@ -374,15 +390,26 @@ mod tests {
         let mut s = screen();
         s.runs.truncate(1);
         s.single_note = Some("the plan has one processor: cpu:0".into());
+        let mix = |v: &[(&str, f64)]| Some(v.iter().map(|(k, x)| (k.to_string(), *x)).collect());
         s.reference = Some(Reference {
             machine: "a 16-core Xeon host with one H200".into(),
-            processors: vec!["cpu:0".into(), "cuda:0".into()],
-            mix: vec![
-                ("single cuda:0".into(), 90.0),
-                ("row_cut cpu:0+cuda:0".into(), 10.0),
+            plans: vec![
+                Predicted {
+                    label: "the plan (cpu:0 + cuda:0)".into(),
+                    times: (Some(500.0), Some(100.0)),
+                    mix: mix(&[("single cuda:0", 90.0), ("row_cut cpu:0+cuda:0", 10.0)]),
+                },
+                Predicted {
+                    label: "cpu:0 alone".into(),
+                    times: (Some(60_000.0), Some(20_000.0)),
+                    mix: None,
+                },
+                Predicted {
+                    label: "offload, 1.40 GiB/2.90 GiB on cuda:0".into(),
+                    times: (Some(5000.0), Some(3000.0)),
+                    mix: mix(&[("offload cpu:0+cuda:0", 25.0), ("single cuda:0", 75.0)]),
+                },
             ],
-            plan: (Some(500.0), Some(100.0)),
-            single: Some(("cuda:0".into(), (Some(600.0), Some(100.0)))),
         });
         let text = s.render();
         assert!(
@@ -394,7 +421,11 @@ mod tests {
             text.contains("single cuda:0 90 %, row_cut cpu:0+cuda:0 10 %"),
             "{text}"
         );
-        assert!(text.contains("prefill 1.20× faster"), "{text}");
+        assert!(text.contains("cpu:0 alone"), "{text}");
+        assert!(
+            text.contains("offload cpu:0+cuda:0 25 %") && text.contains("60.0 ms"),
+            "{text}"
+        );
         assert!(text.contains("the plan has one processor"), "{text}");
         assert!(text.lines().count() <= 30, "{}", text.lines().count());
     }
