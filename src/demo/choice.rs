@@ -161,18 +161,24 @@ impl Choice {
         })
     }
 
-    /// True when the plan has one real processor to work with: one chosen,
-    /// or every chosen one but one simulated or emulated.
+    /// True when the plan has one real processor to work with: the chosen
+    /// processors with real times, less those on another one's hardware
+    /// (PoCL beside cpu:0, an OpenCL GPU beside CUDA), number one or none.
     pub fn one_real(&self) -> bool {
-        let real = self
-            .chosen
-            .iter()
-            .filter(|id| {
-                self.processor(id)
-                    .is_none_or(|p| p.timing() == Timing::Real)
+        let real: Vec<Processor> = self
+            .chosen_found()
+            .filter(|p| p.timing() == Timing::Real)
+            .cloned()
+            .collect();
+        let unfound = (self.chosen.iter())
+            .filter(|id| self.processor(id).is_none())
+            .count();
+        let distinct = (real.iter())
+            .filter(|p| {
+                same_cores_as_cpu(p, &real).is_none() && same_card_as_cuda(p, &real).is_none()
             })
             .count();
-        real <= 1
+        distinct + unfound <= 1
     }
 
     /// The lines the demo prints: each processor, used or left out and why.
@@ -264,6 +270,10 @@ mod tests {
         assert!(c.by_hand);
         assert_eq!(left_out(&c, "cuda:0"), Some("not in --processors"));
         assert_eq!(left_out(&c, "opencl:0:0"), None);
+        // The two share the CPU's cores: one real processor.
+        assert!(c.one_real());
+        assert!(!choose(&h200_probe(), Some("cpu:0,opencl:1:0"), false).one_real());
+        assert!(choose(&h200_probe(), Some("cuda:0,opencl:1:0"), false).one_real());
         // Simulated processors count as no second real one.
         let c = choose(&h200_probe(), Some("cpu:0,npu-sim"), false);
         assert!(c.one_real());
