@@ -24,7 +24,9 @@ fn demo_env(
     let mut opts = vec![
         ("--model", "runtime-min/bench/bench-model.json"),
         ("--processors", "cpu:0"),
-        ("--budget", "15s"),
+        // Enough for the rows a fit needs after the stage probes, on a
+        // test build of the agent on a busy 2-core machine.
+        ("--budget", "45s"),
         ("--len", "24"),
         ("--tokens", "2"),
         ("--max-len", "64"),
