@@ -54,7 +54,7 @@ pub struct DemoArgs {
     #[arg(long)]
     model: Option<PathBuf>,
     /// Profile time budget; the demo as a whole takes about this plus two
-    /// minutes.
+    /// to three minutes.
     #[arg(long, default_value = "150s")]
     budget: String,
     /// Processors to profile and plan for, comma-separated (default: every

@@ -14,7 +14,7 @@ use std::path::Path;
 use anyhow::Result;
 
 /// The machine, in words.
-pub const MACHINE: &str = "a 16-core Xeon host with one NVIDIA H200 (datasets/gpu-host-h200)";
+pub const MACHINE: &str = "a 16-core Xeon host with one H200 (datasets/gpu-host-h200)";
 
 /// The processors the reference plan uses.
 pub const PROCESSORS: [&str; 2] = ["cpu:0", "cuda:0"];

@@ -7,9 +7,10 @@ use std::fmt::Write as _;
 use hetero_plan::{Phase, Plan};
 use serde_json::Value;
 
-/// A time in µs, or ms from 10 ms up.
+/// A time in µs, ms from 10 ms up, s from 1 s up.
 pub fn us(v: Option<f64>) -> String {
     match v {
+        Some(x) if x >= 1e6 => format!("{:.2} s", x / 1e6),
         Some(x) if x >= 10_000.0 => format!("{:.1} ms", x / 1000.0),
         Some(x) => format!("{x:.0} µs"),
         None => "-".into(),
@@ -255,12 +256,12 @@ impl Screen {
             "\nRuns on this machine, predicted → measured (prefill {}, {} decode steps):",
             self.len, self.tokens
         );
-        let _ = writeln!(s, "  {:<36} {:<22} decode", "plan", "prefill");
+        let _ = writeln!(s, "  {:<38} {:<22} decode", "plan", "prefill");
         for r in &self.runs {
             let _ = writeln!(
                 s,
-                "  {:<36} {:<22} {}",
-                truncate(&r.label, 36),
+                "  {:<38} {:<22} {}",
+                truncate(&r.label, 38),
                 r.prefill.cell(),
                 r.decode.cell()
             );
@@ -280,6 +281,21 @@ impl Screen {
                 speed(plan.prefill.measured_us, single.prefill.measured_us),
                 speed(plan.decode.measured_us, single.decode.measured_us)
             );
+            // A plan of one strategy on one processor everywhere is that
+            // processor's plan: the two runs differ by run-to-run noise.
+            if let [(only, _)] = self.mix.as_slice()
+                && single
+                    .label
+                    .strip_suffix(" alone")
+                    .map(|p| format!("single {p}"))
+                    == Some(only.clone())
+            {
+                let _ = writeln!(
+                    s,
+                    "  (the plan is {} at every length: the two differ by run-to-run noise)",
+                    single.label
+                );
+            }
         }
     }
 }
@@ -293,15 +309,15 @@ fn render_reference(r: &Reference, len: u32, s: &mut String) {
     );
     let _ = writeln!(
         s,
-        "  {:<36} {:>10} {:>11}  strategy mix",
+        "  {:<38} {:>10} {:>11}  strategy mix",
         "plan",
         format!("prefill {len}"),
         "decode step"
     );
     for p in &r.plans {
         let row = format!(
-            "  {:<36} {:>10} {:>11}  {}",
-            truncate(&p.label, 36),
+            "  {:<38} {:>10} {:>11}  {}",
+            truncate(&p.label, 38),
             us(p.times.0),
             us(p.times.1),
             p.mix.as_deref().map(mix_line).unwrap_or_default()
@@ -428,6 +444,20 @@ mod tests {
         );
         assert!(text.contains("the plan has one processor"), "{text}");
         assert!(text.lines().count() <= 30, "{}", text.lines().count());
+    }
+
+    #[test]
+    fn a_plan_that_is_the_single_processor_s_says_so() {
+        let mut s = screen();
+        s.mix = vec![("single cuda:0".into(), 100.0)];
+        let text = s.render();
+        assert!(
+            text.contains("the plan is cuda:0 alone at every length"),
+            "{text}"
+        );
+        s.mix.push(("row_cut cpu:0+cuda:0".into(), 1.0));
+        assert!(!s.render().contains("run-to-run noise"));
+        assert_eq!(us(Some(5_065_100.0)), "5.07 s");
     }
 
     #[test]
