@@ -164,7 +164,8 @@ fn demo_runs_every_step_and_prints_the_table() {
         text.contains("skipped: HETERO_FONT=/nonexistent/font.ttf"),
         "{text}"
     );
-    assert!(text.contains("not drawn: no TrueType font"), "{text}");
+    let summary = std::fs::read_to_string(out.join("DEMO.md")).unwrap();
+    assert!(summary.contains("not drawn: no TrueType font"), "{summary}");
     assert!(!out.join("charts/plan/index.md").exists(), "{text}");
     for f in ["run-prefill.json", "run-decode.json", "DEMO.md"] {
         assert!(out.join(f).is_file(), "{f} missing: {text}");

@@ -256,7 +256,7 @@ impl Screen {
             "\nRuns on this machine, predicted → measured (prefill {}, {} decode steps):",
             self.len, self.tokens
         );
-        let _ = writeln!(s, "  {:<38} {:<22} decode", "plan", "prefill");
+        let _ = writeln!(s, "  {:<38} {:<22} decode, per step", "plan", "prefill");
         for r in &self.runs {
             let _ = writeln!(
                 s,
