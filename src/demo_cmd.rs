@@ -2,8 +2,10 @@
 //!
 //! Every step is the `hetero` command a user would type, run as a child
 //! process of this one, with its output kept in `OUT/logs/`. The demo adds
-//! nothing the commands do not do; it chooses their arguments and reads
-//! their reports back to print one table at the end.
+//! nothing the commands do not do; it chooses their arguments (which
+//! processors, the plans to compare with: `demo::choice`, `demo::compare`)
+//! and reads their reports back to print one screen at the end
+//! (`demo::screen`).
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -17,6 +19,9 @@ use hetero_profiler::agent::{self, AgentSource};
 use serde_json::Value;
 
 use crate::BadInput;
+use crate::demo::choice::{self, Choice};
+use crate::demo::compare::{self, Compared};
+use crate::demo::screen::{self, Ran, Screen, Timed};
 use crate::demo_folder::Staging;
 use crate::outpath::Input;
 
@@ -48,11 +53,14 @@ pub struct DemoArgs {
     /// Hugging Face config.json to solve (default: the bundled Qwen2.5-1.5B).
     #[arg(long)]
     model: Option<PathBuf>,
-    /// Profile time budget; the demo as a whole takes about this plus a minute.
+    /// Profile time budget; the demo as a whole takes about this plus two
+    /// to three minutes.
     #[arg(long, default_value = "150s")]
     budget: String,
     /// Processors to profile and plan for, comma-separated (default: every
-    /// processor whose times are real; see the probe).
+    /// processor whose times are real, less those that share another's
+    /// hardware: OpenCL on the CPU's cores beside cpu:0, OpenCL on a GPU
+    /// that CUDA drives; the demo prints why it leaves each out).
     #[arg(long)]
     processors: Option<String>,
     /// Also use simulated (npu-sim) and emulated (QNN HTP on x86) processors.
@@ -61,13 +69,13 @@ pub struct DemoArgs {
     include_simulated: bool,
     /// Prompt length of the prefill run.
     #[arg(long, default_value_t = 64)]
-    len: u32,
+    pub(crate) len: u32,
     /// Decode tokens of the decode run.
     #[arg(long, default_value_t = 8)]
-    tokens: u32,
+    pub(crate) tokens: u32,
     /// Longest prefill length solved (the plan covers 1..=this).
     #[arg(long, default_value_t = 1024)]
-    max_len: u32,
+    pub(crate) max_len: u32,
     /// Agent binary (default: found next to this executable).
     #[arg(long)]
     agent: Option<PathBuf>,
@@ -83,60 +91,61 @@ pub struct DemoArgs {
     no_refine: bool,
 }
 
-/// One processor the probe found.
-struct Found {
-    id: String,
-    name: String,
-    timing: &'static str,
-}
-
 /// The files the demo writes, as the arguments of its commands.
-struct Files {
-    model: String,
-    dataset: String,
-    predictor: String,
-    fit_report: String,
-    plan: String,
-    charts: String,
-    prefill: String,
-    decode: String,
+pub(crate) struct Files {
+    pub(crate) model: String,
+    pub(crate) dataset: String,
+    pub(crate) predictor: String,
+    pub(crate) fit_report: String,
+    pub(crate) plan: String,
+    pub(crate) charts: String,
+    pub(crate) prefill: String,
+    pub(crate) decode: String,
 }
 
 /// What the steps share: the arguments, the files, and what earlier steps
 /// found.
-struct Demo {
-    args: DemoArgs,
+pub(crate) struct Demo {
+    pub(crate) args: DemoArgs,
     exe: PathBuf,
     agent: PathBuf,
     /// The folder the steps write (OUT.partial).
-    out: PathBuf,
+    pub(crate) out: PathBuf,
     /// Where it goes when every step has succeeded (--out).
     shown_out: PathBuf,
     logs: PathBuf,
-    files: Files,
+    pub(crate) files: Files,
     started: Instant,
     step: usize,
-    /// The probe's processors, and those the demo uses.
-    found: Vec<Found>,
-    chosen: Vec<String>,
+    /// The probe's processors, those the demo uses and why it leaves the
+    /// others out.
+    pub(crate) choice: Choice,
+    /// The plans the plan is compared with.
+    pub(crate) compared: Compared,
+    /// The runs, the plan's first.
+    ran: Vec<Ran>,
+    /// The plan's per-operator tables of its runs.
+    tables: String,
     /// False when the charts were skipped for want of a font.
     charts_drawn: bool,
 }
 
-/// One step of the demo: its title, made from the arguments, and its work.
+/// One step of the demo: its title, made from what earlier steps found,
+/// and its work.
 struct Step {
-    title: fn(&DemoArgs) -> String,
+    title: fn(&Demo) -> String,
     run: fn(&mut Demo) -> Result<()>,
 }
 
 /// The demo's steps, in order.
-const STEPS: [Step; 8] = [
+const STEPS: [Step; 9] = [
     Step {
-        title: |_| "probe the processors".into(),
+        title: |_| "probe the processors and choose those that matter for the plan".into(),
         run: probe_step,
     },
     Step {
-        title: |a| {
+        title: |d| {
+            let a = &d.args;
             format!(
                 "profile: GEMMs of the model (up to {} rows) and stage probes, {} budget, {} caches",
                 a.max_len,
@@ -151,38 +160,44 @@ const STEPS: [Step; 8] = [
         run: fit_step,
     },
     Step {
-        title: |a| {
+        title: |d| {
             format!(
                 "solve every operator at lengths 1..{} and decode",
-                a.max_len
+                d.args.max_len
             )
         },
         run: solve_step,
     },
     Step {
-        title: |a| {
+        title: |d| {
             format!(
                 "measure the GEMMs the plan runs at prefill {} and in decode, then fit and solve again",
-                a.len
+                d.args.len
             )
         },
         run: refine_step,
+    },
+    Step {
+        title: compare::title,
+        run: compare::step,
     },
     Step {
         title: |_| "draw the charts".into(),
         run: chart_step,
     },
     Step {
-        title: |a| {
+        title: |d| {
             format!(
-                "run the plan: prefill of {} tokens and {} decode steps, every output checked",
-                a.len, a.tokens
+                "run {}: prefill of {} tokens and {} decode steps, every output checked",
+                compare::runs_title(d),
+                d.args.len,
+                d.args.tokens
             )
         },
         run: run_step,
     },
     Step {
-        title: |_| "predicted against measured".into(),
+        title: |_| "what the plan does, predicted against measured".into(),
         run: report_step,
     },
 ];
@@ -205,7 +220,7 @@ impl Demo {
 
     /// Where `path`, written under the staging folder, is once the demo
     /// has finished.
-    fn shown(&self, path: &str) -> String {
+    pub(crate) fn shown(&self, path: &str) -> String {
         match Path::new(path).strip_prefix(&self.out) {
             Ok(rest) => self.shown_out.join(rest).display().to_string(),
             Err(_) => path.to_string(),
@@ -220,7 +235,7 @@ impl Demo {
     /// Runs `hetero ARGS`, its stdout and stderr into `logs/N-NAME.log`.
     /// Returns stdout. A failure shows the log's tail and keeps the exit
     /// code's meaning (2: bad input).
-    fn hetero<S: AsRef<str>>(&self, name: &str, args: &[S]) -> Result<String> {
+    pub(crate) fn hetero<S: AsRef<str>>(&self, name: &str, args: &[S]) -> Result<String> {
         let args: Vec<&str> = args.iter().map(AsRef::as_ref).collect();
         let log = self.log(name);
         let shown = format!("hetero {}", args.join(" "));
@@ -263,7 +278,7 @@ impl Demo {
     /// demo's caches, then `rest`.
     fn profile_args(&self, rest: &[&str]) -> Vec<String> {
         let agent = self.agent.display().to_string();
-        let procs = self.chosen.join(",");
+        let procs = self.choice.chosen.join(",");
         let mut args: Vec<String> = [
             "profile",
             "--device",
@@ -317,8 +332,9 @@ impl Demo {
     }
 }
 
-/// Runs the agent's probe and lists what it found.
-fn probe(agent_path: &Path, log: &Path) -> Result<Vec<Found>> {
+/// Runs the agent's probe: the processors it found, each as the probe
+/// describes it.
+fn probe(agent_path: &Path, log: &Path) -> Result<Vec<hetero_plan::Processor>> {
     println!("  $ {} probe --json", agent_path.display());
     let o = Command::new(agent_path)
         .args(["probe", "--json"])
@@ -340,24 +356,12 @@ fn probe(agent_path: &Path, log: &Path) -> Result<Vec<Found>> {
     }
     let v: Value = serde_json::from_str(&stdout)
         .with_context(|| format!("the agent's probe printed no JSON; see {}", log.display()))?;
-    let mut found = Vec::new();
-    for p in v["processors"].as_array().into_iter().flatten() {
-        let timing = if p["simulated"].as_bool() == Some(true) {
-            "simulated"
-        } else if p["emulated"].as_bool() == Some(true) {
-            "emulated"
-        } else {
-            "real"
-        };
-        found.push(Found {
-            id: p["id"].as_str().unwrap_or("?").to_string(),
-            name: p["name"].as_str().unwrap_or("").to_string(),
-            timing,
-        });
-    }
-    for f in &found {
-        println!("  {:<14} {:<10} {}", f.id, f.timing, f.name);
-    }
+    let found = serde_json::from_value(v["processors"].clone()).with_context(|| {
+        format!(
+            "the agent's probe listed processors hetero cannot read; see {}",
+            log.display()
+        )
+    })?;
     for u in v["unavailable"].as_array().into_iter().flatten() {
         println!(
             "  (not opened: {}: {})",
@@ -375,71 +379,6 @@ fn new_rows(text: &str) -> Option<u64> {
     let line = text.lines().find(|l| l.starts_with("wrote "))?;
     let (_, rest) = line.rsplit_once(" (")?;
     rest.split_once(" new)")?.0.trim().parse().ok()
-}
-
-fn us(v: &Value) -> String {
-    match v.as_f64() {
-        Some(x) if x >= 10_000.0 => format!("{:.1} ms", x / 1000.0),
-        Some(x) => format!("{x:.0} µs"),
-        None => "-".into(),
-    }
-}
-
-/// The table of one run report: per operator and the total.
-fn run_table(label: &str, r: &Value, out: &mut String) {
-    let _ = writeln!(
-        out,
-        "\n{label}: {} (timing {}, sync {})",
-        r["phase"].as_str().unwrap_or("?"),
-        r["timing"].as_str().unwrap_or("?"),
-        r["sync"].as_str().unwrap_or("?")
-    );
-    let _ = writeln!(
-        out,
-        "  {:<12} {:<28} {:>11} {:>11} {:>7}",
-        "operator", "strategy", "predicted", "measured", "ratio"
-    );
-    for op in r["per_op"].as_array().into_iter().flatten() {
-        let _ = writeln!(
-            out,
-            "  {:<12} {:<28} {:>11} {:>11} {:>7.2}",
-            op["op"].as_str().unwrap_or("?"),
-            truncate(op["label"].as_str().unwrap_or("?"), 28),
-            us(&op["predicted_us"]),
-            us(&op["measured_us"]),
-            op["ratio"].as_f64().unwrap_or(f64::NAN)
-        );
-    }
-    let _ = writeln!(
-        out,
-        "  {:<12} {:<28} {:>11} {:>11} {:>7.2}",
-        "total",
-        "",
-        us(&r["predicted_us"]),
-        us(&r["measured_us"]),
-        r["ratio"].as_f64().unwrap_or(f64::NAN)
-    );
-    if let Some(c) = r.get("check").filter(|c| !c.is_null()) {
-        let _ = writeln!(
-            out,
-            "  check: {}/{} outputs within bound (worst error {:.2e}, bound {:.2e}, against {})",
-            c["passed"],
-            c["outputs"],
-            c["worst_rel_err"].as_f64().unwrap_or(f64::NAN),
-            c["worst_bound"].as_f64().unwrap_or(f64::NAN),
-            c["reference"].as_str().unwrap_or("?")
-        );
-    }
-}
-
-fn truncate(s: &str, n: usize) -> String {
-    if s.chars().count() <= n {
-        s.to_string()
-    } else {
-        let mut t: String = s.chars().take(n - 1).collect();
-        t.push('…');
-        t
-    }
 }
 
 /// Runs the demo.
@@ -494,7 +433,7 @@ fn run_steps(a: DemoArgs, staging: &Staging) -> Result<()> {
         }
     };
     println!(
-        "hetero demo: profile this machine, fit, solve {model}, chart, run; everything goes to {} \
+        "hetero demo: profile this machine, fit, solve {model}, compare, chart, run; everything goes to {} \
          (written in {} and moved there when every step has succeeded)",
         staging.out.display(),
         out.display()
@@ -520,12 +459,15 @@ fn run_steps(a: DemoArgs, staging: &Staging) -> Result<()> {
         files,
         started: Instant::now(),
         step: 0,
-        found: Vec::new(),
-        chosen: Vec::new(),
+        choice: Choice::default(),
+        compared: Compared::default(),
+        ran: Vec::new(),
+        tables: String::new(),
         charts_drawn: false,
     };
     for step in &STEPS {
-        d.begin(&(step.title)(&d.args));
+        let title = (step.title)(&d);
+        d.begin(&title);
         (step.run)(&mut d)?;
         staging.checkpoint()?;
     }
@@ -535,31 +477,39 @@ fn run_steps(a: DemoArgs, staging: &Staging) -> Result<()> {
 /// Probes the processors and chooses those to use.
 fn probe_step(d: &mut Demo) -> Result<()> {
     let log = d.log("probe");
-    d.found = probe(&d.agent, &log)?;
-    d.chosen = match &d.args.processors {
-        Some(list) => list.split(',').map(|s| s.trim().to_string()).collect(),
-        None => d
-            .found
-            .iter()
-            .filter(|f| d.args.include_simulated || f.timing == "real")
-            .map(|f| f.id.clone())
-            .collect(),
-    };
-    if d.chosen.is_empty() {
+    let found = probe(&d.agent, &log)?;
+    d.choice = choice::choose(
+        &found,
+        d.args.processors.as_deref(),
+        d.args.include_simulated,
+    );
+    if d.choice.chosen.is_empty() {
         return Err(anyhow!(
             "the probe found no processor to profile; see {}",
             log.display()
         ));
     }
-    let labelled: Vec<String> = d
-        .chosen
-        .iter()
-        .map(|id| match d.found.iter().find(|f| &f.id == id) {
-            Some(f) if f.timing != "real" => format!("{id} ({})", f.timing),
-            _ => id.clone(),
-        })
-        .collect();
-    println!("  using: {}", labelled.join(", "));
+    for l in d.choice.lines() {
+        println!("{l}");
+    }
+    let how = if d.choice.by_hand {
+        " (--processors)"
+    } else {
+        ""
+    };
+    println!("  using: {}{how}", d.choice.chosen.join(", "));
+    if d.choice.one_real() {
+        println!(
+            "  this machine has one real processor for the plan; step 6 shows how the plan \
+             changes with a second one, from a reference profile built into hetero"
+        );
+    } else if let Some(gpu) = d.choice.discrete_gpu() {
+        println!(
+            "  {} is a discrete GPU: step 6 also solves the offload setting, its memory \
+             too small for the model's weights",
+            gpu.id
+        );
+    }
     Ok(())
 }
 
@@ -676,8 +626,9 @@ fn chart_step(d: &mut Demo) -> Result<()> {
     Ok(())
 }
 
-/// Runs the plan's prefill and decode, every output checked.
-fn run_step(d: &mut Demo) -> Result<()> {
+/// Runs `plan`'s prefill and decode, every output checked, into
+/// `prefill` and `decode`; returns the two reports.
+fn run_plan(d: &Demo, tag: &str, plan: &str, prefill: &str, decode: &str) -> Result<[Value; 2]> {
     let f = &d.files;
     let len = d.args.len.to_string();
     let tokens = d.args.tokens.to_string();
@@ -696,59 +647,129 @@ fn run_step(d: &mut Demo) -> Result<()> {
         "3",
         "--share-weights",
     ];
-    let prefill = [
-        "run", &f.plan, "--phase", "prefill", "--len", &len, "--out", &f.prefill,
+    let phases = [
+        ("prefill", prefill, vec!["--len", len.as_str()]),
+        (
+            "decode",
+            decode,
+            vec!["--len", "1", "--tokens", tokens.as_str()],
+        ),
     ];
-    d.hetero("run-prefill", &[&prefill[..], &common[..]].concat())?;
-    let decode = [
-        "run", &f.plan, "--phase", "decode", "--len", "1", "--tokens", &tokens, "--out", &f.decode,
-    ];
-    d.hetero("run-decode", &[&decode[..], &common[..]].concat())?;
+    let mut reports = Vec::new();
+    for (phase, out, lens) in phases {
+        let head = ["run", plan, "--phase", phase];
+        let args = [&head[..], &lens[..], &["--out", out], &common[..]].concat();
+        d.hetero(&format!("run-{tag}{phase}"), &args)?;
+        let text = std::fs::read_to_string(out).with_context(|| format!("reading {out}"))?;
+        let r: Value = serde_json::from_str(&text).with_context(|| format!("parsing {out}"))?;
+        reports.push(r);
+    }
+    let [p, dec]: [Value; 2] = reports.try_into().expect("two phases");
+    Ok([p, dec])
+}
+
+/// Runs the plan and the plans it is compared with, each on the same
+/// lengths; prints the plan's per-operator tables.
+fn run_step(d: &mut Demo) -> Result<()> {
+    let (plan, prefill, decode) = (
+        d.files.plan.clone(),
+        d.files.prefill.clone(),
+        d.files.decode.clone(),
+    );
+    let [p, dec] = run_plan(d, "", &plan, &prefill, &decode)?;
+    let mut tables = String::new();
+    screen::run_table("prefill", &p, &mut tables);
+    screen::run_table("decode", &dec, &mut tables);
+    print!("{tables}");
+    d.tables = tables;
+    d.ran = vec![Ran {
+        label: format!("the plan ({})", d.choice.chosen.join(" + ")),
+        prefill: Timed::of(&p),
+        decode: Timed::of(&dec),
+        mix: None,
+    }];
+    for e in d.compared.extra.clone() {
+        let at = |phase: &str| {
+            d.out
+                .join(format!("run-{}-{phase}.json", e.tag))
+                .display()
+                .to_string()
+        };
+        let tag = format!("{}-", e.tag);
+        let [p, dec] = run_plan(d, &tag, &e.plan, &at("prefill"), &at("decode"))?;
+        let ran = Ran {
+            label: e.label.clone(),
+            prefill: Timed::of(&p),
+            decode: Timed::of(&dec),
+            mix: e.mix.clone(),
+        };
+        println!(
+            "  {}, predicted → measured: prefill {}, decode {}",
+            ran.label,
+            ran.prefill.cell(),
+            ran.decode.cell()
+        );
+        d.ran.push(ran);
+    }
     Ok(())
 }
 
-/// Prints the runs' predicted and measured times and where everything
-/// went, and keeps them in the marker file.
-fn report_step(d: &mut Demo) -> Result<()> {
-    let f = &d.files;
-    let mut table = String::new();
-    for (label, path) in [("prefill", &f.prefill), ("decode", &f.decode)] {
-        let text = std::fs::read_to_string(path).with_context(|| format!("reading {path}"))?;
-        let r: Value = serde_json::from_str(&text).with_context(|| format!("parsing {path}"))?;
-        run_table(label, &r, &mut table);
-    }
-    let timings: Vec<&str> = d
-        .chosen
-        .iter()
-        .filter_map(|id| d.found.iter().find(|f| &f.id == id))
-        .filter(|f| f.timing != "real")
-        .map(|f| f.timing)
+/// "cpu:0/f32 58 %" for each processor of the fit report.
+fn fit_shares(path: &str) -> Vec<String> {
+    let Ok(text) = std::fs::read_to_string(path) else {
+        return Vec::new();
+    };
+    let Ok(v) = serde_json::from_str::<Value>(&text) else {
+        return Vec::new();
+    };
+    (v["entries"].as_array().into_iter().flatten())
+        .filter_map(|e| {
+            Some(format!(
+                "{}/{} {:.0} %",
+                e["processor"].as_str()?,
+                e["dtype"].as_str()?,
+                100.0 * e["within_10pct"].as_f64()?
+            ))
+        })
+        .collect()
+}
+
+/// The one screen the demo ends with, from what the steps found.
+fn screen_of(d: &Demo) -> Result<Screen> {
+    let plan: hetero_plan::Plan = hetero_plan::load(Path::new(&d.files.plan))?;
+    let left_out = (d.choice.considered.iter())
+        .filter_map(|c| Some(format!("{}: {}", c.processor.id, c.left_out.as_deref()?)))
         .collect();
-    if !timings.is_empty() {
-        let _ = writeln!(
-            table,
-            "\nNote: {} processor times are not this machine's real latency.",
-            timings.join(" and ")
-        );
-    }
-    let _ = writeln!(
-        table,
-        "\nThe runs poll (HeteroLLM's fast sync): each wait sleeps through most of its part's \
-         prediction first, so a ratio near 1 can hide a part that ended sooner. The same \
-         runs with --sync block (the commands are in the logs) show whether the plan \
-         over-predicts."
-    );
-    let _ = writeln!(
-        table,
-        "\nWhere everything went ({:.0} s in all):",
-        d.started.elapsed().as_secs_f64()
-    );
+    Ok(Screen {
+        model: Path::new(&d.files.model).file_stem().map_or_else(
+            || d.files.model.clone(),
+            |s| s.to_string_lossy().into_owned(),
+        ),
+        len: d.args.len,
+        tokens: d.args.tokens,
+        max_len: d.args.max_len,
+        processors: d.choice.chosen.join(", "),
+        left_out,
+        fit: fit_shares(&d.files.fit_report),
+        mix: screen::mix(&plan),
+        runs: d.ran.clone(),
+        single_note: d.compared.single_note.clone(),
+        reference: d.compared.reference.clone(),
+        elapsed_s: d.started.elapsed().as_secs_f64(),
+        out: d.shown_out.display().to_string(),
+        plan: d.shown(&d.files.plan),
+    })
+}
+
+/// Where everything went, one line each.
+fn file_list(d: &Demo) -> String {
+    let f = &d.files;
     let charts = if d.charts_drawn {
         d.shown(&f.charts)
     } else {
-        "not drawn: no TrueType font (step 6)".to_string()
+        "not drawn: no TrueType font (step 7)".to_string()
     };
-    for (what, p) in [
+    let mut rows = vec![
         ("dataset (measurements)", d.shown(&f.dataset)),
         ("predictor", d.shown(&f.predictor)),
         ("fit report", d.shown(&f.fit_report)),
@@ -762,25 +783,60 @@ fn report_step(d: &mut Demo) -> Result<()> {
             "run reports",
             format!("{}, {}", d.shown(&f.prefill), d.shown(&f.decode)),
         ),
-        (
-            "logs of every step",
-            d.shown_out.join("logs").display().to_string(),
-        ),
-    ] {
-        let _ = writeln!(table, "  {what:<30} {p}");
+    ];
+    for e in &d.compared.extra {
+        rows.push(("plan compared with", d.shown(&e.plan)));
+    }
+    if d.compared.reference.is_some() {
+        let r = d.out.join("reference").display().to_string();
+        rows.push(("reference profile, its fit and plans", d.shown(&r)));
+    }
+    rows.push((
+        "logs of every step",
+        d.shown_out.join("logs").display().to_string(),
+    ));
+    let mut s = String::new();
+    for (what, p) in rows {
+        let _ = writeln!(s, "  {what:<36} {p}");
+    }
+    s
+}
+
+/// Prints the one screen the demo ends with, and keeps it in DEMO.md with
+/// the processor choice, the plan's per-operator tables and where
+/// everything went.
+fn report_step(d: &mut Demo) -> Result<()> {
+    let mut notes = String::new();
+    let timings: Vec<String> = (d.choice.chosen.iter())
+        .filter_map(|id| d.choice.processor(id))
+        .filter(|p| p.timing() != hetero_plan::Timing::Real)
+        .map(|p| format!("{:?}", p.timing()).to_lowercase())
+        .collect();
+    if !timings.is_empty() {
+        let _ = writeln!(
+            notes,
+            "Note: {} processor times are not this machine's real latency.\n",
+            timings.join(" and ")
+        );
     }
     let _ = writeln!(
-        table,
-        "\nNext: hetero plan explain {} --op ffn_down --len {}",
-        d.shown(&f.plan),
-        d.args.len
+        notes,
+        "The runs poll (HeteroLLM's fast sync): each wait sleeps through most of its part's \
+         prediction first, so a ratio near 1 can hide a part that ended sooner. The same \
+         runs with --sync block (the commands are in the logs) show whether the plan \
+         over-predicts."
     );
-    print!("{table}");
+    let screen = screen_of(d)?.render();
+    println!("\n{screen}");
     let summary = format!(
         "# hetero demo\n\nWritten by `hetero demo`; a later demo with the same --out replaces this \
-         folder while nothing in it changes ({}).\n\n```\n{}\n```\n",
+         folder while nothing in it changes ({}).\n\n```\n{}\n```\n\n## Processors\n\n```\n{}\n```\n\n\
+         ## The plan's runs, per operator\n\n```\n{}\n```\n\n{notes}\n## Where everything went\n\n```\n{}```\n",
         crate::demo_folder::MANIFEST,
-        table.trim()
+        screen.trim_end(),
+        d.choice.lines().join("\n"),
+        d.tables.trim(),
+        file_list(d),
     );
     hetero_plan::write_atomic(&d.out.join(SUMMARY), summary.as_bytes())?;
     Ok(())

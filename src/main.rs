@@ -11,6 +11,7 @@ use clap::{Parser, Subcommand};
 
 mod chart;
 mod dataset_cmd;
+mod demo;
 mod demo_cmd;
 mod demo_folder;
 mod exit;

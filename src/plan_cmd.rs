@@ -82,7 +82,7 @@ fn kinds(op: &OpPlan) -> BTreeMap<&'static str, usize> {
 }
 
 /// Summed over operators and layers: the predicted time of a phase at a length.
-fn phase_total(plan: &Plan, phase: Phase, len: u32) -> Option<f64> {
+pub(crate) fn phase_total(plan: &Plan, phase: Phase, len: u32) -> Option<f64> {
     let ops: Vec<&OpPlan> = plan.ops.iter().filter(|o| o.phase == phase).collect();
     if ops.is_empty() {
         return None;
