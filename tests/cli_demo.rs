@@ -207,7 +207,7 @@ fn one_processor_screen(out: &std::path::Path, text: &str, summary: &str) {
     let placed = off.solver.as_ref().unwrap().offload.as_ref().unwrap();
     assert!(placed.resident_bytes <= placed.gpu_mem_budget, "{placed:?}");
     assert!(
-        (off.ops.iter().flat_map(|o| &o.decisions))
+        (off.ops.iter().flat_map(|o| o.decisions()))
             .any(|d| d.strategy.kind() == hetero_plan::StrategyKind::Offload),
         "no offload decision"
     );
@@ -355,7 +355,7 @@ fn demo_on_a_discrete_gpu_solves_the_offload_plan_and_the_best_single_processor(
     assert_eq!(placed.gpu_mem_budget, weights / 2, "{placed:?}");
     assert!(placed.resident_bytes < weights, "{placed:?}");
     assert!(
-        (off.ops.iter().flat_map(|o| &o.decisions))
+        (off.ops.iter().flat_map(|o| o.decisions()))
             .any(|d| d.strategy.kind() == hetero_plan::StrategyKind::Offload),
         "no offload decision: {text}"
     );

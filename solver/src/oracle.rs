@@ -54,7 +54,7 @@ impl GemmModel for ProcessorModel {
         }))
     }
 
-    /// The model's bound over the box ([`crate::model_bounds`]), lowered to
+    /// The model's bound over the box (the solver's `model_bounds`), lowered to
     /// any measured shape inside it, plus the launch path.
     fn lower_bound_us(
         &self,

@@ -81,14 +81,16 @@ pub fn mix(plan: &Plan) -> Vec<(String, f64)> {
     let mut count: BTreeMap<String, usize> = BTreeMap::new();
     let mut all = 0usize;
     for op in &plan.ops {
-        for d in &op.decisions {
+        // A range's kind and processors hold at every length it covers.
+        for r in &op.ranges {
             let key = format!(
                 "{} {}",
-                d.strategy.kind(),
-                d.strategy.processors().join("+")
+                r.strategy.kind(),
+                r.strategy.processors().join("+")
             );
-            *count.entry(key).or_default() += 1;
-            all += 1;
+            let n = (r.to - r.from + 1) as usize;
+            *count.entry(key).or_default() += n;
+            all += n;
         }
     }
     let mut v: Vec<(String, f64)> = count
