@@ -525,11 +525,10 @@ fn profile_step(d: &mut Demo) -> Result<()> {
         &max_len,
     ]);
     let text = d.hetero("profile", &args)?;
-    for l in text
-        .lines()
-        .filter(|l| l.contains("stopped") || l.contains("rows"))
-    {
-        println!("  {}", l.trim());
+    // The budget plan, what was written and why it stopped: everything
+    // before the per-processor table that follows a blank line.
+    for l in text.lines().take_while(|l| !l.trim().is_empty()) {
+        println!("  {l}");
     }
     Ok(())
 }

@@ -70,6 +70,14 @@ fn demo_runs_every_step_and_prints_the_table() {
         "{text}"
     );
     assert!(text.contains("check: "), "{text}");
+    // The profile step shows its budget plan, with a row per processor.
+    let plan_rows = text
+        .lines()
+        .skip_while(|l| !l.contains("budget plan for"))
+        .take_while(|l| !l.contains("stages:"))
+        .filter(|l| l.trim_start().starts_with("cpu:0"))
+        .count();
+    assert_eq!(plan_rows, 1, "{text}");
     for f in [
         "DEMO.md",
         "demo-manifest.json",
