@@ -43,7 +43,7 @@ pub const BUDGET_FILE: &str = "budget.json";
 /// GEMM rows per (processor, dtype) that the first stage guarantees:
 /// three times the fit's minimum ([`crate::fit::MIN_ROWS`]), so that each
 /// of its five folds holds out seven rows and trains on about thirty.
-pub const FIT_ROWS: usize = 36;
+pub const FIT_ROWS: usize = 3 * crate::fit::MIN_ROWS;
 /// The share of the budget the first GEMM stage takes at least (more where
 /// the [`FIT_ROWS`] need more).
 pub const GEMM_SHARE: f64 = 0.5;
