@@ -11,7 +11,9 @@ produced:
 
 expected.json holds the prompt's token ids, the generated ids, and the raw
 logits of every generated step: logits[0] is the prefill's last position
-(it chose tokens[0]), logits[i] the decode step that chose tokens[i]. It
+(it chose tokens[0]), logits[i] the decode step that chose tokens[i]; with
+`--top-logits K`, `top_logits[i]` holds that step's K best (id, logit)
+pairs instead, for vocabularies too large to store whole. It
 also records the smallest gap between the best and the second-best logit
 over the steps (`min_top2_gap`), so a reader can tell how much numerical
 slack a greedy match has.
@@ -30,7 +32,7 @@ Examples:
     scripts/reference.py --config tests/fixtures/models/configs/llama.json \\
         --out tests/fixtures/models/llama
     scripts/reference.py --config qwen2.5-0.5b/config.json --dtype bf16 \\
-        --device cuda --prompt-len 512 --max-new 64 --out /tmp/qwen --time
+        --device cuda --prompt-len 512 --max-new 64 --top-logits 5 --out /tmp/qwen --time
 """
 
 import argparse
@@ -56,8 +58,9 @@ def parse_args(argv):
     p.add_argument("--max-new", type=int, default=8)
     p.add_argument("--max-shard-size", default=None,
                    help="shard the checkpoint (e.g. 200KB) to exercise the index file")
-    p.add_argument("--no-logits", action="store_true",
-                   help="leave the logits out of expected.json (large vocabularies)")
+    p.add_argument("--top-logits", type=int, default=0, metavar="K",
+                   help="store each step's K best (token, logit) pairs instead of every "
+                        "logit (large vocabularies)")
     p.add_argument("--time", action="store_true",
                    help="also time transformers' generate on --device")
     p.add_argument("--repeats", type=int, default=5)
@@ -189,7 +192,14 @@ def main(argv):
         "tokens": tokens,
         "min_top2_gap": top2_gap(logits),
     }
-    if not args.no_logits:
+    if args.top_logits > 0:
+        expected["top_logits"] = []
+        for step in logits:
+            top = step.topk(args.top_logits)
+            expected["top_logits"].append(
+                [[int(i), float(f"{v:.7g}")] for v, i in zip(top.values.tolist(), top.indices.tolist())]
+            )
+    else:
         expected["logits"] = [[float(f"{v:.7g}") for v in step.tolist()] for step in logits]
     write_json(args.out / "expected.json", expected)
     print(f"{args.out}: {len(tokens)} tokens {tokens}, min top-2 gap {expected['min_top2_gap']:.4g}",
