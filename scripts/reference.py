@@ -50,6 +50,9 @@ def parse_args(argv):
     p.add_argument("--out", required=True, type=pathlib.Path,
                    help="folder to write (must not hold the input config)")
     p.add_argument("--seed", type=int, default=1234)
+    p.add_argument("--initializer-range", type=float, default=None,
+                   help="override the config's initializer_range (a wider one gives "
+                        "peakier logits, so greedy tokens depend less on rounding)")
     p.add_argument("--dtype", choices=["f32", "f16", "bf16"], default="f32")
     p.add_argument("--device", default="cpu")
     p.add_argument("--prompt-tokens", help="comma-separated token ids")
@@ -72,6 +75,8 @@ DTYPES = {"f32": "float32", "f16": "float16", "bf16": "bfloat16"}
 
 def build(args, torch, transformers):
     config = transformers.AutoConfig.from_pretrained(args.config)
+    if args.initializer_range is not None:
+        config.initializer_range = args.initializer_range
     torch.manual_seed(args.seed)
     model = transformers.AutoModelForCausalLM.from_config(
         config, torch_dtype=getattr(torch, DTYPES[args.dtype]), attn_implementation="eager"
