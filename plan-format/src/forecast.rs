@@ -47,8 +47,9 @@ pub struct PassForecast {
     pub non_gemm_us: f64,
     /// The whole pass, µs.
     pub total_us: f64,
-    /// The plan places no non-GEMM operators (written before the solver
-    /// did): the total covers the GEMMs alone.
+    /// The plan has no costs of non-GEMM operators (written before the
+    /// solver placed them, or solved without a CPU model for the host):
+    /// the total covers the GEMMs alone.
     pub gemms_only: bool,
 }
 
@@ -179,7 +180,7 @@ impl Plan {
             gemm_us,
             non_gemm_us: total_us - gemm_us,
             total_us,
-            gemms_only: self.non_gemm.is_none(),
+            gemms_only: !ops.iter().any(|o| !o.gemm),
             ops,
         })
     }

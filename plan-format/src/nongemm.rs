@@ -129,6 +129,51 @@ impl NonGemmCost {
     }
 }
 
+impl NonGemmCost {
+    /// The knots without those the line between their neighbours gives
+    /// within `rel` (relative, at least 0.01 µs) in every term: an
+    /// element-wise operator's cost, linear in the tokens, keeps its ends.
+    pub fn pruned(mut self, rel: f64) -> NonGemmCost {
+        let close = |x: f64, y: f64| (x - y).abs() <= (rel * y.abs()).max(0.01);
+        let fits = |a: &NonGemmKnot, b: &NonGemmKnot, skipped: &[NonGemmKnot]| {
+            let line = cost_of(vec![*a, *b]);
+            skipped.iter().all(|k| {
+                let at = line.at(k.len).expect("two knots");
+                close(at.compute_us, k.compute_us)
+                    && close(at.sync_us, k.sync_us)
+                    && close(at.copy_us, k.copy_us)
+            })
+        };
+        let mut kept: Vec<NonGemmKnot> = vec![];
+        let mut since = 0;
+        for (i, k) in self.knots.iter().enumerate() {
+            match kept.last() {
+                Some(a) if i > since + 1 && !fits(a, k, &self.knots[since + 1..i]) => {
+                    kept.push(self.knots[i - 1]);
+                    since = i - 1;
+                }
+                None => {
+                    kept.push(*k);
+                    since = i;
+                }
+                _ => {}
+            }
+        }
+        if let Some(last) = self.knots.last().filter(|l| kept.last() != Some(l)) {
+            kept.push(*last);
+        }
+        self.knots = kept;
+        self
+    }
+}
+
+fn cost_of(knots: Vec<NonGemmKnot>) -> NonGemmCost {
+    NonGemmCost {
+        op: NonGemmOp::Norm,
+        knots,
+    }
+}
+
 /// The non-GEMM operators on one placement, with their costs.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct PlacedCosts {
@@ -313,6 +358,37 @@ mod tests {
         assert_eq!(c.at(32).unwrap().total_us(), 91.0);
         assert_eq!(cost(vec![knot(4, 10.0)]).at(100).unwrap().compute_us, 10.0);
         assert!(cost(vec![]).at(1).is_none());
+    }
+
+    #[test]
+    fn pruning_keeps_the_ends_of_a_line_and_the_bends_of_a_curve() {
+        let line: Vec<NonGemmKnot> = (1..=8).map(|l| knot(l, 3.0 * l as f64)).collect();
+        let p = cost(line).pruned(1e-3);
+        assert_eq!(p.knots.iter().map(|k| k.len).collect::<Vec<_>>(), [1, 8]);
+        let curve: Vec<NonGemmKnot> = [1, 2, 4, 8, 16]
+            .into_iter()
+            .map(|l| knot(l, (l * l) as f64))
+            .collect();
+        let p = cost(curve.clone()).pruned(1e-3);
+        assert_eq!(p.knots, curve);
+        // Whatever it drops, it gives back within the tolerance.
+        let bent: Vec<NonGemmKnot> = (1..=40)
+            .map(|l| {
+                knot(
+                    l,
+                    if l < 20 {
+                        l as f64
+                    } else {
+                        20.0 + 5.0 * (l - 20) as f64
+                    },
+                )
+            })
+            .collect();
+        let p = cost(bent.clone()).pruned(1e-3);
+        assert!(p.knots.len() < 6, "{:?}", p.knots);
+        for k in &bent {
+            assert!((p.at(k.len).unwrap().compute_us - k.compute_us).abs() <= 0.01);
+        }
     }
 
     fn plan(at: &str, layers: (u32, u32), knots: Vec<NonGemmKnot>) -> NonGemmPlan {

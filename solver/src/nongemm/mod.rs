@@ -22,6 +22,10 @@ use crate::engine::Setup;
 use crate::oracle::{GemmModel, LatencyOracle};
 use crate::settings::Settings;
 
+/// Knots the line between their neighbours gives within this share are
+/// left out of the plan.
+const PRUNE: f64 = 1e-3;
+
 /// The shortest context the decode costs are knotted to (decode steps
 /// run at contexts beyond the longest prompt).
 const MIN_DECODE_CONTEXT: u32 = 4096;
@@ -108,15 +112,18 @@ fn costs(r: &Runner, dims: &LayerDims, phase: Phase, lens: &[u32], step: u32) ->
         at: r.at.clone(),
         ops: NonGemmOp::ALL
             .into_iter()
-            .map(|op| NonGemmCost {
-                op,
-                knots: lens
-                    .iter()
-                    .map(|&len| {
-                        let (tokens, context) = tokens_and_context(phase, len, step);
-                        r.knot(dims, op, tokens, context)
-                    })
-                    .collect(),
+            .map(|op| {
+                NonGemmCost {
+                    op,
+                    knots: lens
+                        .iter()
+                        .map(|&len| {
+                            let (tokens, context) = tokens_and_context(phase, len, step);
+                            r.knot(dims, op, tokens, context)
+                        })
+                        .collect(),
+                }
+                .pruned(PRUNE)
             })
             .collect(),
     }

@@ -109,7 +109,11 @@ fn solve_inner<O: LatencyOracle + ?Sized>(
     plan.non_gemm = Some(nongemm::place(
         oracle, &setup, model, settings, &plan, &mut notes,
     ));
-    plan.notes.extend(notes);
+    for n in notes {
+        if !plan.notes.contains(&n) {
+            plan.notes.push(n);
+        }
+    }
     Ok((plan, tables, stats))
 }
 
