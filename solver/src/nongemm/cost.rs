@@ -14,7 +14,7 @@ use crate::solve::round2;
 pub(crate) struct LayerDims {
     pub hidden: f64,
     pub heads: u32,
-    pub kv_heads: f64,
+    pub kv_heads: u32,
     pub head_dim: u32,
     /// Elements per token the gated activation produces (the FFN's
     /// intermediate size, over every active expert of a MoE layer).
@@ -36,7 +36,7 @@ impl LayerDims {
         LayerDims {
             hidden: model.hidden as f64,
             heads: model.heads,
-            kv_heads: model.kv_heads as f64,
+            kv_heads: model.kv_heads,
             head_dim: model.head_dim,
             gated,
         }
@@ -72,6 +72,18 @@ fn launches(op: NonGemmOp) -> f64 {
     }
 }
 
+/// What one launch of a non-GEMM kernel adds on a processor, µs: the
+/// launch and completion notice of a device-timed one (as for a GEMM run
+/// alone), else the larger of its submit and sync costs, which a
+/// host-clocked GEMM model carries but bytes over bandwidth do not.
+fn launch_us(p: &Proc) -> f64 {
+    if p.device_timed {
+        p.alone_overhead_us()
+    } else {
+        p.submit_us.max(p.sync_us)
+    }
+}
+
 impl Runner<'_> {
     fn gemm_us(&self, m: u32, k: u32, n: u32) -> f64 {
         GemmShape::new(m, k, n)
@@ -90,18 +102,22 @@ impl Runner<'_> {
         let t = tokens as f64;
         let (h, d) = (dims.hidden, dims.head_dim as f64);
         let q = dims.heads as f64 * d;
-        let kv = dims.kv_heads * d;
+        let kv = dims.kv_heads as f64 * d;
         // (compute, elements read from host memory, elements written back)
         let (compute, elems_in, elems_out) = match op {
             NonGemmOp::Attention => {
-                let products = self.gemm_us(tokens, dims.head_dim, context)
-                    + self.gemm_us(tokens, context, dims.head_dim);
+                // Per KV head, its group's queries stacked as rows: QKᵀ is
+                // (tokens·group)×head_dim×context, PV (tokens·group)×context×head_dim.
+                let kv_heads = dims.kv_heads.max(1);
+                let rows = tokens.saturating_mul((dims.heads / kv_heads).max(1));
+                let products = self.gemm_us(rows, dims.head_dim, context)
+                    + self.gemm_us(rows, context, dims.head_dim);
                 let scores = dims.heads as f64 * t * context as f64;
                 // Softmax reads and writes the scores; the new keys and
                 // values are written to the cache.
                 let streamed = self.stream_us(2.0 * scores + 2.0 * t * kv);
                 (
-                    dims.heads as f64 * products + streamed,
+                    kv_heads as f64 * products + streamed,
                     t * (q + 2.0 * kv),
                     t * q,
                 )
@@ -121,7 +137,7 @@ impl Runner<'_> {
         };
         let (sync_us, copy_us) = match self.device {
             Some(p) => (
-                launches(op) * p.alone_overhead_us(),
+                launches(op) * launch_us(p),
                 p.alone_copy_us(elems_in, elems_out, OperandOrder::Aw),
             ),
             None => (0.0, 0.0),
