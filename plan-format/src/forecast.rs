@@ -74,7 +74,7 @@ pub struct GenerationForecast {
 /// A length the plan has no decision for.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NotCovered {
-    /// The operator.
+    /// The operator; empty when the plan has no operator in the phase.
     pub op: String,
     /// Its phase.
     pub phase: Phase,
@@ -84,6 +84,13 @@ pub struct NotCovered {
 
 impl std::fmt::Display for NotCovered {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.op.is_empty() {
+            return write!(
+                f,
+                "the plan has no {} decisions; solve it with that phase",
+                self.phase
+            );
+        }
         write!(
             f,
             "the plan has no {} decision for `{}` at length {}; solve it with lengths that cover it",
@@ -148,6 +155,13 @@ impl Plan {
 
     /// A pass: the GEMMs at `gemm_len`, the non-GEMM operators at `len`.
     fn forecast(&self, phase: Phase, gemm_len: u32, len: u32) -> Result<PassForecast, NotCovered> {
+        if !self.ops.iter().any(|o| o.phase == phase) {
+            return Err(NotCovered {
+                op: String::new(),
+                phase,
+                len: gemm_len,
+            });
+        }
         let mut ops = vec![];
         for o in self.ops.iter().filter(|o| o.phase == phase) {
             let d = o.at(gemm_len).ok_or_else(|| NotCovered {

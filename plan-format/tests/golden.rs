@@ -506,6 +506,9 @@ fn forecast_adds_gemms_and_non_gemm_operators() {
     let e = plan.forecast_prefill(7).unwrap_err();
     assert_eq!(e.len, 7);
     assert!(e.to_string().contains(&plan.ops[0].op), "{e}");
+    // The sample has no decode table: no step is predicted.
+    let e = plan.forecast_decode(10).unwrap_err();
+    assert!(e.to_string().contains("no decode decisions"), "{e}");
 }
 
 #[test]
