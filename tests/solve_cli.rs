@@ -670,6 +670,19 @@ fn explain_shows_the_non_gemm_operators_placement_and_costs() {
     assert!(cost(&far) > cost(&near), "{near} {far}");
     assert_eq!(near["placements"][0]["at"], "host");
     assert_eq!(near["placements"][0]["alternative"]["executable"], false);
+    let alt = &near["placements"][0]["alternative"]["cost"];
+    let sum: f64 = ["compute_us", "sync_us", "copy_us"]
+        .iter()
+        .map(|k| alt[k].as_f64().unwrap())
+        .sum();
+    assert!(
+        (alt["total_us"].as_f64().unwrap() - sum).abs() < 1e-9,
+        "{alt}"
+    );
+    assert!(
+        alt["copy_us"].as_f64().unwrap() > 0.0,
+        "the GPU is behind PCIe: {alt}"
+    );
     let step = plan.forecast_decode(4000).unwrap().total_us;
     assert_eq!(far["pass"]["total_us"].as_f64().unwrap(), step);
     // `plan show` gives the placement and the predicted passes.

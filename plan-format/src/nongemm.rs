@@ -282,6 +282,9 @@ impl NonGemmPlan {
     /// `host` or one of them; knots are sorted; layer ranges of a phase do
     /// not overlap. Returns `(field path, message)` on the first problem.
     pub(crate) fn check(&self, processors: &[String]) -> Result<(), (String, String)> {
+        if self.decode_tokens == 0 {
+            return Err(("non_gemm.decode_tokens".into(), "must be at least 1".into()));
+        }
         let known = |at: &str| at == HOST || processors.iter().any(|p| p == at);
         for (i, p) in self.placements.iter().enumerate() {
             let here = format!("non_gemm.placements[{i}]");
@@ -423,6 +426,12 @@ mod tests {
             .check(&procs)
             .unwrap_err();
         assert_eq!(e.0, "non_gemm.placements[0].chosen.ops[0].knots");
+        let mut no_step = plan(HOST, (0, 3), good.clone());
+        no_step.decode_tokens = 0;
+        assert_eq!(
+            no_step.check(&procs).unwrap_err().0,
+            "non_gemm.decode_tokens"
+        );
         let mut twice = plan(HOST, (0, 3), good.clone());
         let mut second = twice.placements[0].clone();
         second.layers = Layers { first: 3, last: 5 };

@@ -50,11 +50,11 @@ pub(super) fn explain(
             "placements": placements.iter().map(|p| json!({
                 "layers": p.layers,
                 "at": p.chosen.at,
-                "cost": p.chosen.at_len(op, len),
+                "cost": knot_json(p.chosen.at_len(op, len)),
                 "alternative": p.alternative.as_ref().map(|a| json!({
                     "at": a.costs.at,
                     "executable": a.executable,
-                    "cost": a.costs.at_len(op, len),
+                    "cost": knot_json(a.costs.at_len(op, len)),
                 })),
             })).collect::<Vec<_>>(),
             "pass": pass,
@@ -67,6 +67,18 @@ pub(super) fn explain(
         );
     }
     Ok(())
+}
+
+/// A cost as `--json` gives it: every term and the total, per layer.
+fn knot_json(k: Option<NonGemmKnot>) -> serde_json::Value {
+    k.map_or(serde_json::Value::Null, |k| {
+        json!({
+            "compute_us": k.compute_us,
+            "sync_us": k.sync_us,
+            "copy_us": k.copy_us,
+            "total_us": k.total_us(),
+        })
+    })
 }
 
 fn knot_words(k: &NonGemmKnot) -> String {
