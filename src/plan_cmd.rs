@@ -5,13 +5,15 @@ use std::fmt::Write;
 use std::path::PathBuf;
 
 use clap::{Args, Subcommand};
-use hetero_plan::{Decision, OpPlan, Phase, Plan, SolverInfo, Strategy};
+use hetero_plan::{Decision, NonGemmOp, OpPlan, Phase, Plan, SolverInfo, Strategy};
 use hetero_solver::settings::{fmt_bytes, fmt_us};
 use hetero_solver::{Explanation, coverage};
 use serde_json::json;
 
 use crate::BadInput;
 use crate::solve_cmd::{load_model, load_predictor};
+
+mod nongemm;
 
 #[derive(Debug, Subcommand)]
 pub enum PlanCmd {
@@ -28,7 +30,12 @@ pub enum PlanCmd {
 
 Without --predictor and --model it prints what the plan stores (the winner, its
 cost breakdown, the runner-up and the margin). With both, it re-solves that cell
-with the predictor (after checking both fingerprints) and lists every candidate.")]
+with the predictor (after checking both fingerprints) and lists every candidate.
+
+--op attention, rope, norm, activation or residual shows where each range of
+layers runs that non-GEMM operator, its cost there and on the alternative
+placement, and the pass it is part of, from the plan alone; --len is then the
+prompt length (prefill) or the context length (decode).")]
     Explain(ExplainArgs),
 }
 
@@ -45,7 +52,8 @@ pub struct ShowArgs {
 pub struct ExplainArgs {
     /// The plan file (.ron or .json).
     plan: PathBuf,
-    /// Operator name (`hetero plan show` lists them).
+    /// Operator name (`hetero plan show` lists them), or a non-GEMM
+    /// operator: attention, rope, norm, activation, residual.
     #[arg(long)]
     op: String,
     /// Sequence length (prefill) or tokens per step (decode).
@@ -184,6 +192,7 @@ fn show_json(plan: &Plan, bytes: u64) -> serde_json::Value {
         "notes": plan.notes,
         "prefill_us_at": totals(Phase::Prefill),
         "decode_us_at": totals(Phase::Decode),
+        "non_gemm": nongemm::show_json(plan, &sample_lengths(plan, Phase::Prefill)),
         "ops": ops,
     })
 }
@@ -294,6 +303,7 @@ fn show_table(plan: &Plan, bytes: u64) -> String {
             at.join(", ")
         );
     }
+    nongemm::write_show(&mut s, plan, &sample_lengths(plan, Phase::Prefill));
     for n in &plan.notes {
         let _ = writeln!(s, "note: {n}");
     }
@@ -324,6 +334,9 @@ fn show_table(plan: &Plan, bytes: u64) -> String {
 
 fn explain(args: ExplainArgs) -> anyhow::Result<()> {
     let plan: Plan = hetero_plan::load(&args.plan)?;
+    if let Some(op) = NonGemmOp::parse(&args.op) {
+        return nongemm::explain(&plan, op, args.phase, args.len, args.json);
+    }
     let ops: Vec<&str> = {
         let mut v: Vec<&str> = plan.ops.iter().map(|o| o.op.as_str()).collect();
         v.dedup();
@@ -331,7 +344,7 @@ fn explain(args: ExplainArgs) -> anyhow::Result<()> {
     };
     if !plan.ops.iter().any(|o| o.op == args.op) {
         return Err(BadInput(format!(
-            "unknown operator `{}`; the plan has: {}",
+            "unknown operator `{}`; the plan has: {} (and the non-GEMM operators attention, rope, norm, activation, residual)",
             args.op,
             ops.join(", ")
         ))

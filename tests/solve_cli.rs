@@ -620,3 +620,94 @@ fn plan_show_refuses_malformed_ranges_naming_the_range() {
         assert!(e.contains(want), "{name}: {e}");
     }
 }
+
+/// `plan explain --op attention`: where each range of layers runs it, its
+/// cost there and on the GPU that holds the activation, and the pass it
+/// belongs to, from the plan alone.
+#[test]
+fn explain_shows_the_non_gemm_operators_placement_and_costs() {
+    let t = temp_dir("explain-non-gemm");
+    let out = t.path().join("plan.ron");
+    let p = out.to_str().unwrap();
+    HETERO.ok(&[
+        "solve",
+        "--predictor",
+        DISCRETE,
+        "--model",
+        LLAMA,
+        "--out",
+        p,
+        "--lengths",
+        "1..512",
+    ]);
+    let plan: Plan = hetero_plan::load(&out).unwrap();
+    let text = HETERO.ok(&["plan", "explain", p, "--op", "attention", "--len", "300"]);
+    for want in [
+        "attention (prefill) at a 300-token prompt:",
+        "layers 0-31: host (the host CPU",
+        "alternative cuda-sim (the runtime cannot run non-GEMM operators there)",
+        "time to first token at this length: GEMMs",
+        "ffn_down",
+        "activation",
+    ] {
+        assert!(text.contains(want), "{want}: {text}");
+    }
+    let json = |len: &str| -> serde_json::Value {
+        let args = [
+            "plan",
+            "explain",
+            p,
+            "--op",
+            "attention",
+            "--phase",
+            "decode",
+        ];
+        let out = HETERO.ok(&[&args[..], &["--len", len, "--json"]].concat());
+        serde_json::from_str(&out).unwrap()
+    };
+    let (near, far) = (json("100"), json("4000"));
+    let cost = |v: &serde_json::Value| v["placements"][0]["cost"]["compute_us"].as_f64().unwrap();
+    assert!(cost(&far) > cost(&near), "{near} {far}");
+    assert_eq!(near["placements"][0]["at"], "host");
+    assert_eq!(near["placements"][0]["alternative"]["executable"], false);
+    let alt = &near["placements"][0]["alternative"]["cost"];
+    let sum: f64 = ["compute_us", "sync_us", "copy_us"]
+        .iter()
+        .map(|k| alt[k].as_f64().unwrap())
+        .sum();
+    assert!(
+        (alt["total_us"].as_f64().unwrap() - sum).abs() < 1e-9,
+        "{alt}"
+    );
+    assert!(
+        alt["copy_us"].as_f64().unwrap() > 0.0,
+        "the GPU is behind PCIe: {alt}"
+    );
+    let step = plan.forecast_decode(4000).unwrap().total_us;
+    assert_eq!(far["pass"]["total_us"].as_f64().unwrap(), step);
+    // `plan show` gives the placement and the predicted passes.
+    let show = HETERO.ok(&["plan", "show", p]);
+    assert!(
+        show.contains("non-GEMM operators in decode: layers 0-31 on host"),
+        "{show}"
+    );
+    assert!(
+        show.contains("time per decode step (every operator) at context 128:"),
+        "{show}"
+    );
+    // A plan written before the placement existed is refused by name.
+    let mut old = plan.clone();
+    old.non_gemm = None;
+    let old_path = t.path().join("old.ron");
+    hetero_plan::save(&old_path, &old).unwrap();
+    let e = HETERO.bad_input(&[
+        "plan",
+        "explain",
+        old_path.to_str().unwrap(),
+        "--op",
+        "norm",
+        "--len",
+        "8",
+    ]);
+    assert!(e.contains("places no non-GEMM operators"), "{e}");
+}

@@ -30,10 +30,12 @@ mod compiled;
 mod duration;
 mod error;
 mod fingerprint;
+mod forecast;
 mod gemm;
 pub mod hf;
 mod io;
 mod model;
+pub mod nongemm;
 mod plan;
 pub mod predictor;
 mod processor;
@@ -49,9 +51,14 @@ pub use compiled::CompiledModel;
 pub use duration::parse_duration;
 pub use error::{Error, Result};
 pub use fingerprint::Fingerprint;
+pub use forecast::{GenerationForecast, NotCovered, OpForecast, PassForecast};
 pub use gemm::{DType, GemmShape, OperandOrder, WeightMode};
 pub use io::{Format, load, load_str, read_text, save, to_string, to_string_depth, write_atomic};
 pub use model::{LinearOp, MRule, ModelSpec, OpRole, Phase};
+pub use nongemm::{
+    Alternative, HOST, LayerPlacement, Layers, NonGemmCost, NonGemmKnot, NonGemmOp, NonGemmPlan,
+    PlacedCosts,
+};
 pub use plan::{
     CostBreakdown, Decision, FingerprintMismatch, GraphSet, OffloadPlacement, OpPlan, Plan,
     ProcessorDType, ProcessorOrder, Resident, RowGraph, RowPart, RunnerUp, SeqPart, SolverInfo,

@@ -4,6 +4,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::compact::{DenseOpPlan, compact, spans_of};
+use crate::nongemm::NonGemmPlan;
 use crate::ranges::{DecisionRange, Span, check_coverage, check_follow, check_knots};
 use crate::{DType, Fingerprint, OperandOrder, Phase, SchemaVersion, Validate, checked, is_zero};
 
@@ -567,6 +568,11 @@ pub struct Plan {
     pub graph_sets: Vec<GraphSet>,
     /// Per operator and phase, the decision table.
     pub ops: Vec<OpPlan>,
+    /// Where each layer runs its non-GEMM operators (attention, norms,
+    /// activations), with their predicted costs. Absent in plans written
+    /// before the solver placed them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub non_gemm: Option<NonGemmPlan>,
 }
 
 /// A plan used with a predictor or model other than the one it was solved for.
@@ -672,6 +678,9 @@ impl Validate for Plan {
                     format!("`{}` is not in the plan's `processors`", g.processor),
                 ));
             }
+        }
+        if let Some(ng) = &self.non_gemm {
+            ng.check(&self.processors)?;
         }
         for (i, op) in self.ops.iter().enumerate() {
             if self.ops[..i]
@@ -785,6 +794,7 @@ mod tests {
             solver: None,
             notes: vec![],
             graph_sets: vec![],
+            non_gemm: None,
             ops: vec![dense(vec![Decision {
                 len: 8,
                 m: None,

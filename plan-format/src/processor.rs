@@ -93,6 +93,12 @@ pub struct Capabilities {
     /// every copy is its own round trip.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub launch_copy_max_bytes: Option<u64>,
+    /// The runtime runs a decoder layer's non-GEMM operators (attention,
+    /// norms, activations) on this processor, so a plan may place them
+    /// there. Left out of the file when false (every processor today: they
+    /// run on the host CPU).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub non_gemm: bool,
     /// Free-form extensions reported by the API (`cl_khr_fp16`, ...).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub extensions: Vec<String>,

@@ -441,7 +441,74 @@ pub fn sample_plan() -> Plan {
                 },
             ],
         })],
+        non_gemm: Some(sample_non_gemm()),
     }
+}
+
+/// Layers 0-27 run their non-GEMM operators on the host in prefill; the
+/// NPU holding the activation was costed too, but cannot run them.
+fn sample_non_gemm() -> NonGemmPlan {
+    let knot = |len, compute_us, sync_us, copy_us| NonGemmKnot {
+        len,
+        compute_us,
+        sync_us,
+        copy_us,
+    };
+    let costs = |at: &str, sync: f64, copy: f64| PlacedCosts {
+        at: at.into(),
+        ops: vec![
+            NonGemmCost {
+                op: NonGemmOp::Attention,
+                knots: vec![knot(1, 2.0, sync, copy), knot(512, 900.0, sync, 8.0 * copy)],
+            },
+            NonGemmCost {
+                op: NonGemmOp::Norm,
+                knots: vec![
+                    knot(1, 0.5, 2.0 * sync, copy),
+                    knot(512, 40.0, 2.0 * sync, 8.0 * copy),
+                ],
+            },
+        ],
+    };
+    NonGemmPlan {
+        decode_tokens: 1,
+        placements: vec![LayerPlacement {
+            phase: Phase::Prefill,
+            layers: Layers { first: 0, last: 27 },
+            chosen: costs(HOST, 0.0, 0.0),
+            alternative: Some(Alternative {
+                costs: costs("npu-sim", 12.0, 3.5),
+                executable: false,
+            }),
+        }],
+    }
+}
+
+/// The sample plan's predicted prefill: its GEMM's decision times its
+/// layers, plus the non-GEMM operators on the host, interpolated.
+#[test]
+fn forecast_adds_gemms_and_non_gemm_operators() {
+    let plan = sample_plan();
+    let f = plan.forecast_prefill(300).unwrap();
+    let gemm = plan.ops[0].at(300).unwrap().cost.total_us * plan.ops[0].layers as f64;
+    assert_eq!(f.gemm_us, gemm);
+    let t = (300.0 - 1.0) / 511.0;
+    let per_layer = (2.0 + t * 898.0) + (0.5 + t * 39.5);
+    assert!((f.non_gemm_us - 28.0 * per_layer).abs() < 1e-6, "{f:?}");
+    assert_eq!(f.total_us, f.gemm_us + f.non_gemm_us);
+    let attention = f.ops.iter().find(|o| o.op == "attention").unwrap();
+    assert_eq!(
+        (attention.layers, attention.at.clone()),
+        (28, vec!["host".to_string()])
+    );
+    assert!(!f.gemms_only);
+    // Lengths the plan's GEMMs do not cover are refused by name.
+    let e = plan.forecast_prefill(7).unwrap_err();
+    assert_eq!(e.len, 7);
+    assert!(e.to_string().contains(&plan.ops[0].op), "{e}");
+    // The sample has no decode table: no step is predicted.
+    let e = plan.forecast_decode(10).unwrap_err();
+    assert!(e.to_string().contains("no decode decisions"), "{e}");
 }
 
 #[test]

@@ -66,6 +66,7 @@ pub fn plan_with(ops: Vec<Table<'_>>) -> Plan {
         solver: None,
         notes: vec![],
         graph_sets: vec![],
+        non_gemm: None,
         ops: ops
             .into_iter()
             .map(|(name, phase, table)| {
@@ -152,6 +153,7 @@ pub fn tiny_plan(
         solver: None,
         notes: vec![],
         graph_sets: vec![],
+        non_gemm: None,
         ops,
     }
 }

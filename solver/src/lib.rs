@@ -42,6 +42,7 @@ mod error;
 mod explain;
 mod graphs;
 mod model_bounds;
+mod nongemm;
 mod offload;
 pub mod oracle;
 pub mod settings;

@@ -117,6 +117,7 @@ impl CpuBackend {
                 device_timer: false,
                 host_flag: true,
                 order_free: false,
+                non_gemm: false,
                 tile: None,
                 compute_units: Some(group.cores.len() as u32),
                 memory_bytes: None,

@@ -336,6 +336,7 @@ fn describe(dev: &Device) -> Result<Processor> {
             host_flag: dev.flag_writer.is_some(),
             // The search times both forms of every GEMM (`gemm::search`).
             order_free: true,
+            non_gemm: false,
             tile: None,
             compute_units: Some(sms as u32),
             memory_bytes: Some(memory as u64),

@@ -406,6 +406,7 @@ impl OpenClBackend {
                 // on NVIDIA, where Poll falls back to the event status).
                 host_flag: unified,
                 order_free: false,
+                non_gemm: false,
                 tile: None,
                 compute_units: Some(compute_units),
                 memory_bytes: Some(memory),

@@ -232,6 +232,7 @@ fn describe(rt: &runtime::Runtime) -> Processor {
             device_timer: false,
             host_flag: false,
             order_free: false,
+            non_gemm: false,
             // QAIRT's HTP network-design guidelines: activation channels
             // are rounded up to the next multiple of 32.
             tile: Some(32),

@@ -309,6 +309,7 @@ impl SimBackend {
                 device_timer: false,
                 host_flag: false,
                 order_free: false,
+                non_gemm: false,
                 tile: Some(params.rows.min(params.cols).min(params.stream_tile)),
                 compute_units: Some(params.arrays),
                 memory_bytes: None,

@@ -97,6 +97,7 @@ pub(super) fn plan<O: LatencyOracle + ?Sized>(
         }),
         notes,
         graph_sets,
+        non_gemm: None,
         ops: plan_ops.into_par_iter().map(OpPlan::from_dense).collect(),
     }
 }

@@ -12,9 +12,9 @@ mod tables;
 
 use hetero_plan::{DenseOpPlan, Fingerprint, ModelSpec, Plan};
 
-use crate::Result;
 use crate::oracle::LatencyOracle;
 use crate::settings::Settings;
+use crate::{Result, nongemm};
 
 pub(crate) use cells::decision;
 pub(crate) use procs::{build_procs, launch_after_host, select_ops};
@@ -104,14 +104,20 @@ fn solve_inner<O: LatencyOracle + ?Sized>(
         dist,
         notes,
     };
-    Ok((
-        assemble::plan(oracle, predictor, model, settings, solved),
-        tables,
-        stats,
-    ))
+    let mut plan = assemble::plan(oracle, predictor, model, settings, solved);
+    let mut notes = vec![];
+    plan.non_gemm = Some(nongemm::place(
+        oracle, &setup, model, settings, &plan, &mut notes,
+    ));
+    for n in notes {
+        if !plan.notes.contains(&n) {
+            plan.notes.push(n);
+        }
+    }
+    Ok((plan, tables, stats))
 }
 
 /// Rounds to hundredths, as the plan writes times.
-fn round2(x: f64) -> f64 {
+pub(crate) fn round2(x: f64) -> f64 {
     (x * 100.0).round() / 100.0
 }
