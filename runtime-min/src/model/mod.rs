@@ -30,7 +30,7 @@ pub use attention::KvCache;
 pub use checkpoint::Checkpoint;
 pub use config::{DecoderConfig, Family, RopeScaling};
 pub use sample::{Sampler, Sampling, argmax};
-pub use times::{OpTime, OpTimes};
+pub use times::{OpKind, OpTime, OpTimes};
 
 use crate::check::OutputCheck;
 use crate::{Error, Result, Runtime};
