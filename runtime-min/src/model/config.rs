@@ -91,6 +91,8 @@ struct Raw {
     rms_norm_eps: Option<f64>,
     rope_theta: Option<f64>,
     rope_scaling: Option<serde_json::Value>,
+    /// Newer transformers: theta, type and scaling in one object.
+    rope_parameters: Option<serde_json::Value>,
     max_position_embeddings: Option<usize>,
     attention_bias: Option<bool>,
     mlp_bias: Option<bool>,
@@ -170,14 +172,20 @@ impl DecoderConfig {
                 "biases in the MLP projections are not implemented".into(),
             ));
         }
-        if let Some(f) = raw.partial_rotary_factor.filter(|f| *f != 1.0) {
+        let params = raw.rope_parameters.as_ref().filter(|v| v.is_object());
+        let param = |k: &str| params.and_then(|p| p.get(k)).and_then(|v| v.as_f64());
+        let partial = raw.partial_rotary_factor.or(param("partial_rotary_factor"));
+        if let Some(f) = partial.filter(|f| *f != 1.0) {
             return Err(unsupported(
                 "partial_rotary_factor",
                 format!("{f}: partial rotary embeddings are not implemented"),
             ));
         }
-        let rope_scaling =
-            rope_scaling(raw.rope_scaling.as_ref()).map_err(|m| unsupported("rope_scaling", m))?;
+        let (field, scaling) = match params {
+            Some(p) => ("rope_parameters", Some(p)),
+            None => ("rope_scaling", raw.rope_scaling.as_ref()),
+        };
+        let rope_scaling = rope_scaling(scaling).map_err(|m| unsupported(field, m))?;
         let window = match family {
             Family::Mistral | Family::Phi3 => raw.sliding_window,
             Family::Qwen2 if raw.use_sliding_window == Some(true) => raw.sliding_window,
@@ -197,7 +205,7 @@ impl DecoderConfig {
             head_dim: model.head_dim as usize,
             vocab: model.vocab as usize,
             eps: raw.rms_norm_eps.unwrap_or(1e-6) as f32,
-            rope_theta: raw.rope_theta.unwrap_or(10_000.0),
+            rope_theta: param("rope_theta").or(raw.rope_theta).unwrap_or(10_000.0),
             rope_scaling,
             qkv_bias: family == Family::Qwen2 || raw.attention_bias == Some(true),
             o_bias: family != Family::Qwen2 && raw.attention_bias == Some(true),
@@ -240,8 +248,8 @@ impl DecoderConfig {
     }
 }
 
-/// `rope_scaling`: absent, `default`, `linear` or `llama3`; others are
-/// refused by type.
+/// `rope_scaling` (or `rope_parameters`): absent, `default`, `linear` or
+/// `llama3`; others are refused by type.
 fn rope_scaling(v: Option<&serde_json::Value>) -> std::result::Result<RopeScaling, String> {
     let Some(v) = v.filter(|v| !v.is_null()) else {
         return Ok(RopeScaling::None);
@@ -310,6 +318,15 @@ mod tests {
         .unwrap_err()
         .to_string();
         assert!(e.contains("rope_scaling") && e.contains("yarn"), "{e}");
+        // Newer transformers put theta and the scaling in rope_parameters.
+        let n = load(&format!(
+            r#"{{"model_type": "llama", {BASE}, "rope_parameters": {{"rope_theta": 500000.0,
+            "rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+            "original_max_position_embeddings": 64}}}}"#
+        ))
+        .unwrap();
+        assert_eq!(n.rope_theta, 500000.0);
+        assert!(matches!(n.rope_scaling, RopeScaling::Llama3 { .. }));
         let m = load(&format!(
             r#"{{"model_type": "mistral", {BASE}, "sliding_window": 8}}"#
         ))
