@@ -31,7 +31,8 @@ pub enum WeightSource {
         /// Every layer uses layer 0's weights (and the same prepared GEMMs).
         share_layers: bool,
     },
-    /// A safetensors file.
+    /// A safetensors checkpoint: a file, a `model.safetensors.index.json`
+    /// of shards, or a folder holding one of them.
     Safetensors(PathBuf),
 }
 
