@@ -418,6 +418,14 @@ fn bad_checkpoints_a_missing_tokenizer_and_unsupported_families_exit_2() {
     assert!(e.contains("80") && e.contains("vocabulary"), "{e}");
     let e = run(dir.path(), &["--prompt-tokens", "1,x"]);
     assert!(e.contains("--prompt-tokens"), "{e}");
+    // A KV cache for four billion positions cannot fit: refused with the
+    // bytes, before anything is allocated.
+    let mut a = vec!["generate", s(&cpu), "--model", s(dir.path())];
+    a.extend(["--prompt-tokens", "1,2", "--max-new", "4000000000"]);
+    let e = HETERO.bad_input(&a);
+    for part in ["too large for this machine", "KV cache", "bytes", "GiB"] {
+        assert!(e.contains(part), "{part} missing: {e}");
+    }
     for (family, feature) in [
         ("gemma2", "soft-capping"),
         ("mixtral", "mixture-of-experts"),
