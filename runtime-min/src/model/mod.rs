@@ -87,6 +87,9 @@ pub struct GenerateSpec {
 pub struct Generation {
     /// The prompt's length.
     pub prompt_tokens: usize,
+    /// Host time preparing every GEMM of the prefill and decode lengths
+    /// before the clock started, µs.
+    pub prepare_us: f64,
     /// The generated token ids.
     pub tokens: Vec<u32>,
     /// Per generated token, the logits it was chosen from (when kept).
@@ -205,11 +208,21 @@ impl Decoder {
                 ),
             ));
         }
+        // Everything prepared and the host's worker threads started before
+        // the clock starts: TTFT counts the run, not the preparation.
+        let t = Instant::now();
+        rt.prepare(Phase::Prefill, plen as u32)?;
+        if spec.max_new > 1 {
+            rt.prepare(Phase::Decode, 1)?;
+        }
+        rayon::broadcast(|_| ());
+        let prepare_us = t.elapsed().as_secs_f64() * 1e6;
         self.times = OpTimes::default();
         self.checks = check.then(Vec::new);
         let mut sampler = Sampler::new(spec.sampling);
         let mut out = Generation {
             prompt_tokens: plen,
+            prepare_us,
             tokens: Vec::new(),
             logits: Vec::new(),
             ttft_us: 0.0,
