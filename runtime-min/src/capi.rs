@@ -793,5 +793,25 @@ mod tests {
         let rc = unsafe { hetero_last_timing(std::ptr::null(), &mut t) };
         assert_eq!(rc, HETERO_BAD_HANDLE);
         assert!(last_error().contains("rt is NULL"), "{}", last_error());
+        let (ids, mut out) = ([1u32, 2], [0u32; 2]);
+        let dir = c"model";
+        // SAFETY: valid buffers; NULL `rt` and `times` are allowed.
+        let rc = unsafe {
+            hetero_generate(
+                std::ptr::null_mut(),
+                dir.as_ptr(),
+                ids.as_ptr(),
+                2,
+                2,
+                out.as_mut_ptr(),
+                std::ptr::null_mut(),
+            )
+        };
+        assert_eq!(rc, HETERO_BAD_HANDLE);
+        assert!(
+            last_error().contains("hetero_generate: rt is NULL"),
+            "{}",
+            last_error()
+        );
     }
 }
