@@ -187,7 +187,7 @@ pub(crate) fn linear_tensors(
     let mut map = HashMap::new();
     for op in &model.ops {
         for (layer, inst, name) in op_tensors(ckpt, model, op)? {
-            let shape = &ckpt.info(&name).expect("listed by the checkpoint").shape;
+            let shape = &ckpt.float_info(&name)?.shape;
             if *shape != [op.n as usize, op.k as usize] {
                 return Err(ckpt.bad(format!(
                     "tensor `{name}` (`{}` layer {layer}) has shape {shape:?}; the model needs [{}, {}] (N = {} out features, K = {} in features)",

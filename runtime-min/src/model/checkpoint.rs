@@ -145,6 +145,21 @@ impl Checkpoint {
         self.tensors.get(name)
     }
 
+    /// A tensor the runtime will read: refused unless it is F32, F16 or
+    /// BF16. Other tensors of the file (integer buffers, say) are left alone.
+    pub(crate) fn float_info(&self, name: &str) -> Result<&TensorLoc> {
+        let t = self
+            .info(name)
+            .ok_or_else(|| self.bad(format!("no tensor `{name}`")))?;
+        if !matches!(t.dtype, Dtype::F32 | Dtype::F16 | Dtype::BF16) {
+            return Err(self.bad(format!(
+                "tensor `{name}` is {:?}; the runtime reads F32, F16 and BF16 weights",
+                t.dtype
+            )));
+        }
+        Ok(t)
+    }
+
     /// Bytes of every tensor together.
     pub fn data_bytes(&self) -> u64 {
         self.tensors.values().map(|t| t.len as u64).sum()
@@ -152,9 +167,7 @@ impl Checkpoint {
 
     /// A tensor's elements as f32, in its stored (row-major) order.
     pub(crate) fn read_f32(&self, name: &str) -> Result<Vec<f32>> {
-        let loc = self
-            .info(name)
-            .ok_or_else(|| self.bad(format!("no tensor `{name}`")))?;
+        let loc = self.float_info(name)?;
         let path = &self.files[loc.file];
         let io = |source| {
             Error::File(hetero_plan::Error::Io {
@@ -207,12 +220,6 @@ fn read_header(path: &Path, file: usize) -> Result<Vec<(String, TensorLoc)>> {
     }
     let mut out = Vec::new();
     for (name, info) in meta.tensors() {
-        if !matches!(info.dtype, Dtype::F32 | Dtype::F16 | Dtype::BF16) {
-            return Err(bad(format!(
-                "tensor `{name}` is {:?}; the runtime reads F32, F16 and BF16 weights",
-                info.dtype
-            )));
-        }
         let (s, e) = info.data_offsets;
         out.push((
             name,
@@ -243,7 +250,7 @@ pub(crate) fn to_f32(dtype: Dtype, raw: &[u8]) -> Vec<f32> {
             .chunks_exact(2)
             .map(|b| half::bf16::from_le_bytes([b[0], b[1]]).to_f32())
             .collect(),
-        _ => unreachable!("dtypes are checked when the header is read"),
+        _ => unreachable!("dtypes are checked before a tensor is read"),
     }
 }
 
@@ -261,10 +268,11 @@ pub(crate) mod tests {
                     .iter()
                     .flat_map(|x| half::f16::from_f32(*x).to_le_bytes())
                     .collect(),
-                _ => v
+                Dtype::BF16 => v
                     .iter()
                     .flat_map(|x| half::bf16::from_f32(*x).to_le_bytes())
                     .collect(),
+                _ => v.iter().flat_map(|x| (*x as i32).to_le_bytes()).collect(),
             })
             .collect();
         let views: Vec<(String, safetensors::tensor::TensorView<'_>)> = tensors
@@ -291,11 +299,14 @@ pub(crate) mod tests {
         );
         write(
             &dir.path().join("b.safetensors"),
-            &[("z", Dtype::BF16, vec![1, 4], a.clone())],
+            &[
+                ("z", Dtype::BF16, vec![1, 4], a.clone()),
+                ("ids", Dtype::I32, vec![4], a.clone()),
+            ],
         );
         std::fs::write(
             dir.path().join("model.safetensors.index.json"),
-            r#"{"metadata": {}, "weight_map": {"x": "a.safetensors", "y": "a.safetensors", "z": "b.safetensors"}}"#,
+            r#"{"metadata": {}, "weight_map": {"x": "a.safetensors", "y": "a.safetensors", "z": "b.safetensors", "ids": "b.safetensors"}}"#,
         )
         .unwrap();
         let c = Checkpoint::open(dir.path()).unwrap();
@@ -303,6 +314,9 @@ pub(crate) mod tests {
             assert_eq!(c.read_f32(n).unwrap(), a, "{n}");
         }
         assert_eq!(c.info("z").unwrap().shape, vec![1, 4]);
+        // An integer tensor is listed, and refused only when read.
+        let e = c.read_f32("ids").unwrap_err().to_string();
+        assert!(e.contains("`ids` is I32"), "{e}");
         let one = Checkpoint::open(&dir.path().join("a.safetensors")).unwrap();
         assert!(one.info("z").is_none());
         // A truncated file is refused by name.

@@ -62,9 +62,10 @@ pub(crate) fn check(
         })?;
     let prefix = embed.trim_end_matches("embed_tokens.weight").to_string();
     let want = |name: String, shape: &[usize], what: &str| -> Result<String> {
-        let Some(info) = ckpt.info(&name) else {
+        if ckpt.info(&name).is_none() {
             return Err(ckpt.bad(format!("missing tensor `{name}` ({what}, shape {shape:?})")));
-        };
+        }
+        let info = ckpt.float_info(&name)?;
         if info.shape != shape {
             return Err(ckpt.bad(format!(
                 "tensor `{name}` ({what}) has shape {:?}; the model needs {shape:?}",
