@@ -200,8 +200,12 @@ fn every_family_gives_the_reference_tokens_and_logits_under_one_cpu_and_a_split_
         let sub = dir.path().join(family);
         std::fs::create_dir_all(&sub).unwrap();
         for (plan, groups) in plans(&sub, &model) {
-            let got = generate(&plan, &fixture, &groups, &extra);
+            // Every GEMM output checked against the host's f64 reference.
+            let mut args = extra.clone();
+            args.push("--check");
+            let got = generate(&plan, &fixture, &groups, &args);
             let under = format!("{family} under {}", plan.display());
+            assert_eq!(got["check"]["passed"], got["check"]["outputs"], "{under}");
             let logits = got["logits"].as_array().unwrap();
             let want = expected["logits"].as_array().unwrap();
             assert_eq!(logits.len(), want.len(), "{under}");
