@@ -106,11 +106,7 @@ impl Weights {
                 let t = ckpt.read_f32(&map[&(op.name.clone(), layer, instance)])?;
                 // The tensor is [N, K]; W is [K, N].
                 let mut w = vec![0f32; k * n];
-                for (r, row) in t.chunks_exact(k).enumerate() {
-                    for (c, x) in row.iter().enumerate() {
-                        w[c * n + r] = *x;
-                    }
-                }
+                transpose::transpose(&t, &mut w, k, n);
                 Ok(w)
             }
         }
