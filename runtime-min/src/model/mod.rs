@@ -159,6 +159,12 @@ impl Decoder {
         prompt_len: u32,
         positions: usize,
     ) -> Result<Decoder> {
+        if !rt.has_checkpoint() {
+            return Err(Error::arg(
+                "weights",
+                "the runtime was opened with synthetic weights; open it with the model's checkpoint",
+            ));
+        }
         files.cfg.check_context(positions)?;
         let host = Decoder::host_bytes(files, positions);
         rt.check_generation_memory(prompt_len, host, "the decoder's KV cache and host tensors")?;

@@ -209,6 +209,14 @@ fn half_precision_checkpoints_run_and_bad_ones_name_the_tensor() {
         let e = ModelFiles::open(&cfg_path, &model, &w).err().unwrap();
         assert!(e.is_bad_input() && e.to_string().contains(missing), "{e}");
     }
+    // A runtime on synthetic weights cannot run the model.
+    let plan = dir.path().join("cpu.ron");
+    let synthetic = Runtime::open(&plan, model.clone(), RuntimeOptions::default()).unwrap();
+    let e = Decoder::load(&files, &synthetic, 3, 6)
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(e.contains("synthetic weights"), "{e}");
     let w = checkpoint(dir.path(), &model, &cfg, "lm_head.weight", Dtype::F32);
     let e = ModelFiles::open(&cfg_path, &model, &w)
         .err()
