@@ -120,9 +120,12 @@ impl Decoder {
             (g, u)
         };
         let t = Instant::now();
+        // Chunks of at least 16 Ki elements: a decode step's few thousand
+        // stay on this thread rather than paying for a fork.
         let act: Vec<f32> = gate
             .par_iter()
             .zip(&up)
+            .with_min_len(1 << 14)
             .map(|(g, u)| g / (1.0 + (-g).exp()) * u)
             .collect();
         self.host_time("activation", s.phase, t);
@@ -165,8 +168,11 @@ impl Decoder {
 /// llama: `x / sqrt(mean(x²) + eps) · w`.
 pub(crate) fn rms_norm(x: &[f32], w: &[f32], eps: f32) -> Vec<f32> {
     let mut out = vec![0f32; x.len()];
+    // Rows of at least 16 Ki elements per task (decode's one row: none).
+    let rows_per_task = ((1 << 14) / w.len().max(1)).max(1);
     out.par_chunks_mut(w.len())
         .zip(x.par_chunks(w.len()))
+        .with_min_len(rows_per_task)
         .for_each(|(o, r)| {
             let ms = r.iter().map(|v| v * v).sum::<f32>() / r.len() as f32;
             let inv = 1.0 / (ms + eps).sqrt();
