@@ -102,9 +102,20 @@ struct Output<'a> {
     tpot_us: Option<f64>,
     prefill_tokens_per_s: f64,
     decode_tokens_per_s: Option<f64>,
+    /// The GEMMs' share, measured against the plan's prediction.
+    gemms: GemmShare,
     #[serde(flatten)]
     generation: &'a Generation,
     notes: Vec<String>,
+}
+
+/// The GEMMs' time of the prefill and of a decode step, µs.
+#[derive(Serialize)]
+struct GemmShare {
+    prefill_measured_us: f64,
+    prefill_predicted_us: f64,
+    decode_step_measured_us: f64,
+    decode_step_predicted_us: f64,
 }
 
 pub fn run(args: GenerateArgs) -> anyhow::Result<()> {
@@ -287,7 +298,15 @@ fn summary<'a>(
 ) -> Output<'a> {
     let decoded: f64 = g.decode_us.iter().sum();
     let tpot = (!g.decode_us.is_empty()).then(|| decoded / g.decode_us.len() as f64);
+    let (pm, pp) = g.gemm_time(Phase::Prefill);
+    let (dm, dp) = g.gemm_time(Phase::Decode);
     Output {
+        gemms: GemmShare {
+            prefill_measured_us: pm,
+            prefill_predicted_us: pp,
+            decode_step_measured_us: dm,
+            decode_step_predicted_us: dp,
+        },
         model: rt.model().name.clone(),
         plan: args.plan.display().to_string(),
         text,
@@ -345,6 +364,21 @@ fn to_text(o: &Output<'_>) -> String {
                 "time per output token         -  (one token: no decode step)"
             );
         }
+    }
+    let gm = &o.gemms;
+    let _ = writeln!(
+        s,
+        "  GEMMs of the prefill  {:>9.3} ms measured, {:.3} ms predicted",
+        gm.prefill_measured_us / 1e3,
+        gm.prefill_predicted_us / 1e3
+    );
+    if o.tpot_us.is_some() {
+        let _ = writeln!(
+            s,
+            "  GEMMs of a decode step {:>8.3} ms measured, {:.3} ms predicted",
+            gm.decode_step_measured_us / 1e3,
+            gm.decode_step_predicted_us / 1e3
+        );
     }
     let _ = writeln!(s, "prefill {:>12.1} tokens/s", o.prefill_tokens_per_s);
     if let Some(d) = o.decode_tokens_per_s {

@@ -106,6 +106,25 @@ pub struct Generation {
     pub check: Option<GemmChecks>,
 }
 
+impl Generation {
+    /// The GEMMs' (measured, predicted) time, µs: the whole prefill, or a
+    /// decode step's mean (zeros without one).
+    pub fn gemm_time(&self, phase: Phase) -> (f64, f64) {
+        let gemms = self
+            .ops
+            .iter()
+            .filter(|o| o.phase == phase && o.kind == OpKind::Gemm);
+        let (m, p) = gemms.fold((0.0, 0.0), |(m, p), o| {
+            (m + o.measured_us, p + o.predicted_us.unwrap_or(0.0))
+        });
+        let steps = match phase {
+            Phase::Prefill => 1,
+            Phase::Decode => self.decode_us.len().max(1),
+        };
+        (m / steps as f64, p / steps as f64)
+    }
+}
+
 /// The GEMM outputs checked during a generation.
 #[derive(Debug, Clone, Serialize)]
 pub struct GemmChecks {
