@@ -16,6 +16,7 @@ mod demo_cmd;
 mod demo_folder;
 mod exit;
 mod fit_cmd;
+mod generate_cmd;
 mod model_cmd;
 mod outpath;
 mod plan_cmd;
@@ -67,6 +68,8 @@ enum Command {
     Predict(predict_cmd::PredictArgs),
     /// Run a plan on this machine's processors: predicted against measured.
     Run(Box<run_cmd::RunArgs>),
+    /// Generate tokens with a real model under a plan: TTFT, tokens/s, time per operator.
+    Generate(Box<generate_cmd::GenerateArgs>),
 }
 
 fn main() -> ExitCode {
@@ -94,6 +97,7 @@ fn main() -> ExitCode {
         Command::Fit(args) => fit_cmd::run(args),
         Command::Predict(args) => predict_cmd::run(args),
         Command::Run(args) => run_cmd::run(*args),
+        Command::Generate(args) => generate_cmd::run(*args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -44,7 +44,8 @@ pub struct RunArgs {
     /// Timed passes (after one untimed warm-up pass).
     #[arg(long, default_value_t = 5)]
     repeat: u32,
-    /// Real weights (safetensors); synthetic seeded weights when absent.
+    /// Real weights: a safetensors file, a model.safetensors.index.json of
+    /// shards, or a folder holding one; synthetic seeded weights when absent.
     #[arg(long)]
     weights: Option<PathBuf>,
     /// Seed of the synthetic weights and inputs.

@@ -73,7 +73,8 @@ typedef struct HeteroOptions {
    */
   const char *model_config;
   /*
-   A safetensors file with the weights; NULL: synthetic seeded weights.
+   The weights: a safetensors file, a `model.safetensors.index.json`
+   or a folder holding one; NULL: synthetic seeded weights.
    */
   const char *weights;
   /*
@@ -124,6 +125,28 @@ typedef struct HeteroTiming {
    */
   double predicted_us;
 } HeteroTiming;
+
+/*
+ Times of a [`hetero_generate`] call.
+ */
+typedef struct HeteroGenerateTimes {
+  /*
+   Time to first token (the prefill and the first token), µs.
+   */
+  double ttft_us;
+  /*
+   Mean host wall clock of a decode step, µs (0 with one token).
+   */
+  double tpot_us;
+  /*
+   Prompt tokens per second of the prefill.
+   */
+  double prefill_tokens_per_s;
+  /*
+   Generated tokens per second of the decode steps (0 with one token).
+   */
+  double decode_tokens_per_s;
+} HeteroGenerateTimes;
 
 #ifdef __cplusplus
 extern "C" {
@@ -211,6 +234,27 @@ int hetero_op_dims(const struct HeteroRuntime *rt,
  `out` is a valid pointer. `rt` may be any value.
  */
 int hetero_last_timing(const struct HeteroRuntime *rt, struct HeteroTiming *out);
+
+/*
+ Generates `max_new` tokens greedily after the `prompt_len` token ids of
+ `prompt`, with the model in folder `model_dir` (its config.json and
+ safetensors checkpoint; the runtime must have been opened for this
+ model with `options.weights` naming the same checkpoint). Every GEMM
+ runs as the plan decides; the other operators run on the host CPU.
+ `out_tokens` receives `max_new` ids; `times` (may be NULL) the times.
+
+ # Safety
+ `model_dir` is NUL-terminated; `prompt` holds `prompt_len` ids and
+ `out_tokens` room for `max_new`; `times` is NULL or valid. `rt` may be
+ any value.
+ */
+int hetero_generate(struct HeteroRuntime *rt,
+                    const char *model_dir,
+                    const uint32_t *prompt,
+                    size_t prompt_len,
+                    uint32_t max_new,
+                    uint32_t *out_tokens,
+                    struct HeteroGenerateTimes *times);
 
 /*
  Closes a runtime: waits for a call in progress on `rt` (from another

@@ -1,4 +1,5 @@
-//! The C API: open a plan, run one linear operator at a time, close.
+//! The C API: open a plan, run one linear operator at a time or generate
+//! tokens with a model ([`hetero_generate`]), close.
 //!
 //! ```c
 //! HeteroOptions o = hetero_options_default();
@@ -60,7 +61,8 @@ pub const HETERO_SYNC_BLOCK: u32 = 1;
 pub struct HeteroOptions {
     /// The model's Hugging Face config.json (required).
     pub model_config: *const c_char,
-    /// A safetensors file with the weights; NULL: synthetic seeded weights.
+    /// The weights: a safetensors file, a `model.safetensors.index.json`
+    /// or a folder holding one; NULL: synthetic seeded weights.
     pub weights: *const c_char,
     /// The predictor the plan was solved with; NULL: not checked.
     pub predictor: *const c_char,
@@ -589,6 +591,103 @@ pub unsafe extern "C" fn hetero_last_timing(
     })
 }
 
+/// Times of a [`hetero_generate`] call.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct HeteroGenerateTimes {
+    /// Time to first token (the prefill and the first token), µs.
+    pub ttft_us: f64,
+    /// Mean host wall clock of a decode step, µs (0 with one token).
+    pub tpot_us: f64,
+    /// Prompt tokens per second of the prefill.
+    pub prefill_tokens_per_s: f64,
+    /// Generated tokens per second of the decode steps (0 with one token).
+    pub decode_tokens_per_s: f64,
+}
+
+/// Generates `max_new` tokens greedily after the `prompt_len` token ids of
+/// `prompt`, with the model in folder `model_dir` (its config.json and
+/// safetensors checkpoint; the runtime must have been opened for this
+/// model with `options.weights` naming the same checkpoint). Every GEMM
+/// runs as the plan decides; the other operators run on the host CPU.
+/// `out_tokens` receives `max_new` ids; `times` (may be NULL) the times.
+///
+/// # Safety
+/// `model_dir` is NUL-terminated; `prompt` holds `prompt_len` ids and
+/// `out_tokens` room for `max_new`; `times` is NULL or valid. `rt` may be
+/// any value.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn hetero_generate(
+    rt: *mut HeteroRuntime,
+    model_dir: *const c_char,
+    prompt: *const u32,
+    prompt_len: usize,
+    max_new: u32,
+    out_tokens: *mut u32,
+    times: *mut HeteroGenerateTimes,
+) -> c_int {
+    guard(|| {
+        with_runtime(rt, "hetero_generate", |h| {
+            if model_dir.is_null() || prompt.is_null() || out_tokens.is_null() {
+                return bad("hetero_generate: model_dir, prompt and out_tokens must not be NULL");
+            }
+            if prompt_len == 0 || max_new == 0 {
+                return bad("hetero_generate: prompt_len and max_new must be at least 1");
+            }
+            // SAFETY: non-NULL; the caller promises a NUL-terminated string.
+            let dir = match unsafe { opt_str(model_dir, "model_dir") } {
+                Ok(d) => PathBuf::from(d.expect("checked non-NULL")),
+                Err(e) => return bad(&e),
+            };
+            // SAFETY: the caller promises `prompt_len` ids.
+            let ids = unsafe { std::slice::from_raw_parts(prompt, prompt_len) }.to_vec();
+            let g = match generate_greedy(&mut h.rt, &dir, ids, max_new) {
+                Ok(g) => g,
+                Err(e) => return fail(&e),
+            };
+            // SAFETY: the caller promises room for `max_new` ids.
+            let out = unsafe { std::slice::from_raw_parts_mut(out_tokens, max_new as usize) };
+            out.copy_from_slice(&g.tokens);
+            if !times.is_null() {
+                let tpot = match g.decode_us.len() {
+                    0 => 0.0,
+                    n => g.decode_us.iter().sum::<f64>() / n as f64,
+                };
+                // SAFETY: non-NULL and valid, as the caller promises.
+                unsafe {
+                    *times = HeteroGenerateTimes {
+                        ttft_us: g.ttft_us,
+                        tpot_us: tpot,
+                        prefill_tokens_per_s: prompt_len as f64 / (g.ttft_us / 1e6),
+                        decode_tokens_per_s: if tpot > 0.0 { 1e6 / tpot } else { 0.0 },
+                    }
+                };
+            }
+            HETERO_OK
+        })
+    })
+}
+
+/// Greedy generation of exactly `max_new` tokens with the model in `dir`.
+fn generate_greedy(
+    rt: &mut Runtime,
+    dir: &std::path::Path,
+    prompt: Vec<u32>,
+    max_new: u32,
+) -> crate::Result<crate::Generation> {
+    let files = crate::ModelFiles::open(&dir.join("config.json"), rt.model(), dir)?;
+    let positions = prompt.len() + max_new as usize;
+    let mut d = crate::Decoder::load(&files, rt, prompt.len() as u32, positions)?;
+    let spec = crate::GenerateSpec {
+        prompt,
+        max_new,
+        stop: Vec::new(),
+        sampling: crate::Sampling::default(),
+        keep_logits: false,
+    };
+    d.generate(rt, &spec, false, &mut |_, _, _| {})
+}
+
 /// Closes a runtime: waits for a call in progress on `rt` (from another
 /// thread), then frees it. Returns `HETERO_OK`; NULL is ignored (also
 /// `HETERO_OK`). A handle already closed, or never returned by
@@ -694,5 +793,25 @@ mod tests {
         let rc = unsafe { hetero_last_timing(std::ptr::null(), &mut t) };
         assert_eq!(rc, HETERO_BAD_HANDLE);
         assert!(last_error().contains("rt is NULL"), "{}", last_error());
+        let (ids, mut out) = ([1u32, 2], [0u32; 2]);
+        let dir = c"model";
+        // SAFETY: valid buffers; NULL `rt` and `times` are allowed.
+        let rc = unsafe {
+            hetero_generate(
+                std::ptr::null_mut(),
+                dir.as_ptr(),
+                ids.as_ptr(),
+                2,
+                2,
+                out.as_mut_ptr(),
+                std::ptr::null_mut(),
+            )
+        };
+        assert_eq!(rc, HETERO_BAD_HANDLE);
+        assert!(
+            last_error().contains("hetero_generate: rt is NULL"),
+            "{}",
+            last_error()
+        );
     }
 }

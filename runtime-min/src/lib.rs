@@ -27,6 +27,7 @@ pub mod decider;
 mod error;
 mod exec;
 pub mod graphs;
+pub mod model;
 pub mod report;
 mod runtime;
 #[cfg(test)]
@@ -37,6 +38,7 @@ pub use decider::Decider;
 pub use error::{Error, MemoryShortfall, Result};
 pub use exec::SyncChoice;
 pub use graphs::{GraphRequest, GraphSource, Preloaded, Prepare};
+pub use model::{Decoder, GenerateSpec, Generation, ModelFiles, Sampling};
 pub use report::Report;
 pub use runtime::{
     LinearTiming, PlanGemm, RunSpec, Runtime, RuntimeOptions, label, load_model, plan_gemms,

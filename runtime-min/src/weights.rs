@@ -8,15 +8,16 @@
 //! Face layout: `<prefix>layers.<i>.<hf_name>.weight`, experts as
 //! `...experts.<e>.<proj>.weight`, the head as `lm_head.weight` (or the tied
 //! `embed_tokens.weight`). F32, F16 and BF16 tensors are read; quantised
-//! checkpoints are refused by name.
+//! checkpoints are refused by name. A checkpoint is one file or shards
+//! ([`Checkpoint`]); each tensor is read when its GEMM is prepared.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use hetero_plan::{LinearOp, ModelSpec, OpRole};
-use safetensors::{Dtype, SafeTensors};
 
-use crate::{Error, Result};
+use crate::Result;
+use crate::model::Checkpoint;
 
 /// Where the weights come from.
 #[derive(Debug, Clone, PartialEq)]
@@ -30,7 +31,8 @@ pub enum WeightSource {
         /// Every layer uses layer 0's weights (and the same prepared GEMMs).
         share_layers: bool,
     },
-    /// A safetensors file.
+    /// A safetensors checkpoint: a file, a `model.safetensors.index.json`
+    /// of shards, or a folder holding one of them.
     Safetensors(PathBuf),
 }
 
@@ -43,14 +45,6 @@ impl Default for WeightSource {
     }
 }
 
-/// Where one tensor lies in the file.
-#[derive(Debug, Clone)]
-pub(crate) struct Loc {
-    dtype: Dtype,
-    start: usize,
-    end: usize,
-}
-
 /// Opened weights.
 pub(crate) enum Weights {
     Synthetic {
@@ -58,10 +52,9 @@ pub(crate) enum Weights {
         share_layers: bool,
     },
     File {
-        bytes: Vec<u8>,
-        data_start: usize,
-        /// (op name, layer, instance) → tensor.
-        map: HashMap<(String, u32, u32), Loc>,
+        ckpt: Checkpoint,
+        /// (op name, layer, instance) → tensor name.
+        map: HashMap<(String, u32, u32), String>,
     },
 }
 
@@ -97,8 +90,9 @@ impl Weights {
         }
     }
 
-    /// `W[K,N]` row-major f32 of an operator's instance in a layer.
-    pub fn get(&self, op: &LinearOp, layer: u32, instance: u32) -> Vec<f32> {
+    /// `W[K,N]` row-major f32 of an operator's instance in a layer (a
+    /// checkpoint's tensor is read from its file now).
+    pub fn get(&self, op: &LinearOp, layer: u32, instance: u32) -> Result<Vec<f32>> {
         let (k, n) = (op.k as usize, op.n as usize);
         match self {
             Weights::Synthetic { seed, .. } => {
@@ -106,24 +100,14 @@ impl Weights {
                     ^ fnv(&op.name)
                     ^ ((self.weight_layer(layer) as u64) << 32)
                     ^ ((instance as u64) << 48);
-                random_vec_par(k * n, s)
+                Ok(random_vec_par(k * n, s))
             }
-            Weights::File {
-                bytes,
-                data_start,
-                map,
-            } => {
-                let loc = &map[&(op.name.clone(), layer, instance)];
-                let raw = &bytes[data_start + loc.start..data_start + loc.end];
-                let mut w = vec![0f32; k * n];
+            Weights::File { ckpt, map } => {
+                let t = ckpt.read_f32(&map[&(op.name.clone(), layer, instance)])?;
                 // The tensor is [N, K]; W is [K, N].
-                for r in 0..n {
-                    for c in 0..k {
-                        let i = r * k + c;
-                        w[c * n + r] = element(loc.dtype, raw, i);
-                    }
-                }
-                w
+                let mut w = vec![0f32; k * n];
+                transpose::transpose(&t, &mut w, k, n);
+                Ok(w)
             }
         }
     }
@@ -153,15 +137,6 @@ pub(crate) fn random_vec_par(len: usize, seed: u64) -> Vec<f32> {
         }
     });
     v
-}
-
-fn element(dtype: Dtype, raw: &[u8], i: usize) -> f32 {
-    match dtype {
-        Dtype::F32 => f32::from_le_bytes(raw[4 * i..4 * i + 4].try_into().expect("4 bytes")),
-        Dtype::F16 => half::f16::from_le_bytes([raw[2 * i], raw[2 * i + 1]]).to_f32(),
-        Dtype::BF16 => half::bf16::from_le_bytes([raw[2 * i], raw[2 * i + 1]]).to_f32(),
-        _ => unreachable!("dtypes are checked when the file is opened"),
-    }
 }
 
 /// The expected tensor name of an operator, for messages.
@@ -194,102 +169,90 @@ fn layer_of(name: &str, suffix: &str) -> Option<u32> {
 }
 
 fn open_file(path: &Path, model: &ModelSpec) -> Result<Weights> {
-    let bad = |message: String| Error::Weights {
-        path: path.to_path_buf(),
-        message,
-    };
-    let bytes = std::fs::read(path).map_err(|source| {
-        Error::File(hetero_plan::Error::Io {
-            path: path.to_path_buf(),
-            source,
-        })
-    })?;
-    let (header, meta) = SafeTensors::read_metadata(&bytes)
-        .map_err(|e| bad(format!("not a safetensors file: {e}")))?;
-    let data_start = 8 + header;
-    let tensors = meta.tensors();
+    let ckpt = Checkpoint::open(path)?;
+    let map = linear_tensors(&ckpt, model)?;
+    Ok(Weights::File { ckpt, map })
+}
+
+/// The checkpoint's tensor of every operator, layer and instance, each
+/// checked for its shape: (op name, layer, instance) → tensor name.
+pub(crate) fn linear_tensors(
+    ckpt: &Checkpoint,
+    model: &ModelSpec,
+) -> Result<HashMap<(String, u32, u32), String>> {
     let mut map = HashMap::new();
     for op in &model.ops {
-        let want = [op.n as usize, op.k as usize];
-        let mut found: Vec<(u32, u32, String)> = Vec::new();
-        for inst in 0..op.count {
-            if op.role == OpRole::LmHead {
-                let own = format!("{}.weight", op.hf_name);
-                let name = tensors
-                    .keys()
-                    .find(|n| **n == own || n.ends_with(&format!(".{own}")))
-                    .or_else(|| {
-                        model.tied_embeddings.then(|| {
-                            tensors.keys().find(|n| {
-                                n.ends_with("embed_tokens.weight")
-                                    || n.ends_with("tok_embeddings.weight")
-                            })
-                        })?
-                    })
-                    .ok_or_else(|| {
-                        bad(format!(
-                            "no tensor for `{}`: expected `{own}`{}",
-                            op.name,
-                            if model.tied_embeddings {
-                                " or the tied `model.embed_tokens.weight`"
-                            } else {
-                                ""
-                            }
-                        ))
-                    })?;
-                found.push((0, inst, name.clone()));
-                continue;
-            }
-            let suffix = format!("{}.weight", expert_name(op, inst));
-            let mut layers: Vec<(u32, String)> = tensors
-                .keys()
-                .filter_map(|n| layer_of(n, &suffix).map(|l| (l, n.clone())))
-                .collect();
-            layers.sort();
-            if layers.len() != op.layers as usize {
-                return Err(bad(format!(
-                    "`{}` ({}): found {} layer tensors named like `{}`, the model has {} layers of it",
-                    op.name,
-                    op.hf_name,
-                    layers.len(),
-                    example_name(op, 0, inst),
-                    op.layers
+        for (layer, inst, name) in op_tensors(ckpt, model, op)? {
+            let shape = &ckpt.float_info(&name)?.shape;
+            if *shape != [op.n as usize, op.k as usize] {
+                return Err(ckpt.bad(format!(
+                    "tensor `{name}` (`{}` layer {layer}) has shape {shape:?}; the model needs [{}, {}] (N = {} out features, K = {} in features)",
+                    op.name, op.n, op.k, op.n, op.k
                 )));
             }
-            // The l-th layer that has the operator, in index order.
-            for (l, (_, name)) in layers.into_iter().enumerate() {
-                found.push((l as u32, inst, name));
-            }
-        }
-        for (layer, inst, name) in found {
-            let info = &tensors[&name];
-            if info.shape != want {
-                return Err(bad(format!(
-                    "tensor `{name}` (`{}` layer {layer}) has shape {:?}; the model needs [{}, {}] (N = {} out features, K = {} in features)",
-                    op.name, info.shape, op.n, op.k, op.n, op.k
-                )));
-            }
-            if !matches!(info.dtype, Dtype::F32 | Dtype::F16 | Dtype::BF16) {
-                return Err(bad(format!(
-                    "tensor `{name}` is {:?}; the runtime reads F32, F16 and BF16 weights",
-                    info.dtype
-                )));
-            }
-            map.insert(
-                (op.name.clone(), layer, inst),
-                Loc {
-                    dtype: info.dtype,
-                    start: info.data_offsets.0,
-                    end: info.data_offsets.1,
-                },
-            );
+            map.insert((op.name.clone(), layer, inst), name);
         }
     }
-    Ok(Weights::File {
-        bytes,
-        data_start,
-        map,
-    })
+    Ok(map)
+}
+
+/// The tensors of one operator: (layer, instance, tensor name).
+fn op_tensors(
+    ckpt: &Checkpoint,
+    model: &ModelSpec,
+    op: &LinearOp,
+) -> Result<Vec<(u32, u32, String)>> {
+    let mut found = Vec::new();
+    for inst in 0..op.count {
+        if op.role == OpRole::LmHead {
+            let own = format!("{}.weight", op.hf_name);
+            let name = ckpt
+                .names()
+                .find(|n| **n == own || n.ends_with(&format!(".{own}")))
+                .or_else(|| {
+                    model.tied_embeddings.then(|| {
+                        ckpt.names().find(|n| {
+                            n.ends_with("embed_tokens.weight")
+                                || n.ends_with("tok_embeddings.weight")
+                        })
+                    })?
+                })
+                .ok_or_else(|| {
+                    ckpt.bad(format!(
+                        "no tensor for `{}`: expected `{own}`{}",
+                        op.name,
+                        if model.tied_embeddings {
+                            " or the tied `model.embed_tokens.weight`"
+                        } else {
+                            ""
+                        }
+                    ))
+                })?;
+            found.push((0, inst, name.clone()));
+            continue;
+        }
+        let suffix = format!("{}.weight", expert_name(op, inst));
+        let mut layers: Vec<(u32, String)> = ckpt
+            .names()
+            .filter_map(|n| layer_of(n, &suffix).map(|l| (l, n.clone())))
+            .collect();
+        layers.sort();
+        if layers.len() != op.layers as usize {
+            return Err(ckpt.bad(format!(
+                "`{}` ({}): found {} layer tensors named like `{}`, the model has {} layers of it",
+                op.name,
+                op.hf_name,
+                layers.len(),
+                example_name(op, 0, inst),
+                op.layers
+            )));
+        }
+        // The l-th layer that has the operator, in index order.
+        for (l, (_, name)) in layers.into_iter().enumerate() {
+            found.push((l as u32, inst, name));
+        }
+    }
+    Ok(found)
 }
 
 #[cfg(test)]
@@ -339,13 +302,13 @@ mod tests {
             seed: 1,
             share_layers: false,
         };
-        assert_eq!(w.get(&op, 2, 0), w.get(&op, 2, 0));
-        assert_ne!(w.get(&op, 1, 0), w.get(&op, 2, 0));
+        assert_eq!(w.get(&op, 2, 0).unwrap(), w.get(&op, 2, 0).unwrap());
+        assert_ne!(w.get(&op, 1, 0).unwrap(), w.get(&op, 2, 0).unwrap());
         let s = Weights::Synthetic {
             seed: 1,
             share_layers: true,
         };
-        assert_eq!(s.get(&op, 1, 0), s.get(&op, 2, 0));
+        assert_eq!(s.get(&op, 1, 0).unwrap(), s.get(&op, 2, 0).unwrap());
         assert_eq!(s.weight_layer(5), 0);
     }
 

@@ -141,6 +141,56 @@ fn c_example_compiles_runs_and_matches_the_rust_api() {
 }
 
 #[test]
+fn c_example_generates_the_reference_tokens_of_the_llama_fixture() {
+    let Some(lib) = c_toolchain() else { return };
+    let dir = hetero_test_support::temp_dir("capi-generate");
+    let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/models/llama");
+    let config = fixture.join("config.json");
+    let (plan, _) = common::solve_for(&config, dir.path());
+    let exe = dir.path().join("example");
+    compile("examples/c/example.c", &lib, &exe);
+    let expected: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(fixture.join("expected.json")).unwrap())
+            .unwrap();
+    let ids = |key: &str| -> Vec<String> {
+        expected[key]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t.to_string())
+            .collect()
+    };
+    let (prompt, want) = (ids("prompt_tokens").join(","), ids("tokens"));
+    let max_new = want.len().to_string();
+    let out = run_c(
+        &exe,
+        &lib,
+        &[
+            plan.as_os_str(),
+            config.as_os_str(),
+            "attn_q".as_ref(),
+            "3".as_ref(),
+            "0".as_ref(),
+            fixture.as_os_str(),
+            prompt.as_ref(),
+            max_new.as_ref(),
+        ],
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "example failed: {stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let got = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("generated "))
+        .unwrap_or_else(|| panic!("no tokens in {stdout}"));
+    assert_eq!(got, want.join(" "), "{stdout}");
+    assert!(stdout.contains("ttft_us "), "{stdout}");
+}
+
+#[test]
 fn c_misused_handles_are_refused_with_bad_handle() {
     let Some(lib) = c_toolchain() else { return };
     let dir = hetero_test_support::temp_dir("capi-handles");

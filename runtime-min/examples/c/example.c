@@ -2,19 +2,62 @@
  *
  *   cc example.c -I ../../include -L ../../../target/debug -lhetero_runtime -o example
  *   LD_LIBRARY_PATH=../../../target/debug ./example plan.ron config.json attn_q 5 1
+ *   LD_LIBRARY_PATH=../../../target/debug ./example plan.ron model/config.json attn_q 5 1 model 1,5,9 8
  *
- * Arguments: plan, model config.json, operator, sequence length, layer.
+ * Arguments: plan, model config.json, operator, sequence length, layer;
+ * then optionally a model folder (config.json and safetensors), prompt
+ * token ids and the tokens to generate.
  * The input is a fixed pattern; the program prints a checksum of the output
  * (the test compares it with the Rust API's), the times, and then shows
- * that an unknown operator is refused with HETERO_BAD_INPUT. */
+ * that an unknown operator is refused with HETERO_BAD_INPUT. With a model
+ * folder it then opens the plan with the model's weights and generates
+ * greedily, printing the token ids and the times. */
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "hetero_runtime.h"
 
+/* Opens PLAN with the weights of MODEL_DIR and generates MAX_NEW tokens
+ * after the comma-separated ids of PROMPT. */
+static int generate(const char *plan, const char *config, const char *model_dir,
+                    const char *prompt, uint32_t max_new) {
+    uint32_t ids[256];
+    size_t len = 0;
+    for (const char *p = prompt; *p && len < 256;) {
+        ids[len++] = (uint32_t)strtoul(p, NULL, 10);
+        p = strchr(p, ',');
+        if (!p) break;
+        p++;
+    }
+    HeteroOptions o = hetero_options_default();
+    o.model_config = config;
+    o.weights = model_dir;
+    HeteroRuntime *rt = hetero_runtime_open(plan, &o);
+    if (!rt) {
+        fprintf(stderr, "open with weights: %s\n", hetero_last_error());
+        return 2;
+    }
+    uint32_t *out = malloc(max_new * sizeof(uint32_t));
+    HeteroGenerateTimes t;
+    int rc = hetero_generate(rt, model_dir, ids, len, max_new, out, &t);
+    if (rc == HETERO_OK) {
+        printf("generated");
+        for (uint32_t i = 0; i < max_new; i++) printf(" %u", out[i]);
+        printf("\nttft_us %.1f tpot_us %.1f decode_tokens_per_s %.1f\n", t.ttft_us, t.tpot_us,
+               t.decode_tokens_per_s);
+    } else {
+        fprintf(stderr, "generate: %s\n", hetero_last_error());
+    }
+    free(out);
+    hetero_runtime_close(rt);
+    return rc;
+}
+
 int main(int argc, char **argv) {
-    if (argc != 6) {
-        fprintf(stderr, "usage: %s PLAN CONFIG OP SEQ_LEN LAYER\n", argv[0]);
+    if (argc != 6 && argc != 9) {
+        fprintf(stderr, "usage: %s PLAN CONFIG OP SEQ_LEN LAYER [MODEL_DIR PROMPT_IDS MAX_NEW]\n",
+                argv[0]);
         return 2;
     }
     const char *op = argv[3];
@@ -62,5 +105,6 @@ int main(int argc, char **argv) {
     hetero_runtime_close(rt);
     free(in);
     free(out);
+    if (argc == 9) return generate(argv[1], argv[2], argv[6], argv[7], (uint32_t)strtoul(argv[8], NULL, 10));
     return 0;
 }

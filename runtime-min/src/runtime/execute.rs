@@ -112,6 +112,53 @@ impl Runtime {
         })
     }
 
+    /// Compares `output`, written by [`Runtime::linear`] for the same
+    /// operator, layer and length from `input`, with the host's f64
+    /// reference of the whole product (the worst of its instances).
+    pub fn check_linear(
+        &self,
+        op: &str,
+        phase: Phase,
+        layer: u32,
+        len: u32,
+        input: &[f32],
+        output: &[f32],
+    ) -> Result<crate::model::LinearCheck> {
+        let oi = self.op_of(op, phase, len)?;
+        let p = self.prepared.get(&(oi, len)).ok_or_else(|| {
+            Error::arg(
+                "check",
+                format!("`{op}` has not run at {phase} length {len}"),
+            )
+        })?;
+        let (m, k, n) = (p.m, p.k, p.n);
+        let lop = &self.model.ops[p.model_op];
+        let mut worst: Option<crate::model::LinearCheck> = None;
+        for (i, parts) in p.layers[layer as usize].iter().enumerate() {
+            let w = self
+                .weights
+                .get(lop, self.weights.weight_layer(layer), i as u32)?;
+            let (a, c) = (&input[i * m * k..][..m * k], &output[i * m * n..][..m * n]);
+            let result = check_parts(parts, (m, k, n), a, &w, c);
+            let instance = (p.instances > 1).then_some(i);
+            let this = crate::model::LinearCheck {
+                what: format!(
+                    "{phase} {}",
+                    output_name(lop, layer, instance, result.worst)
+                ),
+                bound: parts_bound(&self.gemms, &self.backends, parts, k),
+                result,
+            };
+            if worst
+                .as_ref()
+                .is_none_or(|w| this.result.rel_err / this.bound > w.result.rel_err / w.bound)
+            {
+                worst = Some(this);
+            }
+        }
+        Ok(worst.expect("an operator has at least one instance"))
+    }
+
     /// Prepares and runs a phase: one untimed warm-up pass (checked when
     /// asked), then `repeat` timed passes; reports predicted against measured.
     pub fn run(&mut self, spec: &RunSpec) -> Result<Report> {
@@ -287,7 +334,7 @@ impl Runtime {
             .map_err(processor_error(plan, oi, layer, len))?;
             if let Some(c) = checks.as_deref_mut() {
                 let lop = &model.ops[p.model_op];
-                let w = weights.get(lop, weights.weight_layer(layer), inst as u32);
+                let w = weights.get(lop, weights.weight_layer(layer), inst as u32)?;
                 let result = check_parts(parts, (m, k, n), input, &w, &output[..m * n]);
                 let instance = (p.instances > 1).then_some(inst);
                 c.push(CheckedOutput {

@@ -143,7 +143,34 @@ impl Runtime {
     /// when what they need is more than a place can hold.
     pub(super) fn check_memory(&self, phase: Phase, len: u32, ops: &[usize]) -> Result<()> {
         let need = self.memory_need(phase, len, ops)?;
-        for (place, tally) in &need {
+        self.refuse_over(&need, phase, len)
+    }
+
+    /// Refuses a generation whose prefill at `prompt_len`, decode steps
+    /// at length 1, and `host_bytes` more on the host for `what` (a
+    /// decoder's KV cache and tensors) need more than a place can hold.
+    pub fn check_generation_memory(
+        &self,
+        prompt_len: u32,
+        host_bytes: u128,
+        what: &str,
+    ) -> Result<()> {
+        let mut need =
+            self.memory_need(Phase::Prefill, prompt_len, &self.phase_ops(Phase::Prefill))?;
+        for (place, tally) in self.memory_need(Phase::Decode, 1, &self.phase_ops(Phase::Decode))? {
+            let t = need.entry(place).or_default();
+            for (op, b) in tally.per_op {
+                *t.per_op.entry(op).or_default() += b;
+            }
+            t.scratch = t.scratch.max(tally.scratch);
+        }
+        add(&mut need, Place::Host, what, host_bytes);
+        self.refuse_over(&need, Phase::Prefill, prompt_len)
+    }
+
+    /// The first place whose need is over its capacity, as an error.
+    fn refuse_over(&self, need: &BTreeMap<Place, Tally>, phase: Phase, len: u32) -> Result<()> {
+        for (place, tally) in need {
             let cap = match *place {
                 Place::Host => host_available(),
                 Place::Device(p) => match self.device_capacity(p) {
@@ -151,8 +178,7 @@ impl Runtime {
                     None => continue,
                 },
             };
-            let total = tally.total();
-            if total > cap.bytes as u128 {
+            if tally.total() > cap.bytes as u128 {
                 return Err(self.memory_error(phase, len, *place, tally, cap));
             }
         }
@@ -288,19 +314,16 @@ impl Runtime {
             .per_op
             .iter()
             .max_by_key(|(_, b)| **b)
-            .map(|(op, b)| {
-                let o = self
-                    .model
-                    .op(op)
-                    .expect("the plan's operators are the model's");
-                format!(
+            .map(|(op, b)| match self.model.op(op) {
+                Some(o) => format!(
                     "; the largest, `{op}` (K×N {}×{}, {} layer(s) × {} instance(s)), takes {}",
                     o.k,
                     o.n,
                     o.layers,
                     o.count,
                     bytes(*b)
-                )
+                ),
+                None => format!("; the largest, {op}, takes {}", bytes(*b)),
             })
             .unwrap_or_default();
         Error::Memory(Box::new(MemoryShortfall {
@@ -312,7 +335,11 @@ impl Runtime {
             needed: tally.total(),
             what: format!(
                 "the weights, inputs and outputs of {} operator(s){on}{largest}",
-                tally.per_op.len()
+                tally
+                    .per_op
+                    .keys()
+                    .filter(|o| self.model.op(o).is_some())
+                    .count()
             ),
             available: cap.bytes,
             basis: cap.basis,

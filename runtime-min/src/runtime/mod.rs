@@ -152,6 +152,11 @@ impl Runtime {
             .collect()
     }
 
+    /// True when the GEMMs' weights come from a checkpoint (not synthetic).
+    pub(crate) fn has_checkpoint(&self) -> bool {
+        matches!(self.weights, Weights::File { .. })
+    }
+
     /// Changes how the host waits for submitted parts.
     pub fn set_sync(&mut self, sync: SyncChoice) {
         self.sync = sync;

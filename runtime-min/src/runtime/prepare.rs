@@ -81,20 +81,21 @@ struct InstanceWeights<'a> {
 
 impl InstanceWeights<'_> {
     /// Columns `cols` of the weights, `W[K, cols]` row-major.
-    fn columns(&mut self, weights: &Weights, cols: &Range<usize>) -> Vec<f32> {
+    fn columns(&mut self, weights: &Weights, cols: &Range<usize>) -> Result<Vec<f32>> {
         let (lop, layer, instance) = (self.lop, self.layer, self.instance);
-        let w = self
-            .w
-            .get_or_insert_with(|| weights.get(lop, layer, instance));
+        if self.w.is_none() {
+            self.w = Some(weights.get(lop, layer, instance)?);
+        }
+        let w = self.w.as_ref().expect("read above");
         let (k, n) = (lop.k as usize, lop.n as usize);
         if cols.len() == n {
-            return w.clone();
+            return Ok(w.clone());
         }
         let mut s = Vec::with_capacity(k * cols.len());
         for r in 0..k {
             s.extend_from_slice(&w[r * n + cols.start..r * n + cols.end]);
         }
-        s
+        Ok(s)
     }
 }
 
@@ -229,12 +230,14 @@ impl Runtime {
         let gi = match self.shared.get(&key) {
             Some(&gi) => gi,
             None => {
-                let slice = w.columns(&self.weights, &sl.cols);
+                let slice = w.columns(&self.weights, &sl.cols)?;
                 self.new_gemm(op, part, sl, key, &slice)?
             }
         };
-        let upload = (sl.upload && !self.host_staged.contains(&gi))
-            .then(|| Arc::new(w.columns(&self.weights, &sl.cols)));
+        let upload = match sl.upload && !self.host_staged.contains(&gi) {
+            true => Some(Arc::new(w.columns(&self.weights, &sl.cols)?)),
+            false => None,
+        };
         // Staging buffers, grown here rather than while timed.
         let pool = (&self.backends[..], self.host_mem);
         grow(&mut self.stage.input, sl.pad_to * k, &mut self.grown, pool);

@@ -409,7 +409,7 @@ fn linear_matches_the_reference_and_checks_its_buffers() {
             .unwrap();
         assert_eq!(t.predicted_us, 125.0, "the blocking wait's prediction");
         rt.set_sync(SyncChoice::Poll);
-        let w = rt.weights.get(lop, 1, 0);
+        let w = rt.weights.get(lop, 1, 0).unwrap();
         let shape = GemmShape::new(len, lop.k, lop.n).unwrap();
         let r = hetero_agent::verify::check(&shape, &input, &w, &out);
         assert!(r.passes(1e-4), "{op}: {r:?}");

@@ -62,7 +62,15 @@ pub fn predictor() -> Predictor {
 pub fn solved(dir: &Path) -> (PathBuf, PathBuf, PathBuf) {
     let config = dir.join("config.json");
     std::fs::write(&config, TINY_LLAMA).unwrap();
-    let model = hetero_plan::hf::load_config(&config).unwrap();
+    let (plan_path, pred_path) = solve_for(&config, dir);
+    (config, plan_path, pred_path)
+}
+
+/// Solves a plan for the model of `config` with [`predictor`] (prefill
+/// 1..=16, decode 1 and 2, f32) into `dir/plan.ron`, beside
+/// `dir/predictor.ron`; returns both paths.
+pub fn solve_for(config: &Path, dir: &Path) -> (PathBuf, PathBuf) {
+    let model = hetero_plan::hf::load_config(config).unwrap();
     let pred = predictor();
     let pred_path = dir.join("predictor.ron");
     hetero_plan::save(&pred_path, &pred).unwrap();
@@ -79,5 +87,5 @@ pub fn solved(dir: &Path) -> (PathBuf, PathBuf, PathBuf) {
         hetero_solver::solve(&pred, pred.fingerprint("predictor.ron"), &model, &settings).unwrap();
     let plan_path = dir.join("plan.ron");
     hetero_plan::save(&plan_path, &plan).unwrap();
-    (config, plan_path, pred_path)
+    (plan_path, pred_path)
 }
