@@ -19,7 +19,8 @@ use std::time::Instant;
 use hetero_plan::{DType, GemmShape, OperandOrder, WeightMode};
 use serde::{Deserialize, Serialize};
 
-use super::graph::{self, BuiltGraph, GraphIo, QnnGemm};
+use super::gemm::QnnGemm;
+use super::graph::{self, BuiltGraph, GraphIo};
 use super::runtime::{self, Runtime};
 use super::{HtpPerf, PROCESSOR_ID, QnnOptions};
 use crate::{Error, GemmSpec, OpenOptions, Result};

@@ -38,8 +38,11 @@
 
 mod aot;
 mod ffi;
+mod gemm;
 mod graph;
+mod rpcmem;
 mod runtime;
+mod worker;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -53,7 +56,8 @@ pub use aot::{
     CompileArgs, DEFAULT_SEED, GraphEntry, MANIFEST_FILE, Manifest, compile, compile_cli,
     compile_with_weights, load, parse_graph_specs, read_manifest, synthetic_weights,
 };
-pub use graph::{Element, GraphIo, QnnGemm, TensorDesc, effective_weights};
+pub use gemm::QnnGemm;
+pub use graph::{Element, GraphIo, TensorDesc, effective_weights};
 pub use runtime::{LIB_DIR_ENV, LIBRARY, STANDARD_DIRS};
 
 use crate::{Backend, Error, Gemm, GemmSpec, OpenOptions, Result, default_tolerance};
@@ -211,6 +215,8 @@ fn describe(rt: &runtime::Runtime) -> Processor {
     let mut extensions = vec![
         format!("library:{}", rt.lib.path.display()),
         format!("perf:{}", rt.perf_note),
+        rpcmem::extension(),
+        "execution:worker thread, completion flag".into(),
     ];
     if let Some(s) = rt.soc {
         extensions.push(format!("soc:{s}"));
@@ -227,7 +233,9 @@ fn describe(rt: &runtime::Runtime) -> Processor {
         capabilities: Capabilities {
             dtypes: DTYPES.to_vec(),
             static_graphs: true,
-            // Buffers are copied through client buffers (no rpcmem registration yet).
+            // Buffers are copied through client buffers (no rpcmem
+            // registration yet; `shared_buffers:` in the extensions says
+            // whether this machine offers rpcmem).
             unified_memory: false,
             device_timer: false,
             host_flag: false,
