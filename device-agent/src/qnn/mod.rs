@@ -53,8 +53,9 @@ use hetero_plan::{
 };
 
 pub use aot::{
-    CompileArgs, DEFAULT_SEED, GraphEntry, MANIFEST_FILE, Manifest, compile, compile_cli,
-    compile_with_weights, load, parse_graph_specs, read_manifest, synthetic_weights,
+    CompileArgs, Compiler, ContextLoader, DEFAULT_SEED, GraphEntry, MANIFEST_FILE, Manifest,
+    PlanBinding, PlanGraph, compile, compile_cli, compile_with_weights, load, parse_graph_specs,
+    read_manifest, synthetic_weights, weights_sha256,
 };
 pub use gemm::QnnGemm;
 pub use graph::{Element, GraphIo, TensorDesc, effective_weights};

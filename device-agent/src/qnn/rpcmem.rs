@@ -41,7 +41,8 @@ pub(crate) fn detect() -> Result<&'static RpcMem, String> {
 fn load() -> Result<RpcMem, String> {
     // SAFETY: loading a vendor library runs its initialisers; FastRPC's are
     // those of any QNN or Hexagon client on the phone.
-    let lib = unsafe { libloading::Library::new(LIBRARY) }.map_err(|e| e.to_string())?;
+    let lib = unsafe { libloading::Library::new(LIBRARY) }
+        .map_err(|e| format!("{LIBRARY} did not load: {e}"))?;
     for name in SYMBOLS {
         let c = format!("{name}\0");
         // SAFETY: only the symbol's presence is checked; nothing is called.
