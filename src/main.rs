@@ -10,6 +10,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 mod chart;
+mod compile_cmd;
 mod dataset_cmd;
 mod demo;
 mod demo_cmd;
@@ -67,6 +68,8 @@ enum Command {
     Predict(predict_cmd::PredictArgs),
     /// Run a plan on this machine's processors: predicted against measured.
     Run(Box<run_cmd::RunArgs>),
+    /// Compile a plan's QNN graphs ahead of time into context binaries.
+    Compile(Box<compile_cmd::CompileArgs>),
 }
 
 fn main() -> ExitCode {
@@ -94,6 +97,7 @@ fn main() -> ExitCode {
         Command::Fit(args) => fit_cmd::run(args),
         Command::Predict(args) => predict_cmd::run(args),
         Command::Run(args) => run_cmd::run(*args),
+        Command::Compile(args) => compile_cmd::run(*args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

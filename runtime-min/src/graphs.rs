@@ -46,6 +46,33 @@ pub trait GraphSource: Send {
 
     /// What the source is, for reports (`prepare`, `preloaded (12 graphs)`).
     fn describe(&self) -> String;
+
+    /// Per GEMM handed out so far, whether it was loaded or prepared, for
+    /// sources that mix the two (empty: every GEMM came the one way
+    /// [`describe`](GraphSource::describe) says).
+    fn origins(&self) -> Vec<GraphOrigin> {
+        Vec::new()
+    }
+}
+
+/// Where one GEMM of a run came from.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct GraphOrigin {
+    /// Canonical operator name.
+    pub op: String,
+    /// Layer.
+    pub layer: u32,
+    /// Instance (expert).
+    pub instance: u32,
+    /// First output column of its share.
+    pub first_col: u32,
+    /// `MxKxN dtype order`.
+    pub gemm: String,
+    /// `loaded` (compiled ahead of time) or `prepared` (at run time).
+    pub source: String,
+    /// The context binary it was loaded from.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub file: Option<String>,
 }
 
 /// Builds every GEMM with [`Backend::prepare`].

@@ -42,6 +42,10 @@ pub struct ProcessorReport {
     pub dtype: String,
     /// Where its prepared GEMMs came from.
     pub graphs: String,
+    /// Per GEMM, whether it was loaded (compiled ahead of time) or
+    /// prepared at run time, where its source mixes the two.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub graph_origins: Vec<crate::graphs::GraphOrigin>,
     /// GEMMs prepared (or loaded) for this run.
     pub prepared: usize,
     /// Host time spent preparing them, µs.

@@ -122,6 +122,9 @@ pub struct GraphEntry {
     /// The operator share and weights it serves in a plan (`hetero compile`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub plan_graph: Option<PlanGraph>,
+    /// SHA-256 of the context binary, checked when it is loaded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub binary_sha256: Option<String>,
     /// Size of the context binary.
     pub bytes: u64,
     /// Build and finalise time on the compiling host, µs (emulator time on x86).
@@ -326,6 +329,7 @@ impl Compiler {
             weights_seed: seed,
             io: built.io.clone(),
             plan_graph,
+            binary_sha256: Some(Fingerprint::of_bytes("context binary", &buf).sha256),
             bytes: written,
             prepare_us: built.prepare_us,
         });
@@ -425,6 +429,20 @@ impl ContextLoader {
         );
         let path = self.dir.join(&entry.file);
         let bin = std::fs::read(&path).map_err(|e| io_error(&path, e))?;
+        if let Some(want) = &entry.binary_sha256 {
+            let got = Fingerprint::of_bytes(&entry.file, &bin).sha256;
+            if &got != want {
+                return Err(Error::BadRequest {
+                    field: format!("{}: binary_sha256", path.display()),
+                    message: format!(
+                        "the context binary has sha256 {}, the manifest says {}: \
+                         the file was replaced or damaged; compile again",
+                        &got[..12],
+                        &want[..want.len().min(12)]
+                    ),
+                });
+            }
+        }
         let start = Instant::now();
         let mut context = ptr::null_mut();
         // SAFETY: `bin` is alive for the call; the backend copies what it keeps.

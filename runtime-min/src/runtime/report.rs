@@ -278,6 +278,7 @@ impl Runtime {
                         .map(|d| d.to_string())
                         .unwrap_or_else(|| "f32 (the plan names none)".into()),
                     graphs: self.sources[i].describe(),
+                    graph_origins: self.sources[i].origins(),
                     prepared: self.prep[i].prepared,
                     prepare_host_us: self.prep[i].host_us,
                     prepare_reported_us: self.prep[i].reported_us,
