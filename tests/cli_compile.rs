@@ -32,7 +32,11 @@ fn setup(dir: &Path) -> Result<(PathBuf, PathBuf), String> {
     let reg = Registry::open(&OpenOptions::default(), Some(&ids));
     let processors = reg.processors();
     if !processors.iter().any(|p| p.id == "qnn:htp") {
-        let why: Vec<String> = reg.unavailable.iter().map(|u| u.reason.to_string()).collect();
+        let why: Vec<String> = reg
+            .unavailable
+            .iter()
+            .map(|u| u.reason.to_string())
+            .collect();
         return Err(format!("qnn:htp did not open: {}", why.join("; ")));
     }
     let config = dir.join("config.json");

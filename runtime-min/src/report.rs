@@ -377,6 +377,13 @@ impl Report {
             fmt_us(self.dispatch.submit_median_us),
             fmt_us(self.dispatch.submit_p90_us),
         );
+        for p in self
+            .processors
+            .iter()
+            .filter(|p| !p.graph_origins.is_empty())
+        {
+            let _ = writeln!(s, "{} graphs: {}", p.id, p.graphs);
+        }
         let _ = writeln!(
             s,
             "host speed probe: {:.2} µs{}",
