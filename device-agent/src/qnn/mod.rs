@@ -239,7 +239,9 @@ fn describe(rt: &runtime::Runtime) -> Processor {
             // whether this machine offers rpcmem).
             unified_memory: false,
             device_timer: false,
-            host_flag: false,
+            // Submitted graphs run on a worker thread that raises a
+            // completion flag in host memory, which the host polls.
+            host_flag: true,
             order_free: false,
             // QAIRT's HTP network-design guidelines: activation channels
             // are rounded up to the next multiple of 32.

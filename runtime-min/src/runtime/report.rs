@@ -250,7 +250,7 @@ impl Runtime {
             notes.push("--check compares the untimed warm-up pass; the timed passes run the same prepared GEMMs on the same inputs".into());
         }
         if self.sync == SyncChoice::Poll {
-            notes.push("--sync poll: each wait sleeps through its part's predicted time less a margin (a tenth on cpu and OpenCL processors, 80 µs on CUDA) before it polls, so a part that ended sooner is seen then: where parts are long, polled ratios do not fall much below 0.9; --sync block shows whether the plan over-predicts".into());
+            notes.push("--sync poll: each wait sleeps through its part's predicted time less a margin (a tenth on cpu, OpenCL and QNN processors, 80 µs on CUDA) before it polls, so a part that ended sooner is seen then: where parts are long, polled ratios do not fall much below 0.9; --sync block shows whether the plan over-predicts".into());
         }
         notes.push(format!(
             "preparing every GEMM for this length took {:.1} ms of host time (not in the totals)",
