@@ -234,7 +234,7 @@ impl Compiled {
             message,
         };
         let loader = ContextLoader::open(open, dir).map_err(|e| match e {
-            AgentError::BadRequest { message, .. } => bad("format", message),
+            AgentError::BadRequest { field, message } => bad(&field, message),
             e => agent(format!("opening {}", dir.display()))(e),
         })?;
         let m = loader.manifest();
