@@ -7,8 +7,10 @@
 //! finalises the graph. [`Preloaded`] hands out GEMMs that were prepared
 //! elsewhere — QNN context binaries compiled on a host and loaded on the
 //! phone (`hetero_agent::qnn::aot::load` returns them with their specs) —
-//! and can fall back to preparing what it lacks. Any other source (a cache
-//! on disk, a remote compiler) implements the same trait.
+//! and can fall back to preparing what it lacks.
+//! [`Compiled`](crate::compiled::Compiled) loads a folder written by
+//! `hetero compile`, checked against the plan. Any other source (a cache on
+//! disk, a remote compiler) implements the same trait.
 
 use std::collections::HashMap;
 

@@ -17,8 +17,11 @@
 //! Each prepared GEMM is one MatMul graph in its own context, built and
 //! finalised in [`Backend::prepare`], whose duration is
 //! [`Gemm::prepare_us`]. Graphs can also be compiled ahead of time into
-//! context binaries for a target SoC ([`compile`]) and loaded later
-//! ([`load`]).
+//! context binaries for a target SoC ([`compile`], [`Compiler`]) and loaded
+//! later ([`load`], [`ContextLoader`]). [`Gemm::submit`] hands a run to one
+//! worker thread per open library and [`Gemm::wait`] waits on its completion
+//! flag; shared rpcmem buffers are detected (`libcdsprpc.so`) but not used
+//! yet.
 //!
 //! Options, from [`OpenOptions`] or the environment:
 //! * SoC model (`qnn_soc` / `HETERO_QNN_SOC`, e.g. 57 = SM8650,
