@@ -171,8 +171,14 @@ fn compiled_graphs_run_checked_and_mismatches_exit_2() {
 
     // Every length the plan covers runs from the compiled graphs alone.
     let mut loaded = 0;
-    for len in ["3", "13", "16"] {
+    for (phase, len) in [
+        ("prefill", "3"),
+        ("prefill", "13"),
+        ("prefill", "16"),
+        ("decode", "1"),
+    ] {
         let mut args = run_args(&plan, &config, &graphs, len);
+        args[5] = phase;
         args.extend(["--check", "--json"]);
         let report: serde_json::Value = serde_json::from_str(&HETERO.ok(&args)).unwrap();
         let (words, origins) = qnn_origins(&report);
