@@ -87,6 +87,10 @@ pub struct GenerateArgs {
     /// NPU simulator parameters (RON).
     #[arg(long)]
     sim_params: Option<PathBuf>,
+    /// Graphs compiled ahead of time for this plan (`hetero compile`), as
+    /// for `hetero run`.
+    #[arg(long, value_name = "DIR")]
+    graphs: Option<PathBuf>,
 }
 
 /// Prompts at least this long get a progress line on stderr.
@@ -140,6 +144,7 @@ pub fn run(args: GenerateArgs) -> anyhow::Result<()> {
         weights: WeightSource::Safetensors(ckpt.clone()),
         predictor: args.predictor.clone(),
         fail_after: None,
+        graphs: args.graphs.clone(),
     };
     let mut rt = Runtime::open(&args.plan, model, opts)?;
     let positions = prompt.len() + args.max_new as usize;

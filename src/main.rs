@@ -10,6 +10,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 mod chart;
+mod compile_cmd;
 mod dataset_cmd;
 mod demo;
 mod demo_cmd;
@@ -70,6 +71,8 @@ enum Command {
     Run(Box<run_cmd::RunArgs>),
     /// Generate tokens with a real model under a plan: TTFT, tokens/s, time per operator.
     Generate(Box<generate_cmd::GenerateArgs>),
+    /// Compile a plan's QNN graphs ahead of time into context binaries.
+    Compile(Box<compile_cmd::CompileArgs>),
 }
 
 fn main() -> ExitCode {
@@ -98,6 +101,7 @@ fn main() -> ExitCode {
         Command::Predict(args) => predict_cmd::run(args),
         Command::Run(args) => run_cmd::run(*args),
         Command::Generate(args) => generate_cmd::run(*args),
+        Command::Compile(args) => compile_cmd::run(*args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -73,6 +73,11 @@ pub struct RunArgs {
     /// NPU simulator parameters (RON).
     #[arg(long)]
     sim_params: Option<PathBuf>,
+    /// Graphs compiled ahead of time for this plan (`hetero compile`): the
+    /// QNN processor loads them, checked against the plan and the weights,
+    /// and prepares only what the folder lacks (the report says which).
+    #[arg(long, value_name = "DIR")]
+    graphs: Option<PathBuf>,
     /// Also write the JSON report to this file (atomically, only on success).
     #[arg(long)]
     out: Option<PathBuf>,
@@ -152,6 +157,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
         sync: args.sync,
         weights,
         predictor: args.predictor.clone(),
+        graphs: args.graphs.clone(),
         fail_after,
     };
     let mut rt = Runtime::open(&args.plan, model, opts)?;
@@ -205,6 +211,7 @@ fn check_output(args: &RunArgs, out: &std::path::Path) -> anyhow::Result<()> {
         ("--weights", &args.weights),
         ("--predictor", &args.predictor),
         ("--sim-params", &args.sim_params),
+        ("--graphs", &args.graphs),
     ];
     inputs.extend(
         optional

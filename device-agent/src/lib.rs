@@ -23,6 +23,8 @@
 #![warn(missing_docs)]
 
 mod backend;
+#[cfg(any(feature = "cpu", feature = "qnn"))]
+mod completion;
 pub mod conditions;
 pub mod conformance;
 #[cfg(feature = "cpu")]

@@ -101,6 +101,12 @@ typedef struct HeteroOptions {
    The phase `hetero_linear` uses: `HETERO_PREFILL` or `HETERO_DECODE`.
    */
   uint32_t phase;
+  /*
+   A folder of graphs compiled for the plan (`hetero compile`), loaded
+   and checked against the plan and weights; NULL: graphs are prepared
+   when first needed.
+   */
+  const char *graphs;
 } HeteroOptions;
 
 /*

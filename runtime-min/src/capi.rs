@@ -76,6 +76,10 @@ pub struct HeteroOptions {
     pub sync: u32,
     /// The phase `hetero_linear` uses: `HETERO_PREFILL` or `HETERO_DECODE`.
     pub phase: u32,
+    /// A folder of graphs compiled for the plan (`hetero compile`), loaded
+    /// and checked against the plan and weights; NULL: graphs are prepared
+    /// when first needed.
+    pub graphs: *const c_char,
 }
 
 /// Times of the last successful `hetero_linear` call, µs.
@@ -275,14 +279,15 @@ unsafe fn op_and_phase(op: *const c_char, phase: u32) -> Result<(String, Phase),
 }
 
 /// The runtime options of `o` (whose strings are already read: `weights`,
-/// `predictor`, `cpu_groups`, `sim_params`), or the message of what is
-/// wrong.
+/// `predictor`, `cpu_groups`, `sim_params`, `graphs`), or the message of
+/// what is wrong.
 fn runtime_options(
     o: &HeteroOptions,
     weights: Option<String>,
     predictor: Option<String>,
     cpu_groups: Option<String>,
     sim_params: Option<String>,
+    graphs: Option<String>,
 ) -> Result<RuntimeOptions, String> {
     Ok(RuntimeOptions {
         open: OpenOptions {
@@ -299,6 +304,7 @@ fn runtime_options(
             },
         },
         predictor: predictor.map(PathBuf::from),
+        graphs: graphs.map(PathBuf::from),
         fail_after: None,
     })
 }
@@ -315,6 +321,7 @@ pub extern "C" fn hetero_options_default() -> HeteroOptions {
         seed: 0x5eed,
         sync: HETERO_SYNC_POLL,
         phase: HETERO_PREFILL,
+        graphs: std::ptr::null(),
     }
 }
 
@@ -355,10 +362,11 @@ pub unsafe extern "C" fn hetero_runtime_open(
                     opt_str(o.predictor, "predictor")?,
                     opt_str(o.cpu_groups, "cpu_groups")?,
                     opt_str(o.sim_params, "sim_params")?,
+                    opt_str(o.graphs, "graphs")?,
                 ))
             })()
         };
-        let (plan, model, weights, predictor, cpu_groups, sim_params) = match strings {
+        let (plan, model, weights, predictor, cpu_groups, sim_params, graphs) = match strings {
             Ok(s) => s,
             Err(e) => return bad(&e),
         };
@@ -369,7 +377,7 @@ pub unsafe extern "C" fn hetero_runtime_open(
             Ok(p) => p,
             Err(e) => return bad(&e),
         };
-        let opts = match runtime_options(o, weights, predictor, cpu_groups, sim_params) {
+        let opts = match runtime_options(o, weights, predictor, cpu_groups, sim_params, graphs) {
             Ok(opts) => opts,
             Err(e) => return bad(&e),
         };

@@ -115,6 +115,26 @@ pub enum Error {
         /// The backend's error.
         source: Box<hetero_agent::Error>,
     },
+    /// A folder of compiled graphs does not match the plan, the library or
+    /// the run (see [`crate::compiled`]).
+    #[error("{}: {field}: {message}", path.display())]
+    Graphs {
+        /// The manifest or plan file.
+        path: PathBuf,
+        /// The field that differs.
+        field: String,
+        /// What differs.
+        message: String,
+    },
+    /// The device agent failed outside a run or a prepare (opening the QNN
+    /// library to compile or load graphs).
+    #[error("{what}: {source}")]
+    Agent {
+        /// What was being done.
+        what: String,
+        /// The agent's error.
+        source: Box<hetero_agent::Error>,
+    },
     /// An output differed from the reference by more than its bound.
     #[error("check failed: {failed} of {checked} outputs off the reference; worst: {worst}")]
     CheckFailed {
@@ -139,8 +159,14 @@ impl Error {
             | Error::PlanModel { .. }
             | Error::Weights { .. }
             | Error::Memory(_)
+            | Error::Graphs { .. }
             | Error::BadArgument { .. } => true,
-            Error::Processor { .. } | Error::Prepare { .. } | Error::CheckFailed { .. } => false,
+            // A graph source refusing what it was given (a compiled graph
+            // for other weights, a tampered binary) is the user's input.
+            Error::Prepare { source, .. } | Error::Agent { source, .. } => {
+                matches!(**source, hetero_agent::Error::BadRequest { .. })
+            }
+            Error::Processor { .. } | Error::CheckFailed { .. } => false,
         }
     }
 

@@ -7,8 +7,10 @@
 //! finalises the graph. [`Preloaded`] hands out GEMMs that were prepared
 //! elsewhere — QNN context binaries compiled on a host and loaded on the
 //! phone (`hetero_agent::qnn::aot::load` returns them with their specs) —
-//! and can fall back to preparing what it lacks. Any other source (a cache
-//! on disk, a remote compiler) implements the same trait.
+//! and can fall back to preparing what it lacks.
+//! [`Compiled`](crate::compiled::Compiled) loads a folder written by
+//! `hetero compile`, checked against the plan. Any other source (a cache on
+//! disk, a remote compiler) implements the same trait.
 
 use std::collections::HashMap;
 
@@ -46,6 +48,33 @@ pub trait GraphSource: Send {
 
     /// What the source is, for reports (`prepare`, `preloaded (12 graphs)`).
     fn describe(&self) -> String;
+
+    /// Per GEMM handed out so far, whether it was loaded or prepared, for
+    /// sources that mix the two (empty: every GEMM came the one way
+    /// [`describe`](GraphSource::describe) says).
+    fn origins(&self) -> Vec<GraphOrigin> {
+        Vec::new()
+    }
+}
+
+/// Where one GEMM of a run came from.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct GraphOrigin {
+    /// Canonical operator name.
+    pub op: String,
+    /// Layer.
+    pub layer: u32,
+    /// Instance (expert).
+    pub instance: u32,
+    /// First output column of its share.
+    pub first_col: u32,
+    /// `MxKxN dtype order`.
+    pub gemm: String,
+    /// `loaded` (compiled ahead of time) or `prepared` (at run time).
+    pub source: String,
+    /// The context binary it was loaded from.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub file: Option<String>,
 }
 
 /// Builds every GEMM with [`Backend::prepare`].

@@ -23,6 +23,7 @@
 
 pub mod capi;
 pub mod check;
+pub mod compiled;
 pub mod decider;
 mod error;
 mod exec;
@@ -34,13 +35,15 @@ mod runtime;
 mod testutil;
 mod weights;
 
+pub use compiled::{CompileOptions, Compiled, compile_plan};
 pub use decider::Decider;
 pub use error::{Error, MemoryShortfall, Result};
 pub use exec::SyncChoice;
-pub use graphs::{GraphRequest, GraphSource, Preloaded, Prepare};
+pub use graphs::{GraphOrigin, GraphRequest, GraphSource, Preloaded, Prepare};
 pub use model::{Decoder, GenerateSpec, Generation, ModelFiles, Sampling};
 pub use report::Report;
 pub use runtime::{
-    LinearTiming, PlanGemm, RunSpec, Runtime, RuntimeOptions, label, load_model, plan_gemms,
+    LinearTiming, PlanGemm, RunSpec, Runtime, RuntimeOptions, StaticGraph, label, load_model,
+    plan_gemms, plan_static_graphs,
 };
 pub use weights::WeightSource;

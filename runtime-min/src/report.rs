@@ -42,6 +42,10 @@ pub struct ProcessorReport {
     pub dtype: String,
     /// Where its prepared GEMMs came from.
     pub graphs: String,
+    /// Per GEMM, whether it was loaded (compiled ahead of time) or
+    /// prepared at run time, where its source mixes the two.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub graph_origins: Vec<crate::graphs::GraphOrigin>,
     /// GEMMs prepared (or loaded) for this run.
     pub prepared: usize,
     /// Host time spent preparing them, µs.
@@ -373,6 +377,13 @@ impl Report {
             fmt_us(self.dispatch.submit_median_us),
             fmt_us(self.dispatch.submit_p90_us),
         );
+        for p in self
+            .processors
+            .iter()
+            .filter(|p| !p.graph_origins.is_empty())
+        {
+            let _ = writeln!(s, "{} graphs: {}", p.id, p.graphs);
+        }
         let _ = writeln!(
             s,
             "host speed probe: {:.2} µs{}",

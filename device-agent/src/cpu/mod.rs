@@ -16,8 +16,8 @@ mod keep_warm;
 pub mod topology;
 
 use std::path::Path;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 use gemm::Parallelism;
@@ -26,7 +26,7 @@ use hetero_plan::{
     ProcessorApi, ProcessorKind, WeightMode,
 };
 
-use crate::backend::SpinThenYield;
+use crate::completion::Completion;
 use crate::dense::Dense;
 use crate::{Backend, Error, Gemm, GemmSpec, OpenOptions, Result, SyncMode, Timed};
 use keep_warm::KeepWarm;
@@ -264,20 +264,8 @@ impl Backend for CpuBackend {
     }
 }
 
-/// What the submitting thread and the worker share during an asynchronous run.
-struct Shared {
-    /// Set to 1 by the worker after it has put the buffers back (written last).
-    done: AtomicU32,
-    /// Nanoseconds from the submit to the end of the run, as the worker saw
-    /// it (written before `done`).
-    ran_ns: AtomicU64,
-    slot: Mutex<Option<Dense>>,
-    cv: Condvar,
-}
-
 struct Inflight {
-    shared: Arc<Shared>,
-    started: Instant,
+    shared: Arc<Completion<Dense>>,
 }
 
 /// A GEMM prepared on a CPU group.
@@ -352,64 +340,27 @@ impl Gemm for CpuGemm {
             .dense
             .take()
             .ok_or_else(|| Error::backend(&self.id, "already submitted"))?;
-        let shared = Arc::new(Shared {
-            done: AtomicU32::new(0),
-            ran_ns: AtomicU64::new(0),
-            slot: Mutex::new(None),
-            cv: Condvar::new(),
-        });
+        let shared = Completion::new();
         let s = shared.clone();
         let keep_warm = self.keep_warm.clone();
-        let started = Instant::now();
         keep_warm.wake_all(&self.pool);
         self.pool.spawn(move || {
             dense.run(par);
-            let ran = started.elapsed().as_nanos().min(u64::MAX as u128) as u64;
-            s.ran_ns.store(ran, Ordering::Relaxed);
             keep_warm.extend();
-            *s.slot.lock().unwrap_or_else(|p| p.into_inner()) = Some(dense);
-            // The flag is written last: a poller that sees it finds the
-            // buffers in the slot.
-            s.done.store(1, Ordering::Release);
-            s.cv.notify_all();
+            s.finish(dense);
         });
-        self.inflight = Some(Inflight { shared, started });
+        self.inflight = Some(Inflight { shared });
         Ok(())
     }
 
     fn wait(&mut self, mode: SyncMode) -> Result<Timed> {
-        let Inflight { shared, started } = self
+        let Inflight { shared } = self
             .inflight
             .take()
             .ok_or_else(|| Error::backend(&self.id, "wait without submit"))?;
-        let dense = match mode {
-            SyncMode::Block => {
-                let mut g = shared.slot.lock().unwrap_or_else(|p| p.into_inner());
-                while g.is_none() {
-                    g = shared.cv.wait(g).unwrap_or_else(|p| p.into_inner());
-                }
-                g.take()
-            }
-            SyncMode::Poll { predicted_us } => {
-                // Sleep through most of the predicted time, then spin.
-                let margin = (0.1 * predicted_us).max(100.0);
-                let sleep_us = predicted_us - margin - started.elapsed().as_secs_f64() * 1e6;
-                if sleep_us > 0.0 {
-                    std::thread::sleep(Duration::from_secs_f64(sleep_us * 1e-6));
-                }
-                // Spin briefly, then yield between checks (`SpinThenYield`).
-                let mut pause = SpinThenYield::default();
-                while shared.done.load(Ordering::Acquire) == 0 {
-                    pause.pause();
-                }
-                shared.slot.lock().unwrap_or_else(|p| p.into_inner()).take()
-            }
-        };
-        let host_us = started.elapsed().as_secs_f64() * 1e6;
-        // Read after the buffers came back, so after the worker's store.
-        let ran_us = shared.ran_ns.load(Ordering::Relaxed) as f64 * 1e-3;
-        self.dense =
-            Some(dense.ok_or_else(|| Error::backend(&self.id, "worker lost the buffers"))?);
+        let (dense, ran_us) = shared.wait(mode);
+        let host_us = shared.started().elapsed().as_secs_f64() * 1e6;
+        self.dense = Some(dense);
         Ok(Timed {
             device_us: None,
             host_us,

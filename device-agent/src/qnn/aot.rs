@@ -16,10 +16,11 @@ use std::ptr;
 use std::sync::Arc;
 use std::time::Instant;
 
-use hetero_plan::{DType, GemmShape, OperandOrder, WeightMode};
+use hetero_plan::{DType, Fingerprint, GemmShape, OperandOrder, WeightMode};
 use serde::{Deserialize, Serialize};
 
-use super::graph::{self, BuiltGraph, GraphIo, QnnGemm};
+use super::gemm::QnnGemm;
+use super::graph::{self, BuiltGraph, GraphIo};
 use super::runtime::{self, Runtime};
 use super::{HtpPerf, PROCESSOR_ID, QnnOptions};
 use crate::{Error, GemmSpec, OpenOptions, Result};
@@ -50,8 +51,51 @@ pub struct Manifest {
     pub core_api: String,
     /// HTP API version of that build.
     pub backend_api: String,
+    /// The plan the graphs were compiled for (`hetero compile`); absent for
+    /// a list of shapes (`hetero-agent compile`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub plan: Option<PlanBinding>,
     /// The graphs.
     pub graphs: Vec<GraphEntry>,
+}
+
+/// The plan a folder of graphs was compiled for: what a runtime checks
+/// against the plan it opens before it loads any graph.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PlanBinding {
+    /// The plan's file name when compiled (for messages).
+    pub file: String,
+    /// The plan's model fingerprint.
+    pub model: Fingerprint,
+    /// The plan's predictor fingerprint.
+    pub predictor: Fingerprint,
+    /// Fingerprint of the plan's graph sets (sizes, row graphs, processors).
+    pub graph_sets: Fingerprint,
+    /// The weights baked in, in words (`synthetic seed 0x5eed`, a checkpoint).
+    pub weights: String,
+}
+
+/// What one graph is in a plan: the operator share it computes and the
+/// weights baked into it.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct PlanGraph {
+    /// Canonical operator name.
+    pub op: String,
+    /// The layer whose weights it holds.
+    pub layer: u32,
+    /// The instance (expert) whose weights it holds.
+    pub instance: u32,
+    /// First output column (of N) of the share it computes.
+    pub first_col: u32,
+    /// SHA-256 of the weights `W[K, cols]` baked in ([`weights_sha256`]).
+    pub weights_sha256: String,
+}
+
+/// SHA-256 of weights as little-endian f32 bytes, hex: the identity of the
+/// weights a static graph was compiled with.
+pub fn weights_sha256(w: &[f32]) -> String {
+    let bytes: Vec<u8> = w.iter().flat_map(|x| x.to_le_bytes()).collect();
+    Fingerprint::of_bytes("weights", &bytes).sha256
 }
 
 /// One compiled graph.
@@ -75,6 +119,12 @@ pub struct GraphEntry {
     pub weights_seed: Option<u64>,
     /// Tensor names, backend-assigned ids, shapes and encodings.
     pub io: GraphIo,
+    /// The operator share and weights it serves in a plan (`hetero compile`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub plan_graph: Option<PlanGraph>,
+    /// SHA-256 of the context binary, checked when it is loaded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub binary_sha256: Option<String>,
     /// Size of the context binary.
     pub bytes: u64,
     /// Build and finalise time on the compiling host, µs (emulator time on x86).
@@ -187,28 +237,75 @@ fn compile_items(
     items: Vec<(GemmSpec, Cow<'_, [f32]>, Option<u64>)>,
     out_dir: &Path,
 ) -> Result<Manifest> {
-    let (rt, q) = open_runtime(opts, soc)?;
-    std::fs::create_dir_all(out_dir).map_err(|e| io_error(out_dir, e))?;
-    let api = rt.lib.api();
-    let (Some(get_size), Some(get_binary)) = (api.context_get_binary_size, api.context_get_binary)
-    else {
-        return Err(Error::unsupported(
-            PROCESSOR_ID,
-            "context binaries (no contextGetBinary)",
-        ));
-    };
-    let mut manifest = Manifest {
-        format: FORMAT.into(),
-        version: FORMAT_VERSION,
-        processor: PROCESSOR_ID.into(),
-        soc,
-        qnn_build: rt.lib.build_id.clone(),
-        core_api: rt.lib.api.core.to_string(),
-        backend_api: rt.lib.api.backend.to_string(),
-        graphs: Vec::new(),
-    };
-    for (i, (spec, weights, seed)) in items.into_iter().enumerate() {
-        let built = graph::build(&rt, &spec, &weights, q.act_abs_max)?;
+    let mut c = Compiler::open(opts, soc, out_dir)?;
+    for (spec, weights, seed) in items {
+        c.add(&spec, &weights, seed, None)?;
+    }
+    c.finish(None)
+}
+
+/// Compiles graphs one at a time into a folder (so that only one graph's
+/// weights need be in memory), then writes the manifest.
+pub struct Compiler {
+    rt: Arc<Runtime>,
+    act_abs_max: f32,
+    out_dir: PathBuf,
+    manifest: Manifest,
+}
+
+impl Compiler {
+    /// Opens the library for SoC `soc` and creates `out_dir`.
+    pub fn open(opts: &OpenOptions, soc: u32, out_dir: &Path) -> Result<Compiler> {
+        let (rt, q) = open_runtime(opts, soc)?;
+        let api = rt.lib.api();
+        if api.context_get_binary_size.is_none() || api.context_get_binary.is_none() {
+            return Err(Error::unsupported(
+                PROCESSOR_ID,
+                "context binaries (no contextGetBinary)",
+            ));
+        }
+        std::fs::create_dir_all(out_dir).map_err(|e| io_error(out_dir, e))?;
+        let manifest = Manifest {
+            format: FORMAT.into(),
+            version: FORMAT_VERSION,
+            processor: PROCESSOR_ID.into(),
+            soc,
+            qnn_build: rt.lib.build_id.clone(),
+            core_api: rt.lib.api.core.to_string(),
+            backend_api: rt.lib.api.backend.to_string(),
+            plan: None,
+            graphs: Vec::new(),
+        };
+        Ok(Compiler {
+            rt,
+            act_abs_max: q.act_abs_max,
+            out_dir: out_dir.to_path_buf(),
+            manifest,
+        })
+    }
+
+    /// The QNN build that compiles (`backendGetBuildId`).
+    pub fn qnn_build(&self) -> &str {
+        &self.manifest.qnn_build
+    }
+
+    /// Builds one graph with weights `W[K,N]` (row-major f32) and writes
+    /// its context binary (temporary file, then rename). `seed` records
+    /// synthetic weights; `plan_graph` what it is in a plan.
+    pub fn add(
+        &mut self,
+        spec: &GemmSpec,
+        weights: &[f32],
+        seed: Option<u64>,
+        plan_graph: Option<PlanGraph>,
+    ) -> Result<&GraphEntry> {
+        let rt = &self.rt;
+        let api = rt.lib.api();
+        let (get_size, get_binary) = (
+            api.context_get_binary_size.expect("checked at open"),
+            api.context_get_binary.expect("checked at open"),
+        );
+        let built = graph::build(rt, spec, weights, self.act_abs_max)?;
         let mut size = 0u64;
         // SAFETY: a finalised context of this backend; valid out-pointer.
         let err = unsafe { get_size(built.context, &mut size) };
@@ -219,10 +316,10 @@ fn compile_items(
         let err = unsafe { get_binary(built.context, buf.as_mut_ptr().cast(), size, &mut written) };
         rt.lib.check("contextGetBinary", err)?;
         buf.truncate(written as usize);
-        let file = file_name(i, &spec);
-        let path = out_dir.join(&file);
+        let file = file_name(self.manifest.graphs.len(), spec);
+        let path = self.out_dir.join(&file);
         hetero_plan::write_atomic(&path, &buf).map_err(|e| io_error(&path, e))?;
-        manifest.graphs.push(GraphEntry {
+        self.manifest.graphs.push(GraphEntry {
             file,
             graph: graph::GRAPH_NAME.into(),
             shape: spec.shape,
@@ -231,14 +328,23 @@ fn compile_items(
             weights: spec.weights,
             weights_seed: seed,
             io: built.io.clone(),
+            plan_graph,
+            binary_sha256: Some(Fingerprint::of_bytes("context binary", &buf).sha256),
             bytes: written,
             prepare_us: built.prepare_us,
         });
+        Ok(self.manifest.graphs.last().expect("just pushed"))
     }
-    let path = out_dir.join(MANIFEST_FILE);
-    let text = serde_json::to_string_pretty(&manifest).expect("manifest serialises");
-    hetero_plan::write_atomic(&path, text.as_bytes()).map_err(|e| io_error(&path, e))?;
-    Ok(manifest)
+
+    /// Writes the manifest (temporary file, then rename) with the plan it
+    /// was compiled for, if any, and returns it.
+    pub fn finish(mut self, plan: Option<PlanBinding>) -> Result<Manifest> {
+        self.manifest.plan = plan;
+        let path = self.out_dir.join(MANIFEST_FILE);
+        let text = serde_json::to_string_pretty(&self.manifest).expect("manifest serialises");
+        hetero_plan::write_atomic(&path, text.as_bytes()).map_err(|e| io_error(&path, e))?;
+        Ok(self.manifest)
+    }
 }
 
 /// Reads a manifest and checks its format tag and version.
@@ -266,20 +372,77 @@ pub fn read_manifest(dir: &Path) -> Result<Manifest> {
 /// `weights: input` compiled from synthetic weights get them back; others
 /// need [`QnnGemm::write_weights`] before running.
 pub fn load(opts: &OpenOptions, dir: &Path) -> Result<Vec<(GraphEntry, QnnGemm)>> {
-    let manifest = read_manifest(dir)?;
-    let (rt, _) = open_runtime(opts, manifest.soc)?;
-    let api = rt.lib.api();
-    let (Some(from_binary), Some(retrieve)) = (api.context_create_from_binary, api.graph_retrieve)
-    else {
-        return Err(Error::unsupported(
-            PROCESSOR_ID,
-            "context binaries (no contextCreateFromBinary)",
-        ));
-    };
-    let mut out = Vec::with_capacity(manifest.graphs.len());
-    for entry in manifest.graphs {
-        let path = dir.join(&entry.file);
+    let loader = ContextLoader::open(opts, dir)?;
+    loader
+        .manifest()
+        .graphs
+        .iter()
+        .map(|entry| Ok((entry.clone(), loader.load(entry)?)))
+        .collect()
+}
+
+/// A folder of compiled graphs, opened for loading graphs one at a time.
+pub struct ContextLoader {
+    rt: Arc<Runtime>,
+    dir: PathBuf,
+    manifest: Manifest,
+}
+
+impl ContextLoader {
+    /// Reads the folder's manifest and opens the library for its SoC (a
+    /// different `qnn_soc` in `opts` is an error).
+    pub fn open(opts: &OpenOptions, dir: &Path) -> Result<ContextLoader> {
+        let manifest = read_manifest(dir)?;
+        let (rt, _) = open_runtime(opts, manifest.soc)?;
+        let api = rt.lib.api();
+        if api.context_create_from_binary.is_none() || api.graph_retrieve.is_none() {
+            return Err(Error::unsupported(
+                PROCESSOR_ID,
+                "context binaries (no contextCreateFromBinary)",
+            ));
+        }
+        Ok(ContextLoader {
+            rt,
+            dir: dir.to_path_buf(),
+            manifest,
+        })
+    }
+
+    /// The folder's manifest.
+    pub fn manifest(&self) -> &Manifest {
+        &self.manifest
+    }
+
+    /// The build of the library loaded here (`backendGetBuildId`).
+    pub fn qnn_build(&self) -> &str {
+        &self.rt.lib.build_id
+    }
+
+    /// Creates the context of one graph of the manifest from its binary
+    /// and retrieves the graph; its `prepare_us` is this load time.
+    pub fn load(&self, entry: &GraphEntry) -> Result<QnnGemm> {
+        let rt = &self.rt;
+        let api = rt.lib.api();
+        let (from_binary, retrieve) = (
+            api.context_create_from_binary.expect("checked at open"),
+            api.graph_retrieve.expect("checked at open"),
+        );
+        let path = self.dir.join(&entry.file);
         let bin = std::fs::read(&path).map_err(|e| io_error(&path, e))?;
+        if let Some(want) = &entry.binary_sha256 {
+            let got = Fingerprint::of_bytes(&entry.file, &bin).sha256;
+            if &got != want {
+                return Err(Error::BadRequest {
+                    field: format!("{}: binary_sha256", path.display()),
+                    message: format!(
+                        "the context binary has sha256 {}, the manifest says {}: \
+                         the file was replaced or damaged; compile again",
+                        &got[..12],
+                        &want[..want.len().min(12)]
+                    ),
+                });
+            }
+        }
         let start = Instant::now();
         let mut context = ptr::null_mut();
         // SAFETY: `bin` is alive for the call; the backend copies what it keeps.
@@ -297,7 +460,7 @@ pub fn load(opts: &OpenOptions, dir: &Path) -> Result<Vec<(GraphEntry, QnnGemm)>
         rt.lib
             .check(&format!("contextCreateFromBinary({})", path.display()), err)?;
         let mut built = BuiltGraph {
-            rt: Arc::clone(&rt),
+            rt: Arc::clone(rt),
             context,
             graph: ptr::null_mut(),
             io: entry.io.clone(),
@@ -316,10 +479,8 @@ pub fn load(opts: &OpenOptions, dir: &Path) -> Result<Vec<(GraphEntry, QnnGemm)>
             (WeightMode::Input, Some(seed)) => Some(synthetic_weights(entry.shape, seed)),
             _ => None,
         };
-        let gemm = QnnGemm::new(entry.spec(), built, weights.as_deref())?;
-        out.push((entry, gemm));
+        QnnGemm::new(entry.spec(), built, weights.as_deref())
     }
-    Ok(out)
 }
 
 /// Parses a graph list: items separated by commas or white space, each

@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 use super::PROCESSOR_ID;
 use super::ffi::{self, Handle};
 use super::runtime::Runtime;
-use crate::{Error, Gemm, GemmSpec, Result, Timed};
+use crate::{Error, GemmSpec, Result};
 
 /// The graph's name inside its context.
 pub(crate) const GRAPH_NAME: &str = "matmul";
@@ -331,15 +331,15 @@ pub(crate) fn transpose(src: &[f32], rows: usize, cols: usize) -> Vec<f32> {
 }
 
 /// The owned storage behind one `Qnn_Tensor_t`.
-struct OwnedTensor {
+pub(crate) struct OwnedTensor {
     name: CString,
     dims: Vec<u32>,
-    desc: TensorDesc,
-    data: Vec<u8>,
+    pub desc: TensorDesc,
+    pub data: Vec<u8>,
 }
 
 impl OwnedTensor {
-    fn new(desc: TensorDesc) -> Result<Self> {
+    pub fn new(desc: TensorDesc) -> Result<Self> {
         let name = CString::new(desc.name.clone()).map_err(|_| Error::BadRequest {
             field: "tensor name".into(),
             message: format!("`{}` contains NUL", desc.name),
@@ -358,7 +358,7 @@ impl OwnedTensor {
 
     /// A `Qnn_Tensor_t` pointing at this storage; valid while `self` is
     /// neither moved nor resized.
-    fn raw(&mut self, tensor_type: u32, with_data: bool) -> ffi::Tensor {
+    pub fn raw(&mut self, tensor_type: u32, with_data: bool) -> ffi::Tensor {
         ffi::Tensor {
             version: ffi::TENSOR_VERSION_2,
             v2: ffi::TensorV2 {
@@ -622,180 +622,6 @@ pub(crate) fn build(
         built.io.w = Some(ops.w.desc.clone());
     }
     Ok(built)
-}
-
-/// A prepared MatMul on the HTP: its graph, and host buffers for its
-/// inputs and output in the processor's element types.
-pub struct QnnGemm {
-    spec: GemmSpec,
-    built: BuiltGraph,
-    a: OwnedTensor,
-    /// The weight buffer, when weights are a graph input.
-    w: Option<OwnedTensor>,
-    c: OwnedTensor,
-    /// Scratch for the transposed output of `transposed`.
-    scratch: Vec<f32>,
-    has_input: bool,
-}
-
-// SAFETY: the graph and context handles are not bound to a thread, and the
-// raw pointers built from the owned buffers are only formed during calls.
-unsafe impl Send for QnnGemm {}
-
-impl QnnGemm {
-    pub(crate) fn new(spec: GemmSpec, built: BuiltGraph, weights: Option<&[f32]>) -> Result<Self> {
-        let a = OwnedTensor::new(built.io.a.clone())?;
-        let c = OwnedTensor::new(built.io.c.clone())?;
-        let w = match &built.io.w {
-            Some(d) => Some(OwnedTensor::new(d.clone())?),
-            None => None,
-        };
-        let mut g = QnnGemm {
-            spec,
-            built,
-            a,
-            w,
-            c,
-            scratch: Vec::new(),
-            has_input: false,
-        };
-        if let (Some(w), true) = (weights, g.w.is_some()) {
-            g.write_weights(w)?;
-        }
-        Ok(g)
-    }
-
-    /// The graph's tensors and encodings.
-    pub fn io(&self) -> &GraphIo {
-        &self.built.io
-    }
-
-    /// Writes the weights `W[K,N]` (row-major f32) of a graph whose weights
-    /// are an input (`weights: input`); for static graphs they are baked in.
-    pub fn write_weights(&mut self, w: &[f32]) -> Result<()> {
-        let (_, k, n) = self.spec.shape.mkn();
-        let (k, n) = (k as usize, n as usize);
-        let weight_first = self.built.io.weight_first;
-        let Some(t) = self.w.as_mut() else {
-            return Err(Error::unsupported(
-                PROCESSOR_ID,
-                "writing weights of a static-weight graph (they are baked in)",
-            ));
-        };
-        self.spec.check_weights_len(PROCESSOR_ID, w.len())?;
-        if weight_first {
-            t.desc.element.encode(&transpose(w, k, n), &mut t.data);
-        } else {
-            t.desc.element.encode(w, &mut t.data);
-        }
-        Ok(())
-    }
-}
-
-impl Gemm for QnnGemm {
-    fn spec(&self) -> &GemmSpec {
-        &self.spec
-    }
-
-    fn prepare_us(&self) -> Option<f64> {
-        Some(self.built.prepare_us)
-    }
-
-    fn write_input(&mut self, a: &[f32]) -> Result<()> {
-        self.spec.check_input_len(PROCESSOR_ID, a.len())?;
-        if let Some(limit) = self.built.io.act_abs_max {
-            if let Some(x) = a.iter().find(|x| x.abs() > limit || !x.is_finite()) {
-                return Err(Error::BadRequest {
-                    field: "input".into(),
-                    message: format!(
-                        "value {x} is outside the activation range ±{limit} the {} encoding \
-                         was prepared for (HETERO_QNN_ACT_MAX)",
-                        self.spec.dtype
-                    ),
-                });
-            }
-        }
-        // Both orders read A[M,K] as stored: transposed transposes it in the graph.
-        self.a.desc.element.encode(a, &mut self.a.data);
-        self.has_input = true;
-        Ok(())
-    }
-
-    fn execute(&mut self) -> Result<Timed> {
-        if !self.has_input {
-            return Err(Error::BadRequest {
-                field: "input".into(),
-                message: "execute before write_input".into(),
-            });
-        }
-        let weight_first = self.built.io.weight_first;
-        let a = self.a.raw(ffi::TENSOR_APP_WRITE, true);
-        let inputs: Vec<ffi::Tensor> = match self.w.as_mut() {
-            Some(w) if weight_first => vec![w.raw(ffi::TENSOR_APP_WRITE, true), a],
-            Some(w) => vec![a, w.raw(ffi::TENSOR_APP_WRITE, true)],
-            None => vec![a],
-        };
-        let mut outputs = [self.c.raw(ffi::TENSOR_APP_READ, true)];
-        let rt = &self.built.rt;
-        let exec = rt.lib.api().graph_execute.expect("checked at load");
-        let start = Instant::now();
-        // SAFETY: the tensors point at buffers owned by `self`, sized for the
-        // graph; ids are the backend-assigned ones.
-        let err = unsafe {
-            exec(
-                self.built.graph,
-                inputs.as_ptr(),
-                inputs.len() as u32,
-                outputs.as_mut_ptr(),
-                1,
-                ptr::null_mut(),
-                ptr::null_mut(),
-            )
-        };
-        let host_us = start.elapsed().as_secs_f64() * 1e6;
-        rt.lib.check("graphExecute", err)?;
-        Ok(Timed {
-            device_us: None,
-            host_us,
-            ran_us: None,
-        })
-    }
-
-    fn read_output(&mut self, c: &mut [f32]) -> Result<()> {
-        let (m, _, n) = self.spec.shape.mkn();
-        let (m, n) = (m as usize, n as usize);
-        self.spec.check_output_len(PROCESSOR_ID, c.len())?;
-        let element = self.c.desc.element;
-        let saturated = if self.built.io.weight_first {
-            self.scratch.resize(m * n, 0.0);
-            let s = element.decode(&self.c.data, &mut self.scratch);
-            for r in 0..n {
-                for col in 0..m {
-                    c[col * n + r] = self.scratch[r * m + col];
-                }
-            }
-            s
-        } else {
-            element.decode(&self.c.data, c)
-        };
-        // One value at an end of the range can be legitimate; many cannot.
-        if saturated > 0 && saturated * 1000 > m * n {
-            return Err(Error::backend(
-                PROCESSOR_ID,
-                format!(
-                    "{saturated} of {} outputs sit at the ends of the {} output encoding: \
-                     saturated (activations larger than the prepared range?)",
-                    m * n,
-                    self.spec.dtype
-                ),
-            ));
-        }
-        Ok(())
-    }
-
-    fn backend_id(&self) -> String {
-        PROCESSOR_ID.to_string()
-    }
 }
 
 #[cfg(test)]

@@ -17,8 +17,11 @@
 //! Each prepared GEMM is one MatMul graph in its own context, built and
 //! finalised in [`Backend::prepare`], whose duration is
 //! [`Gemm::prepare_us`]. Graphs can also be compiled ahead of time into
-//! context binaries for a target SoC ([`compile`]) and loaded later
-//! ([`load`]).
+//! context binaries for a target SoC ([`compile`], [`Compiler`]) and loaded
+//! later ([`load`], [`ContextLoader`]). [`Gemm::submit`] hands a run to one
+//! worker thread per open library and [`Gemm::wait`] waits on its completion
+//! flag; shared rpcmem buffers are detected (`libcdsprpc.so`) but not used
+//! yet.
 //!
 //! Options, from [`OpenOptions`] or the environment:
 //! * SoC model (`qnn_soc` / `HETERO_QNN_SOC`, e.g. 57 = SM8650,
@@ -38,8 +41,11 @@
 
 mod aot;
 mod ffi;
+mod gemm;
 mod graph;
+mod rpcmem;
 mod runtime;
+mod worker;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -50,10 +56,12 @@ use hetero_plan::{
 };
 
 pub use aot::{
-    CompileArgs, DEFAULT_SEED, GraphEntry, MANIFEST_FILE, Manifest, compile, compile_cli,
-    compile_with_weights, load, parse_graph_specs, read_manifest, synthetic_weights,
+    CompileArgs, Compiler, ContextLoader, DEFAULT_SEED, GraphEntry, MANIFEST_FILE, Manifest,
+    PlanBinding, PlanGraph, compile, compile_cli, compile_with_weights, load, parse_graph_specs,
+    read_manifest, synthetic_weights, weights_sha256,
 };
-pub use graph::{Element, GraphIo, QnnGemm, TensorDesc, effective_weights};
+pub use gemm::QnnGemm;
+pub use graph::{Element, GraphIo, TensorDesc, effective_weights};
 pub use runtime::{LIB_DIR_ENV, LIBRARY, STANDARD_DIRS};
 
 use crate::{Backend, Error, Gemm, GemmSpec, OpenOptions, Result, default_tolerance};
@@ -211,6 +219,8 @@ fn describe(rt: &runtime::Runtime) -> Processor {
     let mut extensions = vec![
         format!("library:{}", rt.lib.path.display()),
         format!("perf:{}", rt.perf_note),
+        rpcmem::extension(),
+        "execution:worker thread, completion flag".into(),
     ];
     if let Some(s) = rt.soc {
         extensions.push(format!("soc:{s}"));
@@ -227,10 +237,14 @@ fn describe(rt: &runtime::Runtime) -> Processor {
         capabilities: Capabilities {
             dtypes: DTYPES.to_vec(),
             static_graphs: true,
-            // Buffers are copied through client buffers (no rpcmem registration yet).
+            // Buffers are copied through client buffers (no rpcmem
+            // registration yet; `shared_buffers:` in the extensions says
+            // whether this machine offers rpcmem).
             unified_memory: false,
             device_timer: false,
-            host_flag: false,
+            // Submitted graphs run on a worker thread that raises a
+            // completion flag in host memory, which the host polls.
+            host_flag: true,
             order_free: false,
             non_gemm: false,
             // QAIRT's HTP network-design guidelines: activation channels

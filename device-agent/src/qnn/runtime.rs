@@ -7,6 +7,7 @@ use std::ptr;
 use std::sync::{Mutex, OnceLock};
 
 use super::ffi::{self, Handle, QnnError};
+use super::worker::Worker;
 use super::{HtpPerf, PROCESSOR_ID};
 use crate::{Error, Result};
 
@@ -253,6 +254,8 @@ pub(crate) struct Runtime {
     /// What the performance setting did, in words.
     pub perf_note: String,
     power_config_id: Option<(u32, ffi::PerfInfrastructure)>,
+    /// The thread submitted graphs run on ([`Worker`]).
+    worker: Option<Worker>,
 }
 
 // SAFETY: QNN handles are not bound to the creating thread; a Runtime is
@@ -302,6 +305,7 @@ impl Runtime {
             soc,
             perf_note: String::new(),
             power_config_id: None,
+            worker: Some(Worker::spawn()?),
         };
         // SAFETY: no log handle (its callback takes a va_list), no configs.
         let err = unsafe {
@@ -438,6 +442,13 @@ impl Runtime {
         }
     }
 
+    /// The thread that runs submitted graphs.
+    pub fn worker(&self) -> Result<&Worker> {
+        self.worker
+            .as_ref()
+            .ok_or_else(|| Error::backend(PROCESSOR_ID, "the runtime is closing"))
+    }
+
     /// `contextCreate` on this backend and device.
     pub fn create_context(&self) -> Result<Handle> {
         let mut ctx: Handle = ptr::null_mut();
@@ -468,6 +479,9 @@ static LIVE_SOC: Mutex<Option<(Option<u32>, usize)>> = Mutex::new(None);
 
 impl Drop for Runtime {
     fn drop(&mut self) {
+        // No graph runs any more (each gemm waits for its run before it
+        // goes); the worker ends before the handles are freed.
+        drop(self.worker.take());
         {
             let mut live = LIVE_SOC.lock().unwrap_or_else(|e| e.into_inner());
             if let Some((_, count)) = live.as_mut() {

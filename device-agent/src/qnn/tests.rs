@@ -8,6 +8,7 @@ use std::sync::Mutex;
 use hetero_plan::{DType, GemmShape, OperandOrder, WeightMode};
 
 use super::*;
+use crate::SyncMode;
 
 /// The HTP emulator is heavy; the library tests take turns. Every test here
 /// opens the library without a SoC (the library holds one SoC per process,
@@ -385,4 +386,68 @@ fn qnn_passes_the_shared_backend_suite() {
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let mut b = open_backend(dir);
     crate::conformance::check_backend(&mut b);
+}
+
+/// Submitted runs go to the worker thread: `submit` returns before the run
+/// ends, the completion flag rises when it ends (read without blocking),
+/// and both waits give the verified product. Two graphs in flight at once
+/// queue on the one worker and both finish.
+#[test]
+fn submitted_runs_raise_the_completion_flag() {
+    let Some(dir) = lib_dir() else { return };
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let mut b = open_backend(dir);
+    let s = spec(
+        64,
+        256,
+        128,
+        DType::F16,
+        OperandOrder::Aw,
+        WeightMode::Static,
+    );
+    let (m, k, n) = (64, 256, 128);
+    let w = synthetic_weights(s.shape, 7);
+    let a: Vec<f32> = synthetic_weights(GemmShape::new(1, m as u32, k as u32).unwrap(), 11);
+    let r = reference(&a, &w, m, k, n);
+    let tol = b.tolerance(s.dtype, k as u32);
+    let mut g1 = b.prepare_qnn(&s, &w).unwrap();
+    let mut g2 = b.prepare_qnn(&s, &w).unwrap();
+    assert_eq!(g1.finished(), None, "nothing submitted yet");
+    assert!(g1.submit().is_err(), "submit before write_input");
+    for mode in [
+        SyncMode::Block,
+        SyncMode::Poll {
+            predicted_us: 500.0,
+        },
+    ] {
+        for g in [&mut g1, &mut g2] {
+            g.write_input(&a).unwrap();
+            g.submit().unwrap();
+            assert!(g.write_input(&a).is_err(), "the worker owns the buffers");
+        }
+        // The flag is read without blocking; it rises on its own.
+        let t0 = std::time::Instant::now();
+        while g2.finished() != Some(true) {
+            assert!(t0.elapsed().as_secs() < 60, "the flag never rose");
+            std::thread::yield_now();
+        }
+        assert_eq!(g1.finished(), Some(true), "jobs run in order");
+        for g in [&mut g1, &mut g2] {
+            let t = g.wait(mode).unwrap();
+            assert!(
+                t.ran_us.unwrap() > 0.0 && t.ran_us.unwrap() <= t.host_us,
+                "{t:?}"
+            );
+            assert_eq!(g.finished(), None);
+            let mut c = vec![f32::NAN; m * n];
+            g.read_output(&mut c).unwrap();
+            let err = rel_err(&c, &r);
+            assert!(err <= tol, "{mode:?}: rel_err {err} > {tol}");
+        }
+    }
+    assert!(g1.wait(SyncMode::Block).is_err(), "wait without submit");
+    // A gemm dropped with a run in flight waits for it first.
+    g1.write_input(&a).unwrap();
+    g1.submit().unwrap();
+    drop(g1);
 }

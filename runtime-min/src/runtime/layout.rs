@@ -5,8 +5,10 @@
 
 use std::ops::Range;
 
+use hetero_agent::GemmSpec;
 use hetero_plan::{
     DType, Decision, GemmShape, OpPlan, OperandOrder, Phase, Plan, RowPart, SeqPart, Strategy,
+    WeightMode,
 };
 
 use super::Runtime;
@@ -321,6 +323,76 @@ pub struct PlanGemm {
     pub dtype: DType,
     /// The processor's operand order for the operator.
     pub order: OperandOrder,
+}
+
+/// One static graph a plan runs on a graph-set processor, before weights:
+/// [`plan_static_graphs`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct StaticGraph {
+    /// The graph-set processor.
+    pub processor: String,
+    /// The model operator.
+    pub op: String,
+    /// First output column (of N) of the share it computes.
+    pub first_col: u32,
+    /// Shape (M is the prepared size), dtype, operand order; static weights.
+    pub spec: GemmSpec,
+    /// The most instances (experts) a decision runs it for: one graph each.
+    pub instances: u32,
+    /// Layers of the operator: one graph each (their weights differ).
+    pub layers: u32,
+}
+
+/// Every static graph `plan` runs on its graph-set processors at any length
+/// its tables cover, once each, laid out as [`Runtime`] lays them out (it
+/// shares one graph between lengths and phases that need the same shape
+/// and columns). What `hetero compile` builds ahead of time.
+pub fn plan_static_graphs(plan: &Plan) -> Result<Vec<StaticGraph>> {
+    let decider = Decider::new(plan);
+    let is_static = |p: usize| plan.graph_set(&plan.processors[p]).is_some();
+    let mut out: Vec<StaticGraph> = Vec::new();
+    let mut seen: std::collections::HashMap<_, usize> = std::collections::HashMap::new();
+    for (oi, op) in plan.ops.iter().enumerate() {
+        for len in op.ranges.iter().flat_map(|r| r.from..=r.to) {
+            let d = decider.decision(plan, oi, len)?;
+            for part in layout(plan, oi, &d, op.n, &is_static)? {
+                if !is_static(part.proc) {
+                    continue;
+                }
+                let processor = &plan.processors[part.proc];
+                for step in &part.steps {
+                    let shape = GemmShape::new(step.pad_to as u32, op.k, step.cols.len() as u32)
+                        .ok_or_else(|| Error::PlanModel {
+                            op: op.op.clone(),
+                            phase: op.phase,
+                            message: format!("at length {len}: an empty part on `{processor}`"),
+                        })?;
+                    let g = StaticGraph {
+                        processor: processor.clone(),
+                        op: op.op.clone(),
+                        first_col: step.cols.start as u32,
+                        spec: GemmSpec {
+                            shape,
+                            dtype: plan.dtype(processor).unwrap_or(DType::F32),
+                            order: op.order(processor),
+                            weights: WeightMode::Static,
+                        },
+                        instances: d.instances,
+                        layers: op.layers,
+                    };
+                    let key = (part.proc, op.op.clone(), g.first_col, g.spec);
+                    match seen.get(&key) {
+                        Some(&i) => out[i].instances = out[i].instances.max(g.instances),
+                        None => {
+                            seen.insert(key, out.len());
+                            out.push(g);
+                        }
+                    }
+                }
+            }
+        }
+    }
+    Ok(out)
 }
 
 /// The GEMMs `plan` runs for every operator of `phase` at length `len`, as

@@ -32,7 +32,7 @@ use crate::graphs::GraphSource;
 use crate::weights::{WeightSource, Weights};
 use crate::{Error, Result};
 
-pub use layout::{PlanGemm, label, plan_gemms};
+pub use layout::{PlanGemm, StaticGraph, label, plan_gemms, plan_static_graphs};
 pub(crate) use memory::bytes;
 use prepare::{GemmKey, PrepStat, Prepared};
 
@@ -48,6 +48,12 @@ pub struct RuntimeOptions {
     /// The predictor file the plan was solved with: when given, its
     /// fingerprint and its processors must match.
     pub predictor: Option<PathBuf>,
+    /// A folder of graphs compiled ahead of time for this plan (`hetero
+    /// compile`): the QNN processor loads its graphs from it, checked
+    /// against the plan and the weights ([`crate::compiled::Compiled`]),
+    /// and prepares only what it lacks. Its SoC is used when
+    /// `open.qnn_soc` is unset.
+    pub graphs: Option<PathBuf>,
     /// Testing only: the given processor fails at its n-th execution.
     #[doc(hidden)]
     pub fail_after: Option<(String, u32)>,

@@ -10,6 +10,7 @@ use hetero_agent::{Backend, HostBuf, Registry};
 use hetero_plan::{DType, Fingerprint, ModelSpec, Plan, Predictor, Processor};
 
 use super::{Runtime, RuntimeOptions};
+use crate::compiled::Compiled;
 use crate::decider::Decider;
 use crate::exec::{Fault, Stage};
 use crate::graphs::{GraphSource, Prepare};
@@ -19,8 +20,13 @@ use crate::{Error, Result};
 impl Runtime {
     /// Loads a plan, refuses one solved for another model (or predictor,
     /// when `opts.predictor` is given), and opens the plan's processors.
-    pub fn open(plan_path: &Path, model: ModelSpec, opts: RuntimeOptions) -> Result<Runtime> {
+    pub fn open(plan_path: &Path, model: ModelSpec, mut opts: RuntimeOptions) -> Result<Runtime> {
         let plan: Plan = hetero_plan::load(plan_path)?;
+        if let (Some(dir), None) = (&opts.graphs, opts.open.qnn_soc) {
+            // The backend opens for the SoC the graphs were compiled for
+            // (the library holds one SoC per process).
+            opts.open.qnn_soc = compiled_soc(dir)?;
+        }
         let predictor = match &opts.predictor {
             Some(p) => Some(load_predictor(p)?),
             None => None,
@@ -62,6 +68,13 @@ impl Runtime {
             })
         });
         let n = backends.len();
+        let mut sources: Vec<Box<dyn GraphSource>> = (0..n)
+            .map(|_| Box::new(Prepare) as Box<dyn GraphSource>)
+            .collect();
+        if let Some(dir) = &opts.graphs {
+            let i = compiled_processor(plan_path, &plan)?;
+            sources[i] = Box::new(Compiled::open(dir, plan_path, &plan, &opts.open)?);
+        }
         let host_mem = pool_memory(&backends);
         let notes = open_notes(&opts.weights, host_mem.map(|b| backends[b].as_ref()));
         Ok(Runtime {
@@ -71,9 +84,7 @@ impl Runtime {
             model,
             backends,
             weights,
-            sources: (0..n)
-                .map(|_| Box::new(Prepare) as Box<dyn GraphSource>)
-                .collect(),
+            sources,
             gemms: Vec::new(),
             shared: HashMap::new(),
             host_staged: Default::default(),
@@ -89,6 +100,29 @@ impl Runtime {
             seed,
             notes,
         })
+    }
+}
+
+/// The SoC of the graphs compiled into `dir` (its manifest's `soc`).
+fn compiled_soc(dir: &Path) -> Result<Option<u32>> {
+    let m = hetero_agent::qnn::read_manifest(dir).map_err(|e| Error::Graphs {
+        path: dir.join(hetero_agent::qnn::MANIFEST_FILE),
+        field: "format".into(),
+        message: e.to_string(),
+    })?;
+    Ok(Some(m.soc))
+}
+
+/// The index of the plan's processor whose graphs compile ahead of time.
+fn compiled_processor(plan_path: &Path, plan: &Plan) -> Result<usize> {
+    let qnn = crate::compiled::QNN_PROCESSOR;
+    match plan.processors.iter().position(|p| p == qnn) {
+        Some(i) if plan.graph_set(qnn).is_some() => Ok(i),
+        _ => Err(Error::Graphs {
+            path: plan_path.to_path_buf(),
+            field: "graph_sets".into(),
+            message: format!("compiled graphs were given, but the plan prepares no {qnn} graphs"),
+        }),
     }
 }
 

@@ -250,7 +250,7 @@ impl Runtime {
             notes.push("--check compares the untimed warm-up pass; the timed passes run the same prepared GEMMs on the same inputs".into());
         }
         if self.sync == SyncChoice::Poll {
-            notes.push("--sync poll: each wait sleeps through its part's predicted time less a margin (a tenth on cpu and OpenCL processors, 80 µs on CUDA) before it polls, so a part that ended sooner is seen then: where parts are long, polled ratios do not fall much below 0.9; --sync block shows whether the plan over-predicts".into());
+            notes.push("--sync poll: each wait sleeps through its part's predicted time less a margin (a tenth on cpu, OpenCL and QNN processors, 80 µs on CUDA) before it polls, so a part that ended sooner is seen then: where parts are long, polled ratios do not fall much below 0.9; --sync block shows whether the plan over-predicts".into());
         }
         notes.push(format!(
             "preparing every GEMM for this length took {:.1} ms of host time (not in the totals)",
@@ -278,6 +278,7 @@ impl Runtime {
                         .map(|d| d.to_string())
                         .unwrap_or_else(|| "f32 (the plan names none)".into()),
                     graphs: self.sources[i].describe(),
+                    graph_origins: self.sources[i].origins(),
                     prepared: self.prep[i].prepared,
                     prepare_host_us: self.prep[i].host_us,
                     prepare_reported_us: self.prep[i].reported_us,

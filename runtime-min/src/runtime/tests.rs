@@ -897,3 +897,82 @@ fn a_processor_with_its_own_memory_is_checked_against_it_and_what_it_holds() {
     let r = room.run(&spec(Phase::Prefill, 8)).unwrap();
     assert_eq!(r.check.unwrap().passed, 15);
 }
+
+#[test]
+fn plan_static_graphs_are_the_static_gemms_the_runtime_asks_for() {
+    // Every strategy family at every covered length: the graphs the
+    // runtime requests from npu-sim's source are those `plan_static_graphs`
+    // lists (what `hetero compile` builds), each for every layer and
+    // instance, and nothing else.
+    type Seen = Arc<Mutex<Vec<(String, u32, u32, u32, GemmSpec)>>>;
+    struct Record(Seen);
+    impl GraphSource for Record {
+        fn graph(
+            &mut self,
+            backend: &mut dyn Backend,
+            req: &GraphRequest<'_>,
+            weights: &[f32],
+        ) -> hetero_agent::Result<Box<dyn Gemm>> {
+            let key = (
+                req.op.to_string(),
+                req.layer,
+                req.instance,
+                req.first_col,
+                req.spec,
+            );
+            self.0.lock().unwrap().push(key);
+            backend.prepare(&req.spec, weights)
+        }
+        fn describe(&self) -> String {
+            "record".into()
+        }
+    }
+    let dir = Tmp::new("static-graphs");
+    let model = tiny_model();
+    let mut plan = tiny_plan(
+        &model,
+        &["cpu:0", "npu-sim"],
+        &[
+            (Phase::Prefill, (1..=8).collect()),
+            (Phase::Decode, vec![1, 2]),
+        ],
+        every_strategy,
+    );
+    plan.graph_sets = vec![hetero_plan::GraphSet {
+        processor: "npu-sim".into(),
+        sizes: vec![4, 8],
+        decode_sizes: vec![1, 2],
+        row_graphs: vec![],
+        prepare_us: 0.0,
+        bytes: 0,
+    }];
+    let path = dir.0.join("plan.ron");
+    hetero_plan::save(&path, &plan).unwrap();
+    let mut rt = Runtime::open(&path, model.clone(), RuntimeOptions::default()).unwrap();
+    let seen: Seen = Arc::default();
+    rt.set_graph_source("npu-sim", Box::new(Record(seen.clone())))
+        .unwrap();
+    for len in 1..=8 {
+        rt.prepare(Phase::Prefill, len).unwrap();
+    }
+    for len in 1..=2 {
+        rt.prepare(Phase::Decode, len).unwrap();
+    }
+    let mut asked = seen.lock().unwrap().clone();
+    asked.sort_by_key(|k| format!("{k:?}"));
+    let listed = plan_static_graphs(&plan).unwrap();
+    assert!(!listed.is_empty());
+    let mut expected = Vec::new();
+    for g in &listed {
+        assert_eq!(g.processor, "npu-sim");
+        let layers = model.op(&g.op).unwrap().layers;
+        assert_eq!(g.layers, layers);
+        for layer in 0..layers {
+            for instance in 0..g.instances {
+                expected.push((g.op.clone(), layer, instance, g.first_col, g.spec));
+            }
+        }
+    }
+    expected.sort_by_key(|k| format!("{k:?}"));
+    assert_eq!(asked, expected);
+}

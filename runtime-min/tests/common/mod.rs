@@ -14,10 +14,13 @@ use hetero_test_support::TINY_LLAMA;
 /// A predictor for cpu:0 and npu-sim as opened here (roofline models with
 /// made-up constants: the plan's predictions are not expected to hold).
 pub fn predictor() -> Predictor {
-    let reg = Registry::open(
-        &OpenOptions::default(),
-        Some(&["cpu:0".into(), "npu-sim".into()]),
-    );
+    predictor_with("npu-sim", (25.0, 12.0, 20.0))
+}
+
+/// A predictor for cpu:0 and the NPU `npu` as opened here, the NPU's
+/// roofline `(GFLOP/s, GB/s, launch µs)` (cpu:0: 20, 10, 5).
+pub fn predictor_with(npu: &str, (peak, bw, launch): (f64, f64, f64)) -> Predictor {
+    let reg = Registry::open(&OpenOptions::default(), Some(&["cpu:0".into(), npu.into()]));
     let processors = reg.processors();
     let roof = |peak: f64, bw: f64, launch: f64| LatencyModel::Roofline {
         peak_gflops: peak,
@@ -51,18 +54,23 @@ pub fn predictor() -> Predictor {
         processors,
         models: vec![
             model("cpu:0", roof(20.0, 10.0, 5.0)),
-            model("npu-sim", roof(25.0, 12.0, 20.0)),
+            model(npu, roof(peak, bw, launch)),
         ],
-        overheads: vec![over("cpu:0"), over("npu-sim")],
+        overheads: vec![over("cpu:0"), over(npu)],
     }
 }
 
 /// Writes the tiny llama config, a predictor and a plan solved for lengths
 /// 1..=16 (prefill) and 1, 2 (decode); returns (config, plan, predictor).
 pub fn solved(dir: &Path) -> (PathBuf, PathBuf, PathBuf) {
+    solved_for(dir, predictor())
+}
+
+/// [`solved`] with the predictor `pred`.
+pub fn solved_for(dir: &Path, pred: Predictor) -> (PathBuf, PathBuf, PathBuf) {
     let config = dir.join("config.json");
     std::fs::write(&config, TINY_LLAMA).unwrap();
-    let (plan_path, pred_path) = solve_for(&config, dir);
+    let (plan_path, pred_path) = solve_with(&config, dir, pred);
     (config, plan_path, pred_path)
 }
 
@@ -70,8 +78,12 @@ pub fn solved(dir: &Path) -> (PathBuf, PathBuf, PathBuf) {
 /// 1..=16, decode 1 and 2, f32) into `dir/plan.ron`, beside
 /// `dir/predictor.ron`; returns both paths.
 pub fn solve_for(config: &Path, dir: &Path) -> (PathBuf, PathBuf) {
+    solve_with(config, dir, predictor())
+}
+
+/// [`solve_for`] with the predictor `pred`.
+fn solve_with(config: &Path, dir: &Path, pred: Predictor) -> (PathBuf, PathBuf) {
     let model = hetero_plan::hf::load_config(config).unwrap();
-    let pred = predictor();
     let pred_path = dir.join("predictor.ron");
     hetero_plan::save(&pred_path, &pred).unwrap();
     let settings = Settings {

@@ -1,0 +1,298 @@
+//! `hetero compile` and `hetero run --graphs` end to end on the QNN HTP
+//! emulator: a plan solved for cpu:0 and qnn:htp compiles its graphs ahead
+//! of time, runs from them with `--check` passing and every QNN graph
+//! reported `loaded`, and every mismatch between the folder and the run
+//! exits 2 naming the graph and the field.
+//!
+//! Needs `libQnnHtp.so` in `HETERO_QNN_LIB_DIR` (`scripts/fetch-qnn.sh`);
+//! skips otherwise (`HETERO_REQUIRE_QNN=1` makes that a failure). The
+//! emulator's times are CPU emulation: nothing here is an NPU latency.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+
+use common::{HETERO, TINY_LLAMA, skip, temp_dir};
+use hetero_agent::{OpenOptions, Registry};
+use hetero_plan::{
+    DType, LatencyModel, Overheads, Phase, Predictor, ProcessorModel, SchemaVersion, Score,
+};
+
+const SOC: &str = "69";
+
+fn s(p: &Path) -> &str {
+    p.to_str().unwrap()
+}
+
+/// Writes config.json and a plan solved for prefill 1..=16 and decode 1 on
+/// cpu:0 and qnn:htp (the emulator's own processor description, roofline
+/// models that make the NPU worth using), or says why not.
+fn setup(dir: &Path) -> Result<(PathBuf, PathBuf), String> {
+    let ids = ["cpu:0".to_string(), "qnn:htp".to_string()];
+    let reg = Registry::open(&OpenOptions::default(), Some(&ids));
+    let processors = reg.processors();
+    if !processors.iter().any(|p| p.id == "qnn:htp") {
+        let why: Vec<String> = reg
+            .unavailable
+            .iter()
+            .map(|u| u.reason.to_string())
+            .collect();
+        return Err(format!("qnn:htp did not open: {}", why.join("; ")));
+    }
+    let config = dir.join("config.json");
+    std::fs::write(&config, TINY_LLAMA).unwrap();
+    let model = hetero_plan::hf::load_config(&config).unwrap();
+    let roof = |p: &str, peak: f64, bw: f64, launch: f64| ProcessorModel {
+        processor: p.into(),
+        dtype: DType::F32,
+        model: LatencyModel::Roofline {
+            peak_gflops: peak,
+            bw_gbps: bw,
+            launch_us: launch,
+        },
+        score: Score::default(),
+        candidates: vec![],
+        launch_us: None,
+        order_free: false,
+        measured: Vec::new(),
+    };
+    let over = |p: &str| Overheads {
+        processor: p.into(),
+        sync_poll_us: Some(2.0),
+        submit_empty_us: Some(3.0),
+        ..Default::default()
+    };
+    let pred = Predictor {
+        schema_version: SchemaVersion,
+        dataset: hetero_plan::Fingerprint::of_bytes("synthetic", b"synthetic"),
+        processors,
+        models: vec![
+            roof("cpu:0", 2.0, 2.0, 5.0),
+            roof("qnn:htp", 200.0, 60.0, 10.0),
+        ],
+        overheads: vec![over("cpu:0"), over("qnn:htp")],
+    };
+    let settings = hetero_solver::Settings {
+        phases: vec![Phase::Prefill, Phase::Decode],
+        prefill_lengths: (1..=16).collect(),
+        decode_lengths: vec![1],
+        graphs: hetero_solver::GraphChoice::Sizes(vec![4, 8, 16]),
+        row_align: 16,
+        dtypes: vec![(None, DType::F32)],
+        ..Default::default()
+    };
+    let plan =
+        hetero_solver::solve(&pred, pred.fingerprint("predictor.ron"), &model, &settings).unwrap();
+    assert!(plan.graph_set("qnn:htp").is_some(), "the plan uses the NPU");
+    let plan_path = dir.join("plan.ron");
+    hetero_plan::save(&plan_path, &plan).unwrap();
+    Ok((config, plan_path))
+}
+
+fn run_args<'a>(plan: &'a Path, config: &'a Path, graphs: &'a Path, len: &'a str) -> Vec<&'a str> {
+    vec![
+        "run",
+        s(plan),
+        "--model",
+        s(config),
+        "--phase",
+        "prefill",
+        "--len",
+        len,
+        "--graphs",
+        s(graphs),
+        "--repeat",
+        "1",
+    ]
+}
+
+/// The run's JSON report, from the processors' entries: qnn:htp's graph
+/// origins.
+fn qnn_origins(report: &serde_json::Value) -> (String, Vec<serde_json::Value>) {
+    let p = report["processors"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["id"] == "qnn:htp")
+        .expect("qnn:htp in the report");
+    assert_eq!(p["timing"], "emulated", "{p}");
+    let origins = p["graph_origins"].as_array().cloned().unwrap_or_default();
+    (p["graphs"].as_str().unwrap().to_string(), origins)
+}
+
+fn edit_manifest(dir: &Path, edit: impl FnOnce(&mut serde_json::Value)) {
+    let path = dir.join("qnn-graphs.json");
+    let mut v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    edit(&mut v);
+    std::fs::write(&path, serde_json::to_string_pretty(&v).unwrap()).unwrap();
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap() {
+        let e = e.unwrap();
+        std::fs::copy(e.path(), to.join(e.file_name())).unwrap();
+    }
+}
+
+#[test]
+fn compiled_graphs_run_checked_and_mismatches_exit_2() {
+    let dir = temp_dir("compile");
+    let (config, plan) = match setup(dir.path()) {
+        Ok(x) => x,
+        Err(why) => skip!(QNN, "{why}"),
+    };
+    let graphs = dir.path().join("graphs");
+    let out = HETERO.ok(&[
+        "compile",
+        s(&plan),
+        "--model",
+        s(&config),
+        "--soc",
+        SOC,
+        "--out",
+        s(&graphs),
+    ]);
+    assert!(out.contains("emulated"), "{out}");
+    let manifest: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(graphs.join("qnn-graphs.json")).unwrap())
+            .unwrap();
+    let n = manifest["graphs"].as_array().unwrap().len();
+    assert!(n > 0, "{manifest}");
+    for key in ["model", "predictor", "graph_sets"] {
+        assert!(manifest["plan"][key]["sha256"].is_string(), "{key}");
+    }
+    let g0 = &manifest["graphs"][0];
+    for key in ["weights_sha256", "layer", "op"] {
+        assert!(!g0["plan_graph"][key].is_null(), "{key}: {g0}");
+    }
+    assert!(g0["binary_sha256"].is_string());
+
+    // Every length the plan covers runs from the compiled graphs alone.
+    let mut loaded = 0;
+    for (phase, len) in [
+        ("prefill", "3"),
+        ("prefill", "13"),
+        ("prefill", "16"),
+        ("decode", "1"),
+    ] {
+        let mut args = run_args(&plan, &config, &graphs, len);
+        args[5] = phase;
+        args.extend(["--check", "--json"]);
+        let report: serde_json::Value = serde_json::from_str(&HETERO.ok(&args)).unwrap();
+        let (words, origins) = qnn_origins(&report);
+        assert!(words.contains("0 prepared at run time"), "{words}");
+        assert!(
+            origins.iter().all(|o| o["source"] == "loaded"),
+            "{origins:?}"
+        );
+        loaded += origins.len();
+        assert_eq!(
+            report["check"]["passed"], report["check"]["outputs"],
+            "{}",
+            report["check"]
+        );
+    }
+    assert!(loaded > 0, "some QNN graph ran");
+
+    // The same run with other weights: the baked-in ones differ.
+    let mut args = run_args(&plan, &config, &graphs, "13");
+    args.extend(["--seed", "7"]);
+    let e = HETERO.bad_input(&args);
+    assert!(e.contains("weights_sha256") && e.contains(".bin"), "{e}");
+
+    // A manifest edited to claim another plan's graph sets.
+    let other = dir.path().join("other-plan");
+    copy_dir(&graphs, &other);
+    edit_manifest(&other, |v| {
+        v["plan"]["graph_sets"]["sha256"] = "00".repeat(32).into();
+    });
+    let e = HETERO.bad_input(&run_args(&plan, &config, &other, "13"));
+    assert!(
+        e.contains("plan.graph_sets") && e.contains("qnn-graphs.json"),
+        "{e}"
+    );
+
+    // A manifest whose weights hash was tampered with.
+    let tampered = dir.path().join("tampered");
+    copy_dir(&graphs, &tampered);
+    edit_manifest(&tampered, |v| {
+        for g in v["graphs"].as_array_mut().unwrap() {
+            g["plan_graph"]["weights_sha256"] = "ab".repeat(32).into();
+        }
+    });
+    let e = HETERO.bad_input(&run_args(&plan, &config, &tampered, "13"));
+    assert!(e.contains("weights_sha256"), "{e}");
+
+    // A context binary replaced by another graph's.
+    let swapped = dir.path().join("swapped");
+    copy_dir(&graphs, &swapped);
+    let files: Vec<String> = manifest["graphs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|g| g["file"].as_str().unwrap().to_string())
+        .collect();
+    if files.len() >= 2 {
+        for f in &files[1..] {
+            std::fs::copy(swapped.join(&files[0]), swapped.join(f)).unwrap();
+        }
+        std::fs::copy(swapped.join(&files[1]), swapped.join(&files[0])).unwrap();
+        std::fs::write(swapped.join(&files[0]), b"not a context binary").unwrap();
+        let e = HETERO.bad_input(&run_args(&plan, &config, &swapped, "13"));
+        assert!(e.contains("binary_sha256"), "{e}");
+    }
+
+    // A folder without a manifest.
+    let empty = dir.path().join("empty");
+    std::fs::create_dir_all(&empty).unwrap();
+    let e = HETERO.bad_input(&run_args(&plan, &config, &empty, "13"));
+    assert!(e.contains("qnn-graphs.json"), "{e}");
+}
+
+#[test]
+fn compile_refuses_a_plan_without_qnn_graphs() {
+    let dir = temp_dir("compile-no-npu");
+    let (config, _model, pred) = common::tiny_cpu_npu(dir.path());
+    let model = hetero_plan::hf::load_config(&config).unwrap();
+    let settings = hetero_solver::Settings {
+        phases: vec![Phase::Prefill],
+        prefill_lengths: (1..=8).collect(),
+        graphs: hetero_solver::GraphChoice::Sizes(vec![4, 8]),
+        row_align: 16,
+        dtypes: vec![(None, DType::F32)],
+        ..Default::default()
+    };
+    let plan = hetero_solver::solve(&pred, pred.fingerprint("p.ron"), &model, &settings).unwrap();
+    let plan_path = dir.path().join("plan.ron");
+    hetero_plan::save(&plan_path, &plan).unwrap();
+    let out = dir.path().join("graphs");
+    let args = [
+        "compile",
+        s(&plan_path),
+        "--model",
+        s(&config),
+        "--soc",
+        SOC,
+        "--out",
+        s(&out),
+    ];
+    let e = HETERO.bad_input(&args);
+    if plan.graph_sets.is_empty() {
+        assert!(e.contains("no static graphs"), "{e}");
+    } else {
+        assert!(
+            e.contains("graph_sets[0].processor") && e.contains("npu-sim"),
+            "{e}"
+        );
+    }
+    // --soc is required.
+    let e = HETERO
+        .cmd()
+        .args(&args[..4])
+        .args(["--out", s(&out)])
+        .env_remove("HETERO_QNN_SOC")
+        .bad_input();
+    assert!(e.contains("--soc"), "{e}");
+}
