@@ -114,6 +114,7 @@ fn plan(dir: &Path, model: &ModelSpec, processors: &[&str]) -> PathBuf {
         notes: vec![],
         graph_sets: vec![],
         ops,
+        non_gemm: None,
     };
     let path = dir.join(format!("plan-{}.ron", processors.len()));
     hetero_plan::save(&path, &plan).unwrap();

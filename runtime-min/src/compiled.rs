@@ -150,7 +150,7 @@ pub fn compile_plan(
         for layer in layers_of(&weights, lop.layers) {
             let instances = of_op.iter().map(|g| g.instances).max().unwrap_or(1);
             for instance in 0..instances {
-                let w = weights.get(lop, layer, instance);
+                let w = weights.get(lop, layer, instance)?;
                 for g in of_op.iter().filter(|g| instance < g.instances) {
                     let slice = columns(&w, lop.n as usize, g.first_col, g.spec.shape.n.get());
                     let plan_graph = PlanGraph {
