@@ -12,6 +12,7 @@
 //! virtual machines), all cores form one group. `OpenOptions::cpu_groups`
 //! (`--cpu-groups 0-3;4-7`) overrides the detection.
 
+pub mod gemv;
 mod keep_warm;
 pub mod topology;
 
@@ -29,6 +30,7 @@ use hetero_plan::{
 use crate::backend::SpinThenYield;
 use crate::dense::Dense;
 use crate::{Backend, Error, Gemm, GemmSpec, OpenOptions, Result, SyncMode, Timed};
+use gemv::Gemv;
 use keep_warm::KeepWarm;
 pub use keep_warm::{DEFAULT_POLL_US, poll_hold};
 pub use topology::{CoreGroup, parse_groups};
@@ -223,13 +225,18 @@ impl Backend for CpuBackend {
     }
 
     fn prepare(&mut self, spec: &GemmSpec, weights: &[f32]) -> Result<Box<dyn Gemm>> {
-        let dense = Dense::new(&self.processor.id, spec, weights)?;
+        let (id, threads) = (&self.processor.id, self.group.cores.len());
+        let work = if gemv::handles(spec) {
+            Work::Gemv(Gemv::new(id, spec, weights, threads)?)
+        } else {
+            Work::Dense(Dense::new(id, spec, weights)?)
+        };
         Ok(Box::new(CpuGemm {
             id: self.processor.id.clone(),
             pool: self.pool.clone(),
             keep_warm: self.keep_warm.clone(),
-            threads: self.group.cores.len(),
-            dense: Some(dense),
+            threads,
+            work: Some(work),
             spec: *spec,
             inflight: None,
         }))
@@ -270,13 +277,50 @@ struct Shared {
     /// Nanoseconds from the submit to the end of the run, as the worker saw
     /// it (written before `done`).
     ran_ns: AtomicU64,
-    slot: Mutex<Option<Dense>>,
+    slot: Mutex<Option<Work>>,
     cv: Condvar,
 }
 
 struct Inflight {
     shared: Arc<Shared>,
     started: Instant,
+}
+
+/// What a CPU GEMM runs: the `gemm` crate, or the small-row path.
+enum Work {
+    Dense(Dense),
+    Gemv(Gemv),
+}
+
+impl Work {
+    fn write_input(&mut self, id: &str, a: &[f32]) -> Result<()> {
+        match self {
+            Work::Dense(d) => d.write_input(id, a),
+            Work::Gemv(g) => g.write_input(id, a),
+        }
+    }
+
+    fn write_weights(&mut self, id: &str, w: &[f32]) -> Result<()> {
+        match self {
+            Work::Dense(d) => d.write_weights(id, w),
+            Work::Gemv(g) => g.write_weights(id, w),
+        }
+    }
+
+    fn read_output(&mut self, id: &str, c: &mut [f32]) -> Result<()> {
+        match self {
+            Work::Dense(d) => d.read_output(id, c),
+            Work::Gemv(g) => g.read_output(id, c),
+        }
+    }
+
+    /// Runs the product; call it inside the pool that should run it.
+    fn run(&mut self, par: Parallelism) {
+        match self {
+            Work::Dense(d) => d.run(par),
+            Work::Gemv(g) => g.run(),
+        }
+    }
 }
 
 /// A GEMM prepared on a CPU group.
@@ -287,7 +331,7 @@ struct CpuGemm {
     keep_warm: Arc<KeepWarm>,
     threads: usize,
     /// `None` while an asynchronous run owns the buffers.
-    dense: Option<Dense>,
+    work: Option<Work>,
     inflight: Option<Inflight>,
 }
 
@@ -300,8 +344,8 @@ impl CpuGemm {
         }
     }
 
-    fn dense(&mut self) -> Result<&mut Dense> {
-        self.dense
+    fn work(&mut self) -> Result<&mut Work> {
+        self.work
             .as_mut()
             .ok_or_else(|| Error::backend(&self.id, "a submitted run has not been waited for"))
     }
@@ -314,23 +358,23 @@ impl Gemm for CpuGemm {
 
     fn write_input(&mut self, a: &[f32]) -> Result<()> {
         let id = self.id.clone();
-        self.dense()?.write_input(&id, a)
+        self.work()?.write_input(&id, a)
     }
 
     fn write_weights(&mut self, w: &[f32]) -> Result<()> {
         let id = self.id.clone();
-        self.dense()?.write_weights(&id, w)
+        self.work()?.write_weights(&id, w)
     }
 
     fn execute(&mut self) -> Result<Timed> {
         let par = Self::parallelism(self.threads);
         let pool = self.pool.clone();
         let keep_warm = self.keep_warm.clone();
-        let dense = self.dense()?;
+        let work = self.work()?;
         let t = Instant::now();
         keep_warm.wake_all(&pool);
         pool.install(|| {
-            dense.run(par);
+            work.run(par);
             keep_warm.extend();
         });
         Ok(Timed {
@@ -342,13 +386,13 @@ impl Gemm for CpuGemm {
 
     fn read_output(&mut self, c: &mut [f32]) -> Result<()> {
         let id = self.id.clone();
-        self.dense()?.read_output(&id, c)
+        self.work()?.read_output(&id, c)
     }
 
     fn submit(&mut self) -> Result<()> {
         let par = Self::parallelism(self.threads);
-        let mut dense = self
-            .dense
+        let mut work = self
+            .work
             .take()
             .ok_or_else(|| Error::backend(&self.id, "already submitted"))?;
         let shared = Arc::new(Shared {
@@ -362,11 +406,11 @@ impl Gemm for CpuGemm {
         let started = Instant::now();
         keep_warm.wake_all(&self.pool);
         self.pool.spawn(move || {
-            dense.run(par);
+            work.run(par);
             let ran = started.elapsed().as_nanos().min(u64::MAX as u128) as u64;
             s.ran_ns.store(ran, Ordering::Relaxed);
             keep_warm.extend();
-            *s.slot.lock().unwrap_or_else(|p| p.into_inner()) = Some(dense);
+            *s.slot.lock().unwrap_or_else(|p| p.into_inner()) = Some(work);
             // The flag is written last: a poller that sees it finds the
             // buffers in the slot.
             s.done.store(1, Ordering::Release);
@@ -381,7 +425,7 @@ impl Gemm for CpuGemm {
             .inflight
             .take()
             .ok_or_else(|| Error::backend(&self.id, "wait without submit"))?;
-        let dense = match mode {
+        let work = match mode {
             SyncMode::Block => {
                 let mut g = shared.slot.lock().unwrap_or_else(|p| p.into_inner());
                 while g.is_none() {
@@ -407,8 +451,7 @@ impl Gemm for CpuGemm {
         let host_us = started.elapsed().as_secs_f64() * 1e6;
         // Read after the buffers came back, so after the worker's store.
         let ran_us = shared.ran_ns.load(Ordering::Relaxed) as f64 * 1e-3;
-        self.dense =
-            Some(dense.ok_or_else(|| Error::backend(&self.id, "worker lost the buffers"))?);
+        self.work = Some(work.ok_or_else(|| Error::backend(&self.id, "worker lost the buffers"))?);
         Ok(Timed {
             device_us: None,
             host_us,

@@ -1,0 +1,433 @@
+//! The inner loops of the small-row product: weights read once, each
+//! 16-bit weight widened to f32 in the register that multiplies it.
+//!
+//! - [`dot_rows`] (`transposed`, `Wᵀ[N,K]`): each output is a dot product of
+//!   a contiguous weight row with the `M` activation rows.
+//! - [`axpy_rows`] (`aw`, `W[K,N]`): a band of output columns accumulates
+//!   `a[m,k]·W[k, band]` row by row, four weight rows at a time.
+//!
+//! On x86-64 with AVX2, FMA and F16C (checked once at run time) the loops
+//! use those instructions; elsewhere a portable loop over 8-lane arrays,
+//! which the compiler vectorises for the target (NEON on aarch64).
+
+use half::{bf16, f16};
+
+/// A weight element: f32, or a 16-bit float widened to f32 when read.
+pub trait Weight: Copy + Send + Sync + 'static {
+    /// Bytes per element.
+    const BYTES: usize;
+    /// The element nearest `x`.
+    fn from_f32(x: f32) -> Self;
+    /// The element's value.
+    fn to_f32(self) -> f32;
+    /// Eight elements from `p`, widened.
+    ///
+    /// # Safety
+    /// `p` points at 8 readable elements, and the CPU has AVX2, FMA and F16C.
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn load8(p: *const Self) -> std::arch::x86_64::__m256;
+}
+
+impl Weight for f32 {
+    const BYTES: usize = 4;
+    fn from_f32(x: f32) -> Self {
+        x
+    }
+    fn to_f32(self) -> f32 {
+        self
+    }
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn load8(p: *const Self) -> std::arch::x86_64::__m256 {
+        // SAFETY: 8 readable f32 by the caller's contract.
+        unsafe { std::arch::x86_64::_mm256_loadu_ps(p) }
+    }
+}
+
+impl Weight for f16 {
+    const BYTES: usize = 2;
+    fn from_f32(x: f32) -> Self {
+        f16::from_f32(x)
+    }
+    fn to_f32(self) -> f32 {
+        f16::to_f32(self)
+    }
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn load8(p: *const Self) -> std::arch::x86_64::__m256 {
+        use std::arch::x86_64::*;
+        // SAFETY: 8 readable f16 (16 bytes) by the caller's contract.
+        _mm256_cvtph_ps(unsafe { _mm_loadu_si128(p.cast()) })
+    }
+}
+
+impl Weight for bf16 {
+    const BYTES: usize = 2;
+    fn from_f32(x: f32) -> Self {
+        bf16::from_f32(x)
+    }
+    fn to_f32(self) -> f32 {
+        bf16::to_f32(self)
+    }
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn load8(p: *const Self) -> std::arch::x86_64::__m256 {
+        use std::arch::x86_64::*;
+        // SAFETY: 8 readable bf16 (16 bytes) by the caller's contract.
+        let bits = _mm256_cvtepu16_epi32(unsafe { _mm_loadu_si128(p.cast()) });
+        // A bf16 is the top half of the f32 with the same value.
+        _mm256_castsi256_ps(_mm256_slli_epi32::<16>(bits))
+    }
+}
+
+/// Whether this CPU runs the AVX2 loops (AVX2, FMA and F16C).
+pub fn simd() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::sync::OnceLock;
+        static HAS: OnceLock<bool> = OnceLock::new();
+        *HAS.get_or_init(|| {
+            is_x86_feature_detected!("avx2")
+                && is_x86_feature_detected!("fma")
+                && is_x86_feature_detected!("f16c")
+        })
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    false
+}
+
+/// Lanes of the portable loops.
+const LANES: usize = 8;
+
+/// `out[r·M + m] = Σₖ w[r·K + k] · a[m·K + k]` for every row `r` of `w`
+/// (rows of `k` elements) and `m < M`.
+pub fn dot_rows<W: Weight, const M: usize>(w: &[W], a: &[f32], k: usize, out: &mut [f32]) {
+    let rows = w.len() / k;
+    assert!(w.len() == rows * k && a.len() == M * k && out.len() == rows * M);
+    #[cfg(target_arch = "x86_64")]
+    if simd() {
+        // SAFETY: the CPU has the features (just checked); lengths asserted.
+        unsafe { x86::dot_rows::<W, M>(w, a, k, out) };
+        return;
+    }
+    dot_rows_portable::<W, M>(w, a, k, out);
+}
+
+/// [`dot_rows`] without SIMD intrinsics.
+fn dot_rows_portable<W: Weight, const M: usize>(w: &[W], a: &[f32], k: usize, out: &mut [f32]) {
+    for (wr, o) in w.chunks_exact(k).zip(out.chunks_exact_mut(M)) {
+        let mut acc = [[0f32; LANES]; M];
+        let mut wide = [0f32; LANES];
+        let mut i = 0;
+        while i + LANES <= k {
+            for (d, s) in wide.iter_mut().zip(&wr[i..i + LANES]) {
+                *d = s.to_f32();
+            }
+            for (m, acc) in acc.iter_mut().enumerate() {
+                let ar = &a[m * k + i..m * k + i + LANES];
+                for l in 0..LANES {
+                    acc[l] += wide[l] * ar[l];
+                }
+            }
+            i += LANES;
+        }
+        for m in 0..M {
+            o[m] = acc[m].iter().sum::<f32>() + tail_dot(&wr[i..], &a[m * k + i..(m + 1) * k]);
+        }
+    }
+}
+
+/// `Σ w[j]·a[j]` for the few elements past the last whole vector.
+fn tail_dot<W: Weight>(w: &[W], a: &[f32]) -> f32 {
+    w.iter().zip(a).map(|(w, a)| w.to_f32() * a).sum()
+}
+
+/// `acc[m·B + j] = Σₖ a[m·K + k] · W[k, c0 + j]` for `j < B` (the band's
+/// width `acc.len() / M`), `W[K,N]` being `w` with rows `n` apart.
+pub fn axpy_rows<W: Weight, const M: usize>(
+    w: &[W],
+    n: usize,
+    c0: usize,
+    a: &[f32],
+    k: usize,
+    acc: &mut [f32],
+) {
+    let band = acc.len() / M;
+    assert!(w.len() == k * n && c0 + band <= n && a.len() == M * k && acc.len() == M * band);
+    acc.fill(0.0);
+    #[cfg(target_arch = "x86_64")]
+    if simd() {
+        // SAFETY: the CPU has the features (just checked); lengths asserted.
+        unsafe { x86::axpy_rows::<W, M>(w, n, c0, a, k, acc) };
+        return;
+    }
+    axpy_rows_portable::<W, M>(w, n, c0, a, k, acc);
+}
+
+/// [`axpy_rows`] without SIMD intrinsics, on a zeroed `acc`.
+fn axpy_rows_portable<W: Weight, const M: usize>(
+    w: &[W],
+    n: usize,
+    c0: usize,
+    a: &[f32],
+    k: usize,
+    acc: &mut [f32],
+) {
+    let band = acc.len() / M;
+    for kk in 0..k {
+        let wr = &w[kk * n + c0..kk * n + c0 + band];
+        for m in 0..M {
+            let am = a[m * k + kk];
+            for (c, w) in acc[m * band..(m + 1) * band].iter_mut().zip(wr) {
+                *c += am * w.to_f32();
+            }
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    use std::arch::x86_64::*;
+
+    use super::{Weight, tail_dot};
+
+    /// Horizontal sum of the 8 lanes.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    fn hsum(v: __m256) -> f32 {
+        let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps::<1>(v));
+        let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+        let s = _mm_add_ss(s, _mm_shuffle_ps::<1>(s, s));
+        _mm_cvtss_f32(s)
+    }
+
+    /// [`super::dot_rows`]: 16 weights per step in two vectors for up to
+    /// four activation rows (eight accumulators), 8 per step beyond.
+    ///
+    /// # Safety
+    /// The CPU has AVX2, FMA and F16C; `w` holds whole rows of `k`, `a`
+    /// `M·k` elements and `out` `M` per row of `w`.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) unsafe fn dot_rows<W: Weight, const M: usize>(
+        w: &[W],
+        a: &[f32],
+        k: usize,
+        out: &mut [f32],
+    ) {
+        let (ap, step) = (a.as_ptr(), if M <= 4 { 16 } else { 8 });
+        for (wr, o) in w.chunks_exact(k).zip(out.chunks_exact_mut(M)) {
+            let wp = wr.as_ptr();
+            let mut acc = [[_mm256_setzero_ps(); 2]; M];
+            let mut i = 0;
+            // SAFETY (loads): i + step ≤ k, within row `wr` and within each
+            // activation row m·k..(m+1)·k.
+            while i + step <= k {
+                let w0 = unsafe { W::load8(wp.add(i)) };
+                if step == 16 {
+                    let w1 = unsafe { W::load8(wp.add(i + 8)) };
+                    for (m, acc) in acc.iter_mut().enumerate() {
+                        let a0 = unsafe { _mm256_loadu_ps(ap.add(m * k + i)) };
+                        let a1 = unsafe { _mm256_loadu_ps(ap.add(m * k + i + 8)) };
+                        acc[0] = _mm256_fmadd_ps(w0, a0, acc[0]);
+                        acc[1] = _mm256_fmadd_ps(w1, a1, acc[1]);
+                    }
+                } else {
+                    for (m, acc) in acc.iter_mut().enumerate() {
+                        let a0 = unsafe { _mm256_loadu_ps(ap.add(m * k + i)) };
+                        acc[0] = _mm256_fmadd_ps(w0, a0, acc[0]);
+                    }
+                }
+                i += step;
+            }
+            for (m, acc) in acc.iter().enumerate() {
+                let tail = tail_dot(&wr[i..], &a[m * k + i..(m + 1) * k]);
+                o[m] = hsum(_mm256_add_ps(acc[0], acc[1])) + tail;
+            }
+        }
+    }
+
+    /// [`super::axpy_rows`]: four weight rows per pass over the band's
+    /// accumulators (which stay in L1), then the remaining rows one by one.
+    ///
+    /// # Safety
+    /// The CPU has AVX2, FMA and F16C; the lengths are those
+    /// `super::axpy_rows` asserts, and `acc` is zero.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) unsafe fn axpy_rows<W: Weight, const M: usize>(
+        w: &[W],
+        n: usize,
+        c0: usize,
+        a: &[f32],
+        k: usize,
+        acc: &mut [f32],
+    ) {
+        let band = acc.len() / M;
+        let whole = band / 8 * 8;
+        let mut kk = 0;
+        while kk + 4 <= k {
+            // SAFETY: rows kk..kk+4 < k, columns c0..c0+band ≤ n.
+            unsafe { rows_pass::<W, M, 4>(w, n, c0, a, k, kk, whole, acc) };
+            kk += 4;
+        }
+        while kk < k {
+            // SAFETY: as above, one row.
+            unsafe { rows_pass::<W, M, 1>(w, n, c0, a, k, kk, whole, acc) };
+            kk += 1;
+        }
+        // The columns past the last whole vector.
+        for kk in 0..k {
+            for m in 0..M {
+                let am = a[m * k + kk];
+                for j in whole..band {
+                    acc[m * band + j] += am * w[kk * n + c0 + j].to_f32();
+                }
+            }
+        }
+    }
+
+    /// Adds `a[m, kk+r] · W[kk+r, c0..c0+whole]` for `r < R` to each `m`'s
+    /// accumulators, 8 columns at a time.
+    ///
+    /// # Safety
+    /// As [`axpy_rows`], with `kk + R ≤ k` and `whole` a multiple of 8 no
+    /// larger than the band.
+    #[allow(clippy::too_many_arguments)]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn rows_pass<W: Weight, const M: usize, const R: usize>(
+        w: &[W],
+        n: usize,
+        c0: usize,
+        a: &[f32],
+        k: usize,
+        kk: usize,
+        whole: usize,
+        acc: &mut [f32],
+    ) {
+        let band = acc.len() / M;
+        let mut am = [[_mm256_setzero_ps(); R]; M];
+        for (m, am) in am.iter_mut().enumerate() {
+            for (r, v) in am.iter_mut().enumerate() {
+                *v = _mm256_set1_ps(a[m * k + kk + r]);
+            }
+        }
+        let (wp, cp) = (w.as_ptr(), acc.as_mut_ptr());
+        let mut j = 0;
+        while j < whole {
+            let mut wv = [_mm256_setzero_ps(); R];
+            for (r, v) in wv.iter_mut().enumerate() {
+                // SAFETY: row kk + r < k, columns c0 + j..c0 + j + 8 ≤ n.
+                *v = unsafe { W::load8(wp.add((kk + r) * n + c0 + j)) };
+            }
+            for (m, am) in am.iter().enumerate() {
+                // SAFETY: m·band + j + 8 ≤ (m + 1)·band.
+                let p = unsafe { cp.add(m * band + j) };
+                let mut c = unsafe { _mm256_loadu_ps(p) };
+                for r in 0..R {
+                    c = _mm256_fmadd_ps(am[r], wv[r], c);
+                }
+                unsafe { _mm256_storeu_ps(p, c) };
+            }
+            j += 8;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Both loops (the AVX2 one where this CPU has it) against an f64 sum
+    /// of the same rounded operands, on lengths around the vector widths.
+    fn both_loops<W: Weight, const M: usize>() {
+        for (k, n) in [(1, 1), (7, 3), (8, 9), (16, 17), (33, 40), (100, 31)] {
+            let w: Vec<W> = (0..k * n)
+                .map(|i| W::from_f32(((i * 7919 % 201) as f32 - 100.0) / 64.0))
+                .collect();
+            let a: Vec<f32> = (0..M * k)
+                .map(|i| ((i * 31 % 17) as f32 - 8.0) / 8.0)
+                .collect();
+            // `w` as Wᵀ[N,K] (dot) and as W[K,N] (axpy, columns 2.. of it).
+            let want_dot = |r: usize, m: usize| -> f64 {
+                (0..k)
+                    .map(|j| w[r * k + j].to_f32() as f64 * a[m * k + j] as f64)
+                    .sum()
+            };
+            let want_axpy = |m: usize, col: usize| -> f64 {
+                (0..k)
+                    .map(|j| a[m * k + j] as f64 * w[j * n + col].to_f32() as f64)
+                    .sum()
+            };
+            let close =
+                |got: f32, want: f64| (got as f64 - want).abs() <= 1e-4 * (1.0 + want.abs());
+            let mut fast = vec![0f32; n * M];
+            let mut slow = vec![0f32; n * M];
+            dot_rows::<W, M>(&w, &a, k, &mut fast);
+            dot_rows_portable::<W, M>(&w, &a, k, &mut slow);
+            for r in 0..n {
+                for m in 0..M {
+                    let want = want_dot(r, m);
+                    assert!(close(fast[r * M + m], want), "dot k={k} n={n} ({r},{m})");
+                    assert!(close(slow[r * M + m], want), "portable dot k={k} n={n}");
+                }
+            }
+            let c0 = n.min(2);
+            let band = n - c0;
+            let mut fast = vec![1f32; band * M];
+            let mut slow = vec![0f32; band * M];
+            axpy_rows::<W, M>(&w, n, c0, &a, k, &mut fast);
+            axpy_rows_portable::<W, M>(&w, n, c0, &a, k, &mut slow);
+            for m in 0..M {
+                for j in 0..band {
+                    let want = want_axpy(m, c0 + j);
+                    assert!(
+                        close(fast[m * band + j], want),
+                        "axpy k={k} n={n} ({m},{j})"
+                    );
+                    assert!(close(slow[m * band + j], want), "portable axpy k={k} n={n}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn every_type_and_row_count_sums_right() {
+        both_loops::<f32, 1>();
+        both_loops::<f16, 1>();
+        both_loops::<bf16, 1>();
+        both_loops::<f16, 3>();
+        both_loops::<bf16, 4>();
+        both_loops::<f32, 5>();
+        both_loops::<f16, 8>();
+        both_loops::<bf16, 8>();
+    }
+
+    #[test]
+    fn widening_is_exact() {
+        // Every 16-bit pattern that is a number widens as `half` does.
+        let w16: Vec<f16> = (0..=u16::MAX)
+            .map(f16::from_bits)
+            .filter(|x| x.is_finite())
+            .collect();
+        let wb: Vec<bf16> = (0..=u16::MAX)
+            .map(bf16::from_bits)
+            .filter(|x| x.is_finite())
+            .collect();
+        fn check<W: Weight>(w: &[W]) {
+            let mut one = [0f32; 1];
+            // 16 elements: one step of the vector loop for one row.
+            for (i, c) in w.chunks_exact(16).enumerate() {
+                // A dot product with a one-hot activation picks one
+                // widened weight.
+                for l in 0..16 {
+                    let mut a = [0f32; 16];
+                    a[l] = 1.0;
+                    dot_rows::<W, 1>(c, &a, 16, &mut one);
+                    assert_eq!(one[0], c[l].to_f32(), "element {}", i * 16 + l);
+                }
+            }
+        }
+        check(&w16[..4096]);
+        check(&wb[..4096]);
+        check(&w16[w16.len() - 4096..]);
+        check(&wb[wb.len() - 4096..]);
+    }
+}
