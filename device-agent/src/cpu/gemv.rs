@@ -11,6 +11,7 @@
 //! `Wᵀ[N,K]`. The activation is kept in f32 (rounded to the weight type,
 //! as a 16-bit device would hold it) and sums are f32.
 
+pub mod bench;
 mod kernel;
 
 use half::{bf16, f16};

@@ -37,6 +37,12 @@ pub use topology::{CoreGroup, parse_groups};
 
 /// Opens one processor per core group.
 pub fn open(opts: &OpenOptions) -> Result<Vec<Box<dyn Backend>>> {
+    let groups = open_groups(opts)?.into_iter();
+    Ok(groups.map(|b| Box::new(b) as Box<dyn Backend>).collect())
+}
+
+/// [`open`], each processor as its own type (`cpu:N` is the N-th).
+pub fn open_groups(opts: &OpenOptions) -> Result<Vec<CpuBackend>> {
     let allowed = topology::process_cores();
     let sys = Path::new("/sys/devices/system/cpu");
     let groups = match &opts.cpu_groups {
@@ -56,7 +62,7 @@ pub fn open(opts: &OpenOptions) -> Result<Vec<Box<dyn Backend>>> {
     groups
         .into_iter()
         .enumerate()
-        .map(|(i, g)| CpuBackend::with_poll(i, g, hold).map(|b| Box::new(b) as Box<dyn Backend>))
+        .map(|(i, g)| CpuBackend::with_poll(i, g, hold))
         .collect()
 }
 

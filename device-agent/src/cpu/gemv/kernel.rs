@@ -99,42 +99,89 @@ pub fn simd() -> bool {
 /// Lanes of the portable loops.
 const LANES: usize = 8;
 
+/// Bytes of activation one pass of [`dot_rows`] keeps in L1: the `M` rows'
+/// slices of one block of K.
+const ACT_BLOCK_BYTES: usize = 16 << 10;
+
+/// Elements of K one pass of [`dot_rows`] covers. Each weight vector is
+/// multiplied by `M` activation vectors: with more than one row, the
+/// activation block must come from L1 (8×4096 f32 in L2 held the product
+/// to a fifth of the memory's speed on 2 cores). One row reads its
+/// activation once per weight vector and covers K in one pass.
+fn k_block<const M: usize>(k: usize) -> usize {
+    if M == 1 {
+        k
+    } else {
+        (ACT_BLOCK_BYTES / 4 / M).min(k)
+    }
+}
+
 /// `out[r·M + m] = Σₖ w[r·K + k] · a[m·K + k]` for every row `r` of `w`
 /// (rows of `k` elements) and `m < M`.
 pub fn dot_rows<W: Weight, const M: usize>(w: &[W], a: &[f32], k: usize, out: &mut [f32]) {
-    let rows = w.len() / k;
-    assert!(w.len() == rows * k && a.len() == M * k && out.len() == rows * M);
-    #[cfg(target_arch = "x86_64")]
-    if simd() {
-        // SAFETY: the CPU has the features (just checked); lengths asserted.
-        unsafe { x86::dot_rows::<W, M>(w, a, k, out) };
-        return;
-    }
-    dot_rows_portable::<W, M>(w, a, k, out);
+    dot_rows_with::<W, M>(w, a, k, out, simd());
 }
 
-/// [`dot_rows`] without SIMD intrinsics.
-fn dot_rows_portable<W: Weight, const M: usize>(w: &[W], a: &[f32], k: usize, out: &mut [f32]) {
-    for (wr, o) in w.chunks_exact(k).zip(out.chunks_exact_mut(M)) {
-        let mut acc = [[0f32; LANES]; M];
-        let mut wide = [0f32; LANES];
-        let mut i = 0;
-        while i + LANES <= k {
-            for (d, s) in wide.iter_mut().zip(&wr[i..i + LANES]) {
-                *d = s.to_f32();
+/// [`dot_rows`], with the AVX2 loop where `simd` (the CPU must have it).
+fn dot_rows_with<W: Weight, const M: usize>(
+    w: &[W],
+    a: &[f32],
+    k: usize,
+    out: &mut [f32],
+    simd: bool,
+) {
+    let rows = w.len() / k;
+    assert!(w.len() == rows * k && a.len() == M * k && out.len() == rows * M);
+    let kb = k_block::<M>(k);
+    out.fill(0.0);
+    let mut k0 = 0;
+    while k0 < k {
+        let len = kb.min(k - k0);
+        for (r, o) in out.chunks_exact_mut(M).enumerate() {
+            let seg = &w[r * k + k0..r * k + k0 + len];
+            let sums = dot_segment::<W, M>(seg, a, k, k0, simd);
+            for (o, s) in o.iter_mut().zip(sums) {
+                *o += s;
             }
-            for (m, acc) in acc.iter_mut().enumerate() {
-                let ar = &a[m * k + i..m * k + i + LANES];
-                for l in 0..LANES {
-                    acc[l] += wide[l] * ar[l];
-                }
-            }
-            i += LANES;
         }
-        for m in 0..M {
-            o[m] = acc[m].iter().sum::<f32>() + tail_dot(&wr[i..], &a[m * k + i..(m + 1) * k]);
+        k0 += len;
+    }
+}
+
+/// `Σⱼ w[j] · a[m·K + k0 + j]` for each `m < M`, over `w`'s length.
+fn dot_segment<W: Weight, const M: usize>(
+    w: &[W],
+    a: &[f32],
+    k: usize,
+    k0: usize,
+    simd: bool,
+) -> [f32; M] {
+    assert!(k0 + w.len() <= k && a.len() == M * k);
+    #[cfg(target_arch = "x86_64")]
+    if simd {
+        // SAFETY: the caller only asks where the CPU has the features;
+        // lengths asserted.
+        return unsafe { x86::dot_segment::<W, M>(w, a, k, k0) };
+    }
+    let _ = simd;
+    let mut acc = [[0f32; LANES]; M];
+    let mut wide = [0f32; LANES];
+    let len = w.len() / LANES * LANES;
+    for (i, wv) in w[..len].chunks_exact(LANES).enumerate() {
+        for (d, s) in wide.iter_mut().zip(wv) {
+            *d = s.to_f32();
+        }
+        for (m, acc) in acc.iter_mut().enumerate() {
+            let at = m * k + k0 + i * LANES;
+            for (l, a) in a[at..at + LANES].iter().enumerate() {
+                acc[l] += wide[l] * a;
+            }
         }
     }
+    std::array::from_fn(|m| {
+        let at = m * k + k0;
+        acc[m].iter().sum::<f32>() + tail_dot(&w[len..], &a[at + len..at + w.len()])
+    })
 }
 
 /// `Σ w[j]·a[j]` for the few elements past the last whole vector.
@@ -200,49 +247,49 @@ mod x86 {
         _mm_cvtss_f32(s)
     }
 
-    /// [`super::dot_rows`]: 16 weights per step in two vectors for up to
-    /// four activation rows (eight accumulators), 8 per step beyond.
+    /// [`super::dot_segment`]: 16 weights per step in two vectors for up
+    /// to four activation rows (eight accumulators), 8 per step beyond.
     ///
     /// # Safety
-    /// The CPU has AVX2, FMA and F16C; `w` holds whole rows of `k`, `a`
-    /// `M·k` elements and `out` `M` per row of `w`.
+    /// The CPU has AVX2, FMA and F16C; `a` holds `M` rows of `k` and
+    /// `k0 + w.len() ≤ k`.
     #[target_feature(enable = "avx2,fma,f16c")]
-    pub(super) unsafe fn dot_rows<W: Weight, const M: usize>(
+    pub(super) unsafe fn dot_segment<W: Weight, const M: usize>(
         w: &[W],
         a: &[f32],
         k: usize,
-        out: &mut [f32],
-    ) {
-        let (ap, step) = (a.as_ptr(), if M <= 4 { 16 } else { 8 });
-        for (wr, o) in w.chunks_exact(k).zip(out.chunks_exact_mut(M)) {
-            let wp = wr.as_ptr();
-            let mut acc = [[_mm256_setzero_ps(); 2]; M];
-            let mut i = 0;
-            // SAFETY (loads): i + step ≤ k, within row `wr` and within each
-            // activation row m·k..(m+1)·k.
-            while i + step <= k {
-                let w0 = unsafe { W::load8(wp.add(i)) };
-                if step == 16 {
-                    let w1 = unsafe { W::load8(wp.add(i + 8)) };
-                    for (m, acc) in acc.iter_mut().enumerate() {
-                        let a0 = unsafe { _mm256_loadu_ps(ap.add(m * k + i)) };
-                        let a1 = unsafe { _mm256_loadu_ps(ap.add(m * k + i + 8)) };
-                        acc[0] = _mm256_fmadd_ps(w0, a0, acc[0]);
-                        acc[1] = _mm256_fmadd_ps(w1, a1, acc[1]);
-                    }
-                } else {
-                    for (m, acc) in acc.iter_mut().enumerate() {
-                        let a0 = unsafe { _mm256_loadu_ps(ap.add(m * k + i)) };
-                        acc[0] = _mm256_fmadd_ps(w0, a0, acc[0]);
-                    }
+        k0: usize,
+    ) -> [f32; M] {
+        let (ap, wp, step) = (a.as_ptr(), w.as_ptr(), if M <= 4 { 16 } else { 8 });
+        let mut acc = [[_mm256_setzero_ps(); 2]; M];
+        let mut i = 0;
+        // SAFETY (loads): i + step ≤ w.len(), so within `w` and within
+        // each activation row's k0..k.
+        while i + step <= w.len() {
+            let w0 = unsafe { W::load8(wp.add(i)) };
+            if step == 16 {
+                let w1 = unsafe { W::load8(wp.add(i + 8)) };
+                for (m, acc) in acc.iter_mut().enumerate() {
+                    let a0 = unsafe { _mm256_loadu_ps(ap.add(m * k + k0 + i)) };
+                    let a1 = unsafe { _mm256_loadu_ps(ap.add(m * k + k0 + i + 8)) };
+                    acc[0] = _mm256_fmadd_ps(w0, a0, acc[0]);
+                    acc[1] = _mm256_fmadd_ps(w1, a1, acc[1]);
                 }
-                i += step;
+            } else {
+                for (m, acc) in acc.iter_mut().enumerate() {
+                    let a0 = unsafe { _mm256_loadu_ps(ap.add(m * k + k0 + i)) };
+                    acc[0] = _mm256_fmadd_ps(w0, a0, acc[0]);
+                }
             }
-            for (m, acc) in acc.iter().enumerate() {
-                let tail = tail_dot(&wr[i..], &a[m * k + i..(m + 1) * k]);
-                o[m] = hsum(_mm256_add_ps(acc[0], acc[1])) + tail;
-            }
+            i += step;
         }
+        let mut sums = [0f32; M];
+        for (m, s) in sums.iter_mut().enumerate() {
+            let at = m * k + k0;
+            let tail = tail_dot(&w[i..], &a[at + i..at + w.len()]);
+            *s = hsum(_mm256_add_ps(acc[m][0], acc[m][1])) + tail;
+        }
+        sums
     }
 
     /// [`super::axpy_rows`]: four weight rows per pass over the band's
@@ -336,9 +383,18 @@ mod tests {
     use super::*;
 
     /// Both loops (the AVX2 one where this CPU has it) against an f64 sum
-    /// of the same rounded operands, on lengths around the vector widths.
+    /// of the same rounded operands, on lengths around the vector widths,
+    /// and past one block of K ([`k_block`]).
     fn both_loops<W: Weight, const M: usize>() {
-        for (k, n) in [(1, 1), (7, 3), (8, 9), (16, 17), (33, 40), (100, 31)] {
+        for (k, n) in [
+            (1, 1),
+            (7, 3),
+            (8, 9),
+            (16, 17),
+            (33, 40),
+            (100, 31),
+            (2100, 5),
+        ] {
             let w: Vec<W> = (0..k * n)
                 .map(|i| W::from_f32(((i * 7919 % 201) as f32 - 100.0) / 64.0))
                 .collect();
@@ -361,7 +417,7 @@ mod tests {
             let mut fast = vec![0f32; n * M];
             let mut slow = vec![0f32; n * M];
             dot_rows::<W, M>(&w, &a, k, &mut fast);
-            dot_rows_portable::<W, M>(&w, &a, k, &mut slow);
+            dot_rows_with::<W, M>(&w, &a, k, &mut slow, false);
             for r in 0..n {
                 for m in 0..M {
                     let want = want_dot(r, m);
