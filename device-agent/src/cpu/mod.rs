@@ -1,5 +1,6 @@
 //! The cpu backend: the `gemm` crate (f32 and f16) on host threads, one
-//! processor per core cluster.
+//! processor per core cluster; products of up to 8 rows (decode steps) run
+//! a memory-bound loop of their own ([`gemv`]).
 //!
 //! Each processor owns a small rayon pool whose workers are pinned (with
 //! `sched_setaffinity`) to the cores of its group, and every GEMM runs inside
