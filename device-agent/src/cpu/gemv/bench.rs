@@ -117,7 +117,9 @@ pub fn run(
     backend.install(|| first.run());
     let rel_err = checked(id, spec, &a, &w, |c| first.read_output(id, c))?;
     let weight_bytes = first.weight_bytes().len();
-    let copies = crate::evict::rotation_bytes().div_ceil(weight_bytes) + 1;
+    // Odd, so that the stream and the product, which take turns, each
+    // read every copy rather than half of them.
+    let copies = (crate::evict::rotation_bytes().div_ceil(weight_bytes) + 1) | 1;
     let how = format!("{}, {threads} threads", first.describe());
     let mut gemvs = vec![first; copies];
     let mut turn = 0;

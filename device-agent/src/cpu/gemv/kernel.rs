@@ -247,8 +247,19 @@ mod x86 {
         _mm_cvtss_f32(s)
     }
 
-    /// [`super::dot_segment`]: 16 weights per step in two vectors for up
-    /// to four activation rows (eight accumulators), 8 per step beyond.
+    /// Weight vectors per step of [`dot_segment`] for `m` activation rows:
+    /// `m · VECTORS` accumulators, at most 8 of the 16 registers, so that
+    /// one row still has 4 sums in flight to cover the FMA's latency.
+    const fn vectors(m: usize) -> usize {
+        match m {
+            1 => 4,
+            2..=4 => 2,
+            _ => 1,
+        }
+    }
+
+    /// [`super::dot_segment`]: [`vectors`]`(M)` weight vectors per step,
+    /// each widened once and multiplied by every activation row.
     ///
     /// # Safety
     /// The CPU has AVX2, FMA and F16C; `a` holds `M` rows of `k` and
@@ -260,34 +271,31 @@ mod x86 {
         k: usize,
         k0: usize,
     ) -> [f32; M] {
-        let (ap, wp, step) = (a.as_ptr(), w.as_ptr(), if M <= 4 { 16 } else { 8 });
-        let mut acc = [[_mm256_setzero_ps(); 2]; M];
+        let (ap, wp) = (a.as_ptr(), w.as_ptr());
+        let v = vectors(M);
+        let mut acc = [[_mm256_setzero_ps(); 4]; M];
         let mut i = 0;
-        // SAFETY (loads): i + step ≤ w.len(), so within `w` and within
-        // each activation row's k0..k.
-        while i + step <= w.len() {
-            let w0 = unsafe { W::load8(wp.add(i)) };
-            if step == 16 {
-                let w1 = unsafe { W::load8(wp.add(i + 8)) };
+        while i + 8 * v <= w.len() {
+            for u in 0..v {
+                // SAFETY: i + 8·v ≤ w.len(), so within `w` and within each
+                // activation row's k0..k.
+                let wv = unsafe { W::load8(wp.add(i + 8 * u)) };
                 for (m, acc) in acc.iter_mut().enumerate() {
-                    let a0 = unsafe { _mm256_loadu_ps(ap.add(m * k + k0 + i)) };
-                    let a1 = unsafe { _mm256_loadu_ps(ap.add(m * k + k0 + i + 8)) };
-                    acc[0] = _mm256_fmadd_ps(w0, a0, acc[0]);
-                    acc[1] = _mm256_fmadd_ps(w1, a1, acc[1]);
-                }
-            } else {
-                for (m, acc) in acc.iter_mut().enumerate() {
-                    let a0 = unsafe { _mm256_loadu_ps(ap.add(m * k + k0 + i)) };
-                    acc[0] = _mm256_fmadd_ps(w0, a0, acc[0]);
+                    let av = unsafe { _mm256_loadu_ps(ap.add(m * k + k0 + i + 8 * u)) };
+                    acc[u] = _mm256_fmadd_ps(wv, av, acc[u]);
                 }
             }
-            i += step;
+            i += 8 * v;
         }
         let mut sums = [0f32; M];
         for (m, s) in sums.iter_mut().enumerate() {
             let at = m * k + k0;
             let tail = tail_dot(&w[i..], &a[at + i..at + w.len()]);
-            *s = hsum(_mm256_add_ps(acc[m][0], acc[m][1])) + tail;
+            let pairs = (
+                _mm256_add_ps(acc[m][0], acc[m][1]),
+                _mm256_add_ps(acc[m][2], acc[m][3]),
+            );
+            *s = hsum(_mm256_add_ps(pairs.0, pairs.1)) + tail;
         }
         sums
     }
