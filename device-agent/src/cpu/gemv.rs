@@ -3,9 +3,9 @@
 //! (f32, f16 or bf16), widened in registers ([`kernel`]) and split over the
 //! group's threads in contiguous parts.
 //!
-//! The `gemm` crate's f16 path, which the backend used for these before,
-//! is shaped for compute: it packs and converts operands first, and runs a
-//! one-row product on one thread.
+//! The `gemm` crate is shaped for compute: it runs a one-row product on
+//! one thread, and has no bf16. Debug builds keep f32 and f16 on it
+//! ([`super::SMALL_ROWS_OWN_LOOP`]).
 //!
 //! Layouts as in [`crate::dense`]: `aw` keeps `W[K,N]`, `transposed` keeps
 //! `Wᵀ[N,K]`. The activation is kept in f32 (rounded to the weight type,

@@ -81,7 +81,7 @@ pub struct CpuBackend {
 }
 
 /// Whether f32 and f16 products of up to 8 rows run the backend's own loop
-/// ([`gemv`]): in optimised builds. Unoptimised, the loop runs 20–40×
+/// ([`gemv`]): in optimised builds. Unoptimised, the loop runs 20–26×
 /// slower than the `gemm` crate, which dev builds optimise
 /// (`[profile.dev.package.gemm*]`), so a debug build's agent, the one the
 /// tests drive, keeps these on the crate and times real speeds; the
