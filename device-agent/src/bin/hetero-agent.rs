@@ -92,6 +92,11 @@ enum Command {
     ///
     /// Example: cargo run --release -p hetero-agent -- bench-gemm --size 2048
     BenchGemm(BenchArgs),
+    /// Benchmark: the cpu backend's decode GEMV against a plain streaming
+    /// read of the same weight bytes with the same threads (use --release).
+    ///
+    /// Example: hetero-agent bench-gemv --shapes 1x4096x14336 --dtype f16,bf16
+    BenchGemv(BenchGemvArgs),
     /// Compile MatMul graphs ahead of time into QNN context binaries for a SoC.
     ///
     /// Example: hetero-agent compile --soc 57 --graphs 128x4096x4096,1x4096x4096:w8a16 --out graphs/
@@ -199,6 +204,28 @@ struct BenchArgs {
     processor: String,
 }
 
+#[derive(Args)]
+struct BenchGemvArgs {
+    /// Comma list of MxKxN, M at most 8.
+    #[arg(long, value_delimiter = ',', default_value = "1x4096x14336")]
+    shapes: Vec<String>,
+    /// Comma list of weight types: f16, bf16, f32.
+    #[arg(long, value_delimiter = ',', default_value = "f16,bf16")]
+    dtype: Vec<String>,
+    /// Operand order: transposed (the one decode plans run) or aw.
+    #[arg(long, default_value = "transposed")]
+    order: String,
+    /// Timed runs of each side (alternated).
+    #[arg(long, default_value_t = 21)]
+    reps: u32,
+    /// The cpu processor to use (`--cpu-groups` makes the groups).
+    #[arg(long, default_value = "cpu:0")]
+    processor: String,
+    /// Time the `gemm` crate's product of the same shape too (f32, f16).
+    #[arg(long)]
+    gemm_crate: bool,
+}
+
 /// An error that is the user's input: exit code 2.
 #[derive(Debug)]
 struct BadInput(String);
@@ -252,6 +279,7 @@ fn run(cli: Cli) -> Result<()> {
         Command::Sweep(args) => sweep(&cli.open, args),
         Command::Microbench(args) => microbench(&cli.open, args),
         Command::BenchGemm(args) => bench_gemm(&cli.open, args),
+        Command::BenchGemv(args) => bench_gemv(&cli.open, args),
         #[cfg(feature = "qnn")]
         Command::Compile(args) => compile(&cli.open, args),
     }
@@ -259,6 +287,17 @@ fn run(cli: Cli) -> Result<()> {
 
 /// Checks the options that touch files or the machine, then opens the registry.
 fn open_registry(o: &OpenArgs, filter: bool) -> Result<Registry> {
+    let opts = open_options(o)?;
+    let f = if filter {
+        o.processors.as_deref()
+    } else {
+        None
+    };
+    Ok(Registry::open(&opts, f))
+}
+
+/// The options backends open with, checked.
+fn open_options(o: &OpenArgs) -> Result<OpenOptions> {
     #[cfg(feature = "cpu")]
     if let Some(g) = &o.cpu_groups {
         hetero_agent::cpu::parse_groups(g, &hetero_agent::cpu::topology::process_cores())
@@ -280,12 +319,7 @@ fn open_registry(o: &OpenArgs, filter: bool) -> Result<Registry> {
         cache_dir: o.cache_dir.clone(),
         cpu_poll_us: o.cpu_poll_us,
     };
-    let f = if filter {
-        o.processors.as_deref()
-    } else {
-        None
-    };
-    Ok(Registry::open(&opts, f))
+    Ok(opts)
 }
 
 /// `--qnn-lib-dir`, when given, must name a folder.
@@ -786,4 +820,51 @@ fn bench_gemm(o: &OpenArgs, a: BenchArgs) -> Result<()> {
 #[cfg(not(feature = "cpu"))]
 fn bench_gemm(_: &OpenArgs, _: BenchArgs) -> Result<()> {
     Err(bad("bench-gemm needs the `cpu` feature"))
+}
+
+#[cfg(feature = "cpu")]
+fn bench_gemv(o: &OpenArgs, a: BenchGemvArgs) -> Result<()> {
+    use hetero_agent::cpu::{gemv, open_groups};
+
+    if cfg!(debug_assertions) {
+        eprintln!("warning: a debug build; benchmark figures need --release");
+    }
+    let order: OperandOrder = parse_flag("--order", &a.order)?;
+    let mut specs = Vec::new();
+    for s in &a.shapes {
+        let shape: GemmShape = parse_flag("--shapes", s)?;
+        for d in &a.dtype {
+            let dtype: DType = parse_flag("--dtype", d)?;
+            let spec = hetero_agent::GemmSpec {
+                shape,
+                dtype,
+                order,
+                weights: WeightMode::Static,
+            };
+            if !gemv::handles(&spec) {
+                return Err(bad(format!(
+                    "--shapes {shape} --dtype {dtype}: bench-gemv takes at most {} rows, in f32, f16 or bf16",
+                    gemv::MAX_M
+                )));
+            }
+            specs.push(spec);
+        }
+    }
+    let backends = open_groups(&open_options(o)?)?;
+    let backend = a
+        .processor
+        .strip_prefix("cpu:")
+        .and_then(|i| backends.get(i.parse::<usize>().ok()?))
+        .ok_or_else(|| bad(format!("--processor: no processor `{}` here", a.processor)))?;
+    for spec in &specs {
+        let r = gemv::bench::run(backend, spec, a.reps, a.gemm_crate)?;
+        println!("{}", r.json(backend, spec));
+        eprintln!("{}", r.summary(spec));
+    }
+    Ok(())
+}
+
+#[cfg(not(feature = "cpu"))]
+fn bench_gemv(_: &OpenArgs, _: BenchGemvArgs) -> Result<()> {
+    Err(bad("bench-gemv needs the `cpu` feature"))
 }
