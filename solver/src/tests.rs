@@ -2,6 +2,8 @@
 
 use std::path::Path;
 
+mod npu;
+
 use hetero_plan::{
     Fingerprint, ModelSpec, OperandOrder, Phase, Plan, Strategy, StrategyKind, Validate, hf,
 };

@@ -306,7 +306,7 @@ impl OpCtx<'_, '_> {
                         rest,
                     },
                     &[
-                        (*s, st.exact[t as usize]),
+                        (*s, self.graphs_us(st, graphs)),
                         (*d, self.time(*d, rest, self.n)),
                     ],
                     copy,

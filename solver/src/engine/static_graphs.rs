@@ -59,6 +59,16 @@ impl OpCtx<'_, '_> {
         best
     }
 
+    /// The static side's time for `graphs` run one after the other: one
+    /// graph's own time, else the cheapest combination of their sum (which
+    /// they are).
+    pub(super) fn graphs_us(&self, st: &StaticCtx, graphs: &[u32]) -> f64 {
+        match graphs {
+            [g] => self.full(st.p, *g),
+            _ => st.exact[graphs.iter().sum::<u32>() as usize],
+        }
+    }
+
     /// The static processor alone: padded to the smallest prepared size at
     /// or above M, in chunks of each smaller size, and on an exact
     /// combination of several prepared sizes (multi-graph sequence).
@@ -111,7 +121,7 @@ impl OpCtx<'_, '_> {
         let s = st.p;
         let dy_split: Vec<usize> = self.splittable_dynamic().collect();
         for &d in &dy_split {
-            out.extend(self.seq_cut(st, d, m));
+            self.seq_cuts(st, d, m, out);
         }
         if st.has(m) {
             let limit = if self.prune {
@@ -178,10 +188,33 @@ impl OpCtx<'_, '_> {
         ));
     }
 
-    /// Sequence cut: prepared graphs on `st` adding up to `t`, the other
-    /// `m - t` tokens on `d`. Scans `t` downwards and stops once the dynamic
-    /// side alone costs more than the best found.
-    fn seq_cut(&self, st: &StaticCtx, d: usize, m: u32) -> Option<Cand> {
+    /// Sequence cuts: prepared graphs on `st` adding up to `t`, the other
+    /// `m - t` tokens on `d`. One graph and several graphs are kinds of
+    /// their own, so each gets its best: one graph at any prepared size
+    /// below `m`, several at any `t` below `m` whose cheapest combination
+    /// has more than one graph.
+    fn seq_cuts(&self, st: &StaticCtx, d: usize, m: u32, out: &mut Vec<Cand>) {
+        let sizes = &st.sizes[..st.sizes.partition_point(|&g| g < m)];
+        let one = sizes.iter().rev().map(|&g| (g, self.full(st.p, g)));
+        out.extend(self.best_seq_cut(st, d, m, one, |g| vec![g]));
+        let reach = &st.reach[..st.reach.partition_point(|&t| t < m)];
+        let several = (reach.iter().rev())
+            .filter(|&&t| st.back[t as usize] != t)
+            .map(|&t| (t, st.exact[t as usize]));
+        out.extend(self.best_seq_cut(st, d, m, several, |t| st.graphs_for(t)));
+    }
+
+    /// The cheapest sequence cut over `ts` (the static side's tokens and
+    /// time, tokens decreasing). Stops once the dynamic side alone costs
+    /// more than the best found: it only grows as the static side shrinks.
+    fn best_seq_cut(
+        &self,
+        st: &StaticCtx,
+        d: usize,
+        m: u32,
+        ts: impl Iterator<Item = (u32, f64)>,
+        graphs: impl Fn(u32) -> Vec<u32>,
+    ) -> Option<Cand> {
         let s = st.p;
         let procs = &self.setup.procs;
         let fd = self.contention(d, [s, d]);
@@ -195,30 +228,29 @@ impl OpCtx<'_, '_> {
             let submit = if other.queue { other.submit_us } else { 0.0 };
             ts.max(td) + dom.sync_us + submit + copy
         };
-        let end = st.reach.partition_point(|&t| t < m);
-        let mut best: Option<(f64, u32, f64)> = None;
-        for &t in st.reach[..end].iter().rev() {
+        let mut best: Option<(f64, u32, f64, f64)> = None;
+        for (t, t_s) in ts {
             let rest = m - t;
             let td = self.time(d, rest, self.n);
-            if best.is_some_and(|(b, _, _)| td / fd >= b) {
+            if best.is_some_and(|(b, ..)| td / fd >= b) {
                 break;
             }
             let copy = self.part_copy_us(d, rest, self.n);
-            let c = total(st.exact[t as usize], td, copy);
-            if best.is_none_or(|(b, _, _)| c < b) {
-                best = Some((c, t, copy));
+            let c = total(t_s, td, copy);
+            if best.is_none_or(|(b, ..)| c < b) {
+                best = Some((c, t, t_s, copy));
             }
         }
-        let (_, t, dp_copy) = best?;
+        let (_, t, t_s, dp_copy) = best?;
         let rest = m - t;
         Some(self.finish(
             Shape::Seq {
                 s,
-                graphs: st.graphs_for(t),
+                graphs: graphs(t),
                 d: Some(d),
                 rest,
             },
-            &[(s, st.exact[t as usize]), (d, self.time(d, rest, self.n))],
+            &[(s, t_s), (d, self.time(d, rest, self.n))],
             dp_copy,
         ))
     }
