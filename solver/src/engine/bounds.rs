@@ -255,9 +255,10 @@ impl OpCtx<'_, '_> {
                 p,
                 padded_to: Some(g),
                 ..
-            } => {
-                pads_to(*p, *g).then(|| self.finish(shape.clone(), &[(*p, self.full(*p, *g))], 0.0))
-            }
+            } => pads_to(*p, *g).then(|| {
+                let copy = self.run_copy_us(*p, m);
+                self.finish(shape.clone(), &[(*p, self.full(*p, *g))], copy)
+            }),
             Shape::Single {
                 p, online: true, ..
             } => {
@@ -297,7 +298,7 @@ impl OpCtx<'_, '_> {
                 let st = statics(*s)?;
                 let t: u32 = graphs.iter().sum();
                 let rest = m.checked_sub(t).filter(|&r| r > 0)?;
-                let copy = self.part_copy_us(*d, rest, self.n);
+                let copy = self.graphs_copy_us(st, graphs) + self.part_copy_us(*d, rest, self.n);
                 Some(self.finish(
                     Shape::Seq {
                         s: *s,
@@ -321,7 +322,7 @@ impl OpCtx<'_, '_> {
                         chunks,
                     },
                     &[(*s, chunks as f64 * self.full(*s, *chunk))],
-                    0.0,
+                    self.chunks_copy_us(*s, m, *chunk),
                 ))
             }
             _ => None,

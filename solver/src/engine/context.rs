@@ -32,6 +32,9 @@ pub(crate) struct StaticCtx {
     pub exact: Vec<f64>,
     /// The last graph of that combination.
     pub back: Vec<u32>,
+    /// `copy[t]`: the copies of that combination, each graph's rows in and
+    /// outputs back ([`OpCtx::run_copy_us`]).
+    pub copy: Vec<f64>,
     /// Values of `t` with a finite `exact[t]`, increasing.
     pub reach: Vec<u32>,
     /// The row share prepared at each size (when a row cut can use it) and
@@ -154,20 +157,22 @@ impl<'s, 'a> OpCtx<'s, 'a> {
     fn static_ctx(&self, p: usize, sizes: Vec<u32>, top: usize) -> StaticCtx {
         let mut exact = vec![INF; top + 1];
         let mut back = vec![0u32; top + 1];
+        let mut copy = vec![0.0; top + 1];
         exact[0] = 0.0;
         // Larger graphs first: on ties, fewer graphs.
-        let graph_us: Vec<(usize, u32, f64)> = sizes
+        let graph_us: Vec<(usize, u32, f64, f64)> = sizes
             .iter()
             .rev()
-            .map(|&g| (g as usize, g, self.full(p, g)))
+            .map(|&g| (g as usize, g, self.full(p, g), self.run_copy_us(p, g)))
             .collect();
         for t in 1..=top {
-            for &(gu, g, tg) in &graph_us {
+            for &(gu, g, tg, cg) in &graph_us {
                 if gu <= t && exact[t - gu].is_finite() {
                     let c = exact[t - gu] + tg;
                     if c < exact[t] {
                         exact[t] = c;
                         back[t] = g;
+                        copy[t] = copy[t - gu] + cg;
                     }
                 }
             }
@@ -180,6 +185,7 @@ impl<'s, 'a> OpCtx<'s, 'a> {
             sizes: sizes.clone(),
             exact,
             back,
+            copy,
             reach,
             row_share: RowShares::default(),
         };

@@ -15,7 +15,7 @@ impl OpCtx<'_, '_> {
         let t_c = self.full(s, c);
         let mut best = INF;
         if c >= m {
-            best = best.min(t_c);
+            best = best.min(t_c + self.run_copy_us(s, m));
             if hybrid
                 && self.setup.procs[s].can_split
                 && let Some((r, t_r)) = st.row_share.get(c)
@@ -35,11 +35,12 @@ impl OpCtx<'_, '_> {
                 }
             }
         } else {
-            best = best.min(m.div_ceil(c) as f64 * t_c);
+            best = best.min(m.div_ceil(c) as f64 * t_c + self.chunks_copy_us(s, m, c));
             if self.setup.procs[s].can_split {
                 let rest = m - c;
+                let copy_s = self.run_copy_us(s, c);
                 for d in self.splittable_dynamic() {
-                    let copy = self.part_copy_us(d, rest, self.n);
+                    let copy = copy_s + self.part_copy_us(d, rest, self.n);
                     let cand = self.finish(
                         Shape::Chunked {
                             s,
@@ -53,9 +54,6 @@ impl OpCtx<'_, '_> {
                 }
             }
         }
-        if m == c {
-            best = best.min(t_c);
-        }
         best
     }
 
@@ -67,6 +65,32 @@ impl OpCtx<'_, '_> {
             [g] => self.full(st.p, *g),
             _ => st.exact[graphs.iter().sum::<u32>() as usize],
         }
+    }
+
+    /// The copies of `graphs` run one after the other, each full (see
+    /// [`graphs_us`](Self::graphs_us)).
+    pub(super) fn graphs_copy_us(&self, st: &StaticCtx, graphs: &[u32]) -> f64 {
+        match graphs {
+            [g] => self.run_copy_us(st.p, *g),
+            _ => st.copy[graphs.iter().sum::<u32>() as usize],
+        }
+    }
+
+    /// One graph run of `rows` token rows on `p`: the runtime keeps
+    /// activations in host memory, so it copies those rows in and their
+    /// outputs back, alone or beside another processor
+    /// ([`Proc::alone_copy_us`]: nothing where no copy cost was measured).
+    /// A padded run copies only the rows it has.
+    pub(crate) fn run_copy_us(&self, p: usize, rows: u32) -> f64 {
+        let r = rows as f64;
+        self.setup.procs[p].alone_copy_us(r * self.k as f64, r * self.n as f64, self.order(p))
+    }
+
+    /// The copies of `m` rows in chunks of `c`: every chunk full but the
+    /// last.
+    pub(super) fn chunks_copy_us(&self, p: usize, m: u32, c: u32) -> f64 {
+        let full = m.div_ceil(c) - 1;
+        full as f64 * self.run_copy_us(p, c) + self.run_copy_us(p, m - full * c)
     }
 
     /// The static processor alone: padded to the smallest prepared size at
@@ -82,7 +106,7 @@ impl OpCtx<'_, '_> {
                     online: false,
                 },
                 &[(s, self.full(s, g))],
-                0.0,
+                self.run_copy_us(s, m),
             ));
         }
         for &c in st.sizes.iter().filter(|&&c| c < m) {
@@ -94,7 +118,7 @@ impl OpCtx<'_, '_> {
                     chunks,
                 },
                 &[(s, chunks as f64 * self.full(s, c))],
-                0.0,
+                self.chunks_copy_us(s, m, c),
             ));
         }
         if (m as usize) < st.exact.len() && st.exact[m as usize].is_finite() {
@@ -108,7 +132,7 @@ impl OpCtx<'_, '_> {
                         rest: 0,
                     },
                     &[(s, st.exact[m as usize])],
-                    0.0,
+                    st.copy[m as usize],
                 ));
             }
         }
@@ -184,7 +208,7 @@ impl OpCtx<'_, '_> {
                 online: true,
             },
             &[(s, t)],
-            0.0,
+            self.run_copy_us(s, m),
         ));
     }
 
@@ -195,24 +219,24 @@ impl OpCtx<'_, '_> {
     /// has more than one graph.
     fn seq_cuts(&self, st: &StaticCtx, d: usize, m: u32, out: &mut Vec<Cand>) {
         let sizes = &st.sizes[..st.sizes.partition_point(|&g| g < m)];
-        let one = sizes.iter().rev().map(|&g| (g, self.full(st.p, g)));
+        let one = (sizes.iter().rev()).map(|&g| (g, self.full(st.p, g), self.run_copy_us(st.p, g)));
         out.extend(self.best_seq_cut(st, d, m, one, |g| vec![g]));
         let reach = &st.reach[..st.reach.partition_point(|&t| t < m)];
         let several = (reach.iter().rev())
             .filter(|&&t| st.back[t as usize] != t)
-            .map(|&t| (t, st.exact[t as usize]));
+            .map(|&t| (t, st.exact[t as usize], st.copy[t as usize]));
         out.extend(self.best_seq_cut(st, d, m, several, |t| st.graphs_for(t)));
     }
 
-    /// The cheapest sequence cut over `ts` (the static side's tokens and
-    /// time, tokens decreasing). Stops once the dynamic side alone costs
+    /// The cheapest sequence cut over `ts` (the static side's tokens, time
+    /// and copies, tokens decreasing). Stops once the dynamic side alone costs
     /// more than the best found: it only grows as the static side shrinks.
     fn best_seq_cut(
         &self,
         st: &StaticCtx,
         d: usize,
         m: u32,
-        ts: impl Iterator<Item = (u32, f64)>,
+        ts: impl Iterator<Item = (u32, f64, f64)>,
         graphs: impl Fn(u32) -> Vec<u32>,
     ) -> Option<Cand> {
         let s = st.p;
@@ -229,19 +253,19 @@ impl OpCtx<'_, '_> {
             ts.max(td) + dom.sync_us + submit + copy
         };
         let mut best: Option<(f64, u32, f64, f64)> = None;
-        for (t, t_s) in ts {
+        for (t, t_s, copy_s) in ts {
             let rest = m - t;
             let td = self.time(d, rest, self.n);
             if best.is_some_and(|(b, ..)| td / fd >= b) {
                 break;
             }
-            let copy = self.part_copy_us(d, rest, self.n);
+            let copy = copy_s + self.part_copy_us(d, rest, self.n);
             let c = total(t_s, td, copy);
             if best.is_none_or(|(b, ..)| c < b) {
                 best = Some((c, t, t_s, copy));
             }
         }
-        let (_, t, t_s, dp_copy) = best?;
+        let (_, t, t_s, copy) = best?;
         let rest = m - t;
         Some(self.finish(
             Shape::Seq {
@@ -251,7 +275,7 @@ impl OpCtx<'_, '_> {
                 rest,
             },
             &[(s, t_s), (d, self.time(d, rest, self.n))],
-            dp_copy,
+            copy,
         ))
     }
 }

@@ -4,7 +4,7 @@
 
 use hetero_plan::{Phase, Plan, StrategyKind};
 
-use super::{at, check_plan, fp, llama8b, prefill};
+use super::{at, check_plan, fp, line, llama8b, prefill};
 use crate::synthetic::{self, SynthModel, Synthetic};
 use crate::{explain, solve};
 
@@ -57,5 +57,61 @@ fn sequence_cuts_of_one_graph_and_of_several_are_both_costed() {
     assert_eq!(seq.label, "tokens npu [512] + gpu 88");
     for len in 513..=640 {
         runner_up_is_second_best(&dev, &plan, "ffn_up", len);
+    }
+}
+
+/// The paper-like SoC with an NPU off unified memory (QNN reports
+/// `unified_memory: false`) whose copies run at 10 µs + 10 GB/s each way,
+/// and no online prepare.
+fn npu_off_unified_memory() -> Synthetic {
+    let mut dev = synthetic::paper_like_npu_gpu();
+    dev.processor_mut("npu")
+        .unwrap()
+        .capabilities
+        .unified_memory = false;
+    let o = dev.overheads_mut("npu").unwrap();
+    o.copy_h2d = Some(line(10.0));
+    o.copy_d2h = Some(line(10.0));
+    o.prepare = None;
+    dev
+}
+
+#[test]
+fn a_static_processor_off_unified_memory_pays_its_copies_alone_too() {
+    // ffn_up: K 4096, N 14336; every graph run copies its rows in and its
+    // outputs back as f32.
+    let (k, n) = (4096.0, 14336.0);
+    let run = |rows: u32| {
+        let r = rows as f64;
+        2.0 * 10.0 + (r * k * 4.0 + r * n * 4.0) / 10e3
+    };
+    let dev = npu_off_unified_memory();
+    let mut s = prefill(1..=400, &[64, 128], &["ffn_up"]);
+    s.exhaustive = true;
+    let plan = solve(&dev, fp(), &llama8b(), &s).unwrap();
+    check_plan(&plan);
+    let cases: [(u32, &str, f64); 4] = [
+        (100, "npu padded to 128", run(100)),
+        (300, "npu 3 chunks of 128", 2.0 * run(128) + run(44)),
+        (192, "tokens npu [128+64]", run(128) + run(64)),
+        // The GPU is on unified memory: only the NPU's graph copies.
+        (150, "tokens npu [128] + gpu 22", run(128)),
+    ];
+    // Padding 104 tokens to 128 now costs 3871 µs with its copies (3084
+    // µs without them won before); 64 on the NPU and 40 on the GPU, 3654 µs.
+    let d = at(&plan, "ffn_up", Phase::Prefill, 104);
+    assert_eq!(d.strategy.kind(), StrategyKind::SeqCut, "{d:?}");
+    for (len, label, copy) in cases {
+        let e = explain(&dev, &llama8b(), &plan, "ffn_up", Phase::Prefill, len).unwrap();
+        let c = e
+            .candidates
+            .iter()
+            .find(|c| c.label == label)
+            .unwrap_or_else(|| panic!("no `{label}` at {len} in {:#?}", e.candidates));
+        assert!(
+            (c.copy_us - copy).abs() < 0.01,
+            "{label} at {len}: copy {} µs, expected {copy}",
+            c.copy_us
+        );
     }
 }
