@@ -257,7 +257,7 @@ impl OpCtx<'_, '_> {
                 ..
             } => pads_to(*p, *g).then(|| {
                 let copy = self.run_copy_us(*p, m);
-                self.finish(shape.clone(), &[(*p, self.full(*p, *g))], copy)
+                self.finish(shape.clone(), &[(*p, self.full(*p, *g), 0.0)], copy)
             }),
             Shape::Single {
                 p, online: true, ..
@@ -307,8 +307,12 @@ impl OpCtx<'_, '_> {
                         rest,
                     },
                     &[
-                        (*s, self.graphs_us(st, graphs)),
-                        (*d, self.time(*d, rest, self.n)),
+                        (
+                            *s,
+                            self.graphs_us(st, graphs),
+                            self.graphs_stream_us(*s, graphs.len()),
+                        ),
+                        (*d, self.time(*d, rest, self.n), self.stream_us(*d, self.n)),
                     ],
                     copy,
                 ))
@@ -321,7 +325,7 @@ impl OpCtx<'_, '_> {
                         chunk: *chunk,
                         chunks,
                     },
-                    &[(*s, chunks as f64 * self.full(*s, *chunk))],
+                    &[(*s, chunks as f64 * self.full(*s, *chunk), 0.0)],
                     self.chunks_copy_us(*s, m, *chunk),
                 ))
             }

@@ -21,7 +21,14 @@ impl OpCtx<'_, '_> {
                 && let Some((r, t_r)) = st.row_share.get(c)
             {
                 for d in self.splittable_dynamic() {
-                    let raw = [(s, t_r), (d, self.time(d, m, self.n - r))];
+                    let raw = [
+                        (s, t_r, self.stream_us(s, r)),
+                        (
+                            d,
+                            self.time(d, m, self.n - r),
+                            self.stream_us(d, self.n - r),
+                        ),
+                    ];
                     let copy = self.rows_copy(m, &[(s, r), (d, self.n - r)]);
                     let cand = self.finish(
                         Shape::Rows {
@@ -47,7 +54,10 @@ impl OpCtx<'_, '_> {
                             chunk: c,
                             chunks: 1,
                         },
-                        &[(s, t_c), (d, self.time(d, rest, self.n))],
+                        &[
+                            (s, t_c, self.stream_us(s, self.n)),
+                            (d, self.time(d, rest, self.n), self.stream_us(d, self.n)),
+                        ],
                         copy,
                     );
                     best = best.min(cand.total);
@@ -65,6 +75,12 @@ impl OpCtx<'_, '_> {
             [g] => self.full(st.p, *g),
             _ => st.exact[graphs.iter().sum::<u32>() as usize],
         }
+    }
+
+    /// The streaming floor of `runs` graph runs of the whole operator on
+    /// `s` (see [`OpCtx::contended`]): each streams the weights again.
+    pub(super) fn graphs_stream_us(&self, s: usize, runs: usize) -> f64 {
+        runs as f64 * self.stream_us(s, self.n)
     }
 
     /// The copies of `graphs` run one after the other, each full (see
@@ -105,7 +121,7 @@ impl OpCtx<'_, '_> {
                     padded_to: Some(g),
                     online: false,
                 },
-                &[(s, self.full(s, g))],
+                &[(s, self.full(s, g), 0.0)],
                 self.run_copy_us(s, m),
             ));
         }
@@ -117,7 +133,7 @@ impl OpCtx<'_, '_> {
                     chunk: c,
                     chunks,
                 },
-                &[(s, chunks as f64 * self.full(s, c))],
+                &[(s, chunks as f64 * self.full(s, c), 0.0)],
                 self.chunks_copy_us(s, m, c),
             ));
         }
@@ -131,7 +147,7 @@ impl OpCtx<'_, '_> {
                         d: None,
                         rest: 0,
                     },
-                    &[(s, st.exact[m as usize])],
+                    &[(s, st.exact[m as usize], 0.0)],
                     st.copy[m as usize],
                 ));
             }
@@ -207,7 +223,7 @@ impl OpCtx<'_, '_> {
                 padded_to: None,
                 online: true,
             },
-            &[(s, t)],
+            &[(s, t, 0.0)],
             self.run_copy_us(s, m),
         ));
     }
@@ -218,64 +234,86 @@ impl OpCtx<'_, '_> {
     /// below `m`, several at any `t` below `m` whose cheapest combination
     /// has more than one graph.
     fn seq_cuts(&self, st: &StaticCtx, d: usize, m: u32, out: &mut Vec<Cand>) {
+        let s = st.p;
         let sizes = &st.sizes[..st.sizes.partition_point(|&g| g < m)];
-        let one = (sizes.iter().rev()).map(|&g| (g, self.full(st.p, g), self.run_copy_us(st.p, g)));
+        let one = (sizes.iter().rev()).map(|&g| SeqSide {
+            t: g,
+            stream: self.graphs_stream_us(s, 1),
+            us: self.full(s, g),
+            copy: self.run_copy_us(s, g),
+        });
         out.extend(self.best_seq_cut(st, d, m, one, |g| vec![g]));
         let reach = &st.reach[..st.reach.partition_point(|&t| t < m)];
         let several = (reach.iter().rev())
             .filter(|&&t| st.back[t as usize] != t)
-            .map(|&t| (t, st.exact[t as usize], st.copy[t as usize]));
+            .map(|&t| SeqSide {
+                t,
+                stream: self.graphs_stream_us(s, st.runs[t as usize] as usize),
+                us: st.exact[t as usize],
+                copy: st.copy[t as usize],
+            });
         out.extend(self.best_seq_cut(st, d, m, several, |t| st.graphs_for(t)));
     }
 
-    /// The cheapest sequence cut over `ts` (the static side's tokens, time
-    /// and copies, tokens decreasing). Stops once the dynamic side alone costs
-    /// more than the best found: it only grows as the static side shrinks.
+    /// The cheapest sequence cut over `sides` (tokens decreasing). Stops
+    /// once the dynamic side alone, before any contention, costs more than
+    /// the best found: it only grows as the static side shrinks.
     fn best_seq_cut(
         &self,
         st: &StaticCtx,
         d: usize,
         m: u32,
-        ts: impl Iterator<Item = (u32, f64, f64)>,
+        sides: impl Iterator<Item = SeqSide>,
         graphs: impl Fn(u32) -> Vec<u32>,
     ) -> Option<Cand> {
         let s = st.p;
         let procs = &self.setup.procs;
-        let fd = self.contention(d, [s, d]);
-        let dp = &procs[d];
-        let fs = self.contention(s, [s, d]);
+        let (sp, dp) = (&procs[s], &procs[d]);
         // The same total as `finish` for two parts, without allocating.
-        let sp = &procs[s];
-        let total = |ts: f64, td: f64, copy: f64| {
-            let (ts, td) = (ts / fs, td / fd);
+        let stream_d = self.stream_us(d, self.n);
+        let total = |side: &SeqSide, td: f64, copy: f64| {
+            let ts = self.contended(s, [s, d], side.us, || side.stream);
+            let td = self.contended(d, [s, d], td, || stream_d);
             let (dom, other) = if ts > td { (sp, dp) } else { (dp, sp) };
             let submit = if other.queue { other.submit_us } else { 0.0 };
             ts.max(td) + dom.sync_us + submit + copy
         };
-        let mut best: Option<(f64, u32, f64, f64)> = None;
-        for (t, t_s, copy_s) in ts {
-            let rest = m - t;
+        let mut best: Option<(f64, SeqSide)> = None;
+        for side in sides {
+            let rest = m - side.t;
             let td = self.time(d, rest, self.n);
-            if best.is_some_and(|(b, ..)| td / fd >= b) {
+            if best.as_ref().is_some_and(|(b, _)| td >= *b) {
                 break;
             }
-            let copy = copy_s + self.part_copy_us(d, rest, self.n);
-            let c = total(t_s, td, copy);
-            if best.is_none_or(|(b, ..)| c < b) {
-                best = Some((c, t, t_s, copy));
+            let copy = side.copy + self.part_copy_us(d, rest, self.n);
+            let c = total(&side, td, copy);
+            if best.as_ref().is_none_or(|(b, _)| c < *b) {
+                best = Some((c, side));
             }
         }
-        let (_, t, t_s, copy) = best?;
-        let rest = m - t;
+        let (_, side) = best?;
+        let rest = m - side.t;
         Some(self.finish(
             Shape::Seq {
                 s,
-                graphs: graphs(t),
+                graphs: graphs(side.t),
                 d: Some(d),
                 rest,
             },
-            &[(s, t_s), (d, self.time(d, rest, self.n))],
-            copy,
+            &[
+                (s, side.us, side.stream),
+                (d, self.time(d, rest, self.n), stream_d),
+            ],
+            side.copy + self.part_copy_us(d, rest, self.n),
         ))
     }
+}
+
+/// The static side of a sequence cut: `t` tokens on graphs taking `us`,
+/// with the streaming floor `stream` and copies of `copy` µs.
+struct SeqSide {
+    t: u32,
+    stream: f64,
+    us: f64,
+    copy: f64,
 }

@@ -62,9 +62,12 @@ fn sequence_cuts_of_one_graph_and_of_several_are_both_costed() {
 
 /// The paper-like SoC with an NPU off unified memory (QNN reports
 /// `unified_memory: false`) whose copies run at 10 µs + 10 GB/s each way,
-/// and no online prepare.
+/// no online prepare, and bandwidth enough for both processors.
 fn npu_off_unified_memory() -> Synthetic {
     let mut dev = synthetic::paper_like_npu_gpu();
+    for p in ["npu", "gpu"] {
+        dev.overheads_mut(p).unwrap().concurrent_factor = None;
+    }
     dev.processor_mut("npu")
         .unwrap()
         .capabilities
@@ -114,4 +117,39 @@ fn a_static_processor_off_unified_memory_pays_its_copies_alone_too() {
             c.copy_us
         );
     }
+}
+
+#[test]
+fn the_same_bandwidth_bound_gemm_contends_in_prefill_as_in_decode() {
+    // The prefill lm_head runs one row, as a decode step does: two GPUs
+    // sharing memory split it the same way at the same cost in both phases.
+    // Compute-bound prefill lengths are not slowed.
+    let dev = synthetic::identical_gpus();
+    let mut s = prefill(300..=300, &[], &["lm_head", "ffn_up"]);
+    s.graphs = crate::GraphChoice::None;
+    s.phases = vec![Phase::Prefill, Phase::Decode];
+    s.decode_lengths = vec![1];
+    let plan = solve(&dev, fp(), &llama8b(), &s).unwrap();
+    check_plan(&plan);
+    let pre = at(&plan, "lm_head", Phase::Prefill, 300);
+    let dec = at(&plan, "lm_head", Phase::Decode, 1);
+    assert_eq!(pre.strategy, dec.strategy);
+    assert!(
+        (pre.cost.total_us - dec.cost.total_us).abs() < 0.01,
+        "prefill {:?} against decode {:?}",
+        pre.cost,
+        dec.cost
+    );
+    // ffn_up at 300 rows is compute-bound on these GPUs: each half runs at
+    // its time alone.
+    let up = at(&plan, "ffn_up", Phase::Prefill, 300);
+    let half = synthetic::mobile_gpu("g").1.time_us(
+        hetero_plan::GemmShape::new(300, 4096, 7168).unwrap(),
+        hetero_plan::DType::F16,
+        hetero_plan::OperandOrder::Aw,
+    );
+    assert!(
+        (up.cost.parts_us[0] - half).abs() < 0.01,
+        "{up:?} against {half}"
+    );
 }
