@@ -317,6 +317,14 @@ impl OpCtx<'_, '_> {
                     copy,
                 ))
             }
+            // A pipe: the cheapest pipe at `m`, as the cell costs it.
+            Shape::Seq {
+                s, graphs, d: None, ..
+            } if graphs.iter().sum::<u32>() > m => {
+                let mut out = vec![];
+                self.pipe(statics(*s)?, m, &mut out);
+                out.pop()
+            }
             Shape::Chunked { s, chunk, .. } if *chunk < m => {
                 let chunks = m.div_ceil(*chunk);
                 Some(self.finish(

@@ -34,6 +34,10 @@ pub(crate) struct StaticCtx {
     pub back: Vec<u32>,
     /// The number of graphs in that combination.
     pub runs: Vec<u32>,
+    /// `pipe[m]`: the cheapest pipe of M = m, `(time, t, g)`: the
+    /// cheapest combination of `t` < m tokens, then one graph `g` > m - t
+    /// padded ([`pipes`](super::static_graphs::pipes)).
+    pub pipe: Vec<(f64, u32, u32)>,
     /// `copy[t]`: the copies of that combination, each graph's rows in and
     /// outputs back ([`OpCtx::run_copy_us`]).
     pub copy: Vec<f64>,
@@ -195,6 +199,8 @@ impl<'s, 'a> OpCtx<'s, 'a> {
         let reach = (1..=top as u32)
             .filter(|&t| exact[t as usize].is_finite())
             .collect();
+        let graphs: Vec<(u32, f64)> = graph_us.iter().map(|x| (x.1, x.2)).collect();
+        let pipe = super::static_graphs::pipes(&exact, &graphs);
         let mut st = StaticCtx {
             p,
             sizes: sizes.clone(),
@@ -202,6 +208,7 @@ impl<'s, 'a> OpCtx<'s, 'a> {
             back,
             runs,
             copy,
+            pipe,
             reach,
             row_share: RowShares::default(),
         };

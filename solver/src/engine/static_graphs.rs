@@ -137,6 +137,7 @@ impl OpCtx<'_, '_> {
                 self.chunks_copy_us(s, m, c),
             ));
         }
+        self.pipe(st, m, out);
         if (m as usize) < st.exact.len() && st.exact[m as usize].is_finite() {
             let graphs = st.graphs_for(m);
             if graphs.len() > 1 {
@@ -198,6 +199,36 @@ impl OpCtx<'_, '_> {
                 out.extend(self.row2(m, d1, d2, rest, &[(s, r)], Some(g)));
             }
         }
+    }
+
+    /// HeteroLLM's multi-sequence pipe: prepared graphs back to back, the
+    /// last padded (85 tokens as 64 + 32). Where the cheapest pipe is one
+    /// graph size over and over, it is the chunked candidate, already
+    /// costed.
+    pub(super) fn pipe(&self, st: &StaticCtx, m: u32, out: &mut Vec<Cand>) {
+        let Some(&(us, t, g)) = st.pipe.get(m as usize) else {
+            return;
+        };
+        if !us.is_finite() {
+            return;
+        }
+        let mut graphs = st.graphs_for(t);
+        graphs.push(g);
+        if graphs.iter().all(|&x| x == g) {
+            return;
+        }
+        let s = st.p;
+        let copy = st.copy[t as usize] + self.run_copy_us(s, m - t);
+        out.push(self.finish(
+            Shape::Seq {
+                s,
+                graphs,
+                d: None,
+                rest: 0,
+            },
+            &[(s, us, 0.0)],
+            copy,
+        ));
     }
 
     /// Online prepare of the exact shape, where M is no prepared size. Its
@@ -307,6 +338,41 @@ impl OpCtx<'_, '_> {
             side.copy + self.part_copy_us(d, rest, self.n),
         ))
     }
+}
+
+/// The cheapest pipe at every M up to `exact.len() - 1`: `exact` as in
+/// [`StaticCtx::exact`], `graphs` each prepared size and its time. A pipe
+/// of M = m runs a combination of `t` tokens (at least one graph) and then
+/// one graph `g` with `t + g > m`, padded: the least `exact[t]` over the
+/// window `m - g < t < m`, kept per `g` by a monotone queue, so the table
+/// costs one pass per size. `(INF, 0, 0)` where there is none.
+pub(crate) fn pipes(exact: &[f64], graphs: &[(u32, f64)]) -> Vec<(f64, u32, u32)> {
+    let mut best = vec![(INF, 0u32, 0u32); exact.len()];
+    // Smaller last graphs first: on ties, the least padding.
+    let mut by_size = graphs.to_vec();
+    by_size.sort_by_key(|x| x.0);
+    for (g, tg) in by_size {
+        let mut window: std::collections::VecDeque<usize> = Default::default();
+        for (m, slot) in best.iter_mut().enumerate().skip(2) {
+            let t = m - 1;
+            if exact[t].is_finite() {
+                while window.back().is_some_and(|&b| exact[b] >= exact[t]) {
+                    window.pop_back();
+                }
+                window.push_back(t);
+            }
+            while window.front().is_some_and(|&t| t + g as usize <= m) {
+                window.pop_front();
+            }
+            if let Some(&t) = window.front() {
+                let c = exact[t] + tg;
+                if c < slot.0 {
+                    *slot = (c, t as u32, g);
+                }
+            }
+        }
+    }
+    best
 }
 
 /// The static side of a sequence cut: `t` tokens on graphs taking `us`,

@@ -153,3 +153,32 @@ fn the_same_bandwidth_bound_gemm_contends_in_prefill_as_in_decode() {
         "{up:?} against {half}"
     );
 }
+
+#[test]
+fn a_pipe_runs_prepared_graphs_back_to_back_and_pads_the_last() {
+    // At 85 tokens with graphs of 32 and 64: 64 + 32 (21 rows padded to
+    // 32) takes 851 µs on this NPU, three chunks of 32 take 960 µs and two
+    // of 64 1062 µs.
+    let dev = cheap_small_graphs();
+    let mut s = prefill(65..=128, &[32, 64], &["ffn_up"]);
+    s.processors = vec!["npu".into()];
+    s.exhaustive = true;
+    let plan = solve(&dev, fp(), &llama8b(), &s).unwrap();
+    check_plan(&plan);
+    let d = at(&plan, "ffn_up", Phase::Prefill, 85);
+    assert_eq!(d.strategy.kind(), StrategyKind::Pipe, "{d:?}");
+    match &d.strategy {
+        hetero_plan::Strategy::SeqCut { parts } => {
+            assert_eq!(parts.len(), 1);
+            assert_eq!((parts[0].tokens, &parts[0].graphs[..]), (85, &[64, 32][..]));
+        }
+        other => panic!("{other:?}"),
+    }
+    let r = d.runner_up.as_ref().unwrap();
+    assert_eq!(r.label, "npu 3 chunks of 32");
+    assert!(r.total_us > d.cost.total_us * 1.1, "{d:?}");
+    runner_up_is_second_best(&dev, &plan, "ffn_up", 85);
+    // Only prepared graphs: an exact sum stays a multi-graph sequence.
+    let exact = at(&plan, "ffn_up", Phase::Prefill, 96);
+    assert_eq!(exact.strategy.kind(), StrategyKind::MultiSeq, "{exact:?}");
+}
