@@ -178,6 +178,16 @@ fn a_pipe_runs_prepared_graphs_back_to_back_and_pads_the_last() {
     assert_eq!(r.label, "npu 3 chunks of 32");
     assert!(r.total_us > d.cost.total_us * 1.1, "{d:?}");
     runner_up_is_second_best(&dev, &plan, "ffn_up", 85);
+    // Neighbouring pipes of the same graphs share one range, their tokens
+    // following the length.
+    let op = plan.op("ffn_up", Phase::Prefill).unwrap();
+    let r = op
+        .ranges
+        .iter()
+        .find(|r| r.from <= 85 && 85 <= r.to)
+        .unwrap();
+    assert_eq!(r.follow, Some(hetero_plan::Follow::Tokens), "{r:?}");
+    assert!(r.to > r.from, "{r:?}");
     // Only prepared graphs: an exact sum stays a multi-graph sequence.
     let exact = at(&plan, "ffn_up", Phase::Prefill, 96);
     assert_eq!(exact.strategy.kind(), StrategyKind::MultiSeq, "{exact:?}");
