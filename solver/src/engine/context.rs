@@ -81,6 +81,18 @@ pub(crate) enum Contention {
     Bandwidth(f64),
 }
 
+impl Contention {
+    /// A part's time `t` slowed by it (see [`OpCtx::contended`]): never
+    /// less than `t`, and growing with `t`.
+    pub fn apply(self, t: f64, stream: impl FnOnce() -> f64) -> f64 {
+        match self {
+            Contention::None => t,
+            Contention::Cores(f) => t / f,
+            Contention::Bandwidth(f) => t.max(stream() / f),
+        }
+    }
+}
+
 /// One operator in one phase: prediction tables and candidate generation.
 pub(crate) struct OpCtx<'s, 'a> {
     pub setup: &'s Setup<'a>,
@@ -280,11 +292,7 @@ impl<'s, 'a> OpCtx<'s, 'a> {
         t: f64,
         stream: impl FnOnce() -> f64,
     ) -> f64 {
-        match self.contention(p, with) {
-            Contention::None => t,
-            Contention::Cores(f) => t / f,
-            Contention::Bandwidth(f) => t.max(stream() / f),
-        }
+        self.contention(p, with).apply(t, stream)
     }
 
     /// The streaming floor of a part of `rows` output rows on `p`: its time

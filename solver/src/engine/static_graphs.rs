@@ -287,8 +287,9 @@ impl OpCtx<'_, '_> {
     }
 
     /// The cheapest sequence cut over `sides` (tokens decreasing). Stops
-    /// once the dynamic side alone, before any contention, costs more than
-    /// the best found: it only grows as the static side shrinks.
+    /// once the dynamic side alone costs more than the best found: it only
+    /// grows as the static side shrinks (its streaming floor is its whole
+    /// N's, the same at every length).
     fn best_seq_cut(
         &self,
         st: &StaticCtx,
@@ -302,9 +303,9 @@ impl OpCtx<'_, '_> {
         let (sp, dp) = (&procs[s], &procs[d]);
         // The same total as `finish` for two parts, without allocating.
         let stream_d = self.stream_us(d, self.n);
+        let (cs, cd) = (self.contention(s, [s, d]), self.contention(d, [s, d]));
         let total = |side: &SeqSide, td: f64, copy: f64| {
-            let ts = self.contended(s, [s, d], side.us, || side.stream);
-            let td = self.contended(d, [s, d], td, || stream_d);
+            let ts = cs.apply(side.us, || side.stream);
             let (dom, other) = if ts > td { (sp, dp) } else { (dp, sp) };
             let submit = if other.queue { other.submit_us } else { 0.0 };
             ts.max(td) + dom.sync_us + submit + copy
@@ -312,7 +313,7 @@ impl OpCtx<'_, '_> {
         let mut best: Option<(f64, SeqSide)> = None;
         for side in sides {
             let rest = m - side.t;
-            let td = self.time(d, rest, self.n);
+            let td = cd.apply(self.time(d, rest, self.n), || stream_d);
             if best.as_ref().is_some_and(|(b, _)| td >= *b) {
                 break;
             }
