@@ -171,10 +171,11 @@ fn kind_colour(k: StrategyKind) -> &'static str {
         StrategyKind::Hybrid => "#CC79A7",
         StrategyKind::Chunked => "#8C7D00",
         StrategyKind::Offload => "#6E50A0",
+        StrategyKind::Pipe => "#005A46",
     }
 }
 
-const ALL_KINDS: [StrategyKind; 8] = [
+const ALL_KINDS: [StrategyKind; 9] = [
     StrategyKind::Single,
     StrategyKind::RowCut,
     StrategyKind::ThreeWay,
@@ -183,6 +184,7 @@ const ALL_KINDS: [StrategyKind; 8] = [
     StrategyKind::Hybrid,
     StrategyKind::Chunked,
     StrategyKind::Offload,
+    StrategyKind::Pipe,
 ];
 
 /// The SVG cut into the header (before the first panel) and one segment

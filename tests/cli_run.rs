@@ -504,3 +504,41 @@ fn run_refuses_bad_costs_and_names_a_missing_phase() {
         "{e}"
     );
 }
+
+#[test]
+fn a_pipe_runs_its_graphs_back_to_back_and_passes_the_check() {
+    // npu-sim alone with graphs of 4 and 8: 9..=11 tokens run as 8 + 4,
+    // the last graph padded.
+    let dir = temp_dir("run-pipe");
+    let (config, model, pred) = common::tiny_cpu_npu(dir.path());
+    let settings = hetero_solver::Settings {
+        phases: vec![Phase::Prefill],
+        prefill_lengths: (1..=16).collect(),
+        graphs: hetero_solver::GraphChoice::Sizes(vec![4, 8]),
+        processors: vec!["npu-sim".into()],
+        dtypes: vec![(None, DType::F32)],
+        ..Default::default()
+    };
+    let plan =
+        hetero_solver::solve(&pred, pred.fingerprint("predictor.ron"), &model, &settings).unwrap();
+    let plan_path = dir.path().join("plan.ron");
+    hetero_plan::save(&plan_path, &plan).unwrap();
+    let d = plan.ops[0].at(10).unwrap();
+    assert_eq!(d.strategy.kind(), hetero_plan::StrategyKind::Pipe, "{d:?}");
+    let out = HETERO.ok(&[
+        "run",
+        s(&plan_path),
+        "--model",
+        s(&config),
+        "--phase",
+        "prefill",
+        "--len",
+        "10",
+        "--check",
+        "--json",
+        "--repeat",
+        "1",
+    ]);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["check"]["passed"], v["check"]["outputs"], "{out}");
+}

@@ -178,6 +178,10 @@ pub enum StrategyKind {
     SeqCut,
     /// Sequence cut with several graphs.
     MultiSeq,
+    /// Several prepared graphs back to back on one processor, the last
+    /// padded (HeteroLLM's multi-sequence "pipe"): a sequence part whose
+    /// graphs add up to more than its tokens.
+    Pipe,
     /// Padding plus row cut.
     Hybrid,
     /// Chunked prefill.
@@ -195,6 +199,7 @@ impl StrategyKind {
             StrategyKind::ThreeWay => "three_way",
             StrategyKind::SeqCut => "seq_cut",
             StrategyKind::MultiSeq => "multi_seq",
+            StrategyKind::Pipe => "pipe",
             StrategyKind::Hybrid => "hybrid",
             StrategyKind::Chunked => "chunked",
             StrategyKind::Offload => "offload",
@@ -215,6 +220,13 @@ impl Strategy {
             Strategy::Single { .. } => StrategyKind::Single,
             Strategy::RowCut { parts } if parts.len() > 2 => StrategyKind::ThreeWay,
             Strategy::RowCut { .. } => StrategyKind::RowCut,
+            Strategy::SeqCut { parts }
+                if parts
+                    .iter()
+                    .any(|p| p.graphs.iter().map(|&g| g as u64).sum::<u64>() > p.tokens as u64) =>
+            {
+                StrategyKind::Pipe
+            }
             Strategy::SeqCut { parts } if parts.iter().any(|p| p.graphs.len() > 1) => {
                 StrategyKind::MultiSeq
             }
@@ -839,6 +851,29 @@ mod tests {
         assert_eq!(op.at(2048).map(|d| d.len), Some(2048));
         assert_eq!(op.at(16).map(|d| d.len), Some(16));
         assert!(op.at(17).is_none() && op.at(4096).is_none() && op.at(0).is_none());
+    }
+
+    #[test]
+    fn graphs_adding_up_to_more_than_their_tokens_are_a_pipe() {
+        let seq = |tokens: u32, graphs: Vec<u32>| Strategy::SeqCut {
+            parts: vec![SeqPart {
+                processor: "cpu:0".into(),
+                tokens,
+                graphs,
+            }],
+        };
+        assert_eq!(seq(8, vec![4, 4]).kind(), StrategyKind::MultiSeq);
+        assert_eq!(seq(7, vec![4, 4]).kind(), StrategyKind::Pipe);
+        assert_eq!(StrategyKind::Pipe.as_str(), "pipe");
+        // Its tokens add up to M, as any sequence cut's.
+        plan(seq(7, vec![4, 4])).validate().unwrap_err();
+        let mut p = plan(seq(8, vec![4, 4]));
+        if let Strategy::SeqCut { parts } = &mut p.ops[0].ranges[0].strategy {
+            parts[0].graphs = vec![6, 4];
+        }
+        p.validate().unwrap();
+        let back: Plan = serde_json::from_str(&serde_json::to_string(&p).unwrap()).unwrap();
+        assert_eq!(back.ops[0].ranges[0].strategy.kind(), StrategyKind::Pipe);
     }
 
     #[test]

@@ -70,6 +70,9 @@ pub enum Follow {
     Chunks,
     /// Offload: `gpu_tokens` is M.
     GpuTokens,
+    /// A pipe (a sequence cut of one part that runs prepared graphs, the
+    /// last padded): the part's `tokens` are M.
+    Tokens,
 }
 
 /// The cost of a range's decision at one length, exact there.
@@ -267,6 +270,7 @@ pub(crate) fn apply(s: &mut Strategy, f: Follow, m0: u32, m: u32) {
             *chunks = m.div_ceil(*chunk);
         }
         (Follow::GpuTokens, Strategy::Offload { gpu_tokens, .. }) => *gpu_tokens = m,
+        (Follow::Tokens, Strategy::SeqCut { parts }) if parts.len() == 1 => parts[0].tokens = m,
         _ => {}
     }
 }
@@ -299,6 +303,10 @@ pub(crate) fn follows(s0: &Strategy, f: Follow, m0: u32, m: u32, s: &Strategy) -
                 chunks,
             },
         ) => p0 == processor && c0 == chunk && *chunk > 0 && *chunks == m.div_ceil(*chunk),
+        (Follow::Tokens, Strategy::SeqCut { parts: a }, Strategy::SeqCut { parts: b }) => {
+            matches!((a.as_slice(), b.as_slice()), ([x], [y])
+                if x.processor == y.processor && x.graphs == y.graphs && y.tokens == m)
+        }
         (Follow::GpuTokens, Strategy::Offload { .. }, Strategy::Offload { gpu_tokens, .. }) => {
             let mut t = s0.clone();
             if let Strategy::Offload { gpu_tokens: g, .. } = &mut t {
@@ -312,10 +320,13 @@ pub(crate) fn follows(s0: &Strategy, f: Follow, m0: u32, m: u32, s: &Strategy) -
 
 /// The follow rule a strategy at rows `m` is consistent with, if any: the
 /// only dynamic part of a sequence cut, when it has tokens (a remainder of
-/// zero stays a fixed part), a chunk count of `ceil(m / chunk)`,
-/// an offload that gives the GPU every token.
+/// zero stays a fixed part), a pipe's tokens, a chunk count of
+/// `ceil(m / chunk)`, an offload that gives the GPU every token.
 pub(crate) fn follow_of(s: &Strategy, m: u32) -> Option<Follow> {
     match s {
+        Strategy::SeqCut { parts } if matches!(parts.as_slice(), [p] if !p.graphs.is_empty() && p.tokens == m && m > 0) => {
+            Some(Follow::Tokens)
+        }
         Strategy::SeqCut { parts } => {
             let mut dynamic = parts
                 .iter()
@@ -373,6 +384,23 @@ pub(crate) fn check_follow(r: &DecisionRange, at: &str) -> Result<(), (String, S
                 return bad(format!(
                     "{chunks} chunks of {chunk} is not ceil(M / chunk) at length {} (M = {m})",
                     r.from
+                ));
+            }
+            Ok(())
+        }
+        (Follow::Tokens, Strategy::SeqCut { parts }) => {
+            let [p] = parts.as_slice() else {
+                return bad(format!(
+                    "a pipe has one part, not {}: only its tokens follow M",
+                    parts.len()
+                ));
+            };
+            let graphs: u64 = p.graphs.iter().map(|&g| g as u64).sum();
+            let last = r.rows_m(r.to);
+            if m == 0 || p.tokens != m || graphs < last as u64 {
+                return bad(format!(
+                    "the part's graphs (adding up to {graphs}) must hold M from {m} to {last}, and its tokens ({}) be M at length {}",
+                    p.tokens, r.from
                 ));
             }
             Ok(())
@@ -592,5 +620,34 @@ mod tests {
         apply(&mut t, Follow::Chunks, 200, 513);
         assert!(matches!(t, Strategy::Chunked { chunks: 3, .. }));
         assert_eq!(follow_of(&s, 300), None);
+    }
+
+    #[test]
+    fn a_pipes_tokens_follow_the_length_within_its_graphs() {
+        let pipe = |tokens: u32| Strategy::SeqCut {
+            parts: vec![SeqPart {
+                processor: "npu".into(),
+                tokens,
+                graphs: vec![64, 32],
+            }],
+        };
+        assert_eq!(follow_of(&pipe(65), 65), Some(Follow::Tokens));
+        let mut t = pipe(65);
+        apply(&mut t, Follow::Tokens, 65, 90);
+        assert_eq!(t, pipe(90));
+        assert!(follows(&pipe(65), Follow::Tokens, 65, 90, &pipe(90)));
+        assert!(!follows(&pipe(65), Follow::Tokens, 65, 90, &pipe(89)));
+        let r = |to: u32| DecisionRange {
+            from: 65,
+            to,
+            m: None,
+            instances: 1,
+            strategy: pipe(65),
+            follow: Some(Follow::Tokens),
+            costs: vec![knot(65, 10.0), knot(to, 53.0)],
+        };
+        assert!(check_follow(&r(96), "r").is_ok());
+        let (_, msg) = check_follow(&r(97), "r").unwrap_err();
+        assert!(msg.contains("from 65 to 97"), "{msg}");
     }
 }

@@ -70,7 +70,7 @@ pub(crate) fn setup_from_plan<'a, O: LatencyOracle + ?Sized>(
         .map(|d| (Some(d.processor.clone()), d.dtype))
         .collect();
     let mut notes = vec![];
-    let mut procs = build_procs(oracle, &plan.processors, &dtypes, &[], &mut notes)?;
+    let mut procs = build_procs(oracle, &plan.processors, &dtypes, &mut notes)?;
     let info = plan.solver.as_ref();
     let idx = |id: &str| procs.iter().position(|p| p.id == id);
     let graphs = plan

@@ -13,6 +13,8 @@
 //!   multiple of the row alignment (256); **three-way** across three processors;
 //! * **sequence cut** and **multi-sequence cut**: prepared graph sizes run one
 //!   after the other on the static processor, the remainder on a dynamic one;
+//! * **pipe**: prepared graphs back to back on the static processor alone,
+//!   the last padded (85 tokens as 64 + 32);
 //! * **hybrid**: the static side pads to a prepared size and takes a share of
 //!   the rows;
 //! * **chunked prefill** (mllm-NPU): fixed-size chunks of one prepared graph;
@@ -20,8 +22,11 @@
 //!   GG row slicing with PCIe copies and token assignment.
 //!
 //! The cost is HeteroLLM's `max(T_a, T_b) + T_sync + T_copy`, with the sync
-//! depending on which side dominates, copies only off unified memory, and
-//! in decode each side slowed by its concurrent-bandwidth factor.
+//! depending on which side dominates, copies where the processor measured
+//! them (every graph run of a static processor too), and each side on
+//! shared memory no faster than streaming its weights at its
+//! concurrent-bandwidth share (a part bound by bandwidth, whatever the
+//! phase).
 //!
 //! The design choice a newcomer would otherwise get wrong: **a static
 //! processor's row share is a property of a prepared graph, not of a

@@ -23,7 +23,7 @@ const PANEL: (u32, u32) = (560, 380);
 
 /// The colour of a strategy family, the same in every chart.
 pub fn kind_colour(k: StrategyKind) -> RGBColor {
-    const C: [RGBColor; 8] = [
+    const C: [RGBColor; 9] = [
         RGBColor(0, 114, 178),   // single: blue
         RGBColor(230, 159, 0),   // row cut: orange
         RGBColor(213, 94, 0),    // three-way: vermillion
@@ -32,6 +32,7 @@ pub fn kind_colour(k: StrategyKind) -> RGBColor {
         RGBColor(204, 121, 167), // hybrid: reddish purple
         RGBColor(140, 125, 0),   // chunked: dark olive (Okabe–Ito yellow is unreadable on white)
         RGBColor(110, 80, 160),  // offload: purple
+        RGBColor(0, 90, 70),     // pipe: dark bluish green
     ];
     C[kind_index(k)]
 }

@@ -9,7 +9,7 @@ use hetero_plan::{Decision, ModelSpec, OpPlan, Phase, Plan, Predictor, Strategy,
 
 /// Every strategy family in a fixed order: colours and legends follow it,
 /// so a family has the same colour in every chart of every plan.
-pub const KINDS: [StrategyKind; 8] = [
+pub const KINDS: [StrategyKind; 9] = [
     StrategyKind::Single,
     StrategyKind::RowCut,
     StrategyKind::ThreeWay,
@@ -18,6 +18,7 @@ pub const KINDS: [StrategyKind; 8] = [
     StrategyKind::Hybrid,
     StrategyKind::Chunked,
     StrategyKind::Offload,
+    StrategyKind::Pipe,
 ];
 
 /// Position of a family in [`KINDS`].
@@ -36,6 +37,7 @@ pub fn kind_words(k: StrategyKind) -> String {
         StrategyKind::Hybrid => "padding + rows split",
         StrategyKind::Chunked => "chunked prefill",
         StrategyKind::Offload => "CC/CG/GG offload",
+        StrategyKind::Pipe => "graphs back to back, the last padded",
     };
     format!("{k} ({words})")
 }

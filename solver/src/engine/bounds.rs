@@ -255,9 +255,10 @@ impl OpCtx<'_, '_> {
                 p,
                 padded_to: Some(g),
                 ..
-            } => {
-                pads_to(*p, *g).then(|| self.finish(shape.clone(), &[(*p, self.full(*p, *g))], 0.0))
-            }
+            } => pads_to(*p, *g).then(|| {
+                let copy = self.run_copy_us(*p, m);
+                self.finish(shape.clone(), &[(*p, self.full(*p, *g), 0.0)], copy)
+            }),
             Shape::Single {
                 p, online: true, ..
             } => {
@@ -297,7 +298,7 @@ impl OpCtx<'_, '_> {
                 let st = statics(*s)?;
                 let t: u32 = graphs.iter().sum();
                 let rest = m.checked_sub(t).filter(|&r| r > 0)?;
-                let copy = self.part_copy_us(*d, rest, self.n);
+                let copy = self.graphs_copy_us(st, graphs) + self.part_copy_us(*d, rest, self.n);
                 Some(self.finish(
                     Shape::Seq {
                         s: *s,
@@ -306,11 +307,23 @@ impl OpCtx<'_, '_> {
                         rest,
                     },
                     &[
-                        (*s, st.exact[t as usize]),
-                        (*d, self.time(*d, rest, self.n)),
+                        (
+                            *s,
+                            self.graphs_us(st, graphs),
+                            self.graphs_stream_us(*s, graphs.len()),
+                        ),
+                        (*d, self.time(*d, rest, self.n), self.stream_us(*d, self.n)),
                     ],
                     copy,
                 ))
+            }
+            // A pipe: the cheapest pipe at `m`, as the cell costs it.
+            Shape::Seq {
+                s, graphs, d: None, ..
+            } if graphs.iter().sum::<u32>() > m => {
+                let mut out = vec![];
+                self.pipe(statics(*s)?, m, &mut out);
+                out.pop()
             }
             Shape::Chunked { s, chunk, .. } if *chunk < m => {
                 let chunks = m.div_ceil(*chunk);
@@ -320,8 +333,8 @@ impl OpCtx<'_, '_> {
                         chunk: *chunk,
                         chunks,
                     },
-                    &[(*s, chunks as f64 * self.full(*s, *chunk))],
-                    0.0,
+                    &[(*s, chunks as f64 * self.full(*s, *chunk), 0.0)],
+                    self.chunks_copy_us(*s, m, *chunk),
                 ))
             }
             _ => None,

@@ -63,6 +63,9 @@ impl Cand {
             Shape::Rows { graph: Some(g), .. } if *g > m => StrategyKind::Hybrid,
             Shape::Rows { parts, .. } if parts.len() > 2 => StrategyKind::ThreeWay,
             Shape::Rows { .. } => StrategyKind::RowCut,
+            Shape::Seq { graphs, rest, .. } if graphs.iter().sum::<u32>() + rest > m => {
+                StrategyKind::Pipe
+            }
             Shape::Seq { graphs, .. } if graphs.len() > 1 => StrategyKind::MultiSeq,
             Shape::Seq { .. } => StrategyKind::SeqCut,
             Shape::Chunked { .. } => StrategyKind::Chunked,
@@ -136,9 +139,10 @@ impl Cand {
                 }
             }
             Shape::Seq { s, graphs, d, rest } => {
+                // A pipe's last graph is padded: its part has M's tokens.
                 let mut parts = vec![SeqPart {
                     processor: id(*s),
-                    tokens: graphs.iter().sum(),
+                    tokens: graphs.iter().sum::<u32>().min(m - rest),
                     graphs: graphs.clone(),
                 }];
                 if let Some(d) = d {
@@ -207,6 +211,9 @@ impl Cand {
                 let g: Vec<String> = graphs.iter().map(u32::to_string).collect();
                 match d {
                     Some(d) => format!("tokens {} [{}] + {} {rest}", id(*s), g.join("+"), id(*d)),
+                    None if self.kind(m) == StrategyKind::Pipe => {
+                        format!("tokens {} [{}], the last padded", id(*s), g.join("+"))
+                    }
                     None => format!("tokens {} [{}]", id(*s), g.join("+")),
                 }
             }

@@ -32,6 +32,15 @@ pub(crate) struct StaticCtx {
     pub exact: Vec<f64>,
     /// The last graph of that combination.
     pub back: Vec<u32>,
+    /// The number of graphs in that combination.
+    pub runs: Vec<u32>,
+    /// `pipe[m]`: the cheapest pipe of M = m, `(time, t, g)`: the
+    /// cheapest combination of `t` < m tokens, then one graph `g` > m - t
+    /// padded ([`pipes`](super::static_graphs::pipes)).
+    pub pipe: Vec<(f64, u32, u32)>,
+    /// `copy[t]`: the copies of that combination, each graph's rows in and
+    /// outputs back ([`OpCtx::run_copy_us`]).
+    pub copy: Vec<f64>,
     /// Values of `t` with a finite `exact[t]`, increasing.
     pub reach: Vec<u32>,
     /// The row share prepared at each size (when a row cut can use it) and
@@ -58,6 +67,29 @@ impl StaticCtx {
         }
         v.sort_unstable_by(|a, b| b.cmp(a));
         v
+    }
+}
+
+/// How a part of a split is slowed by the others ([`OpCtx::contention`]).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) enum Contention {
+    /// Not at all.
+    None,
+    /// Time-sharing host cores: it keeps this share of its speed.
+    Cores(f64),
+    /// Sharing memory bandwidth: it keeps this share of its bandwidth.
+    Bandwidth(f64),
+}
+
+impl Contention {
+    /// A part's time `t` slowed by it (see [`OpCtx::contended`]): never
+    /// less than `t`, and growing with `t`.
+    pub fn apply(self, t: f64, stream: impl FnOnce() -> f64) -> f64 {
+        match self {
+            Contention::None => t,
+            Contention::Cores(f) => t / f,
+            Contention::Bandwidth(f) => t.max(stream() / f),
+        }
     }
 }
 
@@ -154,20 +186,24 @@ impl<'s, 'a> OpCtx<'s, 'a> {
     fn static_ctx(&self, p: usize, sizes: Vec<u32>, top: usize) -> StaticCtx {
         let mut exact = vec![INF; top + 1];
         let mut back = vec![0u32; top + 1];
+        let mut copy = vec![0.0; top + 1];
+        let mut runs = vec![0u32; top + 1];
         exact[0] = 0.0;
         // Larger graphs first: on ties, fewer graphs.
-        let graph_us: Vec<(usize, u32, f64)> = sizes
+        let graph_us: Vec<(usize, u32, f64, f64)> = sizes
             .iter()
             .rev()
-            .map(|&g| (g as usize, g, self.full(p, g)))
+            .map(|&g| (g as usize, g, self.full(p, g), self.run_copy_us(p, g)))
             .collect();
         for t in 1..=top {
-            for &(gu, g, tg) in &graph_us {
+            for &(gu, g, tg, cg) in &graph_us {
                 if gu <= t && exact[t - gu].is_finite() {
                     let c = exact[t - gu] + tg;
                     if c < exact[t] {
                         exact[t] = c;
                         back[t] = g;
+                        copy[t] = copy[t - gu] + cg;
+                        runs[t] = runs[t - gu] + 1;
                     }
                 }
             }
@@ -175,11 +211,16 @@ impl<'s, 'a> OpCtx<'s, 'a> {
         let reach = (1..=top as u32)
             .filter(|&t| exact[t as usize].is_finite())
             .collect();
+        let graphs: Vec<(u32, f64)> = graph_us.iter().map(|x| (x.1, x.2)).collect();
+        let pipe = super::static_graphs::pipes(&exact, &graphs);
         let mut st = StaticCtx {
             p,
             sizes: sizes.clone(),
             exact,
             back,
+            runs,
+            copy,
+            pipe,
             reach,
             row_share: RowShares::default(),
         };
@@ -199,18 +240,17 @@ impl<'s, 'a> OpCtx<'s, 'a> {
         st
     }
 
-    /// The share of its speed alone that `p` keeps while it runs a part of
-    /// a split beside the processors in `with`. Two processors on the same
-    /// host cores (a cpu-backend group and an OpenCL CPU device such as
-    /// PoCL, which takes every core) time-share them: at most
-    /// [`CORE_SHARE`] each, in every phase. Otherwise the parts share
-    /// memory bandwidth, which matters in decode: the measured concurrent
-    /// factor there, 1 in prefill. A discrete GPU's resident weights are in
-    /// memory of its own, which no other processor reads: 1. Its measured
-    /// factor is about its weight copies from host memory
-    /// (`bandwidth_concurrent`), which offload's CG rows make
-    /// ([`crate::offload::concurrent_cpu_and_copies`]).
-    pub fn contention(&self, p: usize, with: impl IntoIterator<Item = usize>) -> f64 {
+    /// How `p` is slowed while it runs a part of a split beside the
+    /// processors in `with`. Two processors on the same host cores (a
+    /// cpu-backend group and an OpenCL CPU device such as PoCL, which takes
+    /// every core) time-share them: at most [`CORE_SHARE`] of its speed
+    /// each. Otherwise the parts share memory bandwidth: `p` keeps its
+    /// measured concurrent factor of its bandwidth alone. A discrete GPU's
+    /// resident weights are in memory of its own, which no other processor
+    /// reads: not slowed. Its measured factor is about its weight copies
+    /// from host memory (`bandwidth_concurrent`), which offload's CG rows
+    /// make ([`crate::offload::concurrent_cpu_and_copies`]).
+    pub fn contention(&self, p: usize, with: impl IntoIterator<Item = usize>) -> Contention {
         let procs = &self.setup.procs;
         let cpu = |q: usize| procs[q].kind == ProcessorKind::Cpu;
         let mut others: Small<usize, 8> = Small::new();
@@ -221,20 +261,44 @@ impl<'s, 'a> OpCtx<'s, 'a> {
             && others
                 .iter()
                 .any(|&q| cpu(q) && (procs[p].on_all_host_cores || procs[q].on_all_host_cores));
+        // Weights in memory apart: a discrete GPU's, or all the others'.
+        // Beside discrete GPUs whose weights are resident, a processor on
+        // host memory shares no bandwidth: its measured factor is about
+        // those GPUs copying from host memory (`bandwidth_concurrent`),
+        // which only offload's CG rows do.
+        let apart = procs[p].discrete_gpu()
+            || (procs[p].host_memory() && others.iter().all(|&q| procs[q].discrete_gpu()));
         if shares_cores {
-            procs[p].concurrent.min(CORE_SHARE)
-        } else if self.phase == Phase::Decode
-            && !procs[p].discrete_gpu()
-            && !(procs[p].host_memory() && others.iter().all(|&q| procs[q].discrete_gpu()))
-        {
-            procs[p].concurrent
+            Contention::Cores(procs[p].concurrent.min(CORE_SHARE))
+        } else if apart || procs[p].concurrent >= 1.0 {
+            Contention::None
         } else {
-            // Beside discrete GPUs whose weights are resident, a processor
-            // on host memory shares no bandwidth: its measured factor is
-            // about those GPUs copying from host memory
-            // (`bandwidth_concurrent`), which only offload's CG rows do.
-            1.0
+            Contention::Bandwidth(procs[p].concurrent)
         }
+    }
+
+    /// A part's time `t` beside the processors in `with`, by its
+    /// [`contention`](Self::contention): on shared cores, slowed by the
+    /// factor; on shared memory, no faster than streaming what it streams
+    /// alone (`stream`: the time of its weights' rows at M = 1, once per
+    /// graph run) at its concurrent share of the bandwidth. So a part bound
+    /// by bandwidth (a decode step, a one-row lm_head in prefill) is slowed
+    /// by the whole factor, whatever the phase, and a compute-bound one
+    /// (long prompts) by nothing.
+    pub fn contended(
+        &self,
+        p: usize,
+        with: impl IntoIterator<Item = usize>,
+        t: f64,
+        stream: impl FnOnce() -> f64,
+    ) -> f64 {
+        self.contention(p, with).apply(t, stream)
+    }
+
+    /// The streaming floor of a part of `rows` output rows on `p`: its time
+    /// at M = 1 (see [`contended`](Self::contended)).
+    pub fn stream_us(&self, p: usize, rows: u32) -> f64 {
+        self.time(p, 1, rows)
     }
 
     /// Time of M = m over `rows` output rows on processor `p`, µs.
@@ -263,15 +327,16 @@ impl<'s, 'a> OpCtx<'s, 'a> {
         a
     }
 
-    /// Assembles a candidate: `max(parts) + sync + copy`, with each part of
-    /// a split slowed by its [`contention`](Self::contention).
-    pub fn finish(&self, shape: Shape, raw: &[(usize, f64)], copy: f64) -> Cand {
+    /// Assembles a candidate from its parts (processor, its time alone, its
+    /// streaming floor): `max(parts) + sync + copy`, with each part of a
+    /// split [`contended`](Self::contended).
+    pub fn finish(&self, shape: Shape, raw: &[(usize, f64, f64)], copy: f64) -> Cand {
         let procs = &self.setup.procs;
         let split = raw.len() > 1;
         let mut parts = Times::new();
-        for &(p, t) in raw {
+        for &(p, t, stream) in raw {
             parts.push(if split {
-                t / self.contention(p, raw.iter().map(|&(q, _)| q))
+                self.contended(p, raw.iter().map(|&(q, ..)| q), t, || stream)
             } else {
                 t
             });
@@ -284,8 +349,8 @@ impl<'s, 'a> OpCtx<'s, 'a> {
             let submits: f64 = raw
                 .iter()
                 .enumerate()
-                .filter(|&(i, &(p, _))| i != dom && procs[p].queue)
-                .map(|(_, &(p, _))| procs[p].submit_us)
+                .filter(|&(i, &(p, ..))| i != dom && procs[p].queue)
+                .map(|(_, &(p, ..))| procs[p].submit_us)
                 .sum();
             let rule = if submits > 0.0 {
                 "sync on the dominant side + resubmission of the queued side"

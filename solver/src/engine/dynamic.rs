@@ -20,7 +20,7 @@ impl OpCtx<'_, '_> {
                 padded_to: None,
                 online: false,
             },
-            &[(p, self.time(p, m, self.n))],
+            &[(p, self.time(p, m, self.n), 0.0)],
             copy,
         );
         let host = pr.alone_overhead_us();

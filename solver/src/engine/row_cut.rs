@@ -1,6 +1,7 @@
 //! Row cuts (HeteroLLM): output rows split between two or three
 //! processors, the static side's share a multiple of the row alignment.
 
+use super::context::Contention;
 use super::{Cand, HOST_BYTES, INF, OpCtx, RowParts, Shape, Small, Times};
 
 impl OpCtx<'_, '_> {
@@ -32,9 +33,14 @@ impl OpCtx<'_, '_> {
         graph: Option<u32>,
     ) -> Cand {
         let procs = &self.setup.procs;
-        let mut raw: Small<(usize, f64), 3> = Small::new();
-        for (&(p, _), &t) in parts.iter().zip(times) {
-            raw.push((p, t));
+        let mut raw: Small<(usize, f64, f64), 3> = Small::new();
+        for (&(p, rows), &t) in parts.iter().zip(times) {
+            let with = parts.iter().map(|x| x.0);
+            let stream = match self.contention(p, with) {
+                Contention::Bandwidth(_) => self.stream_us(p, rows),
+                _ => t,
+            };
+            raw.push((p, t, stream));
         }
         let copy = self.rows_copy(m, parts);
         self.finish(
@@ -81,31 +87,37 @@ impl OpCtx<'_, '_> {
             return None;
         }
         let gm = |p: usize| self.part_m(p, m, graph);
-        let f = |p: usize| self.contention(p, fixed.iter().map(|&(q, _)| q).chain([a, b]));
-        let raw_a = |j: u32| self.time(a, gm(a), j * align);
-        let raw_b = |j: u32| self.time(b, gm(b), total - j * align);
+        // A part's time beside the others, contended.
+        let with = || fixed.iter().map(|&(q, _)| q).chain([a, b]);
+        let c =
+            |p: usize, t: f64, rows: u32| self.contended(p, with(), t, || self.stream_us(p, rows));
+        let rows_a = |j: u32| j * align;
+        let rows_b = |j: u32| total - j * align;
         // Smallest j with ta(j) >= tb(j); the cost is least at it or just
-        // below it (each side's time grows with its rows).
-        let mut seen: Vec<(u32, f64, f64)> = Vec::with_capacity(12);
-        let mut eval = |j: u32| -> (f64, f64) {
-            if let Some(&(_, x, y)) = seen.iter().find(|e| e.0 == j) {
-                return (x, y);
+        // below it (each side's time grows with its rows). Raw and
+        // contended times per j.
+        let mut seen: Vec<(u32, [f64; 4])> = Vec::with_capacity(12);
+        let mut eval = |j: u32| -> [f64; 4] {
+            if let Some(&(_, v)) = seen.iter().find(|e| e.0 == j) {
+                return v;
             }
-            let (x, y) = (raw_a(j), raw_b(j));
-            seen.push((j, x, y));
-            (x, y)
+            let x = self.time(a, gm(a), rows_a(j));
+            let y = self.time(b, gm(b), rows_b(j));
+            let v = [x, y, c(a, x, rows_a(j)), c(b, y, rows_b(j))];
+            seen.push((j, v));
+            v
         };
         let mut crossed = |j: u32| {
-            let (x, y) = eval(j);
-            x / f(a) >= y / f(b)
+            let [_, _, x, y] = eval(j);
+            x >= y
         };
         // The first probe is where the two sides would cross if each
         // scaled linearly with its rows from its whole-operator time (a
         // table lookup): usually two probes in all, against log2(j_max)
         // bisecting from the middle.
         let (ra, rb) = (
-            self.time(a, gm(a), self.n) / f(a),
-            self.time(b, gm(b), self.n) / f(b),
+            c(a, self.time(a, gm(a), self.n), self.n),
+            c(b, self.time(b, gm(b), self.n), self.n),
         );
         let guess = total as f64 * rb / (ra + rb) / align as f64;
         let j0 = if guess.is_finite() {
@@ -116,7 +128,7 @@ impl OpCtx<'_, '_> {
         let lo = first_crossing(j0, j_max, &mut crossed);
         let mut best: Option<Cand> = None;
         for j in lo.saturating_sub(1).max(1)..=lo.min(j_max) {
-            let (x, y) = eval(j);
+            let [x, y, ..] = eval(j);
             let mut parts = RowParts::from_slice(fixed);
             parts.push((a, j * align));
             parts.push((b, total - j * align));
@@ -145,15 +157,19 @@ impl OpCtx<'_, '_> {
             return None;
         }
         let gm = |p: usize| self.part_m(p, m, graph);
-        let f = |p: usize| self.contention(p, ps);
-        let mut cache: Vec<(usize, u32, f64)> = Vec::with_capacity(48);
-        let mut raw = |i: usize, r: u32| -> f64 {
+        let c = |i: usize, t: f64, rows: u32| {
+            self.contended(ps[i], ps, t, || self.stream_us(ps[i], rows))
+        };
+        // Part `i` on `r` rows: its time alone and contended.
+        let mut cache: Vec<(usize, u32, (f64, f64))> = Vec::with_capacity(48);
+        let mut raw = |i: usize, r: u32| -> (f64, f64) {
             if let Some(&(_, _, t)) = cache.iter().find(|c| c.0 == i && c.1 == r) {
                 return t;
             }
             let t = self.time(ps[i], gm(ps[i]), r);
-            cache.push((i, r, t));
-            t
+            let v = (t, c(i, t, r));
+            cache.push((i, r, v));
+            v
         };
         let fix = |w: [f64; 3]| -> Option<[u32; 3]> {
             let sum: f64 = w.iter().sum();
@@ -168,14 +184,14 @@ impl OpCtx<'_, '_> {
         let full: [f64; 3] = std::array::from_fn(|i| self.time(ps[i], gm(ps[i]), n));
         let mut rows = fix(full.map(|t| 1.0 / t))?;
         for _ in 0..4 {
-            let w: [f64; 3] = std::array::from_fn(|i| rows[i] as f64 / raw(i, rows[i]));
+            let w: [f64; 3] = std::array::from_fn(|i| rows[i] as f64 / raw(i, rows[i]).0);
             match fix(w) {
                 Some(next) if next != rows => rows = next,
                 _ => break,
             }
         }
         for _ in 0..16 {
-            let t: [f64; 3] = std::array::from_fn(|i| raw(i, rows[i]) / f(ps[i]));
+            let t: [f64; 3] = std::array::from_fn(|i| raw(i, rows[i]).1);
             let slow = (0..3)
                 .max_by(|&a, &b| t[a].total_cmp(&t[b]))
                 .expect("3 parts");
@@ -196,7 +212,7 @@ impl OpCtx<'_, '_> {
                     continue;
                 }
                 r[2] = n - r[0] - r[1];
-                let max = (0..3).map(|i| raw(i, r[i]) / f(ps[i])).fold(0.0, f64::max);
+                let max = (0..3).map(|i| raw(i, r[i]).1).fold(0.0, f64::max);
                 if max < best.map_or(t[slow], |b| b.1) {
                     best = Some((r, max));
                 }
@@ -210,7 +226,7 @@ impl OpCtx<'_, '_> {
         let mut times = Times::new();
         for i in 0..3 {
             parts.push((ps[i], rows[i]));
-            times.push(raw(i, rows[i]));
+            times.push(raw(i, rows[i]).0);
         }
         Some(self.rows_cand_t(m, &parts, &times, graph))
     }

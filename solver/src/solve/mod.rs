@@ -76,13 +76,7 @@ fn solve_inner<O: LatencyOracle + ?Sized>(
     settings.check()?;
     let ops = select_ops(model, &settings.ops)?;
     let mut notes = vec![];
-    let procs = build_procs(
-        oracle,
-        &settings.processors,
-        &settings.dtypes,
-        &settings.phases,
-        &mut notes,
-    )?;
+    let procs = build_procs(oracle, &settings.processors, &settings.dtypes, &mut notes)?;
     let (procs, offload) = procs::offload_mode(procs, settings, &mut notes)?;
     let mut setup = procs::device_setup(procs, offload, &ops, settings, &mut notes)?;
     let dist = graph_sets::prompt_distribution(settings)?;

@@ -20,7 +20,6 @@ pub(crate) fn build_procs<'a, O: LatencyOracle + ?Sized>(
     oracle: &'a O,
     only: &[String],
     dtypes: &[(Option<String>, DType)],
-    phases: &[Phase],
     notes: &mut Vec<String>,
 ) -> Result<Vec<Proc<'a>>> {
     let all = oracle.processors();
@@ -43,7 +42,7 @@ pub(crate) fn build_procs<'a, O: LatencyOracle + ?Sized>(
             .expect("dtype is one the oracle listed");
         let ov = oracle.overheads(&p.id);
         let multi_processor = all.len() > 1;
-        note_assumptions(p, &ov, phases, multi_processor, notes);
+        note_assumptions(p, &ov, multi_processor, notes);
         procs.push(resolve(p, dtype, model, &ov));
     }
     if procs.is_empty() {
@@ -137,13 +136,7 @@ fn can_split(p: &Processor, ov: &Overheads) -> bool {
 }
 
 /// Notes on every constant the cost model has to assume for `p`.
-fn note_assumptions(
-    p: &Processor,
-    ov: &Overheads,
-    phases: &[Phase],
-    multi_processor: bool,
-    notes: &mut Vec<String>,
-) {
+fn note_assumptions(p: &Processor, ov: &Overheads, multi_processor: bool, notes: &mut Vec<String>) {
     let id = &p.id;
     if p.simulated || p.emulated {
         let (what, times) = if p.simulated {
@@ -161,9 +154,9 @@ fn note_assumptions(
     if p.kind == ProcessorKind::Gpu && ov.submit_empty_us.is_none() {
         notes.push(format!("{id}: no submit cost measured; splits assume 0 µs"));
     }
-    if phases.contains(&Phase::Decode) && ov.concurrent_factor.is_none() && multi_processor {
+    if ov.concurrent_factor.is_none() && multi_processor {
         notes.push(format!(
-            "{id}: no concurrent_factor; decode splits assume 1.0 (no bandwidth contention)"
+            "{id}: no concurrent_factor; splits bound by bandwidth assume 1.0 (no contention)"
         ));
     }
     if p.capabilities.static_graphs && ov.prepare.is_none() {

@@ -193,7 +193,7 @@ mod tests {
             ..Default::default()
         };
         let mut notes = vec![];
-        let ps = procs::build_procs(dev, &[], &[], &settings.phases, &mut notes).unwrap();
+        let ps = procs::build_procs(dev, &[], &[], &mut notes).unwrap();
         let ops = select_ops(&model, &[]).unwrap();
         let mut setup = procs::device_setup(ps, None, &ops, &settings, &mut notes).unwrap();
         for g in &mut setup.graphs {
