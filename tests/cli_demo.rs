@@ -314,7 +314,8 @@ fn demo_on_a_discrete_gpu_solves_the_offload_plan_and_the_best_single_processor(
     let t = temp_dir("demo-offload");
     let out = t.path().join("demo");
     // The fake cuda:0 cannot run here: the demo solves everything, then
-    // stops at its runs (step 8), leaving what it wrote in OUT.partial.
+    // stops at its generations (step 8), leaving what it wrote in
+    // OUT.partial.
     let args = [
         "demo",
         "--out",
@@ -344,7 +345,7 @@ fn demo_on_a_discrete_gpu_solves_the_offload_plan_and_the_best_single_processor(
     let text = String::from_utf8_lossy(&o.stdout).into_owned();
     let err = String::from_utf8_lossy(&o.stderr).into_owned();
     assert!(
-        text.contains("[8/9] run the plan, cuda:0 alone, offload"),
+        text.contains("[8/9] generate with the plan, cuda:0 alone, offload"),
         "{text}\n{err}"
     );
     let work = out.with_file_name("demo.partial");

@@ -525,6 +525,41 @@ mod tests {
     }
 
     #[test]
+    fn the_generation_table_shows_each_operator_and_the_forecast() {
+        let r: Value = serde_json::from_str(
+            r#"{"prompt_tokens": 24, "tokens": [5, 7], "ttft_us": 2000.0, "tpot_us": 500.0,
+                "predicted": {"ttft_us": 1000.0, "tpot_us": null},
+                "ops": [{"phase": "prefill", "op": "attn_q", "kind": "gemm",
+                         "measured_us": 300.0, "predicted_us": 150.0},
+                        {"phase": "prefill", "op": "sampling", "kind": "host",
+                         "measured_us": 4.0, "predicted_us": null}],
+                "check": {"passed": 9, "outputs": 9, "worst": "prefill `attn_q`",
+                          "worst_rel_err": 1e-7, "worst_bound": 1e-4},
+                "notes": ["synthetic weights: tokens are not a model's output"]}"#,
+        )
+        .unwrap();
+        let mut t = String::new();
+        generate_table(&r, &mut t);
+        assert!(t.contains("24 prompt tokens, 2 generated"), "{t}");
+        let row = |what: &str| t.lines().find(|l| l.contains(what)).unwrap().to_string();
+        assert!(row("attn_q").ends_with("150 µs      300 µs    2.00"), "{t}");
+        assert!(row("sampling").ends_with("-        4 µs       -"), "{t}");
+        assert!(
+            row("time to first token").ends_with("1000 µs     2000 µs    2.00"),
+            "{t}"
+        );
+        assert!(
+            row("per output token").ends_with("-      500 µs       -"),
+            "{t}"
+        );
+        assert!(t.contains("check: 9/9 GEMM outputs"), "{t}");
+        assert!(t.contains("note: synthetic weights"), "{t}");
+        let g = Generated::of(&r);
+        assert_eq!(g.ttft.rate(24.0), "24000.0 → 12000.0");
+        assert_eq!(g.tpot.rate(1.0), "- → 2000.0");
+    }
+
+    #[test]
     fn speed_compares_both_ways() {
         assert_eq!(speed(Some(1.0), Some(2.0)), "2.00× faster");
         assert_eq!(speed(Some(3.0), Some(2.0)), "1.50× slower");
