@@ -395,6 +395,9 @@ pub fn run(a: DemoArgs) -> Result<()> {
     if a.tokens == 0 {
         return Err(BadInput("--tokens must be at least 1".into()).into());
     }
+    if let Some(model) = &a.model {
+        generates(model)?;
+    }
     let mut inputs: Vec<Input<'_>> = Vec::new();
     inputs.extend(a.model.as_deref().map(|p| ("--model", p)));
     inputs.extend(a.agent.as_deref().map(|p| ("--agent", p)));
@@ -411,6 +414,19 @@ pub fn run(a: DemoArgs) -> Result<()> {
             )))
         }
     }
+}
+
+/// Refuses, before anything runs, a model that `hetero generate` (the
+/// demo's last run) cannot run.
+fn generates(model: &Path) -> Result<()> {
+    let spec = hetero_plan::hf::load_config(model)?;
+    hetero_runtime::model::DecoderConfig::load(model, &spec).map_err(|e| {
+        BadInput(format!(
+            "--model {}: the demo generates with the plan and the decoder cannot run it: {e}",
+            model.display()
+        ))
+    })?;
+    Ok(())
 }
 
 /// Runs the steps into the staging folder, listing what they wrote after

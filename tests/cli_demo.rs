@@ -396,6 +396,14 @@ fn demo_refuses_a_folder_it_did_not_write_and_bad_arguments() {
     let o = demo(&t.path().join("x"), &[("--len", "100")]);
     assert_eq!(o.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&o.stderr).contains("--max-len"));
+    // A family the decoder refuses is refused before anything runs.
+    let o = demo(
+        &t.path().join("m"),
+        &[("--model", "datasets/models/mixtral-8x7b.json")],
+    );
+    assert_eq!(o.status.code(), Some(2));
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert!(e.contains("mixture-of-experts"), "{e}");
     let o = demo(&t.path().join("y"), &[("--budget", "soon")]);
     assert_eq!(o.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&o.stderr).contains("--budget"));
