@@ -21,7 +21,7 @@ use serde_json::Value;
 use crate::BadInput;
 use crate::demo::choice::{self, Choice};
 use crate::demo::compare::{self, Compared};
-use crate::demo::screen::{self, Ran, Screen, Timed};
+use crate::demo::screen::{self, Generated, Ran, Screen};
 use crate::demo_folder::Staging;
 use crate::outpath::Input;
 
@@ -67,10 +67,10 @@ pub struct DemoArgs {
     /// Their times are not this machine's and every row says so.
     #[arg(long, conflicts_with = "processors")]
     include_simulated: bool,
-    /// Prompt length of the prefill run.
+    /// Prompt length of the generation (random token ids from a fixed seed).
     #[arg(long, default_value_t = 64)]
     pub(crate) len: u32,
-    /// Decode tokens of the decode run.
+    /// Tokens the generation makes: the prefill's, then one per decode step.
     #[arg(long, default_value_t = 8)]
     pub(crate) tokens: u32,
     /// Longest prefill length solved (the plan covers 1..=this).
@@ -99,8 +99,8 @@ pub(crate) struct Files {
     pub(crate) fit_report: String,
     pub(crate) plan: String,
     pub(crate) charts: String,
-    pub(crate) prefill: String,
-    pub(crate) decode: String,
+    /// The plan's `hetero generate --json` report.
+    pub(crate) generate: String,
 }
 
 /// What the steps share: the arguments, the files, and what earlier steps
@@ -188,7 +188,7 @@ const STEPS: [Step; 9] = [
     Step {
         title: |d| {
             format!(
-                "run {}: prefill of {} tokens and {} decode steps, every output checked",
+                "generate with {}: a prompt of {} random token ids, {} new tokens, every GEMM output checked",
                 compare::runs_title(d),
                 d.args.len,
                 d.args.tokens
@@ -395,6 +395,9 @@ pub fn run(a: DemoArgs) -> Result<()> {
     if a.tokens == 0 {
         return Err(BadInput("--tokens must be at least 1".into()).into());
     }
+    if let Some(model) = &a.model {
+        generates(model)?;
+    }
     let mut inputs: Vec<Input<'_>> = Vec::new();
     inputs.extend(a.model.as_deref().map(|p| ("--model", p)));
     inputs.extend(a.agent.as_deref().map(|p| ("--agent", p)));
@@ -411,6 +414,19 @@ pub fn run(a: DemoArgs) -> Result<()> {
             )))
         }
     }
+}
+
+/// Refuses, before anything runs, a model that `hetero generate` (the
+/// demo's last run) cannot run.
+fn generates(model: &Path) -> Result<()> {
+    let spec = hetero_plan::hf::load_config(model)?;
+    hetero_runtime::model::DecoderConfig::load(model, &spec).map_err(|e| {
+        BadInput(format!(
+            "--model {}: the demo generates with the plan and the decoder cannot run it: {e}",
+            model.display()
+        ))
+    })?;
+    Ok(())
 }
 
 /// Runs the steps into the staging folder, listing what they wrote after
@@ -446,8 +462,7 @@ fn run_steps(a: DemoArgs, staging: &Staging) -> Result<()> {
         fit_report: path("fit-report.json"),
         plan: path("plan.ron"),
         charts: path("charts"),
-        prefill: path("run-prefill.json"),
-        decode: path("run-decode.json"),
+        generate: path("generate.json"),
     };
     let mut d = Demo {
         args: a,
@@ -625,88 +640,78 @@ fn chart_step(d: &mut Demo) -> Result<()> {
     Ok(())
 }
 
-/// Runs `plan`'s prefill and decode, every output checked, into
-/// `prefill` and `decode`; returns the two reports.
-fn run_plan(d: &Demo, tag: &str, plan: &str, prefill: &str, decode: &str) -> Result<[Value; 2]> {
-    let f = &d.files;
-    let len = d.args.len.to_string();
-    let tokens = d.args.tokens.to_string();
-    // One layer's weights in memory, run by every layer: the GEMMs and their
-    // shapes are the model's, without generating gigabytes of weights.
-    let common = [
-        "--model",
-        &f.model,
-        "--predictor",
-        &f.predictor,
-        "--check",
-        // Three timed passes: a median of two is their mean, and one slow
-        // pass moved the H100 host's prefill lm_head (run once a pass) from
-        // 193 to 308 µs.
-        "--repeat",
-        "3",
-        "--share-weights",
-    ];
-    let phases = [
-        ("prefill", prefill, vec!["--len", len.as_str()]),
-        (
-            "decode",
-            decode,
-            vec!["--len", "1", "--tokens", tokens.as_str()],
-        ),
-    ];
-    let mut reports = Vec::new();
-    for (phase, out, lens) in phases {
-        let head = ["run", plan, "--phase", phase];
-        let args = [&head[..], &lens[..], &["--out", out], &common[..]].concat();
-        d.hetero(&format!("run-{tag}{phase}"), &args)?;
-        let text = std::fs::read_to_string(out).with_context(|| format!("reading {out}"))?;
-        let r: Value = serde_json::from_str(&text).with_context(|| format!("parsing {out}"))?;
-        reports.push(r);
-    }
-    let [p, dec]: [Value; 2] = reports.try_into().expect("two phases");
-    Ok([p, dec])
+/// The demo's prompt: `len` token ids below the model's vocabulary, from a
+/// fixed seed, as `hetero generate --prompt-tokens` takes them.
+fn prompt_tokens(model: &str, len: u32) -> Result<String> {
+    let vocab = hetero_plan::hf::load_config(Path::new(model))?.vocab.max(1) as usize;
+    let mut g = hetero_agent::verify::SplitMix64::new(0x5eed);
+    let ids: Vec<String> = (0..len).map(|_| g.below(vocab).to_string()).collect();
+    Ok(ids.join(","))
 }
 
-/// Runs the plan and the plans it is compared with, each on the same
-/// lengths; prints the plan's per-operator tables.
+/// `hetero generate` of `plan` on the model's shapes with synthetic weights
+/// (one layer's worth in memory, run by every layer: the GEMMs and their
+/// shapes are the model's, without generating gigabytes of weights), every
+/// GEMM output checked; writes its JSON report to `out` and returns it.
+fn run_plan(d: &Demo, tag: &str, plan: &str, out: &str) -> Result<Value> {
+    let f = &d.files;
+    let prompt = prompt_tokens(&f.model, d.args.len)?;
+    let tokens = d.args.tokens.to_string();
+    let args = [
+        "generate",
+        plan,
+        "--model",
+        &f.model,
+        "--synthetic-weights",
+        "--share-weights",
+        "--prompt-tokens",
+        &prompt,
+        "--max-new",
+        &tokens,
+        "--ignore-eos",
+        "--check",
+        "--predictor",
+        &f.predictor,
+        "--json",
+    ];
+    let text = d.hetero(&format!("generate{tag}"), &args)?;
+    let r: Value = serde_json::from_str(&text).context("parsing hetero generate --json")?;
+    hetero_plan::write_atomic(Path::new(out), text.as_bytes())?;
+    Ok(r)
+}
+
+/// Generates with the plan and the plans it is compared with, each on the
+/// same prompt; prints the plan's per-operator table.
 fn run_step(d: &mut Demo) -> Result<()> {
-    let (plan, prefill, decode) = (
-        d.files.plan.clone(),
-        d.files.prefill.clone(),
-        d.files.decode.clone(),
-    );
-    let [p, dec] = run_plan(d, "", &plan, &prefill, &decode)?;
+    let (plan, out) = (d.files.plan.clone(), d.files.generate.clone());
+    let r = run_plan(d, "", &plan, &out)?;
     let mut tables = String::new();
-    screen::run_table("prefill", &p, &mut tables);
-    screen::run_table("decode", &dec, &mut tables);
+    screen::generate_table(&r, &mut tables);
     print!("{tables}");
     d.tables = tables;
     d.ran = vec![Ran {
         label: format!("the plan ({})", d.choice.chosen.join(" + ")),
-        prefill: Timed::of(&p),
-        decode: Timed::of(&dec),
+        times: Generated::of(&r),
         mix: None,
     }];
     for e in d.compared.extra.clone() {
-        let at = |phase: &str| {
-            d.out
-                .join(format!("run-{}-{phase}.json", e.tag))
-                .display()
-                .to_string()
-        };
-        let tag = format!("{}-", e.tag);
-        let [p, dec] = run_plan(d, &tag, &e.plan, &at("prefill"), &at("decode"))?;
+        let at = d.out.join(format!("generate-{}.json", e.tag));
+        let r = run_plan(
+            d,
+            &format!("-{}", e.tag),
+            &e.plan,
+            &at.display().to_string(),
+        )?;
         let ran = Ran {
             label: e.label.clone(),
-            prefill: Timed::of(&p),
-            decode: Timed::of(&dec),
+            times: Generated::of(&r),
             mix: e.mix.clone(),
         };
         println!(
-            "  {}, predicted → measured: prefill {}, decode {}",
+            "  {}, predicted → measured: time to first token {}, per output token {}",
             ran.label,
-            ran.prefill.cell(),
-            ran.decode.cell()
+            ran.times.ttft.cell(),
+            ran.times.tpot.cell()
         );
         d.ran.push(ran);
     }
@@ -778,10 +783,7 @@ fn file_list(d: &Demo) -> String {
             d.shown_out.join("plan-summary.txt").display().to_string(),
         ),
         ("charts (plan/, dataset/, fit/; each has index.md)", charts),
-        (
-            "run reports",
-            format!("{}, {}", d.shown(&f.prefill), d.shown(&f.decode)),
-        ),
+        ("generation report (hetero generate)", d.shown(&f.generate)),
     ];
     for e in &d.compared.extra {
         rows.push(("plan compared with", d.shown(&e.plan)));
@@ -820,17 +822,19 @@ fn report_step(d: &mut Demo) -> Result<()> {
     }
     let _ = writeln!(
         notes,
-        "The runs poll (HeteroLLM's fast sync): each wait sleeps through most of its part's \
-         prediction first, so a ratio near 1 can hide a part that ended sooner. The same \
-         runs with --sync block (the commands are in the logs) show whether the plan \
-         over-predicts."
+        "The generations' GEMMs poll (HeteroLLM's fast sync): each wait sleeps through most of \
+         its part's prediction first, so a ratio near 1 can hide a part that ended sooner. The \
+         same commands with --sync block (they are in the logs) show whether the plan \
+         over-predicts.\n\nThe generations run on synthetic weights (one layer's worth, run by \
+         every layer): their tokens are not a model's output; their times and checks are real, \
+         and the checks' reference products are left out of the times."
     );
     let screen = screen_of(d)?.render();
     println!("\n{screen}");
     let summary = format!(
         "# hetero demo\n\nWritten by `hetero demo`; a later demo with the same --out replaces this \
          folder while nothing in it changes ({}).\n\n```\n{}\n```\n\n## Processors\n\n```\n{}\n```\n\n\
-         ## The plan's runs, per operator\n\n```\n{}\n```\n\n{notes}\n## Where everything went\n\n```\n{}```\n",
+         ## The plan's generation, per operator\n\n```\n{}\n```\n\n{notes}\n## Where everything went\n\n```\n{}```\n",
         crate::demo_folder::MANIFEST,
         screen.trim_end(),
         d.choice.lines().join("\n"),

@@ -6,8 +6,8 @@ use std::path::{Path, PathBuf};
 
 use clap::Args;
 use hetero_agent::OpenOptions;
-use hetero_plan::Phase;
-use hetero_runtime::model::OpKind;
+use hetero_plan::{Phase, Plan};
+use hetero_runtime::model::{DecoderConfig, OpKind};
 use hetero_runtime::{
     Decoder, GenerateSpec, Generation, ModelFiles, Runtime, RuntimeOptions, Sampling, SyncChoice,
     WeightSource,
@@ -20,16 +20,31 @@ use crate::bad;
 #[command(after_help = "Examples:
   hetero generate plan.ron --model qwen2.5-0.5b/ --tokenizer qwen2.5-0.5b/tokenizer.json --prompt 'Hello' --max-new 32
   hetero generate plan.ron --model tiny/ --prompt-tokens 1,5,9 --max-new 8 --check --json
+  hetero generate plan.ron --model qwen2.5-1.5b.json --synthetic-weights --share-weights --prompt-tokens 1,2,3 --max-new 8
 
 --model is a folder with config.json and model.safetensors (or a sharded
-model.safetensors.index.json). GEMMs run as the plan decides; attention,
-norms, RoPE, the activation and sampling run on the host CPU in f32.")]
+model.safetensors.index.json), or with --synthetic-weights a config.json
+alone. GEMMs run as the plan decides; attention, norms, RoPE, the
+activation and sampling run on the host CPU in f32.")]
 pub struct GenerateArgs {
     /// The plan (.ron or .json) written by `hetero solve` for this model.
     plan: PathBuf,
-    /// The model folder: config.json and its safetensors checkpoint.
+    /// The model folder: config.json and its safetensors checkpoint (with
+    /// --synthetic-weights: a config.json, or a folder holding one).
     #[arg(long)]
     model: PathBuf,
+    /// Seeded synthetic weights instead of a checkpoint: every tensor (the
+    /// embedding, norms, biases, GEMMs, lm_head). The tokens are then not
+    /// a model's output; the times and --check are real.
+    #[arg(long, conflicts_with = "tokenizer")]
+    synthetic_weights: bool,
+    /// Seed of the synthetic weights.
+    #[arg(long, default_value_t = 0x5eed, requires = "synthetic_weights")]
+    seed_weights: u64,
+    /// Every layer runs layer 0's synthetic weights (one layer in memory),
+    /// so a large model's times can be measured without its checkpoint.
+    #[arg(long, requires = "synthetic_weights")]
+    share_weights: bool,
     /// A Hugging Face tokenizer.json: --prompt is text and the output is
     /// decoded; without it, token ids go in and out.
     #[arg(long)]
@@ -106,11 +121,25 @@ struct Output<'a> {
     tpot_us: Option<f64>,
     prefill_tokens_per_s: f64,
     decode_tokens_per_s: Option<f64>,
+    /// The plan's forecast of this generation (null for a plan without
+    /// costs of the host operators, or one that does not cover its lengths).
+    predicted: Option<Predicted>,
     /// The GEMMs' share, measured against the plan's prediction.
     gemms: GemmShare,
     #[serde(flatten)]
     generation: &'a Generation,
     notes: Vec<String>,
+}
+
+/// The plan's forecast (`Plan::forecast_generation`) of the figures the
+/// generation measured.
+#[derive(Serialize)]
+struct Predicted {
+    ttft_us: f64,
+    /// Null with a single generated token.
+    tpot_us: Option<f64>,
+    prefill_tokens_per_s: f64,
+    decode_tokens_per_s: Option<f64>,
 }
 
 /// The GEMMs' time of the prefill and of a decode step, µs.
@@ -124,9 +153,12 @@ struct GemmShare {
 
 pub fn run(args: GenerateArgs) -> anyhow::Result<()> {
     check_args(&args)?;
-    let (config, ckpt) = model_paths(&args.model)?;
+    let (config, ckpt) = model_paths(&args.model, args.synthetic_weights)?;
     let model = hetero_plan::hf::load_config(&config)?;
-    let files = ModelFiles::open(&config, &model, &ckpt)?;
+    let files = match args.synthetic_weights {
+        true => None,
+        false => Some(ModelFiles::open(&config, &model, &ckpt)?),
+    };
     let tokenizer = match &args.tokenizer {
         Some(p) => Some(load_tokenizer(p)?),
         None => None,
@@ -141,21 +173,32 @@ pub fn run(args: GenerateArgs) -> anyhow::Result<()> {
             ..Default::default()
         },
         sync: args.sync,
-        weights: WeightSource::Safetensors(ckpt.clone()),
+        weights: match args.synthetic_weights {
+            true => WeightSource::Synthetic {
+                seed: args.seed_weights,
+                share_layers: args.share_weights,
+            },
+            false => WeightSource::Safetensors(ckpt.clone()),
+        },
         predictor: args.predictor.clone(),
         fail_after: None,
         graphs: args.graphs.clone(),
     };
-    let mut rt = Runtime::open(&args.plan, model, opts)?;
+    let mut rt = Runtime::open(&args.plan, model.clone(), opts)?;
     let positions = prompt.len() + args.max_new as usize;
-    let mut decoder =
-        Decoder::load(&files, &rt, prompt.len() as u32, positions).map_err(|e| match e {
-            hetero_runtime::Error::Memory(_) => anyhow::Error::new(e).context(format!(
-                "{}: the model is too large for this machine",
-                args.model.display()
-            )),
-            e => e.into(),
-        })?;
+    let (plen, seed, share) = (prompt.len() as u32, args.seed_weights, args.share_weights);
+    let decoder = match &files {
+        Some(files) => Decoder::load(files, &rt, plen, positions),
+        None => DecoderConfig::load(&config, &model)
+            .and_then(|cfg| Decoder::synthetic(cfg, &rt, plen, positions, seed, share)),
+    };
+    let mut decoder = decoder.map_err(|e| match e {
+        hetero_runtime::Error::Memory(_) => anyhow::Error::new(e).context(format!(
+            "{}: the model is too large for this machine",
+            args.model.display()
+        )),
+        e => e.into(),
+    })?;
     let spec = GenerateSpec {
         prompt,
         max_new: args.max_new,
@@ -184,7 +227,7 @@ pub fn run(args: GenerateArgs) -> anyhow::Result<()> {
             }
         }
     };
-    let g = decoder.generate(&mut rt, &spec, args.check, &mut progress)?;
+    let mut g = decoder.generate(&mut rt, &spec, args.check, &mut progress)?;
     let text = match &tokenizer {
         Some(t) => Some(
             t.decode(&g.tokens, true)
@@ -192,7 +235,9 @@ pub fn run(args: GenerateArgs) -> anyhow::Result<()> {
         ),
         None => None,
     };
-    let out = summary(&args, &rt, &g, text);
+    let mut notes = notes(&args);
+    let predicted = forecast(rt.plan(), &mut g, &mut notes);
+    let out = summary(&args, &rt, &g, text, predicted, notes);
     if args.json {
         println!("{}", serde_json::to_string_pretty(&out)?);
     } else {
@@ -221,9 +266,11 @@ fn check_args(args: &GenerateArgs) -> anyhow::Result<()> {
 
 /// config.json and the checkpoint of a model folder (or of the folder of
 /// a config.json named directly).
-fn model_paths(model: &Path) -> anyhow::Result<(PathBuf, PathBuf)> {
+fn model_paths(model: &Path, synthetic: bool) -> anyhow::Result<(PathBuf, PathBuf)> {
     let dir = if model.is_dir() {
         model.to_path_buf()
+    } else if model.is_file() && synthetic {
+        return Ok((model.to_path_buf(), PathBuf::new()));
     } else if model.is_file() {
         model.parent().unwrap_or(Path::new(".")).to_path_buf()
     } else {
@@ -300,6 +347,8 @@ fn summary<'a>(
     rt: &Runtime,
     g: &'a Generation,
     text: Option<String>,
+    predicted: Option<Predicted>,
+    notes: Vec<String>,
 ) -> Output<'a> {
     let decoded: f64 = g.decode_us.iter().sum();
     let tpot = (!g.decode_us.is_empty()).then(|| decoded / g.decode_us.len() as f64);
@@ -318,19 +367,88 @@ fn summary<'a>(
         tpot_us: tpot,
         prefill_tokens_per_s: g.prompt_tokens as f64 / (g.ttft_us / 1e6),
         decode_tokens_per_s: tpot.map(|t| 1e6 / t),
+        predicted,
         generation: g,
-        notes: notes(args.check),
+        notes,
     }
 }
 
-fn notes(check: bool) -> Vec<String> {
+/// The plan's forecast of `g`: TTFT and time per output token, and each
+/// host operator's prediction where the plan has one (the layers'
+/// attention, rope, norm, activation, residual; not the embedding, the
+/// final norm or sampling). `None`, with a note saying why, for a plan
+/// without costs of the host operators.
+fn forecast(plan: &Plan, g: &mut Generation, notes: &mut Vec<String>) -> Option<Predicted> {
+    let Some(ng) = &plan.non_gemm else {
+        notes.push(
+            "the plan has no costs of the host operators (solved before plans placed them): \
+             only the GEMMs have predictions; solve it again for predicted TTFT and time per token"
+                .into(),
+        );
+        return None;
+    };
+    let prompt = g.prompt_tokens as u32;
+    let f = match plan.forecast_generation(prompt, g.tokens.len() as u32) {
+        Ok(f) => f,
+        Err(e) => {
+            notes.push(format!("no forecast: {e}"));
+            return None;
+        }
+    };
+    let mut decode: Vec<(String, f64)> = Vec::new();
+    for i in 0..g.decode_us.len() as u32 {
+        let Ok(step) = plan.forecast_decode(prompt + 1 + i) else {
+            break;
+        };
+        for o in step.ops.iter().filter(|o| !o.gemm) {
+            match decode.iter_mut().find(|(n, _)| *n == o.op) {
+                Some((_, us)) => *us += o.us,
+                None => decode.push((o.op.clone(), o.us)),
+            }
+        }
+    }
+    for op in g.ops.iter_mut().filter(|o| o.kind == OpKind::Host) {
+        op.predicted_us = match op.phase {
+            Phase::Prefill => (f.prefill.ops.iter())
+                .find(|o| !o.gemm && o.op == op.op)
+                .map(|o| o.us),
+            Phase::Decode => decode.iter().find(|(n, _)| *n == op.op).map(|(_, us)| *us),
+        };
+    }
+    let elsewhere: Vec<&str> = (ng.placements.iter())
+        .map(|p| p.chosen.at.as_str())
+        .filter(|at| *at != hetero_plan::nongemm::HOST)
+        .collect();
+    if !elsewhere.is_empty() {
+        notes.push(format!(
+            "the plan places some layers' host operators on {}; this runtime runs them on the \
+             host CPU, so their predictions are for a placement it does not run",
+            elsewhere.join(", ")
+        ));
+    }
+    let tpot = (!g.decode_us.is_empty()).then_some(f.per_token_us);
+    Some(Predicted {
+        ttft_us: f.ttft_us,
+        tpot_us: tpot,
+        prefill_tokens_per_s: prompt as f64 / (f.ttft_us / 1e6),
+        decode_tokens_per_s: tpot.map(|t| 1e6 / t),
+    })
+}
+
+fn notes(args: &GenerateArgs) -> Vec<String> {
     let mut n = vec![
         "GEMMs run as the plan decides; attention, norms, RoPE, the activation, residuals and sampling run on the host CPU in f32".to_string(),
-        "predicted figures are the plan's GEMM costs; the plan has none yet for host operators".into(),
+        "the embedding, the final norm and sampling have no predicted figure (-): the plan costs the layers' operators".into(),
     ];
-    if check {
+    if args.synthetic_weights {
         n.push(
-            "--check: the wall-clock times (TTFT, per token) include the host's reference products"
+            "synthetic weights: tokens are not a model's output; timings and --check are real"
+                .into(),
+        );
+    }
+    if args.check {
+        n.push(
+            "--check: the host's reference products are left out of the wall-clock times (TTFT, per token)"
                 .into(),
         );
     }
@@ -358,10 +476,25 @@ fn to_text(o: &Output<'_>) -> String {
         "prepared the plan's GEMMs in {:.3} ms (not counted below)",
         g.prepare_us / 1e3
     );
-    let _ = writeln!(s, "time to first token  {:>10.3} ms", g.ttft_us / 1e3);
+    let pred = |v: Option<f64>, scale: f64, unit: &str| match v {
+        Some(v) => format!(", predicted {:.3} {unit}", v / scale),
+        None => String::new(),
+    };
+    let p = o.predicted.as_ref();
+    let _ = writeln!(
+        s,
+        "time to first token  {:>10.3} ms{}",
+        g.ttft_us / 1e3,
+        pred(p.map(|p| p.ttft_us), 1e3, "ms")
+    );
     match o.tpot_us {
         Some(t) => {
-            let _ = writeln!(s, "time per output token {:>9.3} ms", t / 1e3);
+            let _ = writeln!(
+                s,
+                "time per output token {:>9.3} ms{}",
+                t / 1e3,
+                pred(p.and_then(|p| p.tpot_us), 1e3, "ms")
+            );
         }
         None => {
             let _ = writeln!(
@@ -385,9 +518,22 @@ fn to_text(o: &Output<'_>) -> String {
             gm.decode_step_predicted_us / 1e3
         );
     }
-    let _ = writeln!(s, "prefill {:>12.1} tokens/s", o.prefill_tokens_per_s);
+    let rate = |v: Option<f64>| match v {
+        Some(v) => format!(", predicted {v:.1}"),
+        None => String::new(),
+    };
+    let _ = writeln!(
+        s,
+        "prefill {:>12.1} tokens/s{}",
+        o.prefill_tokens_per_s,
+        rate(p.map(|p| p.prefill_tokens_per_s))
+    );
     if let Some(d) = o.decode_tokens_per_s {
-        let _ = writeln!(s, "decode  {d:>12.1} tokens/s");
+        let _ = writeln!(
+            s,
+            "decode  {d:>12.1} tokens/s{}",
+            rate(p.and_then(|p| p.decode_tokens_per_s))
+        );
     }
     let _ = writeln!(
         s,

@@ -448,3 +448,230 @@ fn bad_checkpoints_a_missing_tokenizer_and_unsupported_families_exit_2() {
         assert!(e.contains(family) && e.contains(feature), "{e}");
     }
 }
+
+/// A qwen2 config (q/k/v biases, tied embeddings) as deep as Qwen2.5-1.5B,
+/// 28 layers, and otherwise tiny; no checkpoint beside it.
+fn deep_qwen2(dir: &Path) -> (PathBuf, ModelSpec) {
+    let path = dir.join("deep-qwen2.json");
+    let text = std::fs::read_to_string(root().join("tests/fixtures/models/qwen2/config.json"))
+        .unwrap()
+        .replace("\"num_hidden_layers\": 2", "\"num_hidden_layers\": 28")
+        .replace("\"hidden_size\": 64", "\"hidden_size\": 128")
+        .replace("\"intermediate_size\": 128", "\"intermediate_size\": 384");
+    std::fs::write(&path, text).unwrap();
+    let model = hetero_plan::hf::load_config(&path).unwrap();
+    assert_eq!(model.layers, 28);
+    (path, model)
+}
+
+#[test]
+fn synthetic_weights_run_every_layer_with_finite_logits_and_checks() {
+    let dir = temp_dir("generate-synthetic");
+    let (config, model) = deep_qwen2(dir.path());
+    let (split, groups) = split_processors();
+    let cpu = plan(dir.path(), &model, &split);
+    let prompt = ["--prompt-tokens", "3,1,4,1,5,9,2,6"];
+    let run = |extra: &[&str]| {
+        let mut a = vec!["--synthetic-weights", "--max-new", "4", "--ignore-eos"];
+        a.extend(prompt);
+        a.extend(extra);
+        generate(&cpu, &config, &groups, &a)
+    };
+    let shared = run(&["--share-weights", "--check"]);
+    let logits: Vec<Vec<f64>> = (shared["logits"].as_array().unwrap().iter())
+        .map(floats)
+        .collect();
+    assert_eq!(logits.len(), 4);
+    for l in &logits {
+        assert!(l.iter().all(|x| x.is_finite()), "{l:?}");
+        assert!(l.iter().any(|x| *x != 0.0));
+    }
+    let c = &shared["check"];
+    assert_eq!(c["passed"], c["outputs"], "{c}");
+    // Seven GEMMs per layer, 28 layers, a prefill and three decode steps.
+    assert!(c["outputs"].as_u64().unwrap() >= 4 * 28 * 7, "{c}");
+    let notes = shared["notes"].to_string();
+    assert!(notes.contains("synthetic weights: tokens are not a model's output"));
+    // Seeded: the same seed gives the same logits, another seed others;
+    // without sharing each layer has its own weights.
+    assert_eq!(run(&["--share-weights"])["logits"], shared["logits"]);
+    let other = run(&["--share-weights", "--seed-weights", "7"]);
+    assert_ne!(other["logits"], shared["logits"]);
+    let own = run(&[]);
+    assert_ne!(own["logits"], shared["logits"]);
+    assert!(floats(&own["logits"][3]).iter().all(|x| x.is_finite()));
+}
+
+#[test]
+fn synthetic_weight_options_are_refused_where_they_do_not_apply() {
+    let dir = temp_dir("generate-synthetic-bad");
+    let model = tiny_model(dir.path(), "", "");
+    let cpu = plan(dir.path(), &model, &["cpu:0"]);
+    let tok = dir.path().join("tokenizer.json");
+    std::fs::write(&tok, "{}").unwrap();
+    let base = [
+        "generate",
+        s(&cpu),
+        "--prompt-tokens",
+        "1,2",
+        "--max-new",
+        "2",
+    ];
+    let folder = dir.path().to_str().unwrap();
+    for (extra, says) in [
+        // Sharing and seeds are of synthetic weights, not a checkpoint's.
+        (
+            vec!["--model", folder, "--share-weights"],
+            "--synthetic-weights",
+        ),
+        (
+            vec!["--model", folder, "--seed-weights", "3"],
+            "--synthetic-weights",
+        ),
+        // Synthetic tokens have no text.
+        (
+            vec![
+                "--model",
+                folder,
+                "--synthetic-weights",
+                "--tokenizer",
+                s(&tok),
+            ],
+            "--tokenizer",
+        ),
+        (
+            vec!["--model", "/nonexistent/config.json", "--synthetic-weights"],
+            "/nonexistent",
+        ),
+    ] {
+        let args = [&base[..], &extra[..]].concat();
+        let o = HETERO.cmd().args(&args).output();
+        let e = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{extra:?}: {e}");
+        assert!(e.contains(says), "{extra:?}: {e}");
+    }
+    // A folder with a checkpoint runs on synthetic weights when asked.
+    let v = generate(
+        &cpu,
+        dir.path(),
+        &None,
+        &[
+            "--synthetic-weights",
+            "--prompt-tokens",
+            "1,2",
+            "--max-new",
+            "2",
+        ],
+    );
+    assert_eq!(v["tokens"].as_array().unwrap().len(), 2);
+}
+
+/// `plan` with the host operators' costs per layer: every operator at
+/// `us` per layer at length 1, ten times that at length 64, on the host.
+fn with_non_gemm(plan: &Path, layers: u32, us: f64) -> PathBuf {
+    use hetero_plan::{
+        HOST, LayerPlacement, Layers, NonGemmCost, NonGemmKnot, NonGemmOp, NonGemmPlan, PlacedCosts,
+    };
+    let mut p: Plan = hetero_plan::load(plan).unwrap();
+    let knot = |len, us| NonGemmKnot {
+        len,
+        compute_us: us,
+        sync_us: 0.0,
+        copy_us: 0.0,
+    };
+    let chosen = PlacedCosts {
+        at: HOST.into(),
+        ops: (NonGemmOp::ALL.iter())
+            .map(|&op| NonGemmCost {
+                op,
+                knots: vec![knot(1, us), knot(64, 10.0 * us)],
+            })
+            .collect(),
+    };
+    p.non_gemm = Some(NonGemmPlan {
+        decode_tokens: 1,
+        placements: [Phase::Prefill, Phase::Decode]
+            .map(|phase| LayerPlacement {
+                phase,
+                layers: Layers {
+                    first: 0,
+                    last: layers - 1,
+                },
+                chosen: chosen.clone(),
+                alternative: None,
+            })
+            .to_vec(),
+    });
+    let out = plan.with_file_name("plan-non-gemm.ron");
+    hetero_plan::save(&out, &p).unwrap();
+    out
+}
+
+#[test]
+fn the_plan_s_forecast_is_printed_beside_the_measurement() {
+    let dir = temp_dir("generate-forecast");
+    let model = tiny_model(dir.path(), "", "");
+    let old = plan(dir.path(), &model, &["cpu:0"]);
+    let new = with_non_gemm(&old, model.layers, 2.0);
+    let args = [
+        "--prompt-tokens",
+        "1,2,3,4",
+        "--max-new",
+        "3",
+        "--ignore-eos",
+    ];
+    let v = generate(&new, dir.path(), &None, &args);
+    let p = &v["predicted"];
+    let forecast = hetero_plan::load::<Plan>(&new)
+        .unwrap()
+        .forecast_generation(4, 3)
+        .unwrap();
+    assert_eq!(p["ttft_us"].as_f64(), Some(forecast.ttft_us), "{p}");
+    assert_eq!(p["tpot_us"].as_f64(), Some(forecast.per_token_us), "{p}");
+    assert!(p["prefill_tokens_per_s"].as_f64().unwrap() > 0.0, "{p}");
+    assert!(p["decode_tokens_per_s"].as_f64().unwrap() > 0.0, "{p}");
+    // Each layer operator's prediction: 2 µs per layer at length 1 and
+    // 20 at 64, linear between; the prefill runs at 4.
+    let layer_us = 2.0 + 18.0 * 3.0 / 63.0;
+    let ops = v["ops"].as_array().unwrap();
+    let find = |phase: &str, op: &str| {
+        (ops.iter())
+            .find(|o| o["phase"] == phase && o["op"] == op)
+            .unwrap_or_else(|| panic!("{phase} {op}: {v}"))
+    };
+    for op in ["attention", "rope", "norm", "activation", "residual"] {
+        let got = find("prefill", op)["predicted_us"].as_f64().unwrap();
+        assert!(
+            (got - layer_us * model.layers as f64).abs() < 1e-6,
+            "{op}: {got}"
+        );
+        assert!(
+            find("decode", op)["predicted_us"].as_f64().unwrap() > 0.0,
+            "{op}"
+        );
+    }
+    for op in ["embedding", "final_norm", "sampling"] {
+        assert!(find("prefill", op)["predicted_us"].is_null(), "{op}");
+    }
+    let text = HETERO.ok(&[
+        &["generate", s(&new), "--model", s(dir.path())][..],
+        &args[..],
+    ]
+    .concat());
+    assert!(
+        text.contains("time to first token") && text.contains(", predicted "),
+        "{text}"
+    );
+    // A plan without the host operators' costs: GEMM predictions only.
+    let v = generate(&old, dir.path(), &None, &args);
+    assert!(v["predicted"].is_null(), "{v}");
+    assert!(
+        v["notes"]
+            .to_string()
+            .contains("only the GEMMs have predictions")
+    );
+    for o in v["ops"].as_array().unwrap() {
+        let gemm = o["kind"] == "gemm";
+        assert_eq!(o["predicted_us"].as_f64().is_some(), gemm, "{o}");
+    }
+}

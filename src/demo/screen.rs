@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
-use hetero_plan::{Phase, Plan};
+use hetero_plan::Plan;
 use serde_json::Value;
 
 /// A time in µs, ms from 10 ms up, s from 1 s up.
@@ -27,50 +27,65 @@ fn truncate(s: &str, n: usize) -> String {
     }
 }
 
-/// The table of one run report: per operator and the total.
-pub fn run_table(label: &str, r: &Value, out: &mut String) {
+/// The table of one `hetero generate --json` report: each operator's
+/// predicted and measured time per phase, then time to first token and
+/// per output token, the check and the notes.
+pub fn generate_table(r: &Value, out: &mut String) {
     let _ = writeln!(
         out,
-        "\n{label}: {} (timing {}, sync {})",
-        r["phase"].as_str().unwrap_or("?"),
-        r["timing"].as_str().unwrap_or("?"),
-        r["sync"].as_str().unwrap_or("?")
+        "\ngeneration: {} prompt tokens, {} generated",
+        r["prompt_tokens"],
+        r["tokens"].as_array().map_or(0, Vec::len)
     );
     let _ = writeln!(
         out,
-        "  {:<12} {:<28} {:>11} {:>11} {:>7}",
-        "operator", "strategy", "predicted", "measured", "ratio"
+        "  {:<8} {:<12} {:>5} {:>11} {:>11} {:>7}",
+        "phase", "operator", "kind", "predicted", "measured", "ratio"
     );
-    for op in r["per_op"].as_array().into_iter().flatten() {
+    let ratio = |p: Option<f64>, m: Option<f64>| match (p, m) {
+        (Some(p), Some(m)) if p > 0.0 => format!("{:.2}", m / p),
+        _ => "-".into(),
+    };
+    for op in r["ops"].as_array().into_iter().flatten() {
+        let (p, m) = (op["predicted_us"].as_f64(), op["measured_us"].as_f64());
         let _ = writeln!(
             out,
-            "  {:<12} {:<28} {:>11} {:>11} {:>7.2}",
+            "  {:<8} {:<12} {:>5} {:>11} {:>11} {:>7}",
+            op["phase"].as_str().unwrap_or("?"),
             op["op"].as_str().unwrap_or("?"),
-            truncate(op["label"].as_str().unwrap_or("?"), 28),
-            us(op["predicted_us"].as_f64()),
-            us(op["measured_us"].as_f64()),
-            op["ratio"].as_f64().unwrap_or(f64::NAN)
+            op["kind"].as_str().unwrap_or("?"),
+            us(p),
+            us(m),
+            ratio(p, m)
         );
     }
-    let _ = writeln!(
-        out,
-        "  {:<12} {:<28} {:>11} {:>11} {:>7.2}",
-        "total",
-        "",
-        us(r["predicted_us"].as_f64()),
-        us(r["measured_us"].as_f64()),
-        r["ratio"].as_f64().unwrap_or(f64::NAN)
-    );
+    let g = Generated::of(r);
+    for (what, t) in [
+        ("time to first token", g.ttft),
+        ("per output token", g.tpot),
+    ] {
+        let (p, m) = (t.predicted_us, t.measured_us);
+        let _ = writeln!(
+            out,
+            "  {what:<27} {:>11} {:>11} {:>7}",
+            us(p),
+            us(m),
+            ratio(p, m)
+        );
+    }
     if let Some(c) = r.get("check").filter(|c| !c.is_null()) {
         let _ = writeln!(
             out,
-            "  check: {}/{} outputs within bound (worst error {:.2e}, bound {:.2e}, against {})",
+            "  check: {}/{} GEMM outputs within bound; worst {} (error {:.2e}, bound {:.2e})",
             c["passed"],
             c["outputs"],
+            c["worst"].as_str().unwrap_or("?"),
             c["worst_rel_err"].as_f64().unwrap_or(f64::NAN),
-            c["worst_bound"].as_f64().unwrap_or(f64::NAN),
-            c["reference"].as_str().unwrap_or("?")
+            c["worst_bound"].as_f64().unwrap_or(f64::NAN)
         );
+    }
+    for n in r["notes"].as_array().into_iter().flatten() {
+        let _ = writeln!(out, "  note: {}", n.as_str().unwrap_or("?"));
     }
 }
 
@@ -118,16 +133,17 @@ pub fn mix_line(mix: &[(String, f64)]) -> String {
 /// A prefill's and one decode step's time, µs, where known.
 pub type PhaseTimes = (Option<f64>, Option<f64>);
 
-/// The predicted time of a plan's prefill at `len` and of one decode step,
-/// µs, summed over operators and layers.
+/// The predicted time to first token of a plan at a prompt of `len` and
+/// of its first decode step, µs: its GEMMs and, where it has their costs,
+/// the layers' other operators (`Plan::forecast_generation`).
 pub fn predicted(plan: &Plan, len: u32) -> PhaseTimes {
     (
-        crate::plan_cmd::phase_total(plan, Phase::Prefill, len),
-        crate::plan_cmd::phase_total(plan, Phase::Decode, 1),
+        plan.forecast_prefill(len).ok().map(|f| f.total_us),
+        plan.forecast_decode(len + 1).ok().map(|f| f.total_us),
     )
 }
 
-/// Predicted and measured totals of one run report.
+/// A predicted and a measured time, µs.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct Timed {
     pub predicted_us: Option<f64>,
@@ -135,25 +151,50 @@ pub struct Timed {
 }
 
 impl Timed {
-    pub fn of(report: &Value) -> Timed {
-        Timed {
-            predicted_us: report["predicted_us"].as_f64(),
-            measured_us: report["measured_us"].as_f64(),
-        }
-    }
-
     /// "predicted → measured".
     pub fn cell(&self) -> String {
         format!("{} → {}", us(self.predicted_us), us(self.measured_us))
     }
+
+    /// "predicted → measured" of `tokens` per time, tokens/s.
+    fn rate(&self, tokens: f64) -> String {
+        let r = |t: Option<f64>| match t {
+            Some(t) if t > 0.0 => format!("{:.1}", tokens * 1e6 / t),
+            _ => "-".into(),
+        };
+        format!("{} → {}", r(self.predicted_us), r(self.measured_us))
+    }
 }
 
-/// A plan the demo ran: its label, prefill and decode.
+/// A generation's time to first token and time per output token.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Generated {
+    pub ttft: Timed,
+    pub tpot: Timed,
+}
+
+impl Generated {
+    /// From a `hetero generate --json` report.
+    pub fn of(r: &Value) -> Generated {
+        let p = &r["predicted"];
+        Generated {
+            ttft: Timed {
+                predicted_us: p["ttft_us"].as_f64(),
+                measured_us: r["ttft_us"].as_f64(),
+            },
+            tpot: Timed {
+                predicted_us: p["tpot_us"].as_f64(),
+                measured_us: r["tpot_us"].as_f64(),
+            },
+        }
+    }
+}
+
+/// A plan the demo generated with.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Ran {
     pub label: String,
-    pub prefill: Timed,
-    pub decode: Timed,
+    pub times: Generated,
     /// Its strategy mix, for a plan beside the demo's that shows one.
     pub mix: Option<Vec<(String, f64)>>,
 }
@@ -255,17 +296,31 @@ impl Screen {
     fn render_runs(&self, s: &mut String) {
         let _ = writeln!(
             s,
-            "\nRuns on this machine, predicted → measured (prefill {}, {} decode steps):",
+            "\nGeneration on this machine, predicted → measured (prompt {} tokens, {} new; synthetic weights):",
             self.len, self.tokens
         );
-        let _ = writeln!(s, "  {:<38} {:<22} decode, per step", "plan", "prefill");
+        let _ = writeln!(
+            s,
+            "  {:<34} {:<24} per output token",
+            "plan", "time to first token"
+        );
         for r in &self.runs {
             let _ = writeln!(
                 s,
-                "  {:<38} {:<22} {}",
-                truncate(&r.label, 38),
-                r.prefill.cell(),
-                r.decode.cell()
+                "  {:<34} {:<24} {}",
+                truncate(&r.label, 34),
+                r.times.ttft.cell(),
+                r.times.tpot.cell()
+            );
+        }
+        let _ = writeln!(s, "  tokens/s, predicted → measured:");
+        for r in &self.runs {
+            let _ = writeln!(
+                s,
+                "  {:<34} prefill {:<16} decode {}",
+                truncate(&r.label, 34),
+                r.times.ttft.rate(self.len as f64),
+                r.times.tpot.rate(1.0)
             );
         }
         for r in &self.runs {
@@ -276,12 +331,13 @@ impl Screen {
         if let Some(note) = &self.single_note {
             let _ = writeln!(s, "  {note}");
         } else if let [plan, single, ..] = self.runs.as_slice() {
+            let (p, one) = (&plan.times, &single.times);
             let _ = writeln!(
                 s,
-                "  measured, the plan against {}: prefill {}, decode {}",
+                "  measured, the plan against {}: time to first token {}, per output token {}",
                 single.label,
-                speed(plan.prefill.measured_us, single.prefill.measured_us),
-                speed(plan.decode.measured_us, single.decode.measured_us)
+                speed(p.ttft.measured_us, one.ttft.measured_us),
+                speed(p.tpot.measured_us, one.tpot.measured_us)
             );
             // A plan of one strategy on one processor everywhere is that
             // processor's plan: the two runs differ by run-to-run noise.
@@ -313,7 +369,7 @@ fn render_reference(r: &Reference, len: u32, s: &mut String) {
         s,
         "  {:<38} {:>10} {:>11}  strategy mix",
         "plan",
-        format!("prefill {len}"),
+        format!("TTFT {len}"),
         "decode step"
     );
     for p in &r.plans {
@@ -332,10 +388,14 @@ fn render_reference(r: &Reference, len: u32, s: &mut String) {
 mod tests {
     use super::*;
 
-    fn timed(p: f64, m: f64) -> Timed {
-        Timed {
+    fn timed(ttft: (f64, f64), tpot: (f64, f64)) -> Generated {
+        let t = |(p, m): (f64, f64)| Timed {
             predicted_us: Some(p),
             measured_us: Some(m),
+        };
+        Generated {
+            ttft: t(ttft),
+            tpot: t(tpot),
         }
     }
 
@@ -358,20 +418,17 @@ mod tests {
             runs: vec![
                 Ran {
                     label: "the plan (cpu:0 + cuda:0)".into(),
-                    prefill: timed(900.0, 1000.0),
-                    decode: timed(300.0, 330.0),
+                    times: timed((900.0, 1000.0), (300.0, 330.0)),
                     mix: None,
                 },
                 Ran {
                     label: "cuda:0 alone".into(),
-                    prefill: timed(1000.0, 1200.0),
-                    decode: timed(300.0, 330.0),
+                    times: timed((1000.0, 1200.0), (300.0, 330.0)),
                     mix: None,
                 },
                 Ran {
                     label: "offload, 1.40 GiB/2.90 GiB on cuda:0".into(),
-                    prefill: timed(20_000.0, 25_000.0),
-                    decode: timed(9000.0, 9900.0),
+                    times: timed((20_000.0, 25_000.0), (9000.0, 9900.0)),
                     mix: Some(vec![("offload cpu:0+cuda:0".into(), 100.0)]),
                 },
             ],
@@ -396,9 +453,14 @@ mod tests {
         );
         // 1200 / 1000 measured.
         assert!(
-            text.contains("against cuda:0 alone: prefill 1.20× faster, decode 1.00× faster"),
+            text.contains(
+                "against cuda:0 alone: time to first token 1.20× faster, per output token 1.00× faster"
+            ),
             "{text}"
         );
+        // 64 tokens in 900 µs predicted, 1000 µs measured; 1 in 300, 330.
+        assert!(text.contains("prefill 71111.1 → 64000.0"), "{text}");
+        assert!(text.contains("decode 3333.3 → 3030.3"), "{text}");
         assert!(text.contains("left out opencl:1:0"), "{text}");
         assert!(text.lines().count() <= 30, "{}", text.lines().count());
     }
@@ -460,6 +522,41 @@ mod tests {
         s.mix.push(("row_cut cpu:0+cuda:0".into(), 1.0));
         assert!(!s.render().contains("run-to-run noise"));
         assert_eq!(us(Some(5_065_100.0)), "5.07 s");
+    }
+
+    #[test]
+    fn the_generation_table_shows_each_operator_and_the_forecast() {
+        let r: Value = serde_json::from_str(
+            r#"{"prompt_tokens": 24, "tokens": [5, 7], "ttft_us": 2000.0, "tpot_us": 500.0,
+                "predicted": {"ttft_us": 1000.0, "tpot_us": null},
+                "ops": [{"phase": "prefill", "op": "attn_q", "kind": "gemm",
+                         "measured_us": 300.0, "predicted_us": 150.0},
+                        {"phase": "prefill", "op": "sampling", "kind": "host",
+                         "measured_us": 4.0, "predicted_us": null}],
+                "check": {"passed": 9, "outputs": 9, "worst": "prefill `attn_q`",
+                          "worst_rel_err": 1e-7, "worst_bound": 1e-4},
+                "notes": ["synthetic weights: tokens are not a model's output"]}"#,
+        )
+        .unwrap();
+        let mut t = String::new();
+        generate_table(&r, &mut t);
+        assert!(t.contains("24 prompt tokens, 2 generated"), "{t}");
+        let row = |what: &str| t.lines().find(|l| l.contains(what)).unwrap().to_string();
+        assert!(row("attn_q").ends_with("150 µs      300 µs    2.00"), "{t}");
+        assert!(row("sampling").ends_with("-        4 µs       -"), "{t}");
+        assert!(
+            row("time to first token").ends_with("1000 µs     2000 µs    2.00"),
+            "{t}"
+        );
+        assert!(
+            row("per output token").ends_with("-      500 µs       -"),
+            "{t}"
+        );
+        assert!(t.contains("check: 9/9 GEMM outputs"), "{t}");
+        assert!(t.contains("note: synthetic weights"), "{t}");
+        let g = Generated::of(&r);
+        assert_eq!(g.ttft.rate(24.0), "24000.0 → 12000.0");
+        assert_eq!(g.tpot.rate(1.0), "- → 2000.0");
     }
 
     #[test]

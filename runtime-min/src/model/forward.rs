@@ -35,7 +35,7 @@ impl Decoder {
         let t = Instant::now();
         let mut x = Vec::with_capacity(tokens.len() * h);
         for &tok in tokens {
-            x.extend_from_slice(&self.host.embed[tok as usize * h..(tok as usize + 1) * h]);
+            self.host.embed.push_row(tok, h, &mut x);
         }
         self.host_time("embedding", step.phase, t);
         for l in 0..self.cfg.layers {
@@ -49,7 +49,7 @@ impl Decoder {
             &self.host.final_norm,
             self.cfg.eps,
         );
-        self.host_time("norm", step.phase, t);
+        self.host_time("final_norm", step.phase, t);
         self.gemm(rt, "lm_head", step, 0, &last, self.cfg.vocab)
     }
 
@@ -63,7 +63,7 @@ impl Decoder {
     ) -> Result<()> {
         let (qd, kvd) = (self.cfg.q_dim(), self.cfg.kv_dim());
         let t = Instant::now();
-        let hn = rms_norm(x, &self.host.layers[l].attn_norm, self.cfg.eps);
+        let hn = rms_norm(x, &self.host.layer(l).attn_norm, self.cfg.eps);
         self.host_time("norm", s.phase, t);
         let (mut q, mut k, v) = if self.cfg.fused {
             let qkv = self.gemm(rt, "attn_qkv", s, l, &hn, qd + 2 * kvd)?;
@@ -76,7 +76,7 @@ impl Decoder {
         };
         let mut v = v;
         let t = Instant::now();
-        if let Some([bq, bk, bv]) = &self.host.layers[l].qkv_bias {
+        if let Some([bq, bk, bv]) = &self.host.layer(l).qkv_bias {
             add_bias(&mut q, bq);
             add_bias(&mut k, bk);
             add_bias(&mut v, bv);
@@ -96,7 +96,7 @@ impl Decoder {
         self.host_time("attention", s.phase, t);
         let mut o = self.gemm(rt, "attn_o", s, l, &a, self.cfg.hidden)?;
         let t = Instant::now();
-        if let Some(b) = &self.host.layers[l].o_bias {
+        if let Some(b) = &self.host.layer(l).o_bias {
             add_bias(&mut o, b);
         }
         x.iter_mut().zip(&o).for_each(|(a, b)| *a += b);
@@ -108,7 +108,7 @@ impl Decoder {
     fn mlp_block(&mut self, rt: &mut Runtime, l: usize, x: &mut [f32], s: Step) -> Result<()> {
         let i = self.cfg.inter;
         let t = Instant::now();
-        let hn = rms_norm(x, &self.host.layers[l].mlp_norm, self.cfg.eps);
+        let hn = rms_norm(x, &self.host.layer(l).mlp_norm, self.cfg.eps);
         self.host_time("norm", s.phase, t);
         let (gate, up) = if self.cfg.fused {
             let gu = self.gemm(rt, "ffn_gate_up", s, l, &hn, 2 * i)?;
@@ -152,8 +152,10 @@ impl Decoder {
         let timing = rt.linear(op, s.phase, l as u32, s.len, input, &mut out)?;
         self.times.gemm(op, s.phase, &timing);
         if let Some(checks) = self.checks.as_mut() {
+            let t = Instant::now();
             let c = rt.check_linear(op, s.phase, l as u32, s.len, input, &out)?;
             checks.push(c);
+            self.check_us += t.elapsed().as_secs_f64() * 1e6;
         }
         Ok(out)
     }

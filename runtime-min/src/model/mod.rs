@@ -99,6 +99,10 @@ pub struct Generation {
     pub ttft_us: f64,
     /// Host wall clock of each decode step, µs.
     pub decode_us: Vec<f64>,
+    /// Host time of the reference products of `--check`, µs: excluded
+    /// from `ttft_us` and `decode_us` (though they disturb the caches the
+    /// operators after them find).
+    pub check_us: f64,
     /// Per operator and phase, measured (and predicted where known).
     pub ops: Vec<OpTime>,
     /// Every GEMM's output against the host's f64 reference (`--check`).
@@ -159,6 +163,8 @@ pub struct Decoder {
     kv: KvCache,
     times: OpTimes,
     checks: Option<Vec<LinearCheck>>,
+    /// Host time of the checks' reference products so far, µs.
+    check_us: f64,
 }
 
 impl Decoder {
@@ -187,15 +193,49 @@ impl Decoder {
         files.cfg.check_context(positions)?;
         let host = Decoder::host_bytes(files, positions);
         rt.check_generation_memory(prompt_len, host, "the decoder's KV cache and host tensors")?;
-        let cfg = files.cfg.clone();
-        Ok(Decoder {
-            host: files.names.read(&files.ckpt)?,
+        let host = files.names.read(&files.ckpt)?;
+        Ok(Decoder::new(files.cfg.clone(), host, positions))
+    }
+
+    /// A decoder on seeded synthetic host tensors (norm weights near 1,
+    /// small biases, an embedding drawn per token), for a runtime opened
+    /// with synthetic GEMM weights ([`crate::WeightSource::Synthetic`]):
+    /// its tokens mean nothing, its times and checks are real. `share`
+    /// keeps one layer's host tensors, as the runtime's `share_layers`
+    /// keeps one layer's GEMM weights. The memory is checked as by
+    /// [`Decoder::load`].
+    pub fn synthetic(
+        cfg: DecoderConfig,
+        rt: &Runtime,
+        prompt_len: u32,
+        positions: usize,
+        seed: u64,
+        share: bool,
+    ) -> Result<Decoder> {
+        if rt.has_checkpoint() {
+            return Err(Error::arg(
+                "weights",
+                "the runtime was opened with a checkpoint; synthetic host tensors need synthetic GEMM weights",
+            ));
+        }
+        cfg.check_context(positions)?;
+        let host = HostTensors::synthetic_bytes(&cfg, share)
+            + KvCache::bytes(cfg.layers, positions, cfg.kv_dim());
+        rt.check_generation_memory(prompt_len, host, "the decoder's KV cache and host tensors")?;
+        let host = HostTensors::synthetic(&cfg, seed, share);
+        Ok(Decoder::new(cfg, host, positions))
+    }
+
+    fn new(cfg: DecoderConfig, host: HostTensors, positions: usize) -> Decoder {
+        Decoder {
+            host,
             rope: Rope::new(cfg.head_dim, cfg.rope_theta, cfg.rope_scaling),
             kv: KvCache::new(cfg.layers, positions, cfg.kv_dim()),
             times: OpTimes::default(),
             checks: None,
+            check_us: 0.0,
             cfg,
-        })
+        }
     }
 
     /// Generates from `spec.prompt`; `progress(phase, done, total)` is told
@@ -244,6 +284,7 @@ impl Decoder {
         let prepare_us = t.elapsed().as_secs_f64() * 1e6;
         self.times = OpTimes::default();
         self.checks = check.then(Vec::new);
+        self.check_us = 0.0;
         let mut sampler = Sampler::new(spec.sampling);
         let mut out = Generation {
             prompt_tokens: plen,
@@ -252,6 +293,7 @@ impl Decoder {
             logits: Vec::new(),
             ttft_us: 0.0,
             decode_us: Vec::new(),
+            check_us: 0.0,
             ops: Vec::new(),
             check: None,
         };
@@ -265,12 +307,13 @@ impl Decoder {
         let mut layer_progress = |d, t| progress(Phase::Prefill, d, t);
         let logits = self.forward(rt, &spec.prompt, prefill, &mut layer_progress)?;
         let mut next = self.choose(&mut sampler, logits, spec, &mut out);
-        out.ttft_us = start.elapsed().as_secs_f64() * 1e6;
+        out.ttft_us = start.elapsed().as_secs_f64() * 1e6 - self.check_us;
         for i in 1..spec.max_new as usize {
             if spec.stop.contains(&next) {
                 break;
             }
             let t = Instant::now();
+            let checked_before = self.check_us;
             let step = Step {
                 phase: Phase::Decode,
                 len: 1,
@@ -279,10 +322,13 @@ impl Decoder {
             };
             let logits = self.forward(rt, &[next], step, &mut |_, _| {})?;
             next = self.choose(&mut sampler, logits, spec, &mut out);
-            out.decode_us.push(t.elapsed().as_secs_f64() * 1e6);
+            let checking = self.check_us - checked_before;
+            out.decode_us
+                .push(t.elapsed().as_secs_f64() * 1e6 - checking);
             progress(Phase::Decode, i, spec.max_new as usize - 1);
         }
         out.ops = self.times.list();
+        out.check_us = self.check_us;
         out.check = self.checks.take().map(summarise);
         Ok(out)
     }

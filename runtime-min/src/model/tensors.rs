@@ -36,13 +36,95 @@ pub(crate) struct LayerTensors {
     pub o_bias: Option<Vec<f32>>,
 }
 
+/// The token embedding.
+#[derive(Debug)]
+pub(crate) enum Embedding {
+    /// `vocab × hidden`, read from the checkpoint.
+    Dense(Vec<f32>),
+    /// Each row drawn from a seed when it is looked up (uniform in
+    /// `[-1, 1)`), so a large vocabulary takes no memory.
+    Synthetic {
+        /// The seed.
+        seed: u64,
+    },
+}
+
+impl Embedding {
+    /// Appends token `tok`'s row of `h` values to `x`.
+    pub fn push_row(&self, tok: u32, h: usize, x: &mut Vec<f32>) {
+        let t = tok as usize;
+        match self {
+            Embedding::Dense(e) => x.extend_from_slice(&e[t * h..(t + 1) * h]),
+            Embedding::Synthetic { seed } => {
+                let s = seed ^ (tok as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+                x.extend(hetero_agent::verify::random_vec(h, s));
+            }
+        }
+    }
+}
+
 /// Every host tensor, as f32.
 #[derive(Debug)]
 pub(crate) struct HostTensors {
-    /// `vocab × hidden`.
-    pub embed: Vec<f32>,
+    pub embed: Embedding,
     pub final_norm: Vec<f32>,
+    /// One per layer, or one that every layer uses (shared synthetic
+    /// weights).
     pub layers: Vec<LayerTensors>,
+}
+
+impl HostTensors {
+    /// The tensors layer `l` runs with.
+    pub fn layer(&self, l: usize) -> &LayerTensors {
+        &self.layers[l.min(self.layers.len() - 1)]
+    }
+
+    /// Seeded synthetic tensors for `cfg`: norm weights near 1, biases
+    /// near 0 and an embedding uniform in `[-1, 1)`, so that activations
+    /// stay finite through every layer; `share` keeps one layer's worth.
+    pub fn synthetic(cfg: &DecoderConfig, seed: u64, share: bool) -> HostTensors {
+        let (h, q, kv) = (cfg.hidden, cfg.q_dim(), cfg.kv_dim());
+        let draw = |n: usize, what: u64, scale: f32, offset: f32| -> Vec<f32> {
+            let v = hetero_agent::verify::random_vec(n, seed ^ what.rotate_left(29));
+            v.into_iter().map(|x| offset + scale * x).collect()
+        };
+        let layer = |l: u64| {
+            let at = (l + 1) << 8;
+            LayerTensors {
+                attn_norm: draw(h, at | 1, 0.1, 1.0),
+                mlp_norm: draw(h, at | 2, 0.1, 1.0),
+                qkv_bias: cfg.qkv_bias.then(|| {
+                    [
+                        draw(q, at | 3, 0.1, 0.0),
+                        draw(kv, at | 4, 0.1, 0.0),
+                        draw(kv, at | 5, 0.1, 0.0),
+                    ]
+                }),
+                o_bias: cfg.o_bias.then(|| draw(h, at | 6, 0.1, 0.0)),
+            }
+        };
+        let count = if share { 1 } else { cfg.layers };
+        HostTensors {
+            embed: Embedding::Synthetic {
+                seed: seed ^ 0xe3be,
+            },
+            final_norm: draw(h, 7, 0.1, 1.0),
+            layers: (0..count as u64).map(layer).collect(),
+        }
+    }
+
+    /// Bytes [`HostTensors::synthetic`] takes.
+    pub fn synthetic_bytes(cfg: &DecoderConfig, share: bool) -> u128 {
+        let per_layer = 2 * cfg.hidden
+            + if cfg.qkv_bias {
+                cfg.q_dim() + 2 * cfg.kv_dim()
+            } else {
+                0
+            }
+            + if cfg.o_bias { cfg.hidden } else { 0 };
+        let count = if share { 1 } else { cfg.layers };
+        ((count * per_layer + cfg.hidden) * 4) as u128
+    }
 }
 
 /// Checks that every tensor the decoder needs is in the checkpoint with
@@ -144,7 +226,7 @@ impl HostNames {
             })
             .collect::<Result<Vec<_>>>()?;
         Ok(HostTensors {
-            embed: ckpt.read_f32(&self.embed)?,
+            embed: Embedding::Dense(ckpt.read_f32(&self.embed)?),
             final_norm: ckpt.read_f32(&self.final_norm)?,
             layers,
         })

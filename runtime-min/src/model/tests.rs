@@ -224,3 +224,49 @@ fn half_precision_checkpoints_run_and_bad_ones_name_the_tensor() {
         .to_string();
     assert!(e.contains("lm_head"), "{e}");
 }
+
+#[test]
+fn synthetic_weights_stay_finite_through_many_layers_and_share_one_layer() {
+    let dir = hetero_test_support::temp_dir("decoder-synthetic");
+    let deep = r#", "num_hidden_layers": 28"#;
+    let (cfg_path, _) = config(dir.path(), "qwen2", "");
+    let text = std::fs::read_to_string(&cfg_path)
+        .unwrap()
+        .replace(r#", "num_hidden_layers": 2,"#, ",")
+        .replace('}', &format!("{deep}}}"));
+    std::fs::write(&cfg_path, text).unwrap();
+    let model = hetero_plan::hf::load_config(&cfg_path).unwrap();
+    assert_eq!(model.layers, 28);
+    let cfg = DecoderConfig::load(&cfg_path, &model).unwrap();
+    let w = checkpoint(dir.path(), &model, &cfg, "", Dtype::F32);
+    // A runtime with the checkpoint: synthetic host tensors are refused.
+    let file_rt = runtime(dir.path(), &model, false, &w);
+    let e = Decoder::synthetic(cfg.clone(), &file_rt, 3, 8, 1, true)
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(e.contains("synthetic GEMM weights"), "{e}");
+    let plan = dir.path().join("cpu.ron");
+    let mut logits = vec![];
+    for share in [true, false] {
+        let opts = RuntimeOptions {
+            weights: WeightSource::Synthetic {
+                seed: 9,
+                share_layers: share,
+            },
+            ..Default::default()
+        };
+        let mut rt = Runtime::open(&plan, model.clone(), opts).unwrap();
+        let mut d = Decoder::synthetic(cfg.clone(), &rt, 3, 8, 9, share).unwrap();
+        assert_eq!(d.host.layers.len(), if share { 1 } else { 28 });
+        let g = d
+            .generate(&mut rt, &greedy(&[1, 2, 3], 4), true, &mut |_, _, _| {})
+            .unwrap();
+        assert!(g.logits.iter().flatten().all(|x| x.is_finite()));
+        let c = g.check.unwrap();
+        assert_eq!(c.passed, c.outputs, "{}", c.worst);
+        assert!(g.check_us > 0.0);
+        logits.push(g.logits);
+    }
+    assert_ne!(logits[0], logits[1]);
+}

@@ -32,8 +32,9 @@ pub struct OpTime {
     /// Measured, µs (a GEMM: the runtime's operator time; a host
     /// operator: its wall clock).
     pub measured_us: f64,
-    /// The plan's prediction, µs, where the plan has one: GEMMs now; the
-    /// host operators' figure goes here once plans carry their costs.
+    /// The plan's prediction, µs, where the plan has one: a GEMM's from
+    /// the runtime; a host operator's from the plan's forecast of its
+    /// layers (`Plan::forecast_generation`), filled in by the caller.
     pub predicted_us: Option<f64>,
 }
 
