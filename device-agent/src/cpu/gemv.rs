@@ -1,13 +1,13 @@
 //! The cpu backend's products of up to [`MAX_M`] rows (a decode step's
 //! GEMVs): memory-bound, so the weights are read once, in their own type
-//! (f32, f16 or bf16), widened in registers ([`kernel`]) and split over the
+//! (f32, f16 or bf16), widened in registers (`kernel`) and split over the
 //! group's threads in contiguous parts.
 //!
 //! The `gemm` crate is shaped for compute: it runs a one-row product on
 //! one thread, and has no bf16. Debug builds keep f32 and f16 on it
 //! ([`super::SMALL_ROWS_OWN_LOOP`]).
 //!
-//! Layouts as in [`crate::dense`]: `aw` keeps `W[K,N]`, `transposed` keeps
+//! Layouts as in `crate::dense`: `aw` keeps `W[K,N]`, `transposed` keeps
 //! `Wᵀ[N,K]`. The activation is kept in f32 (rounded to the weight type,
 //! as a 16-bit device would hold it) and sums are f32.
 

@@ -3,7 +3,7 @@
 //! run.
 //!
 //! Both read copies of the weights in turn, as many as
-//! [`crate::evict::rotation_bytes`] asks (four times the last-level cache,
+//! `crate::evict::rotation_bytes` asks (four times the last-level cache,
 //! at most 2 GiB), so that each run finds its bytes in memory rather than
 //! in a cache, as a decode step's layers find theirs. The stream sums the
 //! bytes as 64-bit words, split in parts as the product splits them.
@@ -223,7 +223,7 @@ fn checked(
 }
 
 /// Sums `bytes` as 64-bit words on the current pool's threads, in
-/// [`PARTS_PER_THREAD`] parts per thread: a plain read of every byte.
+/// `PARTS_PER_THREAD` parts per thread: a plain read of every byte.
 pub fn stream_sum(bytes: &[u8], threads: usize) -> u64 {
     let part = bytes
         .len()
