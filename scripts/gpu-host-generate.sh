@@ -14,7 +14,8 @@
 #      (datasets/gpu-host-h200): cuda:0 alone, and cpu:0 + cuda:0 offload
 #      under a 512 MiB GPU memory budget;
 #   3. `hetero generate` runs each plan on the same checkpoint and prompt;
-#   4. a summary compares tokens (first divergence and the reference's logit
+#   4. a summary compares tokens with transformers in bf16 and with the same
+#      weights computed in f32 (first divergence and the reference's logit
 #      gap there) and tokens/s, written to DIR/summary.md and printed.
 set -euo pipefail
 
@@ -45,8 +46,8 @@ for config in "${list[@]}"; do
     name=$(basename "$config" .json)
     ref="$out/$name"
     python3 "$repo/scripts/reference.py" --config "$config" --out "$ref" \
-        --dtype bf16 --device cuda --prompt-len 512 --max-new 64 --top-logits 5 \
-        --initializer-range 0.1 --time --repeats 5 >"$out/$name-transformers.json"
+        --dtype bf16 --device cuda --prompt-len 512 --max-new 64 --top-logits 20 \
+        --initializer-range 0.1 --time --repeats 5 --f32-too >"$out/$name-transformers.json"
     prompt=$(python3 -c "import json,sys; print(','.join(map(str, json.load(open(sys.argv[1]))['prompt_tokens'])))" "$ref/expected.json")
     for kind in cuda offload; do
         plan="$out/$name-$kind.ron"
@@ -66,8 +67,23 @@ done
 python3 - "$out" "${list[@]}" <<'EOF'
 import json, pathlib, sys
 out = pathlib.Path(sys.argv[1])
-lines = ["| model | plan | tokens equal to transformers | first divergence (reference logit gap) "
-         "| TTFT ms | prefill tok/s | decode tok/s | transformers decode tok/s | ratio |",
+
+
+def compare(exp, suffix, mine):
+    """'n/64, first divergence at step i (gap)' against one reference."""
+    ref = exp["tokens" + suffix]
+    same = sum(1 for a, b in zip(ref, mine) if a == b)
+    first = next((i for i, (a, b) in enumerate(zip(ref, mine)) if a != b), None)
+    if first is None:
+        return f"{same}/{len(ref)}"
+    top = exp["top_logits" + suffix][first]
+    logit = dict((t, v) for t, v in top).get(mine[first])
+    gap = f"gap {top[0][1] - logit:.3g}" if logit is not None else f"not in top {len(top)}"
+    return f"{same}/{len(ref)}, from step {first} ({gap})"
+
+
+lines = ["| model | plan | tokens as transformers bf16 | as transformers f32 (same weights) "
+         "| TTFT ms | prefill tok/s | decode tok/s | transformers decode tok/s | decode ratio |",
          "|---|---|---|---|---|---|---|---|---|"]
 for config in sys.argv[2:]:
     name = pathlib.Path(config).stem
@@ -75,22 +91,13 @@ for config in sys.argv[2:]:
     tf = json.loads((out / f"{name}-transformers.json").read_text())
     for kind in ("cuda", "offload"):
         got = json.loads((out / f"{name}-{kind}.json").read_text())
-        ref, mine = exp["tokens"], got["tokens"]
-        same = sum(1 for a, b in zip(ref, mine) if a == b)
-        first = next((i for i, (a, b) in enumerate(zip(ref, mine)) if a != b), None)
-        if first is None:
-            where = "none"
-        else:
-            top = dict((t, v) for t, v in exp["top_logits"][first])
-            best = exp["top_logits"][first][0][1]
-            gap = f"{best - top[mine[first]]:.3g}" if mine[first] in top else "beyond top 5"
-            where = f"step {first} ({gap})"
         ratio = got["decode_tokens_per_s"] / tf["decode_tokens_per_s"]
         lines.append(
-            f"| {name} | {kind} | {same}/{len(ref)} | {where} | {got['ttft_us'] / 1e3:.1f} "
+            f"| {name} | {kind} | {compare(exp, '', got['tokens'])} "
+            f"| {compare(exp, '_f32', got['tokens'])} | {got['ttft_us'] / 1e3:.1f} "
             f"| {got['prefill_tokens_per_s']:.0f} | {got['decode_tokens_per_s']:.1f} "
             f"| {tf['decode_tokens_per_s']:.1f} | {ratio:.2f}x |")
-    lines.append(f"| {name} | transformers | | | {tf['ttft_s'] * 1e3:.1f} "
+    lines.append(f"| {name} | transformers (bf16) | | | {tf['ttft_s'] * 1e3:.1f} "
                  f"| {tf['prefill_tokens_per_s']:.0f} | {tf['decode_tokens_per_s']:.1f} | | |")
 text = "\n".join(lines) + "\n"
 (out / "summary.md").write_text(text)

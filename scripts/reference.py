@@ -13,7 +13,9 @@ expected.json holds the prompt's token ids, the generated ids, and the raw
 logits of every generated step: logits[0] is the prefill's last position
 (it chose tokens[0]), logits[i] the decode step that chose tokens[i]; with
 `--top-logits K`, `top_logits[i]` holds that step's K best (id, logit)
-pairs instead, for vocabularies too large to store whole. It
+pairs instead, for vocabularies too large to store whole. With
+`--f32-too`, `tokens_f32` and its logits come from the same rounded weights
+computed in f32, the reference for a runtime that keeps activations in f32. It
 also records the smallest gap between the best and the second-best logit
 over the steps (`min_top2_gap`), so a reader can tell how much numerical
 slack a greedy match has.
@@ -64,6 +66,10 @@ def parse_args(argv):
     p.add_argument("--top-logits", type=int, default=0, metavar="K",
                    help="store each step's K best (token, logit) pairs instead of every "
                         "logit (large vocabularies)")
+    p.add_argument("--f32-too", action="store_true",
+                   help="also generate with the same (rounded) weights computed in f32: "
+                        "tokens_f32 and its logits, the reference for a runtime that keeps "
+                        "activations in f32")
     p.add_argument("--time", action="store_true",
                    help="also time transformers' generate on --device")
     p.add_argument("--repeats", type=int, default=5)
@@ -119,6 +125,19 @@ def greedy(model, ids, max_new, torch):
     tokens = out.sequences[0, len(ids):].tolist()
     logits = [step[0].float().cpu() for step in out.logits]
     return tokens, logits
+
+
+def store_logits(expected, suffix, logits, top_k):
+    """Every step's logits, or its `top_k` best (id, logit) pairs."""
+    if top_k > 0:
+        expected["top_logits" + suffix] = []
+        for step in logits:
+            top = step.topk(top_k)
+            expected["top_logits" + suffix].append(
+                [[int(i), float(f"{v:.7g}")] for v, i in zip(top.values.tolist(), top.indices.tolist())]
+            )
+    else:
+        expected["logits" + suffix] = [[float(f"{v:.7g}") for v in step.tolist()] for step in logits]
 
 
 def top2_gap(logits):
@@ -197,15 +216,7 @@ def main(argv):
         "tokens": tokens,
         "min_top2_gap": top2_gap(logits),
     }
-    if args.top_logits > 0:
-        expected["top_logits"] = []
-        for step in logits:
-            top = step.topk(args.top_logits)
-            expected["top_logits"].append(
-                [[int(i), float(f"{v:.7g}")] for v, i in zip(top.values.tolist(), top.indices.tolist())]
-            )
-    else:
-        expected["logits"] = [[float(f"{v:.7g}") for v in step.tolist()] for step in logits]
+    store_logits(expected, "", logits, args.top_logits)
     write_json(args.out / "expected.json", expected)
     print(f"{args.out}: {len(tokens)} tokens {tokens}, min top-2 gap {expected['min_top2_gap']:.4g}",
           file=sys.stderr)
@@ -214,6 +225,12 @@ def main(argv):
             report = timing(model, ids, args.max_new, args.repeats, torch)
         write_json(args.out / "timing.json", report)
         print(json.dumps(report))
+    if args.f32_too and args.dtype != "f32":
+        with torch.no_grad():
+            tokens32, logits32 = greedy(model.float(), ids, args.max_new, torch)
+        expected["tokens_f32"] = tokens32
+        store_logits(expected, "_f32", logits32, args.top_logits)
+        write_json(args.out / "expected.json", expected)
 
 
 if __name__ == "__main__":
