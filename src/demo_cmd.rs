@@ -395,12 +395,13 @@ pub fn run(a: DemoArgs) -> Result<()> {
     if a.tokens == 0 {
         return Err(BadInput("--tokens must be at least 1".into()).into());
     }
-    if let Some(model) = &a.model {
-        generates(model)?;
-    }
     let mut inputs: Vec<Input<'_>> = Vec::new();
     inputs.extend(a.model.as_deref().map(|p| ("--model", p)));
     inputs.extend(a.agent.as_deref().map(|p| ("--agent", p)));
+    Staging::check(&a.out, &inputs)?;
+    if let Some(model) = &a.model {
+        generates(model)?;
+    }
     let staging = Staging::prepare(&a.out, &inputs)?;
     match run_steps(a, &staging) {
         Ok(()) => staging.finish(),

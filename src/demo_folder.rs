@@ -228,10 +228,9 @@ pub struct Staging {
 }
 
 impl Staging {
-    /// Checks `out` and its `.partial` sibling (each absent, empty, or an
-    /// earlier demo's), refuses inputs inside either, and makes a fresh
-    /// `.partial` folder with `logs/` in it.
-    pub fn prepare(out: &Path, inputs: &[Input<'_>]) -> Result<Staging> {
+    /// The output folder and its `.partial` sibling for `--out`, after
+    /// refusing an input that lies inside either (exit 2). Creates nothing.
+    pub fn check(out: &Path, inputs: &[Input<'_>]) -> Result<(PathBuf, PathBuf)> {
         let out = if out.file_name().is_some() {
             out.to_path_buf()
         } else {
@@ -242,7 +241,6 @@ impl Staging {
         };
         let work = out.with_file_name(format!("{}.partial", name.to_string_lossy()));
         classify(&out)?;
-        let found = classify(&work)?;
         for &(flag, p) in inputs {
             if let Some(dir) = [&out, &work].into_iter().find(|d| is_within(p, d)) {
                 return Err(bad(format!(
@@ -252,6 +250,15 @@ impl Staging {
                 )));
             }
         }
+        Ok((out, work))
+    }
+
+    /// Checks `out` and its `.partial` sibling (each absent, empty, or an
+    /// earlier demo's), refuses inputs inside either, and makes a fresh
+    /// `.partial` folder with `logs/` in it.
+    pub fn prepare(out: &Path, inputs: &[Input<'_>]) -> Result<Staging> {
+        let (out, work) = Self::check(out, inputs)?;
+        let found = classify(&work)?;
         remove(&work, found)?;
         std::fs::create_dir_all(work.join("logs"))
             .with_context(|| format!("creating {}", work.display()))?;

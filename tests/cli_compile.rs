@@ -14,9 +14,7 @@ use std::path::{Path, PathBuf};
 
 use common::{HETERO, TINY_LLAMA, skip, temp_dir};
 use hetero_agent::{OpenOptions, Registry};
-use hetero_plan::{
-    DType, LatencyModel, Overheads, Phase, Predictor, ProcessorModel, SchemaVersion, Score,
-};
+use hetero_plan::{DType, Phase};
 
 const SOC: &str = "69";
 
@@ -42,36 +40,10 @@ fn setup(dir: &Path) -> Result<(PathBuf, PathBuf), String> {
     let config = dir.join("config.json");
     std::fs::write(&config, TINY_LLAMA).unwrap();
     let model = hetero_plan::hf::load_config(&config).unwrap();
-    let roof = |p: &str, peak: f64, bw: f64, launch: f64| ProcessorModel {
-        processor: p.into(),
-        dtype: DType::F32,
-        model: LatencyModel::Roofline {
-            peak_gflops: peak,
-            bw_gbps: bw,
-            launch_us: launch,
-        },
-        score: Score::default(),
-        candidates: vec![],
-        launch_us: None,
-        order_free: false,
-        measured: Vec::new(),
-    };
-    let over = |p: &str| Overheads {
-        processor: p.into(),
-        sync_poll_us: Some(2.0),
-        submit_empty_us: Some(3.0),
-        ..Default::default()
-    };
-    let pred = Predictor {
-        schema_version: SchemaVersion,
-        dataset: hetero_plan::Fingerprint::of_bytes("synthetic", b"synthetic"),
+    let pred = common::roofline_predictor(
         processors,
-        models: vec![
-            roof("cpu:0", 2.0, 2.0, 5.0),
-            roof("qnn:htp", 200.0, 60.0, 10.0),
-        ],
-        overheads: vec![over("cpu:0"), over("qnn:htp")],
-    };
+        &[("cpu:0", 2.0, 2.0, 5.0), ("qnn:htp", 200.0, 60.0, 10.0)],
+    );
     let settings = hetero_solver::Settings {
         phases: vec![Phase::Prefill, Phase::Decode],
         prefill_lengths: (1..=16).collect(),

@@ -29,9 +29,6 @@ pub fn real_agent() -> Result<PathBuf, String> {
 /// with this machine's processors.
 pub fn tiny_cpu_npu(dir: &Path) -> (PathBuf, hetero_plan::ModelSpec, hetero_plan::Predictor) {
     use hetero_agent::{OpenOptions, Registry};
-    use hetero_plan::{
-        DType, LatencyModel, Overheads, Predictor, ProcessorModel, SchemaVersion, Score,
-    };
     let config = dir.join("config.json");
     std::fs::write(&config, TINY_LLAMA).unwrap();
     let model = hetero_plan::hf::load_config(&config).unwrap();
@@ -39,7 +36,24 @@ pub fn tiny_cpu_npu(dir: &Path) -> (PathBuf, hetero_plan::ModelSpec, hetero_plan
         &OpenOptions::default(),
         Some(&["cpu:0".into(), "npu-sim".into()]),
     );
-    let roof = |p: &str, peak: f64, bw: f64, launch: f64| ProcessorModel {
+    let pred = roofline_predictor(
+        reg.processors(),
+        &[("cpu:0", 20.0, 10.0, 5.0), ("npu-sim", 25.0, 12.0, 20.0)],
+    );
+    (config, model, pred)
+}
+
+/// A predictor for `processors` whose f32 models are rooflines
+/// `(processor, peak GFLOP/s, bandwidth GB/s, launch µs)`, with small
+/// poll and submit overheads.
+pub fn roofline_predictor(
+    processors: Vec<hetero_plan::Processor>,
+    roofs: &[(&str, f64, f64, f64)],
+) -> hetero_plan::Predictor {
+    use hetero_plan::{
+        DType, LatencyModel, Overheads, Predictor, ProcessorModel, SchemaVersion, Score,
+    };
+    let model = |&(p, peak, bw, launch): &(&str, f64, f64, f64)| ProcessorModel {
         processor: p.into(),
         dtype: DType::F32,
         model: LatencyModel::Roofline {
@@ -53,21 +67,17 @@ pub fn tiny_cpu_npu(dir: &Path) -> (PathBuf, hetero_plan::ModelSpec, hetero_plan
         order_free: false,
         measured: Vec::new(),
     };
-    let over = |p: &str| Overheads {
+    let over = |&(p, ..): &(&str, f64, f64, f64)| Overheads {
         processor: p.into(),
         sync_poll_us: Some(2.0),
         submit_empty_us: Some(3.0),
         ..Default::default()
     };
-    let pred = Predictor {
+    Predictor {
         schema_version: SchemaVersion,
         dataset: hetero_plan::Fingerprint::of_bytes("synthetic", b"synthetic"),
-        processors: reg.processors(),
-        models: vec![
-            roof("cpu:0", 20.0, 10.0, 5.0),
-            roof("npu-sim", 25.0, 12.0, 20.0),
-        ],
-        overheads: vec![over("cpu:0"), over("npu-sim")],
-    };
-    (config, model, pred)
+        processors,
+        models: roofs.iter().map(model).collect(),
+        overheads: roofs.iter().map(over).collect(),
+    }
 }
