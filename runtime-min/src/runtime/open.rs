@@ -288,7 +288,7 @@ fn pool_memory(backends: &[Box<dyn Backend>]) -> Option<usize> {
 /// pool's memory.
 fn open_notes(weights: &WeightSource, host_mem: Option<&dyn Backend>) -> Vec<String> {
     let mut notes = vec![
-        "only the linear operators (GEMMs) run; attention, norms and activations are not modelled, so TTFT and per-token times cover the GEMMs alone".to_string(),
+        "only the linear operators (GEMMs) run; attention, norms and activations are left out, so TTFT and per-token times cover the GEMMs alone (`hetero generate` runs the whole model)".to_string(),
     ];
     if let WeightSource::Synthetic {
         share_layers: true, ..
