@@ -5,16 +5,15 @@
 use std::path::{Path, PathBuf};
 
 use clap::Args;
-use hetero_agent::OpenOptions;
 use hetero_plan::{Phase, Plan};
 use hetero_runtime::model::{DecoderConfig, OpKind};
 use hetero_runtime::{
-    Decoder, GenerateSpec, Generation, ModelFiles, Runtime, RuntimeOptions, Sampling, SyncChoice,
-    WeightSource,
+    Decoder, GenerateSpec, Generation, ModelFiles, Runtime, Sampling, WeightSource,
 };
 use serde::Serialize;
 
 use crate::bad;
+use crate::runtime_args::RuntimeArgs;
 
 #[derive(Debug, Args)]
 #[command(after_help = "Examples:
@@ -86,26 +85,8 @@ pub struct GenerateArgs {
     /// Seed of the sampler.
     #[arg(long, default_value_t = 0)]
     seed: u64,
-    /// How the host waits for a submitted part (as for `hetero run`).
-    #[arg(long, default_value = "poll")]
-    sync: SyncChoice,
-    /// The predictor the plan was solved with: its fingerprint and
-    /// processors must match this machine's.
-    #[arg(long)]
-    predictor: Option<PathBuf>,
-    /// CPU core groups, `0-3;4-7` (as for hetero-agent).
-    #[arg(long)]
-    cpu_groups: Option<String>,
-    /// How long a CPU group's workers poll for work before they sleep, µs.
-    #[arg(long)]
-    cpu_poll_us: Option<u64>,
-    /// NPU simulator parameters (RON).
-    #[arg(long)]
-    sim_params: Option<PathBuf>,
-    /// Graphs compiled ahead of time for this plan (`hetero compile`), as
-    /// for `hetero run`.
-    #[arg(long, value_name = "DIR")]
-    graphs: Option<PathBuf>,
+    #[command(flatten)]
+    rt: RuntimeArgs,
 }
 
 /// Prompts at least this long get a progress line on stderr.
@@ -164,26 +145,15 @@ pub fn run(args: GenerateArgs) -> anyhow::Result<()> {
         None => None,
     };
     let prompt = prompt_ids(&args, tokenizer.as_ref())?;
-    hetero_agent::cpu::poll_hold(args.cpu_poll_us).map_err(|e| bad(e.to_string()))?;
-    let opts = RuntimeOptions {
-        open: OpenOptions {
-            cpu_groups: args.cpu_groups.clone(),
-            cpu_poll_us: args.cpu_poll_us,
-            sim_params: args.sim_params.clone(),
-            ..Default::default()
+    args.rt.hold_cpu_poll()?;
+    let weights = match args.synthetic_weights {
+        true => WeightSource::Synthetic {
+            seed: args.seed_weights,
+            share_layers: args.share_weights,
         },
-        sync: args.sync,
-        weights: match args.synthetic_weights {
-            true => WeightSource::Synthetic {
-                seed: args.seed_weights,
-                share_layers: args.share_weights,
-            },
-            false => WeightSource::Safetensors(ckpt.clone()),
-        },
-        predictor: args.predictor.clone(),
-        fail_after: None,
-        graphs: args.graphs.clone(),
+        false => WeightSource::Safetensors(ckpt.clone()),
     };
+    let opts = args.rt.options(weights, None);
     let mut rt = Runtime::open(&args.plan, model.clone(), opts)?;
     let positions = prompt.len() + args.max_new as usize;
     let (plen, seed, share) = (prompt.len() as u32, args.seed_weights, args.share_weights);

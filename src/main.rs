@@ -24,6 +24,7 @@ mod plan_cmd;
 mod predict_cmd;
 mod profile_cmd;
 mod run_cmd;
+mod runtime_args;
 mod schema_cmd;
 mod solve_cmd;
 

@@ -4,11 +4,11 @@
 use std::path::PathBuf;
 
 use clap::Args;
-use hetero_agent::OpenOptions;
 use hetero_plan::Phase;
-use hetero_runtime::{RunSpec, Runtime, RuntimeOptions, SyncChoice, WeightSource};
+use hetero_runtime::{RunSpec, Runtime, WeightSource};
 
 use crate::BadInput;
+use crate::runtime_args::RuntimeArgs;
 
 #[derive(Debug, Args)]
 #[command(after_help = "Examples:
@@ -37,10 +37,6 @@ pub struct RunArgs {
     /// Compare every output with a reference product on the host (f64).
     #[arg(long)]
     check: bool,
-    /// How the host waits for a submitted part: sleep for the predicted time
-    /// then poll a completion flag (HeteroLLM §4.2), or block.
-    #[arg(long, default_value = "poll")]
-    sync: SyncChoice,
     /// Timed passes (after one untimed warm-up pass).
     #[arg(long, default_value_t = 5)]
     repeat: u32,
@@ -54,30 +50,13 @@ pub struct RunArgs {
     /// Every layer runs layer 0's synthetic weights (one layer in memory).
     #[arg(long, conflicts_with = "weights")]
     share_weights: bool,
-    /// The predictor the plan was solved with: its fingerprint and
-    /// processors must match this machine's.
-    #[arg(long)]
-    predictor: Option<PathBuf>,
-    /// CPU core groups, `0-3;4-7` (as for hetero-agent).
-    #[arg(long)]
-    cpu_groups: Option<String>,
-    /// How long a CPU group's workers poll for work after a run before they
-    /// sleep, µs (0: at once); else HETERO_CPU_POLL_US, else 2000.
-    #[arg(long)]
-    cpu_poll_us: Option<u64>,
+    #[command(flatten)]
+    rt: RuntimeArgs,
     /// Pin this thread, which launches, copies and waits, to these cores
     /// before the processors open, so the GPU driver's threads follow it:
     /// `rest` (the cores no --cpu-groups group holds) or a list like `15`.
     #[arg(long)]
     host_cores: Option<String>,
-    /// NPU simulator parameters (RON).
-    #[arg(long)]
-    sim_params: Option<PathBuf>,
-    /// Graphs compiled ahead of time for this plan (`hetero compile`): the
-    /// QNN processor loads them, checked against the plan and the weights,
-    /// and prepares only what the folder lacks (the report says which).
-    #[arg(long, value_name = "DIR")]
-    graphs: Option<PathBuf>,
     /// Also write the JSON report to this file (atomically, only on success).
     #[arg(long)]
     out: Option<PathBuf>,
@@ -129,12 +108,15 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
         }
         None => None,
     };
-    hetero_agent::cpu::poll_hold(args.cpu_poll_us).map_err(|e| BadInput(e.to_string()))?;
+    args.rt.hold_cpu_poll()?;
     if let Some(text) = &args.host_cores {
         use hetero_agent::cpu::topology;
-        let cores =
-            topology::host_cores(text, args.cpu_groups.as_deref(), &topology::process_cores())
-                .map_err(|e| BadInput(format!("--host-cores: {e}")))?;
+        let cores = topology::host_cores(
+            text,
+            args.rt.cpu_groups.as_deref(),
+            &topology::process_cores(),
+        )
+        .map_err(|e| BadInput(format!("--host-cores: {e}")))?;
         topology::pin_current_thread(&cores)
             .map_err(|e| BadInput(format!("--host-cores: pinning the host thread: {e}")))?;
         eprintln!("host thread on cores {}", topology::format_list(&cores));
@@ -147,20 +129,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
             share_layers: args.share_weights,
         },
     };
-    let opts = RuntimeOptions {
-        open: OpenOptions {
-            cpu_groups: args.cpu_groups.clone(),
-            cpu_poll_us: args.cpu_poll_us,
-            sim_params: args.sim_params.clone(),
-            ..Default::default()
-        },
-        sync: args.sync,
-        weights,
-        predictor: args.predictor.clone(),
-        graphs: args.graphs.clone(),
-        fail_after,
-    };
-    let mut rt = Runtime::open(&args.plan, model, opts)?;
+    let mut rt = Runtime::open(&args.plan, model, args.rt.options(weights, fail_after))?;
     let mut report = rt
         .run(&RunSpec {
             phase: args.phase,
@@ -209,9 +178,9 @@ fn check_output(args: &RunArgs, out: &std::path::Path) -> anyhow::Result<()> {
     let mut inputs = vec![("PLAN", args.plan.as_path()), ("--model", &args.model)];
     let optional = [
         ("--weights", &args.weights),
-        ("--predictor", &args.predictor),
-        ("--sim-params", &args.sim_params),
-        ("--graphs", &args.graphs),
+        ("--predictor", &args.rt.predictor),
+        ("--sim-params", &args.rt.sim_params),
+        ("--graphs", &args.rt.graphs),
     ];
     inputs.extend(
         optional
