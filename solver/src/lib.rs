@@ -57,7 +57,7 @@ pub mod synthetic;
 pub use error::{Error, Result};
 pub use explain::{ExplainedCandidate, Explanation, coverage, explain};
 pub use oracle::{GemmModel, LatencyOracle};
-pub use settings::{Distribution, GraphChoice, Settings};
+pub use settings::{Distribution, GraphChoice, OffloadStrategy, Settings};
 pub use solve::{SolveStats, solve, solve_with_stats, solve_with_tables};
 
 #[cfg(test)]

@@ -120,6 +120,53 @@ impl Distribution {
     }
 }
 
+/// The ways of running a model whose weights exceed the GPU memory budget
+/// (offload mode), each a plan the runtime runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum OffloadStrategy {
+    /// The solver's choice among every way below, per operator and layer.
+    #[default]
+    Best,
+    /// ScheInfer's slicing: per operator CC/CG/GG rows, with the resident
+    /// (GG) weights chosen per layer.
+    Sliced,
+    /// The GPU alone: the resident weights, and every other weight copied
+    /// to the GPU as it is needed, overlapped with compute.
+    GpuStream,
+    /// llama.cpp's `-ngl`: the first layers whole on the GPU, the rest on
+    /// the CPU.
+    LayerSplit,
+    /// The CPU alone.
+    Cpu,
+}
+
+impl OffloadStrategy {
+    /// Every strategy, in the order reports list them.
+    pub const ALL: [OffloadStrategy; 5] = [
+        OffloadStrategy::Best,
+        OffloadStrategy::Sliced,
+        OffloadStrategy::GpuStream,
+        OffloadStrategy::LayerSplit,
+        OffloadStrategy::Cpu,
+    ];
+
+    /// The name `--offload-strategy` takes and reports print.
+    pub fn name(self) -> &'static str {
+        match self {
+            OffloadStrategy::Best => "best",
+            OffloadStrategy::Sliced => "sliced",
+            OffloadStrategy::GpuStream => "gpu-stream",
+            OffloadStrategy::LayerSplit => "layer-split",
+            OffloadStrategy::Cpu => "cpu",
+        }
+    }
+
+    /// The strategy of a name ([`OffloadStrategy::name`]).
+    pub fn from_name(name: &str) -> Option<OffloadStrategy> {
+        Self::ALL.into_iter().find(|s| s.name() == name)
+    }
+}
+
 /// Everything a solve needs besides the device and the model.
 #[derive(Debug, Clone)]
 pub struct Settings {
@@ -140,6 +187,9 @@ pub struct Settings {
     pub graph_mem_budget: Option<u64>,
     /// GPU memory budget for weights; turns on offload mode (ScheInfer).
     pub gpu_mem_budget: Option<u64>,
+    /// In offload mode, which way of running a model larger than the
+    /// budget the plan takes ([`OffloadStrategy::Best`]: the solver's choice).
+    pub offload_strategy: OffloadStrategy,
     /// Dtype per processor (`None` for the processor: f16 if it has a
     /// model for it, else its first dtype).
     pub dtypes: Vec<(Option<String>, DType)>,
@@ -182,6 +232,7 @@ impl Default for Settings {
             prepare_budget_us: None,
             graph_mem_budget: None,
             gpu_mem_budget: None,
+            offload_strategy: OffloadStrategy::Best,
             dtypes: vec![],
             processors: vec![],
             ops: vec![],
