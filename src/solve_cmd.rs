@@ -6,7 +6,7 @@ use anyhow::Context;
 use clap::{Args, ValueEnum};
 use hetero_plan::{DType, Format, ModelSpec, Phase, Plan, Predictor};
 use hetero_solver::settings::{fmt_bytes, parse_bytes, parse_duration_us, parse_list, parse_range};
-use hetero_solver::{Distribution, GraphChoice, Settings};
+use hetero_solver::{Distribution, GraphChoice, OffloadStrategy, Settings};
 
 use crate::bad;
 use crate::outpath::{self, Output};
@@ -188,6 +188,7 @@ fn settings(args: &SolveArgs) -> anyhow::Result<Settings> {
         ops: list(&args.ops),
         row_align: args.row_align,
         exhaustive: args.exhaustive,
+        offload_strategy: OffloadStrategy::Best,
     })
 }
 
