@@ -75,6 +75,8 @@ pub const TENSOR_STATIC: u32 = 4;
 pub const DATA_FORMAT_FLAT_BUFFER: u32 = 0;
 /// `Qnn_TensorMemType_t` raw client buffer.
 pub const MEM_RAW: u32 = 0;
+/// `Qnn_TensorMemType_t` registered memory handle (`QnnMem_register`).
+pub const MEM_MEMHANDLE: u32 = 1;
 /// `Qnn_TensorVersion_t` 2.
 pub const TENSOR_VERSION_2: u32 = 2;
 
@@ -194,6 +196,15 @@ pub struct ClientBuffer {
     pub data_size: u32,
 }
 
+/// The union of `Qnn_TensorV2_t` that holds the data: a client buffer
+/// (16 bytes) or a registered memory handle.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub union TensorMemory {
+    pub client_buf: ClientBuffer,
+    pub mem_handle: Handle,
+}
+
 /// `Qnn_SparseParams_t` (only its dense/undefined form is used).
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
@@ -216,9 +227,8 @@ pub struct TensorV2 {
     pub rank: u32,
     pub dimensions: *mut u32,
     pub mem_type: u32,
-    /// The union of a client buffer and a memory handle; only the client
-    /// buffer is used.
-    pub client_buf: ClientBuffer,
+    /// A client buffer ([`MEM_RAW`]) or a memory handle ([`MEM_MEMHANDLE`]).
+    pub memory: TensorMemory,
     pub is_dynamic_dimensions: *mut u8,
     pub sparse_params: SparseParams,
     pub is_produced: u8,
@@ -397,6 +407,128 @@ pub struct HtpInfrastructure {
 }
 
 // ---------------------------------------------------------------------------
+// Memory registration (QnnMem).
+
+/// `Qnn_MemType_t` ION memory: a file descriptor from `rpcmem_to_fd`.
+pub const MEM_TYPE_ION: u32 = 1;
+
+/// `Qnn_MemShape_t`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct MemShape {
+    pub num_dim: u32,
+    pub dim_size: *mut u32,
+    pub shape_config: *const c_char,
+}
+
+/// The memory-information union of `Qnn_MemDescriptor_t`: the ION file
+/// descriptor in its first 4 bytes. 16 bytes, room for its largest member
+/// in newer headers (a DMA-BUF descriptor and address); descriptors are
+/// registered one at a time, so the array stride never matters.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct MemInfo {
+    pub fd: i32,
+    _pad: i32,
+    _rest: u64,
+}
+
+/// `Qnn_MemDescriptor_t`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct MemDescriptor {
+    pub shape: MemShape,
+    pub data_type: u32,
+    pub mem_type: u32,
+    pub info: MemInfo,
+}
+
+impl MemDescriptor {
+    /// ION memory of `fd`, shaped as a tensor of `dims` and `data_type`.
+    /// `dims` must outlive the registration call.
+    pub fn ion(fd: i32, dims: &mut [u32], data_type: u32) -> Self {
+        MemDescriptor {
+            shape: MemShape {
+                num_dim: dims.len() as u32,
+                dim_size: dims.as_mut_ptr(),
+                shape_config: std::ptr::null(),
+            },
+            data_type,
+            mem_type: MEM_TYPE_ION,
+            info: MemInfo {
+                fd,
+                _pad: 0,
+                _rest: 0,
+            },
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Profiling (QnnProfile, QnnHtpProfile).
+
+/// `QNN_PROFILE_LEVEL_BASIC`: whole-graph events.
+pub const PROFILE_LEVEL_BASIC: u32 = 1;
+/// `QNN_PROFILE_EVENTTYPE_EXECUTE`: one per `graphExecute`.
+pub const PROFILE_EVENTTYPE_EXECUTE: u32 = 400;
+/// `QNN_PROFILE_EVENTTYPE_EXECUTE_DEVICE`: time on the device (generic).
+pub const PROFILE_EVENTTYPE_EXECUTE_DEVICE: u32 = 407;
+/// HTP: the remote call as the HTP saw it, µs.
+pub const HTP_PROFILE_EVENTTYPE_EXECUTE_HTP_RPC_US: u32 = 3002;
+/// HTP: the graph on the accelerator, µs.
+pub const HTP_PROFILE_EVENTTYPE_EXECUTE_ACCEL_US: u32 = 3004;
+/// `QNN_PROFILE_EVENTUNIT_MICROSEC`.
+pub const PROFILE_UNIT_MICROSEC: u32 = 1;
+
+/// `QnnProfile_EventId_t`.
+pub type ProfileEventId = u64;
+
+/// `QnnProfile_EventData_t`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct ProfileEventData {
+    pub event_type: u32,
+    pub unit: u32,
+    pub value: u64,
+    pub identifier: *const c_char,
+}
+
+impl Default for ProfileEventData {
+    fn default() -> Self {
+        ProfileEventData {
+            event_type: 0,
+            unit: 0,
+            value: 0,
+            identifier: std::ptr::null(),
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Properties and asynchronous execution.
+
+/// `QNN_PROPERTY_SUPPORTED`.
+pub const PROPERTY_SUPPORTED: QnnError = QNN_SUCCESS;
+/// `QNN_PROPERTY_GRAPH_SUPPORT_ASYNC_EXECUTION` (graph group 301, + 3).
+pub const PROPERTY_GRAPH_SUPPORT_ASYNC_EXECUTION: u32 = 304;
+/// `QNN_PROPERTY_TENSOR_SUPPORT_MEMHANDLE_TYPE` (tensor group 501, + 1).
+pub const PROPERTY_TENSOR_SUPPORT_MEMHANDLE_TYPE: u32 = 502;
+/// `QNN_PROPERTY_GROUP_MEMORY`: the QnnMem API.
+pub const PROPERTY_GROUP_MEMORY: u32 = 1101;
+/// `QNN_PROPERTY_GROUP_PROFILE`: the QnnProfile API.
+pub const PROPERTY_GROUP_PROFILE: u32 = 1401;
+
+/// `Qnn_NotifyStatus_t`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct NotifyStatus {
+    pub error: QnnError,
+}
+
+/// `Qnn_NotifyFn_t`: called by the library when an asynchronous run ends.
+pub type NotifyFn = unsafe extern "C" fn(param: *mut c_void, status: NotifyStatus);
+
+// ---------------------------------------------------------------------------
 // The interface.
 
 type Slot = *const c_void;
@@ -407,7 +539,7 @@ type Slot = *const c_void;
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
 pub struct FunctionTable {
-    pub property_has_capability: Slot,
+    pub property_has_capability: Option<unsafe extern "C" fn(key: u32) -> QnnError>,
     pub backend_create: Option<
         unsafe extern "C" fn(
             log: Handle,
@@ -481,22 +613,57 @@ pub struct FunctionTable {
             signal: Handle,
         ) -> QnnError,
     >,
-    pub graph_execute_async: Slot,
+    pub graph_execute_async: Option<
+        unsafe extern "C" fn(
+            graph: Handle,
+            inputs: *const Tensor,
+            num_inputs: u32,
+            outputs: *mut Tensor,
+            num_outputs: u32,
+            profile: Handle,
+            signal: Handle,
+            notify: Option<NotifyFn>,
+            param: *mut c_void,
+        ) -> QnnError,
+    >,
     pub tensor_create_context_tensor: Slot,
     pub tensor_create_graph_tensor:
         Option<unsafe extern "C" fn(graph: Handle, tensor: *mut Tensor) -> QnnError>,
     pub log_create: Slot,
     pub log_set_log_level: Slot,
     pub log_free: Slot,
-    pub profile_create: Slot,
+    pub profile_create:
+        Option<unsafe extern "C" fn(backend: Handle, level: u32, profile: *mut Handle) -> QnnError>,
     pub profile_set_config: Slot,
-    pub profile_get_events: Slot,
-    pub profile_get_sub_events: Slot,
-    pub profile_get_event_data: Slot,
+    pub profile_get_events: Option<
+        unsafe extern "C" fn(
+            profile: Handle,
+            events: *mut *const ProfileEventId,
+            count: *mut u32,
+        ) -> QnnError,
+    >,
+    pub profile_get_sub_events: Option<
+        unsafe extern "C" fn(
+            event: ProfileEventId,
+            events: *mut *const ProfileEventId,
+            count: *mut u32,
+        ) -> QnnError,
+    >,
+    pub profile_get_event_data: Option<
+        unsafe extern "C" fn(event: ProfileEventId, data: *mut ProfileEventData) -> QnnError,
+    >,
     pub profile_get_extended_event_data: Slot,
-    pub profile_free: Slot,
-    pub mem_register: Slot,
-    pub mem_de_register: Slot,
+    pub profile_free: Option<unsafe extern "C" fn(profile: Handle) -> QnnError>,
+    pub mem_register: Option<
+        unsafe extern "C" fn(
+            context: Handle,
+            descriptors: *const MemDescriptor,
+            count: u32,
+            handles: *mut Handle,
+        ) -> QnnError,
+    >,
+    pub mem_de_register:
+        Option<unsafe extern "C" fn(handles: *const Handle, count: u32) -> QnnError>,
     pub device_get_platform_info: Slot,
     pub device_free_platform_info: Slot,
     pub device_get_infrastructure:
@@ -561,7 +728,8 @@ mod tests {
         assert_eq!(offset_of!(TensorV2, rank), 72);
         assert_eq!(offset_of!(TensorV2, dimensions), 80);
         assert_eq!(offset_of!(TensorV2, mem_type), 88);
-        assert_eq!(offset_of!(TensorV2, client_buf), 96);
+        assert_eq!(offset_of!(TensorV2, memory), 96);
+        assert_eq!(size_of::<TensorMemory>(), 16);
         assert_eq!(offset_of!(TensorV2, is_dynamic_dimensions), 112);
         assert_eq!(offset_of!(TensorV2, sparse_params), 120);
         assert_eq!(offset_of!(TensorV2, is_produced), 132);
@@ -622,6 +790,24 @@ mod tests {
         assert_eq!(slot(offset_of!(FunctionTable, device_create)), 40);
         assert_eq!(slot(offset_of!(FunctionTable, device_free)), 43);
         assert_eq!(slot(offset_of!(FunctionTable, error_get_message)), 48);
+        assert_eq!(slot(offset_of!(FunctionTable, property_has_capability)), 0);
+        assert_eq!(slot(offset_of!(FunctionTable, graph_execute_async)), 22);
+        assert_eq!(slot(offset_of!(FunctionTable, profile_create)), 28);
+        assert_eq!(slot(offset_of!(FunctionTable, profile_get_events)), 30);
+        assert_eq!(slot(offset_of!(FunctionTable, profile_get_event_data)), 32);
+        assert_eq!(slot(offset_of!(FunctionTable, profile_free)), 34);
+        assert_eq!(slot(offset_of!(FunctionTable, mem_register)), 35);
+        assert_eq!(slot(offset_of!(FunctionTable, mem_de_register)), 36);
+
+        // QnnMem and QnnProfile records.
+        assert_eq!(size_of::<MemShape>(), 24);
+        assert_eq!(offset_of!(MemDescriptor, data_type), 24);
+        assert_eq!(offset_of!(MemDescriptor, mem_type), 28);
+        assert_eq!(offset_of!(MemDescriptor, info), 32);
+        assert_eq!(size_of::<ProfileEventData>(), 24);
+        assert_eq!(offset_of!(ProfileEventData, value), 8);
+        assert_eq!(offset_of!(ProfileEventData, identifier), 16);
+        assert_eq!(size_of::<NotifyStatus>(), 8);
     }
 
     #[test]

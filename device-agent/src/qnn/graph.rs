@@ -11,7 +11,8 @@ use serde::{Deserialize, Serialize};
 
 use super::PROCESSOR_ID;
 use super::ffi::{self, Handle};
-use super::runtime::Runtime;
+use super::rpcmem::{RpcMem, SharedBuf};
+use super::runtime::{QnnLib, Runtime};
 use crate::{Error, GemmSpec, Result};
 
 /// The graph's name inside its context.
@@ -330,12 +331,39 @@ pub(crate) fn transpose(src: &[f32], rows: usize, cols: usize) -> Vec<f32> {
     out
 }
 
+/// Where a tensor's bytes live: host memory passed as a client buffer
+/// (the library copies it), or rpcmem registered as a memory handle (read
+/// in place).
+pub(crate) enum TensorData {
+    Client(Vec<u8>),
+    Shared(SharedBuf),
+}
+
+impl std::ops::Deref for TensorData {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        match self {
+            TensorData::Client(v) => v,
+            TensorData::Shared(s) => s.bytes(),
+        }
+    }
+}
+
+impl std::ops::DerefMut for TensorData {
+    fn deref_mut(&mut self) -> &mut [u8] {
+        match self {
+            TensorData::Client(v) => v,
+            TensorData::Shared(s) => s.bytes_mut(),
+        }
+    }
+}
+
 /// The owned storage behind one `Qnn_Tensor_t`.
 pub(crate) struct OwnedTensor {
     name: CString,
     dims: Vec<u32>,
     pub desc: TensorDesc,
-    pub data: Vec<u8>,
+    pub data: TensorData,
 }
 
 impl OwnedTensor {
@@ -351,14 +379,61 @@ impl OwnedTensor {
         Ok(OwnedTensor {
             name,
             dims: desc.dims.clone(),
-            data: vec![0u8; bytes],
+            data: TensorData::Client(vec![0u8; bytes]),
             desc,
         })
+    }
+
+    /// Moves the tensor's bytes into rpcmem registered with `context`
+    /// (see [`SharedBuf::register`]); on `Err` the tensor keeps its client
+    /// buffer.
+    pub fn share(
+        &mut self,
+        rpc: &'static RpcMem,
+        lib: &'static QnnLib,
+        context: Handle,
+    ) -> std::result::Result<(), String> {
+        let element = self.desc.element;
+        let mut shared = SharedBuf::register(
+            rpc,
+            lib,
+            context,
+            &self.dims,
+            element.data_type(),
+            self.data.len(),
+        )?;
+        shared.bytes_mut().copy_from_slice(&self.data);
+        self.data = TensorData::Shared(shared);
+        Ok(())
     }
 
     /// A `Qnn_Tensor_t` pointing at this storage; valid while `self` is
     /// neither moved nor resized.
     pub fn raw(&mut self, tensor_type: u32, with_data: bool) -> ffi::Tensor {
+        let (mem_type, memory) = match &mut self.data {
+            TensorData::Shared(s) if with_data => (
+                ffi::MEM_MEMHANDLE,
+                ffi::TensorMemory {
+                    mem_handle: s.handle,
+                },
+            ),
+            data => (
+                ffi::MEM_RAW,
+                ffi::TensorMemory {
+                    client_buf: if with_data {
+                        ffi::ClientBuffer {
+                            data: data.as_mut_ptr().cast::<c_void>(),
+                            data_size: data.len() as u32,
+                        }
+                    } else {
+                        ffi::ClientBuffer {
+                            data: ptr::null_mut(),
+                            data_size: 0,
+                        }
+                    },
+                },
+            ),
+        };
         ffi::Tensor {
             version: ffi::TENSOR_VERSION_2,
             v2: ffi::TensorV2 {
@@ -370,18 +445,8 @@ impl OwnedTensor {
                 quantize_params: self.desc.element.quantize_params(),
                 rank: self.dims.len() as u32,
                 dimensions: self.dims.as_mut_ptr(),
-                mem_type: ffi::MEM_RAW,
-                client_buf: if with_data {
-                    ffi::ClientBuffer {
-                        data: self.data.as_mut_ptr().cast::<c_void>(),
-                        data_size: self.data.len() as u32,
-                    }
-                } else {
-                    ffi::ClientBuffer {
-                        data: ptr::null_mut(),
-                        data_size: 0,
-                    }
-                },
+                mem_type,
+                memory,
                 is_dynamic_dimensions: ptr::null_mut(),
                 sparse_params: ffi::SparseParams {
                     layout_type: ffi::SPARSE_UNDEFINED,

@@ -43,6 +43,7 @@ mod aot;
 mod ffi;
 mod gemm;
 mod graph;
+mod profile;
 mod rpcmem;
 mod runtime;
 mod worker;
@@ -192,6 +193,16 @@ impl QnnBackend {
         })
     }
 
+    /// Uses `rpc` for shared buffers instead of `libcdsprpc.so` (probed as
+    /// at open), and describes the processor again. Before any graph is
+    /// prepared.
+    #[cfg(test)]
+    pub(crate) fn use_rpcmem(&mut self, rpc: &'static rpcmem::RpcMem) {
+        let rt = Arc::get_mut(&mut self.rt).expect("no graph prepared yet");
+        rt.shared = rt.probe_shared(rpc);
+        self.processor = describe(&self.rt);
+    }
+
     /// Where the library was loaded from.
     pub fn library_path(&self) -> &std::path::Path {
         &self.rt.lib.path
@@ -219,8 +230,9 @@ fn describe(rt: &runtime::Runtime) -> Processor {
     let mut extensions = vec![
         format!("library:{}", rt.lib.path.display()),
         format!("perf:{}", rt.perf_note),
-        rpcmem::extension(),
-        "execution:worker thread, completion flag".into(),
+        rpcmem::extension(&rt.shared),
+        format!("execution:{}", rt.execution_note()),
+        format!("device_timer:{}", timer_note(rt)),
     ];
     if let Some(s) = rt.soc {
         extensions.push(format!("soc:{s}"));
@@ -237,11 +249,11 @@ fn describe(rt: &runtime::Runtime) -> Processor {
         capabilities: Capabilities {
             dtypes: DTYPES.to_vec(),
             static_graphs: true,
-            // Buffers are copied through client buffers (no rpcmem
-            // registration yet; `shared_buffers:` in the extensions says
-            // whether this machine offers rpcmem).
-            unified_memory: false,
-            device_timer: false,
+            // Registered rpcmem is read and written by the HTP in place;
+            // client buffers are copied each run (`shared_buffers:` says
+            // which, and why).
+            unified_memory: rt.shared.is_ok(),
+            device_timer: rt.profiling.is_ok(),
             // Submitted graphs run on a worker thread that raises a
             // completion flag in host memory, which the host polls.
             host_flag: true,
@@ -257,6 +269,16 @@ fn describe(rt: &runtime::Runtime) -> Processor {
         },
         simulated: false,
         emulated: EMULATED,
+    }
+}
+
+/// What times a run: QNN profiling, or the host clock and why.
+fn timer_note(rt: &runtime::Runtime) -> String {
+    match &rt.profiling {
+        Ok(()) => "QNN profiling (basic level): each run's accelerator (execute) time, \
+                   else its on-device time, else the host clock"
+            .into(),
+        Err(why) => format!("host clock ({why})"),
     }
 }
 

@@ -7,6 +7,8 @@ use std::ptr;
 use std::sync::{Mutex, OnceLock};
 
 use super::ffi::{self, Handle, QnnError};
+use super::profile::Profile;
+use super::rpcmem::{self, RpcMem, SharedBuf};
 use super::worker::Worker;
 use super::{HtpPerf, PROCESSOR_ID};
 use crate::{Error, Result};
@@ -256,6 +258,14 @@ pub(crate) struct Runtime {
     power_config_id: Option<(u32, ffi::PerfInfrastructure)>,
     /// The thread submitted graphs run on ([`Worker`]).
     worker: Option<Worker>,
+    /// The rpcmem library whose buffers registered (probed at open), or
+    /// why graph tensors stay client buffers.
+    pub shared: std::result::Result<&'static RpcMem, String>,
+    /// Whether a basic profile handle could be created, or why not.
+    pub profiling: std::result::Result<(), String>,
+    /// Why submitted runs go to the worker thread rather than
+    /// `graphExecuteAsync`; `None` while the library offers it.
+    async_refused: Mutex<Option<String>>,
 }
 
 // SAFETY: QNN handles are not bound to the creating thread; a Runtime is
@@ -306,6 +316,9 @@ impl Runtime {
             perf_note: String::new(),
             power_config_id: None,
             worker: Some(Worker::spawn()?),
+            shared: Err(String::new()),
+            profiling: Err(String::new()),
+            async_refused: Mutex::new(None),
         };
         // SAFETY: no log handle (its callback takes a va_list), no configs.
         let err = unsafe {
@@ -338,7 +351,47 @@ impl Runtime {
             ));
         }
         rt.perf_note = rt.apply_perf(perf);
+        rt.shared = rpcmem::detect().and_then(|r| rt.probe_shared(r));
+        rt.profiling = Profile::create(lib, rt.backend).map(drop);
+        *rt.async_refused
+            .get_mut()
+            .unwrap_or_else(|e| e.into_inner()) = async_support(lib).err();
         Ok(rt)
+    }
+
+    /// Registers one small rpcmem buffer in a scratch context: whether this
+    /// library takes rpcmem as memory handles at all.
+    pub fn probe_shared(
+        &self,
+        rpc: &'static RpcMem,
+    ) -> std::result::Result<&'static RpcMem, String> {
+        let ctx = self.create_context().map_err(|e| e.to_string())?;
+        // Deregistered (dropped) before its context is freed.
+        let probe =
+            SharedBuf::register(rpc, self.lib, ctx, &[1, 64], ffi::DT_UFIXED_POINT_8, 64).map(drop);
+        self.free_context(ctx);
+        probe.map(|()| rpc)
+    }
+
+    /// Whether submitted runs use `graphExecuteAsync`.
+    pub fn async_available(&self) -> bool {
+        self.async_refused
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_none()
+    }
+
+    /// Sends later runs to the worker thread: `graphExecuteAsync` refused one.
+    pub fn refuse_async(&self, why: String) {
+        *self.async_refused.lock().unwrap_or_else(|e| e.into_inner()) = Some(why);
+    }
+
+    /// How submitted runs execute, in words.
+    pub fn execution_note(&self) -> String {
+        match &*self.async_refused.lock().unwrap_or_else(|e| e.into_inner()) {
+            None => "graphExecuteAsync, completion flag raised by its notify callback".into(),
+            Some(why) => format!("worker thread, completion flag (graphExecuteAsync: {why})"),
+        }
     }
 
     /// Votes for the HTP clocks; returns what happened. Failures are not
@@ -471,6 +524,26 @@ impl Runtime {
             // SAFETY: `ctx` came from this backend and is freed once.
             unsafe { self.lib.api().context_free.expect("checked at load")(ctx, ptr::null_mut()) };
         }
+    }
+}
+
+/// `Ok` where the library declares asynchronous execution
+/// (`QnnProperty_hasCapability`) and has `graphExecuteAsync`.
+fn async_support(lib: &QnnLib) -> std::result::Result<(), String> {
+    let api = lib.api();
+    if api.graph_execute_async.is_none() {
+        return Err("not in the library's function table".into());
+    }
+    let Some(has) = api.property_has_capability else {
+        return Err("no propertyHasCapability to ask".into());
+    };
+    // SAFETY: a plain query, valid before and after backendCreate.
+    match unsafe { has(ffi::PROPERTY_GRAPH_SUPPORT_ASYNC_EXECUTION) } {
+        ffi::PROPERTY_SUPPORTED => Ok(()),
+        err => Err(format!(
+            "the backend does not support it (hasCapability: error {})",
+            ffi::error_code(err)
+        )),
     }
 }
 

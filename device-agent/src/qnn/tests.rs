@@ -451,3 +451,188 @@ fn submitted_runs_raise_the_completion_flag() {
     g1.submit().unwrap();
     drop(g1);
 }
+
+/// What this library offers of the three asynchronous-processor features,
+/// printed, and each path checked against the report: the execution path
+/// (`graphExecuteAsync` or the worker), the buffers (rpcmem or client) and
+/// the device timer (profiled or host clock).
+#[test]
+fn the_report_names_the_paths_the_library_takes() {
+    let Some(dir) = lib_dir() else { return };
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let mut b = open_backend(dir);
+    let ext = b.processor().capabilities.extensions.clone();
+    eprintln!("extensions: {ext:#?}");
+    let s = spec(32, 64, 64, DType::F16, OperandOrder::Aw, WeightMode::Input);
+    let w = synthetic_weights(s.shape, 7);
+    let a: Vec<f32> = synthetic_weights(GemmShape::new(1, 32, 64).unwrap(), 11);
+    let mut g = b.prepare_qnn(&s, &w).unwrap();
+    eprintln!("memory: {}", g.memory());
+    g.write_input(&a).unwrap();
+    let mut device = Vec::new();
+    for i in 0..3 {
+        let t = g.execute().unwrap();
+        eprintln!("run {i}: {t:?}");
+        for line in g.profile_events() {
+            eprintln!("  {line}");
+        }
+        if let Some(d) = t.device_us {
+            assert!(d > 0.0 && d <= t.host_us, "{t:?}");
+        }
+        device.push(t.device_us);
+    }
+    g.submit().unwrap();
+    let t = g.wait(SyncMode::Block).unwrap();
+    eprintln!("submitted: {t:?}");
+    assert_eq!(
+        t.device_us.is_some(),
+        b.processor().capabilities.device_timer
+    );
+    let mut c = vec![f32::NAN; 32 * 64];
+    g.read_output(&mut c).unwrap();
+    let err = rel_err(&c, &reference(&a, &w, 32, 64, 64));
+    assert!(err <= b.tolerance(s.dtype, 64), "rel_err {err}");
+
+    let has = |p: &str| ext.iter().find(|e| e.starts_with(p)).cloned().unwrap();
+    let caps = &b.processor().capabilities;
+    let shared = has("shared_buffers:");
+    assert_eq!(
+        g.memory().starts_with("shared:"),
+        shared.starts_with("shared_buffers:rpcmem"),
+        "{shared} / {}",
+        g.memory()
+    );
+    assert_eq!(caps.unified_memory, g.memory().starts_with("shared:"));
+    // Every run gives a device time or none, as the report says.
+    assert!(
+        device.iter().all(|d| d.is_some() == caps.device_timer),
+        "{device:?} vs device_timer {}",
+        caps.device_timer
+    );
+    let timer = has("device_timer:");
+    assert_eq!(
+        caps.device_timer,
+        timer.starts_with("device_timer:QNN profiling"),
+        "{timer}"
+    );
+    let exec = has("execution:");
+    assert_eq!(b.rt.async_available(), exec.contains("graphExecuteAsync, "));
+    if EMULATED {
+        assert!(shared.starts_with("shared_buffers:none"), "{shared}");
+    }
+}
+
+/// The registration path with a stand-in rpcmem library: a C file compiled
+/// here with `cc` whose `rpcmem_alloc` maps a memfd (memory that a file
+/// descriptor names, as ION's does), `rpcmem_to_fd` returns that fd and
+/// `rpcmem_free` unmaps it. Whatever the library answers to
+/// `QnnMem_register`, the graph runs and verifies, the report agrees with
+/// the buffers, and every allocation is freed.
+#[test]
+fn registration_with_a_stand_in_rpcmem_library() {
+    let Some(dir) = lib_dir() else { return };
+    let Some(fake) = build_fake_rpcmem() else {
+        return;
+    };
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let rpc = rpcmem::load_leaked(fake.as_os_str()).unwrap();
+    let mut b = open_backend(dir);
+    b.use_rpcmem(rpc);
+    let shared = b
+        .processor()
+        .capabilities
+        .extensions
+        .iter()
+        .find(|e| e.starts_with("shared_buffers:"))
+        .cloned()
+        .unwrap();
+    eprintln!("with the stand-in: {shared}");
+    for weights in [WeightMode::Input, WeightMode::Static] {
+        let s = spec(32, 64, 64, DType::F16, OperandOrder::Aw, weights);
+        let w = synthetic_weights(s.shape, 7);
+        let a: Vec<f32> = synthetic_weights(GemmShape::new(1, 32, 64).unwrap(), 11);
+        let mut g = b.prepare_qnn(&s, &w).unwrap();
+        eprintln!("{weights:?}: {}", g.memory());
+        assert_eq!(
+            g.memory().starts_with("shared:"),
+            shared.starts_with("shared_buffers:rpcmem"),
+            "{}",
+            g.memory()
+        );
+        if !g.memory().starts_with("shared:") {
+            assert!(g.memory().contains("memRegister"), "{}", g.memory());
+        }
+        g.write_input(&a).unwrap();
+        g.execute().unwrap();
+        let mut c = vec![f32::NAN; 32 * 64];
+        g.read_output(&mut c).unwrap();
+        let err = rel_err(&c, &reference(&a, &w, 32, 64, 64));
+        assert!(err <= b.tolerance(s.dtype, 64), "rel_err {err}");
+    }
+    // SAFETY: the stand-in's own counter, no arguments.
+    let live = unsafe {
+        let lib = libloading::Library::new(&fake).unwrap();
+        let f = *lib
+            .get::<unsafe extern "C" fn() -> i32>(b"fake_rpcmem_live\0")
+            .unwrap();
+        f()
+    };
+    assert_eq!(live, 0, "every rpcmem allocation was freed");
+}
+
+/// Compiles the stand-in rpcmem library, or says why not and skips.
+fn build_fake_rpcmem() -> Option<PathBuf> {
+    const SRC: &str = r#"
+#define _GNU_SOURCE
+#include <sys/mman.h>
+#include <unistd.h>
+#include <pthread.h>
+#define SLOTS 64
+static struct { void *p; int fd, size; } slot[SLOTS];
+static int live;
+static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+void *rpcmem_alloc(int heap, unsigned flags, int size) {
+  (void)heap; (void)flags;
+  int fd = memfd_create("rpcmem", 0);
+  if (fd < 0 || ftruncate(fd, size) != 0) return 0;
+  void *p = mmap(0, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (p == MAP_FAILED) { close(fd); return 0; }
+  pthread_mutex_lock(&mu);
+  for (int i = 0; i < SLOTS; i++)
+    if (!slot[i].p) { slot[i].p = p; slot[i].fd = fd; slot[i].size = size; live++; break; }
+  pthread_mutex_unlock(&mu);
+  return p;
+}
+int rpcmem_to_fd(void *p) {
+  int fd = -1;
+  pthread_mutex_lock(&mu);
+  for (int i = 0; i < SLOTS; i++) if (slot[i].p == p) fd = slot[i].fd;
+  pthread_mutex_unlock(&mu);
+  return fd;
+}
+void rpcmem_free(void *p) {
+  pthread_mutex_lock(&mu);
+  for (int i = 0; i < SLOTS; i++)
+    if (slot[i].p == p) { munmap(p, slot[i].size); close(slot[i].fd); slot[i].p = 0; live--; }
+  pthread_mutex_unlock(&mu);
+}
+int fake_rpcmem_live(void) { return live; }
+"#;
+    let dir = std::env::temp_dir().join(format!("hetero-fake-rpcmem-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).ok()?;
+    let (src, out) = (dir.join("rpcmem.c"), dir.join("libfakerpcmem.so"));
+    std::fs::write(&src, SRC).ok()?;
+    let status = std::process::Command::new("cc")
+        .args(["-shared", "-fPIC", "-O1", "-o"])
+        .arg(&out)
+        .arg(&src)
+        .arg("-lpthread")
+        .status();
+    match status {
+        Ok(s) if s.success() => Some(out),
+        other => {
+            eprintln!("skipping: no C compiler built the stand-in rpcmem library ({other:?})");
+            None
+        }
+    }
+}

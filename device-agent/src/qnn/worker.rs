@@ -9,17 +9,96 @@
 //! (started on first use) runs the jobs in order: the HTP runs one graph
 //! at a time anyway.
 //!
-//! `QnnGraph_executeAsync` would hand the wait to the library instead; it
-//! is an optional part of the API that the emulator does not offer, so the
-//! worker thread is the form that runs everywhere.
+//! Where the library declares asynchronous execution
+//! (`QNN_PROPERTY_GRAPH_SUPPORT_ASYNC_EXECUTION`), [`execute_async`] hands
+//! the run to `QnnGraph_executeAsync` instead, and the library's notify
+//! callback raises the same completion flag. It is an optional part of the
+//! API: the emulator does not offer it, and a backend that refuses a call
+//! sends that run and every later one to the worker.
 //!
 //! [`QnnGemm::submit`]: crate::Gemm::submit
 
+use std::ffi::c_void;
 use std::sync::mpsc;
 use std::thread::JoinHandle;
 
 use super::PROCESSOR_ID;
+use super::ffi::{self, Handle, QnnError};
+use super::runtime::QnnLib;
 use crate::{Error, Result};
+
+/// What to do when an asynchronous run ends, given its status. Called
+/// exactly once: by the library's notify callback, or by
+/// [`execute_async`] itself when the library refused the call.
+pub(crate) type Notify = Box<dyn FnOnce(QnnError) + Send>;
+
+/// The notify callback: takes back the boxed [`Notify`] and runs it.
+unsafe extern "C" fn notified(param: *mut c_void, status: ffi::NotifyStatus) {
+    // SAFETY: `param` is the Box<Notify> leaked by `execute_async`, and
+    // the library calls back once per accepted run.
+    let notify = unsafe { Box::from_raw(param.cast::<Notify>()) };
+    notify(status.error);
+}
+
+/// A run's inputs and outputs as raw tensors.
+pub(crate) struct RawTensors {
+    pub inputs: Vec<ffi::Tensor>,
+    pub outputs: Vec<ffi::Tensor>,
+}
+
+// SAFETY: plain records whose pointers lead into buffers that travel with
+// them (the caller of `execute_async` moves those into the `Notify`).
+unsafe impl Send for RawTensors {}
+
+/// `graphExecuteAsync` over `tensors` with `notify` as the completion;
+/// returns the call's own status. The tensor arrays are kept until the run
+/// ends. On a refusal (non-zero) the library will not call back, so
+/// `notify` runs here with that status.
+///
+/// # Safety
+/// The buffers the tensors point at must stay valid and untouched until
+/// `notify` runs (it should own them).
+pub(crate) unsafe fn execute_async(
+    lib: &QnnLib,
+    graph: Handle,
+    mut tensors: RawTensors,
+    profile: Handle,
+    notify: Notify,
+) -> QnnError {
+    let (p_in, n_in) = (tensors.inputs.as_ptr(), tensors.inputs.len() as u32);
+    let (p_out, n_out) = (tensors.outputs.as_mut_ptr(), tensors.outputs.len() as u32);
+    // The arrays' heap storage does not move with them.
+    let keep: Notify = Box::new(move |err| {
+        let _arrays = tensors;
+        notify(err)
+    });
+    let param = Box::into_raw(Box::new(keep));
+    let Some(exec) = lib.api().graph_execute_async else {
+        // SAFETY: not handed to the library; taken back once.
+        unsafe { notified(param.cast(), ffi::NotifyStatus { error: u64::MAX }) };
+        return u64::MAX;
+    };
+    // SAFETY: the caller's contract covers the buffers; `param` is a
+    // Box<Notify> that `notified` takes back.
+    let err = unsafe {
+        exec(
+            graph,
+            p_in,
+            n_in,
+            p_out,
+            n_out,
+            profile,
+            std::ptr::null_mut(),
+            Some(notified),
+            param.cast(),
+        )
+    };
+    if err != ffi::QNN_SUCCESS {
+        // SAFETY: refused, so the library will not call back.
+        unsafe { notified(param.cast(), ffi::NotifyStatus { error: err }) };
+    }
+    err
+}
 
 /// A job: runs one graph and reports through its own completion.
 pub(crate) type Job = Box<dyn FnOnce() + Send>;
@@ -88,5 +167,22 @@ mod tests {
         }
         drop(w);
         assert_eq!(*seen.lock().unwrap(), vec![0, 1, 2, 3, 4]);
+    }
+
+    /// The notify callback, called from another thread as a library does,
+    /// runs the boxed completion once with the status it is given.
+    #[test]
+    fn the_notify_callback_runs_its_completion_once() {
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let s = Arc::clone(&seen);
+        let notify: Notify = Box::new(move |e| s.lock().unwrap().push(e));
+        let param = Box::into_raw(Box::new(notify)) as usize;
+        std::thread::spawn(move || unsafe {
+            notified(param as *mut c_void, ffi::NotifyStatus { error: 1002 })
+        })
+        .join()
+        .unwrap();
+        assert_eq!(*seen.lock().unwrap(), vec![1002]);
+        assert_eq!(Arc::strong_count(&seen), 1, "the closure was dropped");
     }
 }
