@@ -2,7 +2,9 @@
 //! that a polling wait spins on, a slot through which the worker hands back
 //! what it owned during the run, and a condition variable for blocking
 //! waits. The cpu and qnn backends use it for [`Gemm::submit`] and
-//! [`Gemm::wait`](crate::Gemm::wait).
+//! [`Gemm::wait`](crate::Gemm::wait). The "worker" is any thread that ends
+//! the run: a pool thread, the qnn worker thread, or a thread of QNN's own
+//! that calls `graphExecuteAsync`'s notify callback.
 //!
 //! [`Gemm::submit`]: crate::Gemm::submit
 

@@ -18,10 +18,22 @@
 //! finalised in [`Backend::prepare`], whose duration is
 //! [`Gemm::prepare_us`]. Graphs can also be compiled ahead of time into
 //! context binaries for a target SoC ([`compile`], [`Compiler`]) and loaded
-//! later ([`load`], [`ContextLoader`]). [`Gemm::submit`] hands a run to one
-//! worker thread per open library and [`Gemm::wait`] waits on its completion
-//! flag; shared rpcmem buffers are detected (`libcdsprpc.so`) but not used
-//! yet.
+//! later ([`load`], [`ContextLoader`]).
+//!
+//! The processor runs asynchronously, each part with a fallback that the
+//! processor's extensions name (`execution:`, `shared_buffers:`,
+//! `device_timer:`):
+//! * [`Gemm::submit`] hands a run to `QnnGraph_executeAsync` where the
+//!   backend declares it, else to one worker thread per open library;
+//!   [`Gemm::wait`] waits on the run's completion flag either way.
+//! * Graph inputs and outputs are rpcmem (`libcdsprpc.so`) registered as
+//!   memory handles where the library takes them (then `unified_memory`),
+//!   else client buffers, which the library copies.
+//! * QNN profiling gives each run's accelerator time as `device_us`, else
+//!   the run is timed by the host clock.
+//!
+//! The x86-64 emulator takes the worker thread, client buffers and the
+//! profiled (emulated) accelerator time.
 //!
 //! Options, from [`OpenOptions`] or the environment:
 //! * SoC model (`qnn_soc` / `HETERO_QNN_SOC`, e.g. 57 = SM8650,

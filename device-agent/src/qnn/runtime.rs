@@ -386,6 +386,13 @@ impl Runtime {
         *self.async_refused.lock().unwrap_or_else(|e| e.into_inner()) = Some(why);
     }
 
+    /// Lets the next submitted run try `graphExecuteAsync` whatever the
+    /// library declared (tests of the refusal path).
+    #[cfg(test)]
+    pub fn try_async(&self) {
+        *self.async_refused.lock().unwrap_or_else(|e| e.into_inner()) = None;
+    }
+
     /// How submitted runs execute, in words.
     pub fn execution_note(&self) -> String {
         match &*self.async_refused.lock().unwrap_or_else(|e| e.into_inner()) {

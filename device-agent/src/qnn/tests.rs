@@ -636,3 +636,37 @@ int fake_rpcmem_live(void) { return live; }
         }
     }
 }
+
+/// A submitted run that `graphExecuteAsync` refuses runs on the worker
+/// thread instead, verified, and later runs go there directly; the report
+/// then names the refusal. (The emulator declares no asynchronous
+/// execution; the call is made anyway to take this path.)
+#[test]
+fn a_refused_asynchronous_run_falls_back_to_the_worker() {
+    let Some(dir) = lib_dir() else { return };
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let mut b = open_backend(dir);
+    let s = spec(32, 64, 64, DType::F16, OperandOrder::Aw, WeightMode::Static);
+    let w = synthetic_weights(s.shape, 7);
+    let a: Vec<f32> = synthetic_weights(GemmShape::new(1, 32, 64).unwrap(), 11);
+    let r = reference(&a, &w, 32, 64, 64);
+    let mut g = b.prepare_qnn(&s, &w).unwrap();
+    g.write_input(&a).unwrap();
+    b.rt.try_async();
+    for round in 0..2 {
+        g.submit().unwrap();
+        let t = g.wait(SyncMode::Block).unwrap();
+        let note = b.rt.execution_note();
+        eprintln!("round {round}: {t:?}; {note}");
+        let mut c = vec![f32::NAN; 32 * 64];
+        g.read_output(&mut c).unwrap();
+        let err = rel_err(&c, &r);
+        assert!(err <= b.tolerance(s.dtype, 64), "rel_err {err}");
+        if !b.rt.async_available() {
+            assert!(note.contains("graphExecuteAsync failed: error"), "{note}");
+        }
+    }
+    if EMULATED {
+        assert!(!b.rt.async_available(), "the emulator refuses the call");
+    }
+}
