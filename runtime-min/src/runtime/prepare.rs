@@ -253,6 +253,7 @@ impl Runtime {
             pad_to: sl.pad_to,
             cols: sl.cols.clone(),
             upload,
+            staged: self.host_staged.contains(&gi),
         })
     }
 

@@ -15,11 +15,13 @@ use crate::testutil::{row_cut, single, tiny_model, tiny_plan};
 /// where `ASYNC` (else they are unsupported, and the runtime runs the part
 /// inline), and `host_weights` only where the tweak takes it (else
 /// unsupported, and the runtime writes upload weights before each run).
+/// `before_execute` runs before an execution or a submit.
 trait Tweak: Send + 'static {
     const ASYNC: bool = false;
     fn before_execute(&mut self, _g: &mut dyn Gemm) -> hetero_agent::Result<()> {
         Ok(())
     }
+    fn prefetch(&mut self) {}
     fn after_read(&mut self, _c: &mut [f32]) {}
     fn on_wait(&mut self, _mode: hetero_agent::SyncMode) {}
     fn write_weights(&mut self, g: &mut dyn Gemm, w: &[f32]) -> hetero_agent::Result<()> {
@@ -61,6 +63,10 @@ impl<T: Tweak> Gemm for Wrapped<T> {
     fn host_weights(&mut self, w: &[f32]) -> hetero_agent::Result<()> {
         self.tweak.host_weights(self.inner.as_mut(), w)
     }
+    fn prefetch(&mut self) -> hetero_agent::Result<()> {
+        self.tweak.prefetch();
+        self.inner.prefetch()
+    }
     fn submit(&mut self) -> hetero_agent::Result<()> {
         if !T::ASYNC {
             return Err(hetero_agent::Error::unsupported(
@@ -68,6 +74,7 @@ impl<T: Tweak> Gemm for Wrapped<T> {
                 "asynchronous submit",
             ));
         }
+        self.tweak.before_execute(self.inner.as_mut())?;
         self.inner.submit()
     }
     fn wait(&mut self, mode: hetero_agent::SyncMode) -> hetero_agent::Result<hetero_agent::Timed> {
@@ -725,6 +732,141 @@ fn a_chain_spins_on_its_first_steps_and_sleeps_toward_the_parts_end_on_its_last(
         assert!((0.0..100.0).contains(&last), "{waits:?}");
     }
     assert!(waits.iter().any(|&(c, p)| c != 24 && p > 0.0));
+}
+
+/// What a GEMM with host weights saw, in order: its submits and the
+/// prefetches of its weights, by the GEMM's name.
+#[derive(Debug, Clone, PartialEq)]
+enum Seen {
+    Submit(String),
+    Prefetch(String),
+}
+
+type Log = Arc<Mutex<Vec<Seen>>>;
+
+/// A GEMM that keeps its weights on the host (writing them before each
+/// run, as a GPU's copy would) and logs its submits and prefetches.
+struct Staging {
+    name: String,
+    w: Option<Vec<f32>>,
+    log: Log,
+}
+
+impl Tweak for Staging {
+    const ASYNC: bool = true;
+    fn before_execute(&mut self, g: &mut dyn Gemm) -> hetero_agent::Result<()> {
+        if let Some(w) = &self.w {
+            self.log
+                .lock()
+                .unwrap()
+                .push(Seen::Submit(self.name.clone()));
+            g.write_weights(w)?;
+        }
+        Ok(())
+    }
+    fn prefetch(&mut self) {
+        let seen = Seen::Prefetch(self.name.clone());
+        self.log.lock().unwrap().push(seen);
+    }
+    fn host_weights(&mut self, _: &mut dyn Gemm, w: &[f32]) -> hetero_agent::Result<()> {
+        self.w = Some(w.to_vec());
+        Ok(())
+    }
+}
+
+/// An offload plan run by `drive` with cpu:0 as its GPU, every CG GEMM a
+/// [`Staging`] one; the log of what those saw.
+fn staging_log(name: &str, drive: impl FnOnce(&mut Runtime)) -> Vec<Seen> {
+    let offload = |op: &LinearOp, _: Phase, _: u32, _: u32| Strategy::Offload {
+        cpu: "npu-sim".into(),
+        gpu: "cpu:0".into(),
+        cc_rows: 8,
+        cg_rows: op.n - 32,
+        gg_rows: 24,
+        gpu_tokens: 0,
+    };
+    let dir = Tmp::new(name);
+    let mut rt = open_tiny(&dir, offload, RuntimeOptions::default()).unwrap();
+    let log: Log = Arc::default();
+    let logged = log.clone();
+    let source = Wrap("staging", move |req: &GraphRequest<'_>| Staging {
+        name: format!("{} layer {} from {}", req.op, req.layer, req.first_col),
+        w: None,
+        log: logged.clone(),
+    });
+    rt.set_graph_source("cpu:0", Box::new(source)).unwrap();
+    drive(&mut rt);
+    log.lock().unwrap().clone()
+}
+
+/// Every submit of a GEMM with host weights is followed by the prefetch
+/// of the one submitted next, from `from` on (the submits before it may
+/// not know their successors yet); returns the submits checked.
+fn assert_prefetch_next(log: &[Seen], from: usize) -> usize {
+    let submits: Vec<(usize, &str)> = log
+        .iter()
+        .enumerate()
+        .filter_map(|(i, s)| match s {
+            Seen::Submit(n) => Some((i, n.as_str())),
+            Seen::Prefetch(_) => None,
+        })
+        .collect();
+    assert!(submits.len() > from + 2, "{log:?}");
+    for w in submits[from..].windows(2) {
+        let ((i, _), (_, next)) = (w[0], w[1]);
+        assert_eq!(
+            log.get(i + 1),
+            Some(&Seen::Prefetch(next.to_string())),
+            "submit {i} of {log:?}"
+        );
+    }
+    submits.len() - from
+}
+
+#[test]
+fn a_run_prefetches_the_next_host_weight_gemm_from_its_first_submit() {
+    let log = staging_log("prefetch-run", |rt| {
+        let r = rt.run(&spec(Phase::Decode, 1)).unwrap();
+        let c = r.check.unwrap();
+        assert_eq!(c.passed, c.outputs, "{:?}", c.failures);
+    });
+    // The pass order is known: every submit prefetches, the last of a pass
+    // the first of the next.
+    assert_prefetch_next(&log, 0);
+}
+
+#[test]
+fn linear_learns_the_order_in_its_first_pass_and_prefetches_after() {
+    let model = tiny_model();
+    let layers = model.ops[0].layers;
+    let tokens = 3;
+    let log = staging_log("prefetch-linear", |rt| {
+        // A decoder's tokens: every operator of every layer in turn.
+        for _ in 0..tokens {
+            for layer in 0..layers {
+                for op in model.ops.iter().filter(|o| o.layers > 1) {
+                    let (m, k, n, inst) = rt.op_dims(&op.name, Phase::Decode, 1).unwrap();
+                    let input = vec![0.5; (inst * m * k) as usize];
+                    let mut out = vec![0.0; (inst * m * n) as usize];
+                    rt.linear(&op.name, Phase::Decode, layer, 1, &input, &mut out)
+                        .unwrap();
+                }
+            }
+        }
+    });
+    let submits = log.iter().filter(|s| matches!(s, Seen::Submit(_))).count();
+    let per_token = submits / tokens;
+    assert_eq!(per_token * tokens, submits, "{log:?}");
+    // The first token's GEMMs (distinct weights per layer) know no
+    // successor yet: no prefetch among them.
+    let first: Vec<&Seen> = log.iter().take(per_token).collect();
+    assert!(
+        first.iter().all(|s| matches!(s, Seen::Submit(_))),
+        "{log:?}"
+    );
+    // From the second token on, every submit prefetches the next.
+    let checked = assert_prefetch_next(&log, per_token);
+    assert_eq!(checked, (tokens - 1) * per_token);
 }
 
 /// A backend that reports `memory_bytes` of its own memory (a discrete
