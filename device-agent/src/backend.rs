@@ -267,6 +267,15 @@ pub trait Backend: Send {
         None
     }
 
+    /// How many staging buffers the GEMMs that keep their weights on the
+    /// host share, each as large as the largest of them, where they share
+    /// some instead of each holding its weights in the processor's memory
+    /// ([`staging_bytes`](Backend::staging_bytes)); `None` otherwise. For
+    /// memory estimates made before anything is prepared.
+    fn staging_slots(&self) -> Option<usize> {
+        None
+    }
+
     /// Relative error bound for verifying this dtype against the f64 reference.
     fn tolerance(&self, dtype: DType, k: u32) -> f64 {
         default_tolerance(dtype, k)

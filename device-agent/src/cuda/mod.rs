@@ -392,6 +392,10 @@ impl Backend for CudaBackend {
         bench::run(&self.dev, req)
     }
 
+    fn staging_slots(&self) -> Option<usize> {
+        Some(ring::RING_SLOTS)
+    }
+
     fn staging_bytes(&self) -> Option<u64> {
         let bytes = self.dev.lock_ring().bytes() as u64;
         (bytes > 0).then_some(bytes)

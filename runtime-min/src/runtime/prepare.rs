@@ -27,7 +27,7 @@ pub(super) struct GemmKey {
     pub proc: usize,
     pub spec: GemmSpec,
     first_col: u32,
-    upload: bool,
+    pub upload: bool,
 }
 
 /// One operator prepared at one length.

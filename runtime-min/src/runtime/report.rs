@@ -282,6 +282,7 @@ impl Runtime {
                     prepared: self.prep[i].prepared,
                     prepare_host_us: self.prep[i].host_us,
                     prepare_reported_us: self.prep[i].reported_us,
+                    staging_bytes: b.staging_bytes(),
                 }
             })
             .collect()

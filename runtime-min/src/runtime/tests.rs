@@ -871,9 +871,12 @@ fn linear_learns_the_order_in_its_first_pass_and_prefetches_after() {
 
 /// A backend that reports `memory_bytes` of its own memory (a discrete
 /// GPU, as far as the runtime's memory check is concerned).
+/// With `staging`, its GEMMs with host weights share that many staging
+/// buffers (as a CUDA device's ring), as far as the estimate is concerned.
 struct OwnMemory {
     inner: Box<dyn Backend>,
     processor: hetero_plan::Processor,
+    staging: Option<usize>,
 }
 
 impl OwnMemory {
@@ -881,7 +884,11 @@ impl OwnMemory {
         let mut processor = inner.processor().clone();
         processor.capabilities.memory_bytes = Some(memory_bytes);
         processor.capabilities.unified_memory = false;
-        OwnMemory { inner, processor }
+        OwnMemory {
+            inner,
+            processor,
+            staging: None,
+        }
     }
 }
 
@@ -891,6 +898,9 @@ impl Backend for OwnMemory {
     }
     fn prepare(&mut self, spec: &GemmSpec, weights: &[f32]) -> hetero_agent::Result<Box<dyn Gemm>> {
         self.inner.prepare(spec, weights)
+    }
+    fn staging_slots(&self) -> Option<usize> {
+        self.staging
     }
 }
 
@@ -1038,6 +1048,69 @@ fn a_processor_with_its_own_memory_is_checked_against_it_and_what_it_holds() {
     assert!(msg.contains("held by GEMMs prepared before"), "{msg}");
     let r = room.run(&spec(Phase::Prefill, 8)).unwrap();
     assert_eq!(r.check.unwrap().passed, 15);
+}
+
+#[test]
+fn weights_copied_every_run_count_once_in_the_staging_ring_not_per_gemm() {
+    // cpu:0 as a discrete GPU in an offload plan: its CG rows' weights are
+    // copied every run. With staging slots it holds them in the ring only.
+    let dir = Tmp::new("memory-staging");
+    let model = tiny_model();
+    let offload = |op: &LinearOp, _: Phase, _: u32, _: u32| Strategy::Offload {
+        cpu: "npu-sim".into(),
+        gpu: "cpu:0".into(),
+        cc_rows: 8,
+        cg_rows: op.n - 32,
+        gg_rows: 24,
+        gpu_tokens: 0,
+    };
+    let plan = tiny_plan(
+        &model,
+        &["cpu:0", "npu-sim"],
+        &[(Phase::Decode, vec![1])],
+        offload,
+    );
+    let path = dir.0.join("plan.ron");
+    hetero_plan::save(&path, &plan).unwrap();
+    let need = |staging: Option<usize>| {
+        let mut reg = hetero_agent::Registry::open(&Default::default(), Some(&plan.processors));
+        let mut backends: Vec<Box<dyn Backend>> = Vec::new();
+        for id in &plan.processors {
+            let i = reg
+                .backends
+                .iter()
+                .position(|b| b.processor().id == *id)
+                .unwrap();
+            let b = reg.backends.remove(i);
+            backends.push(if id == "cpu:0" {
+                let mut own = OwnMemory::new(b, 1 << 40);
+                own.staging = staging;
+                Box::new(own)
+            } else {
+                b
+            });
+        }
+        let rt = Runtime::with_backends(
+            &path,
+            plan.clone(),
+            model.clone(),
+            backends,
+            Default::default(),
+        )
+        .unwrap();
+        let ops = rt.phase_ops(Phase::Decode);
+        let mut need = rt.memory_need(Phase::Decode, 1, &ops).unwrap();
+        need.remove(&memory::Place::Device(0)).unwrap()
+    };
+    let (each, ring) = (need(None), need(Some(2)));
+    // ffn_up (K×N 64×96): 64 CG columns of f32 weights in each of 2 layers.
+    let cg_up = 64 * 64 * 4;
+    assert_eq!(each.per_op["ffn_up"] - ring.per_op["ffn_up"], 2 * cg_up);
+    // The ring: two slots of the largest CG weights (ffn_up's and
+    // ffn_gate's; ffn_down's 32 columns of K = 96 are fewer bytes).
+    assert!(!each.per_op.contains_key("staging ring"));
+    assert_eq!(ring.per_op["staging ring"], 2 * cg_up);
+    assert!(ring.total() < each.total());
 }
 
 #[test]
