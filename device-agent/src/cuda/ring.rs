@@ -110,6 +110,13 @@ impl SlotTable {
         })
     }
 
+    /// Frees every slot, forgetting every reservation (the slots were
+    /// reallocated). The clock goes on, so no ticket handed out before
+    /// matches one handed out after.
+    pub(super) fn clear(&mut self) {
+        self.slots.fill(SlotState::default());
+    }
+
     /// Whether `t`'s copy is still in its slot and not yet consumed.
     pub(super) fn holds(&self, t: Ticket) -> bool {
         let s = &self.slots[t.slot];
@@ -183,7 +190,7 @@ impl StagingRing {
                 });
             }
             self.slot_bytes = bytes;
-            self.table = SlotTable::new(RING_SLOTS);
+            self.table.clear();
         }
         self.users += 1;
         Ok(())
@@ -197,7 +204,7 @@ impl StagingRing {
             let _ = dev.synchronize();
             self.slots.clear();
             self.slot_bytes = 0;
-            self.table = SlotTable::new(RING_SLOTS);
+            self.table.clear();
         }
     }
 
@@ -388,6 +395,16 @@ mod tests {
         t.cancel(c);
         assert!(!t.holds(c));
         assert_eq!(t.reserve(false).map(|x| x.slot), Some(c.slot));
+    }
+
+    #[test]
+    fn a_ticket_from_before_the_slots_were_cleared_holds_nothing_after() {
+        let mut t = SlotTable::new(2);
+        let old = t.reserve(false).unwrap();
+        t.clear();
+        let new = t.reserve(false).unwrap();
+        assert_eq!(new.slot, old.slot);
+        assert!(t.holds(new) && !t.holds(old));
     }
 
     #[test]

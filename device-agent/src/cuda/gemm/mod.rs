@@ -1,6 +1,7 @@
-//! A GEMM prepared on a CUDA device: weights resident, one cuBLASLt
-//! matmul ([`super::lt`]), CUDA events for the kernel time, a host-mapped
-//! flag for polling.
+//! A GEMM prepared on a CUDA device: weights resident (or kept on the host
+//! and staged through the device's ring before every run: [`staged`]),
+//! one cuBLASLt matmul ([`super::lt`]), CUDA events for the kernel time, a
+//! host-mapped flag for polling.
 //!
 //! Device layouts (cuBLAS is column-major; both [`Form`]s are one `TN`
 //! call over the same buffers, with the operands swapped):
