@@ -446,6 +446,13 @@ fn to_text(o: &Output<'_>) -> String {
         "prepared the plan's GEMMs in {:.3} ms (not counted below)",
         g.prepare_us / 1e3
     );
+    for (id, b) in &g.staging {
+        let _ = writeln!(
+            s,
+            "{id} staging ring: {:.1} MiB of its memory for the weights copied every run",
+            *b as f64 / (1u64 << 20) as f64
+        );
+    }
     let pred = |v: Option<f64>, scale: f64, unit: &str| match v {
         Some(v) => format!(", predicted {:.3} {unit}", v / scale),
         None => String::new(),

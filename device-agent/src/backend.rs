@@ -157,18 +157,35 @@ pub trait Gemm: Send {
 
     /// Keeps the weights `W[K,N]` (row-major f32) in host memory, already
     /// in the processor's element type and layout (page-locked where the
-    /// processor has it), and copies them to the processor at the start of
-    /// every later execution, inside its timed part: ScheInfer's CG rows,
-    /// stored on the CPU side and streamed over PCIe for every run, without
-    /// converting them every run as [`write_weights`](Gemm::write_weights)
-    /// would. A backend without it returns [`Error::Unsupported`]; callers
-    /// then fall back to `write_weights` before each run.
+    /// processor has it), and copies them to the processor for every later
+    /// execution: ScheInfer's CG rows, stored on the CPU side and streamed
+    /// over PCIe for every run, without converting them every run as
+    /// [`write_weights`](Gemm::write_weights) would. The execution's timed
+    /// part holds what of the copy it waits for: all of it, unless
+    /// [`prefetch`](Gemm::prefetch) started it earlier. The processor may
+    /// then drop its own copy of the weights (CUDA's GEMMs share a staging
+    /// ring instead: [`Backend::staging_bytes`]). A backend without it
+    /// returns [`Error::Unsupported`]; callers then fall back to
+    /// `write_weights` before each run.
     fn host_weights(&mut self, w: &[f32]) -> Result<()> {
         let _ = w;
         Err(Error::unsupported(
             self.backend_id(),
             "weights kept on the host and copied every run",
         ))
+    }
+
+    /// Starts copying the host weights ([`host_weights`](Gemm::host_weights))
+    /// toward the processor now, without waiting, so that the copy overlaps
+    /// what runs before this GEMM; its next execution then waits only for
+    /// what is left of the copy. A caller prefetches the GEMM that will run
+    /// next, right after submitting the current one. Where nothing was
+    /// prefetched, or the prefetched copy had to give way to another, the
+    /// execution copies as without it: prefetching changes when the copy
+    /// runs, never what the GEMM reads. The default does nothing (weights
+    /// resident, or a backend that copies them inside its run).
+    fn prefetch(&mut self) -> Result<()> {
+        Ok(())
     }
 
     /// Leaves the caches the next [`execute`](Gemm::execute) reads through
@@ -240,6 +257,23 @@ pub trait Backend: Send {
             &self.processor().id,
             "host memory for direct copies",
         ))
+    }
+
+    /// Bytes of the processor's own memory held to stage weights that
+    /// GEMMs keep on the host ([`Gemm::host_weights`]): CUDA's staging ring,
+    /// which such GEMMs share instead of holding their weights each. `None`
+    /// where it holds none.
+    fn staging_bytes(&self) -> Option<u64> {
+        None
+    }
+
+    /// How many staging buffers the GEMMs that keep their weights on the
+    /// host share, each as large as the largest of them, where they share
+    /// some instead of each holding its weights in the processor's memory
+    /// ([`staging_bytes`](Backend::staging_bytes)); `None` otherwise. For
+    /// memory estimates made before anything is prepared.
+    fn staging_slots(&self) -> Option<usize> {
+        None
     }
 
     /// Relative error bound for verifying this dtype against the f64 reference.

@@ -16,6 +16,12 @@
 //!    `SyncMode::Poll`: sleep for the step's predicted time, then spin on
 //!    the completion flag), multi-step parts first, each next step
 //!    submitted as soon as the previous one is seen done;
+//!
+//! A step whose GEMM keeps its weights on the host ([`Step::staged`])
+//! prefetches the next such GEMM of its processor right after its own
+//! submit ([`Prefetch`]), so that the next weight copy overlaps this one's
+//! run.
+//!
 //! 4. simulated and emulated parts run last, on the host: their product is
 //!    computed by the host CPU, which would otherwise steal the real
 //!    processors' cores. Their time is the one the backend reports (the
@@ -29,6 +35,8 @@ use std::time::Instant;
 
 use hetero_agent::{Error as AgentError, Gemm, GemmSpec, HostBuf, SyncMode, Timed};
 use hetero_plan::Timing;
+
+use crate::runtime::prefetch::Prefetch;
 
 /// How the host waits for a submitted part.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -82,6 +90,9 @@ pub(crate) struct Step {
     /// Weights `W[K, cols]` written before every run (offload: rows stored
     /// on the CPU and copied to the GPU each time).
     pub upload: Option<Arc<Vec<f32>>>,
+    /// Its GEMM keeps its weights on the host and copies them itself every
+    /// run ([`Gemm::host_weights`]): it takes part in prefetching.
+    pub staged: bool,
 }
 
 /// One processor's share of an instance.
@@ -215,6 +226,9 @@ impl Gemm for FaultyGemm {
     fn host_weights(&mut self, w: &[f32]) -> Result<(), AgentError> {
         self.inner.host_weights(w)
     }
+    fn prefetch(&mut self) -> Result<(), AgentError> {
+        self.inner.prefetch()
+    }
     fn backend_id(&self) -> String {
         self.inner.backend_id()
     }
@@ -283,10 +297,12 @@ pub(crate) fn run_instance(
     n: usize,
     stage: &mut Stage,
     sync: SyncChoice,
+    prefetch: &mut Prefetch,
 ) -> Result<Sample, Failure> {
     let mut run = Instance {
         t0: Instant::now(),
         gemms,
+        prefetch,
         input,
         k,
         output,
@@ -318,6 +334,8 @@ pub(crate) fn run_instance(
 struct Instance<'a> {
     t0: Instant,
     gemms: &'a mut [Box<dyn Gemm>],
+    /// The successors of GEMMs with host weights.
+    prefetch: &'a mut Prefetch,
     input: &'a [f32],
     k: usize,
     output: &'a mut [f32],
@@ -362,15 +380,29 @@ impl Instance<'_> {
     }
 
     /// Submits a fed step; `Ok(false)` where the backend cannot submit
-    /// asynchronously.
+    /// asynchronously. The prefetch that follows counts as submit time.
     fn submit(&mut self, proc: usize, step: &Step) -> Result<(bool, Instant), Failure> {
         let t = Instant::now();
         let result = self.gemms[step.gemm].submit();
-        self.submit += us(t);
-        match result {
-            Ok(()) => Ok((true, t)),
-            Err(AgentError::Unsupported { .. }) => Ok((false, t)),
+        let result = match result {
+            Ok(()) => self.prefetch_next(proc, step).map(|()| true),
+            Err(AgentError::Unsupported { .. }) => Ok(false),
             Err(e) => Err((proc, e)),
+        };
+        self.submit += us(t);
+        result.map(|submitted| (submitted, t))
+    }
+
+    /// After `step` was submitted (or run inline): where its GEMM keeps its
+    /// weights on the host, records it and prefetches the next such GEMM
+    /// of the processor ([`Prefetch`]).
+    fn prefetch_next(&mut self, proc: usize, step: &Step) -> Result<(), Failure> {
+        if !step.staged {
+            return Ok(());
+        }
+        match self.prefetch.submitted(proc, step.gemm) {
+            Some(next) => self.gemms[next].prefetch().map_err(|e| (proc, e)),
+            None => Ok(()),
         }
     }
 
@@ -379,6 +411,7 @@ impl Instance<'_> {
         let t = Instant::now();
         let timed = self.gemms[step.gemm].execute().map_err(|e| (proc, e))?;
         let host = us(t);
+        self.prefetch_next(proc, step)?;
         self.parts_us[pi] += timed.best_us();
         self.drain(proc, step)?;
         Ok(host)
@@ -451,6 +484,7 @@ impl Instance<'_> {
                 self.feed(part.proc, next)?;
                 let t = Instant::now();
                 self.gemms[next.gemm].submit().map_err(|e| (part.proc, e))?;
+                self.prefetch_next(part.proc, next)?;
                 self.submit += us(t);
                 self.inflight[0].1 = si + 1;
                 self.submitted[pi] = Some((first, t));

@@ -53,6 +53,11 @@ pub struct ProcessorReport {
     /// Prepare time the backend reports for static graphs (simulated for npu-sim), µs.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub prepare_reported_us: Option<f64>,
+    /// Bytes of its own memory that GEMMs keeping their weights on the
+    /// host share to receive them (a GPU's staging ring), beside the
+    /// resident weights.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub staging_bytes: Option<u64>,
 }
 
 /// One part of an operator's decision.
@@ -383,6 +388,16 @@ impl Report {
             .filter(|p| !p.graph_origins.is_empty())
         {
             let _ = writeln!(s, "{} graphs: {}", p.id, p.graphs);
+        }
+        for p in &self.processors {
+            if let Some(b) = p.staging_bytes {
+                let _ = writeln!(
+                    s,
+                    "{} staging ring: {} of its memory for the weights copied every run, beside the resident weights",
+                    p.id,
+                    crate::runtime::bytes(b as u128)
+                );
+            }
         }
         let _ = writeln!(
             s,

@@ -5,9 +5,14 @@
 //! returns [`Error::Library`] naming the library and the paths tried.
 //!
 //! One processor per device, `cuda:<ordinal>`. Each has one non-blocking
-//! stream, one cuBLAS handle (for the output transposition) and one
-//! cuBLASLt handle and workspace (for the GEMMs), shared by its GEMMs (a
-//! processor is one queue). A GEMM keeps its weights resident. Inputs and
+//! compute stream, one cuBLAS handle (for the output transposition) and
+//! one cuBLASLt handle and workspace (for the GEMMs), shared by its GEMMs
+//! (a processor is one queue). A GEMM keeps its weights resident, except
+//! one whose weights stay in host memory ([`Gemm::host_weights`]): its
+//! weights are copied, on a second (copy) stream, into a slot of the
+//! device's staging ring before it runs, early where the caller prefetches
+//! ([`Gemm::prefetch`]), so that the copy overlaps the GEMMs before it
+//! (`ring.rs`). Inputs and
 //! outputs cross the bus as f32, the [`Gemm`] interface's type: the input
 //! is converted to f16/bf16 on the device, cuBLASLt writes an f32 output,
 //! and the activation-left form's output is transposed on the device
@@ -37,6 +42,7 @@ mod kernels;
 mod libs;
 mod lt;
 mod mem;
+mod ring;
 
 use std::sync::Arc;
 
@@ -47,6 +53,7 @@ use hetero_plan::{Capabilities, DType, MicrobenchRequest, Processor, ProcessorAp
 
 use self::kernels::Kernels;
 use self::mem::{DeviceBuf, MappedFlag};
+use self::ring::{RingDevice, StagingRing};
 use crate::{Backend, Error, Gemm, GemmSpec, OpenOptions, Result};
 
 /// Attaches the processor id and the failing call to a CUDA error.
@@ -80,7 +87,13 @@ enum FlagWriter {
 pub(crate) struct Device {
     id: String,
     ctx: Arc<CudaContext>,
+    /// The compute stream: every GEMM, kernel and microbenchmark.
     stream: Arc<CudaStream>,
+    /// The copy stream: host weights into the staging ring (`ring.rs`),
+    /// beside the compute stream.
+    copy_stream: Arc<CudaStream>,
+    /// Where GEMMs with host weights find them on the device.
+    ring: std::sync::Mutex<StagingRing>,
     blas: CudaBlas,
     /// cuBLASLt, which runs the GEMMs ([`lt`]).
     lt: lt::Lt,
@@ -157,6 +170,17 @@ impl Device {
         self.stream.synchronize().at(id, "cuStreamSynchronize")
     }
 
+    /// The staging ring, locked.
+    fn lock_ring(&self) -> std::sync::MutexGuard<'_, StagingRing> {
+        self.ring.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The context (made current), both streams and the id, for the
+    /// ring's device calls.
+    fn ring_device(&self) -> Result<RingDevice<'_>> {
+        RingDevice::new(&self.ctx, &self.stream, &self.copy_stream, &self.id)
+    }
+
     fn kernels(&self) -> Result<&Kernels> {
         self.kernels.as_ref().map_err(Clone::clone)
     }
@@ -228,6 +252,7 @@ impl CudaBackend {
         // SAFETY: no cudarc `CudaSlice` is created in this context.
         unsafe { ctx.disable_event_tracking() };
         let stream = ctx.new_stream().at(&id, "cuStreamCreate")?;
+        let copy_stream = ctx.new_stream().at(&id, "cuStreamCreate(copy)")?;
         let blas = CudaBlas::new(stream.clone()).at(&id, "cublasCreate")?;
         let lt = lt::Lt::new(&ctx, &id)?;
         let kernels = Kernels::load(&ctx, &id);
@@ -235,6 +260,8 @@ impl CudaBackend {
             id: id.clone(),
             ctx,
             stream,
+            copy_stream,
+            ring: std::sync::Mutex::new(StagingRing::new()),
             blas,
             lt,
             kernels,
@@ -363,6 +390,15 @@ impl Backend for CudaBackend {
 
     fn microbench(&mut self, req: &MicrobenchRequest) -> Result<Vec<f64>> {
         bench::run(&self.dev, req)
+    }
+
+    fn staging_slots(&self) -> Option<usize> {
+        Some(ring::RING_SLOTS)
+    }
+
+    fn staging_bytes(&self) -> Option<u64> {
+        let bytes = self.dev.lock_ring().bytes() as u64;
+        (bytes > 0).then_some(bytes)
     }
 
     fn alloc_host(&self, len: usize) -> Result<Box<dyn crate::HostMem>> {

@@ -572,6 +572,72 @@ fn host_weights_are_copied_before_every_run() {
     }
 }
 
+/// GEMMs with host weights share the device's staging ring: run in turn,
+/// each prefetching the next right after its submit, with a GEMM between
+/// them whose prefetch is skipped, and two prefetched ahead so that a
+/// third launch takes a slot over. Every output must be its own weights'
+/// product, the ring two slots of the largest GEMM, and gone with them.
+#[test]
+fn host_weight_gemms_share_the_staging_ring_and_prefetch_the_next() {
+    let Some(mut devices) = devices_or_skip("staging ring test") else {
+        return;
+    };
+    for dev in &mut devices {
+        let dtype = DType::F16;
+        // Unlike sizes: the ring grows when the larger ones join it.
+        let shapes = [(1, 64, 96), (3, 200, 130), (1, 512, 1000), (8, 96, 64)];
+        let mut gemms = Vec::new();
+        let mut largest = 0;
+        for (i, &(m, k, n)) in shapes.iter().enumerate() {
+            let w = values(k * n, 40 + i as u64);
+            let a = values(m * k, 50 + i as u64);
+            let s = spec(m as u32, k as u32, n as u32, dtype, OperandOrder::Aw);
+            let mut g = dev.prepare(&s, &vec![0.0; k * n]).unwrap();
+            g.host_weights(&w).unwrap();
+            g.write_input(&a).unwrap();
+            largest = largest.max(k.next_multiple_of(8) * n.next_multiple_of(8) * 2);
+            gemms.push((g, a, w, (m, k, n)));
+        }
+        assert_eq!(
+            dev.staging_bytes(),
+            Some((ring::RING_SLOTS * largest) as u64)
+        );
+        let tol = dev.tolerance(dtype, 512);
+        let check = |g: &mut Box<dyn Gemm>, a: &[f32], w: &[f32], mkn, what: &str| {
+            let err = output_err(g.as_mut(), a, w, mkn);
+            assert!(err <= tol, "{what}: rel err {err} > {tol}");
+        };
+        // Rounds of submit, prefetch the next, wait: direct launches, then
+        // graphs (one per slot address).
+        for round in 0..4 {
+            for i in 0..gemms.len() {
+                let next = (i + 1) % gemms.len();
+                gemms[i].0.submit().unwrap();
+                gemms[next].0.prefetch().unwrap();
+                // Prefetching twice queues one copy.
+                gemms[next].0.prefetch().unwrap();
+                let t = gemms[i].0.wait(SyncMode::Block).unwrap();
+                assert!(t.device_us.unwrap() > 0.0);
+                let (g, a, w, mkn) = &mut gemms[i];
+                check(g, a, w, *mkn, &format!("round {round}, GEMM {i}"));
+            }
+        }
+        // Two prefetched, both slots pending; a third runs and takes one
+        // over; then the two run, one of them copying again.
+        gemms[0].0.prefetch().unwrap();
+        gemms[1].0.prefetch().unwrap();
+        for i in [2, 0, 1, 3] {
+            let (g, a, w, mkn) = &mut gemms[i];
+            g.execute().unwrap();
+            check(g, a, w, *mkn, &format!("after a take-over, GEMM {i}"));
+        }
+        // A prefetch left unread when its GEMM goes.
+        gemms[3].0.prefetch().unwrap();
+        gemms.clear();
+        assert_eq!(dev.staging_bytes(), None);
+    }
+}
+
 #[test]
 fn conversion_kernels_round_exactly_like_half() {
     let Some(_) = devices_or_skip("conversion_kernels_round_exactly_like_half") else {

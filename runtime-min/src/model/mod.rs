@@ -90,6 +90,10 @@ pub struct Generation {
     /// Host time preparing every GEMM of the prefill and decode lengths
     /// before the clock started, µs.
     pub prepare_us: f64,
+    /// Per processor with a staging ring (GEMMs that copy their weights
+    /// from the host every run share it), its id and the ring's bytes.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub staging: Vec<(String, u64)>,
     /// The generated token ids.
     pub tokens: Vec<u32>,
     /// Per generated token, the logits it was chosen from (when kept).
@@ -289,6 +293,7 @@ impl Decoder {
         let mut out = Generation {
             prompt_tokens: plen,
             prepare_us,
+            staging: rt.staging_bytes(),
             tokens: Vec::new(),
             logits: Vec::new(),
             ttft_us: 0.0,

@@ -63,6 +63,7 @@ impl Runtime {
             stage,
             sync,
             plan,
+            prefetch,
             ..
         } = self;
         let p = prepared.get_mut(&(oi, len)).expect("prepared above");
@@ -98,6 +99,7 @@ impl Runtime {
                 n,
                 stage,
                 *sync,
+                prefetch,
             )
             .map_err(processor_error(plan, oi, layer, len))?;
             staged[i * m * n..(i + 1) * m * n].copy_from_slice(&pool_out[..m * n]);
@@ -177,6 +179,7 @@ impl Runtime {
         let t = Instant::now();
         self.prepare(spec.phase, spec.len)?;
         let prepare_wall = t.elapsed().as_secs_f64() * 1e6;
+        self.seed_prefetch(&ops, spec.len);
         // Warm-up (and check).
         let mut checks = Vec::new();
         self.pass(
@@ -250,6 +253,28 @@ impl Runtime {
         Ok(())
     }
 
+    /// Seeds the successors of the GEMMs with host weights from the pass
+    /// order (`ops` prepared at `len`): instances in order, and per
+    /// instance its parts' steps in order, as the executor submits them on
+    /// each processor.
+    fn seed_prefetch(&mut self, ops: &[usize], len: u32) {
+        let mut order = Vec::new();
+        for (j, layer) in self.pass_order(ops) {
+            let p = &self.prepared[&(ops[j], len)];
+            for parts in &p.layers[layer as usize] {
+                for part in parts {
+                    order.extend(
+                        part.steps
+                            .iter()
+                            .filter(|s| s.staged)
+                            .map(|s| (part.proc, s.gemm)),
+                    );
+                }
+            }
+        }
+        self.prefetch.seed(&order);
+    }
+
     /// The order of a pass, as (index into `ops`, layer): decoder layers in
     /// order, operators in model order; the lm_head (one layer) sorts last
     /// and runs after them.
@@ -303,6 +328,7 @@ impl Runtime {
             model,
             weights,
             backends,
+            prefetch,
             ..
         } = self;
         // The lookups count as dispatch.
@@ -330,6 +356,7 @@ impl Runtime {
                 n,
                 stage,
                 *sync,
+                prefetch,
             )
             .map_err(processor_error(plan, oi, layer, len))?;
             if let Some(c) = checks.as_deref_mut() {

@@ -12,6 +12,13 @@
 //! while they are generated or read, a column slice of them, the pool's
 //! output and staging buffers). Sizes are added in `u128`, so no config can
 //! overflow them.
+//!
+//! A processor whose GEMMs with host weights share staging buffers
+//! ([`Backend::staging_slots`](hetero_agent::Backend::staging_slots): a
+//! CUDA device's staging ring) holds no weights for those GEMMs, only
+//! their activations, and the staging buffers once: as many as it has
+//! slots, each the size of the largest such GEMM's weights, counted as
+//! the `staging ring` entry.
 
 use std::collections::{BTreeMap, HashSet};
 
@@ -70,6 +77,15 @@ pub(super) fn gemm_bytes(spec: &GemmSpec) -> u128 {
         + m * (k + n) * spec.dtype.activation_bits() as u128;
     bits.div_ceil(8)
 }
+
+/// Bytes of a prepared GEMM's weights `K×N` in its dtype.
+pub(super) fn weight_bytes(spec: &GemmSpec) -> u128 {
+    let (k, n) = (spec.shape.k.get() as u128, spec.shape.n.get() as u128);
+    (k * n * spec.dtype.weight_bits() as u128).div_ceil(8)
+}
+
+/// What a [`Tally`] calls the staging buffers of GEMMs with host weights.
+const STAGING: &str = "staging ring";
 
 /// `n` bytes in words: `24576000000000 bytes (22888.2 GiB)`.
 pub(crate) fn bytes(n: u128) -> String {
@@ -202,8 +218,9 @@ impl Runtime {
             .shared
             .keys()
             .filter(|k| k.proc == p)
-            .map(|k| gemm_bytes(&k.spec))
-            .sum();
+            .map(|k| self.device_gemm_bytes(p, &k.spec, k.upload))
+            .sum::<u128>()
+            + self.backends[p].staging_bytes().unwrap_or(0) as u128;
         let free = (total as u128).saturating_sub(held) as u64;
         let basis = if held == 0 {
             "of device memory".to_string()
@@ -215,6 +232,31 @@ impl Runtime {
             )
         };
         Some(Capacity { bytes: free, basis })
+    }
+
+    /// Bytes a GEMM of `spec` on `plan.processors[p]` holds in the
+    /// processor's memory: all of [`gemm_bytes`], less the weights where
+    /// they are copied every run (`upload`) into staging buffers the
+    /// processor's such GEMMs share.
+    fn device_gemm_bytes(&self, p: usize, spec: &GemmSpec, upload: bool) -> u128 {
+        let staged = upload && self.backends[p].staging_slots().is_some();
+        gemm_bytes(spec) - if staged { weight_bytes(spec) } else { 0 }
+    }
+
+    /// Adds to `need` the staging buffers that GEMMs with host weights of
+    /// up to `largest[p]` weight bytes need on `plan.processors[p]`,
+    /// beyond those it holds already.
+    fn add_staging(&self, need: &mut BTreeMap<Place, Tally>, largest: &BTreeMap<usize, u128>) {
+        for (&p, &w) in largest {
+            let Some(slots) = self.backends[p].staging_slots() else {
+                continue;
+            };
+            let held = self.backends[p].staging_bytes().unwrap_or(0) as u128;
+            let more = (slots as u128 * w).saturating_sub(held);
+            if more > 0 {
+                add(need, self.place(p), STAGING, more);
+            }
+        }
     }
 
     /// What preparing `ops` (plan operator indices) of `phase` at `len`
@@ -229,6 +271,8 @@ impl Runtime {
         let mut need: BTreeMap<Place, Tally> = BTreeMap::new();
         let mut seen = HashSet::new();
         let mut scratch = 0u128;
+        // Per processor, the largest weights copied every run.
+        let mut largest: BTreeMap<usize, u128> = BTreeMap::new();
         for &oi in ops {
             let name = self.plan.ops[oi].op.clone();
             let oi = self.op_of(&name, phase, len)?;
@@ -260,10 +304,17 @@ impl Runtime {
                         add(&mut need, Place::Host, &name, k * cols * 4 * copies);
                     }
                     let key = target.step_key(&part, sl, self.weights.weight_layer(0), 0)?;
+                    if sl.upload {
+                        let w = largest.entry(pl.proc).or_default();
+                        *w = (*w).max(weight_bytes(&key.spec));
+                    }
                     if self.shared.contains_key(&key) {
                         continue;
                     }
-                    let bytes = gemm_bytes(&key.spec) * copies;
+                    let bytes = match self.place(pl.proc) {
+                        Place::Device(p) => self.device_gemm_bytes(p, &key.spec, sl.upload),
+                        Place::Host => gemm_bytes(&key.spec),
+                    } * copies;
                     if seen.insert(key) {
                         add(&mut need, self.place(pl.proc), &name, bytes);
                     }
@@ -279,6 +330,7 @@ impl Runtime {
         if scratch > 0 {
             need.entry(Place::Host).or_default().scratch = scratch;
         }
+        self.add_staging(&mut need, &largest);
         Ok(need)
     }
 

@@ -9,13 +9,15 @@
 //!   they match) and the activation pool;
 //! - [`memory`]: before anything is prepared, the bytes it will take
 //!   against what the host and each processor can hold;
-//! - [`execute`]: run an operator, a layer or a whole phase;
+//! - [`execute`]: run an operator, a layer or a whole phase, prefetching
+//!   the weights that offload copies every run ([`prefetch`]);
 //! - [`report`]: predicted against measured, per operator and in total.
 
 mod execute;
 mod layout;
 mod memory;
 mod open;
+pub(crate) mod prefetch;
 mod prepare;
 mod report;
 
@@ -102,6 +104,8 @@ pub struct Runtime {
     /// GEMMs that copy their host-kept weights every run themselves
     /// ([`Gemm::host_weights`]); other upload steps write them each run.
     host_staged: HashSet<usize>,
+    /// Which of those runs after which, to prefetch its weights.
+    prefetch: prefetch::Prefetch,
     prepared: HashMap<(usize, u32), Prepared>,
     inputs: HashMap<(usize, u32), HostBuf>,
     output: HostBuf,

@@ -88,6 +88,7 @@ impl Runtime {
             gemms: Vec::new(),
             shared: HashMap::new(),
             host_staged: Default::default(),
+            prefetch: Default::default(),
             prepared: HashMap::new(),
             inputs: HashMap::new(),
             output: HostBuf::default(),

@@ -27,7 +27,7 @@ pub(super) struct GemmKey {
     pub proc: usize,
     pub spec: GemmSpec,
     first_col: u32,
-    upload: bool,
+    pub upload: bool,
 }
 
 /// One operator prepared at one length.
@@ -253,6 +253,7 @@ impl Runtime {
             pad_to: sl.pad_to,
             cols: sl.cols.clone(),
             upload,
+            staged: self.host_staged.contains(&gi),
         })
     }
 

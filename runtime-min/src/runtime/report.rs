@@ -262,6 +262,16 @@ impl Runtime {
 
     /// Every processor: its timing, dtype, graph source and what preparing
     /// its GEMMs cost.
+    /// Per processor that holds a staging ring
+    /// ([`Backend::staging_bytes`](hetero_agent::Backend::staging_bytes)),
+    /// its id and the ring's bytes now.
+    pub fn staging_bytes(&self) -> Vec<(String, u64)> {
+        self.backends
+            .iter()
+            .filter_map(|b| Some((b.processor().id.clone(), b.staging_bytes()?)))
+            .collect()
+    }
+
     fn processor_reports(&self) -> Vec<ProcessorReport> {
         self.backends
             .iter()
@@ -282,6 +292,7 @@ impl Runtime {
                     prepared: self.prep[i].prepared,
                     prepare_host_us: self.prep[i].host_us,
                     prepare_reported_us: self.prep[i].reported_us,
+                    staging_bytes: b.staging_bytes(),
                 }
             })
             .collect()

@@ -15,11 +15,13 @@ use crate::testutil::{row_cut, single, tiny_model, tiny_plan};
 /// where `ASYNC` (else they are unsupported, and the runtime runs the part
 /// inline), and `host_weights` only where the tweak takes it (else
 /// unsupported, and the runtime writes upload weights before each run).
+/// `before_execute` runs before an execution or a submit.
 trait Tweak: Send + 'static {
     const ASYNC: bool = false;
     fn before_execute(&mut self, _g: &mut dyn Gemm) -> hetero_agent::Result<()> {
         Ok(())
     }
+    fn prefetch(&mut self) {}
     fn after_read(&mut self, _c: &mut [f32]) {}
     fn on_wait(&mut self, _mode: hetero_agent::SyncMode) {}
     fn write_weights(&mut self, g: &mut dyn Gemm, w: &[f32]) -> hetero_agent::Result<()> {
@@ -61,6 +63,10 @@ impl<T: Tweak> Gemm for Wrapped<T> {
     fn host_weights(&mut self, w: &[f32]) -> hetero_agent::Result<()> {
         self.tweak.host_weights(self.inner.as_mut(), w)
     }
+    fn prefetch(&mut self) -> hetero_agent::Result<()> {
+        self.tweak.prefetch();
+        self.inner.prefetch()
+    }
     fn submit(&mut self) -> hetero_agent::Result<()> {
         if !T::ASYNC {
             return Err(hetero_agent::Error::unsupported(
@@ -68,6 +74,7 @@ impl<T: Tweak> Gemm for Wrapped<T> {
                 "asynchronous submit",
             ));
         }
+        self.tweak.before_execute(self.inner.as_mut())?;
         self.inner.submit()
     }
     fn wait(&mut self, mode: hetero_agent::SyncMode) -> hetero_agent::Result<hetero_agent::Timed> {
@@ -727,11 +734,149 @@ fn a_chain_spins_on_its_first_steps_and_sleeps_toward_the_parts_end_on_its_last(
     assert!(waits.iter().any(|&(c, p)| c != 24 && p > 0.0));
 }
 
+/// What a GEMM with host weights saw, in order: its submits and the
+/// prefetches of its weights, by the GEMM's name.
+#[derive(Debug, Clone, PartialEq)]
+enum Seen {
+    Submit(String),
+    Prefetch(String),
+}
+
+type Log = Arc<Mutex<Vec<Seen>>>;
+
+/// A GEMM that keeps its weights on the host (writing them before each
+/// run, as a GPU's copy would) and logs its submits and prefetches.
+struct Staging {
+    name: String,
+    w: Option<Vec<f32>>,
+    log: Log,
+}
+
+impl Tweak for Staging {
+    const ASYNC: bool = true;
+    fn before_execute(&mut self, g: &mut dyn Gemm) -> hetero_agent::Result<()> {
+        if let Some(w) = &self.w {
+            self.log
+                .lock()
+                .unwrap()
+                .push(Seen::Submit(self.name.clone()));
+            g.write_weights(w)?;
+        }
+        Ok(())
+    }
+    fn prefetch(&mut self) {
+        let seen = Seen::Prefetch(self.name.clone());
+        self.log.lock().unwrap().push(seen);
+    }
+    fn host_weights(&mut self, _: &mut dyn Gemm, w: &[f32]) -> hetero_agent::Result<()> {
+        self.w = Some(w.to_vec());
+        Ok(())
+    }
+}
+
+/// An offload plan run by `drive` with cpu:0 as its GPU, every CG GEMM a
+/// [`Staging`] one; the log of what those saw.
+fn staging_log(name: &str, drive: impl FnOnce(&mut Runtime)) -> Vec<Seen> {
+    let offload = |op: &LinearOp, _: Phase, _: u32, _: u32| Strategy::Offload {
+        cpu: "npu-sim".into(),
+        gpu: "cpu:0".into(),
+        cc_rows: 8,
+        cg_rows: op.n - 32,
+        gg_rows: 24,
+        gpu_tokens: 0,
+    };
+    let dir = Tmp::new(name);
+    let mut rt = open_tiny(&dir, offload, RuntimeOptions::default()).unwrap();
+    let log: Log = Arc::default();
+    let logged = log.clone();
+    let source = Wrap("staging", move |req: &GraphRequest<'_>| Staging {
+        name: format!("{} layer {} from {}", req.op, req.layer, req.first_col),
+        w: None,
+        log: logged.clone(),
+    });
+    rt.set_graph_source("cpu:0", Box::new(source)).unwrap();
+    drive(&mut rt);
+    log.lock().unwrap().clone()
+}
+
+/// Every submit of a GEMM with host weights is followed by the prefetch
+/// of the one submitted next, from `from` on (the submits before it may
+/// not know their successors yet); returns the submits checked.
+fn assert_prefetch_next(log: &[Seen], from: usize) -> usize {
+    let submits: Vec<(usize, &str)> = log
+        .iter()
+        .enumerate()
+        .filter_map(|(i, s)| match s {
+            Seen::Submit(n) => Some((i, n.as_str())),
+            Seen::Prefetch(_) => None,
+        })
+        .collect();
+    assert!(submits.len() > from + 2, "{log:?}");
+    for w in submits[from..].windows(2) {
+        let ((i, _), (_, next)) = (w[0], w[1]);
+        assert_eq!(
+            log.get(i + 1),
+            Some(&Seen::Prefetch(next.to_string())),
+            "submit {i} of {log:?}"
+        );
+    }
+    submits.len() - from
+}
+
+#[test]
+fn a_run_prefetches_the_next_host_weight_gemm_from_its_first_submit() {
+    let log = staging_log("prefetch-run", |rt| {
+        let r = rt.run(&spec(Phase::Decode, 1)).unwrap();
+        let c = r.check.unwrap();
+        assert_eq!(c.passed, c.outputs, "{:?}", c.failures);
+    });
+    // The pass order is known: every submit prefetches, the last of a pass
+    // the first of the next.
+    assert_prefetch_next(&log, 0);
+}
+
+#[test]
+fn linear_learns_the_order_in_its_first_pass_and_prefetches_after() {
+    let model = tiny_model();
+    let layers = model.ops[0].layers;
+    let tokens = 3;
+    let log = staging_log("prefetch-linear", |rt| {
+        // A decoder's tokens: every operator of every layer in turn.
+        for _ in 0..tokens {
+            for layer in 0..layers {
+                for op in model.ops.iter().filter(|o| o.layers > 1) {
+                    let (m, k, n, inst) = rt.op_dims(&op.name, Phase::Decode, 1).unwrap();
+                    let input = vec![0.5; (inst * m * k) as usize];
+                    let mut out = vec![0.0; (inst * m * n) as usize];
+                    rt.linear(&op.name, Phase::Decode, layer, 1, &input, &mut out)
+                        .unwrap();
+                }
+            }
+        }
+    });
+    let submits = log.iter().filter(|s| matches!(s, Seen::Submit(_))).count();
+    let per_token = submits / tokens;
+    assert_eq!(per_token * tokens, submits, "{log:?}");
+    // The first token's GEMMs (distinct weights per layer) know no
+    // successor yet: no prefetch among them.
+    let first: Vec<&Seen> = log.iter().take(per_token).collect();
+    assert!(
+        first.iter().all(|s| matches!(s, Seen::Submit(_))),
+        "{log:?}"
+    );
+    // From the second token on, every submit prefetches the next.
+    let checked = assert_prefetch_next(&log, per_token);
+    assert_eq!(checked, (tokens - 1) * per_token);
+}
+
 /// A backend that reports `memory_bytes` of its own memory (a discrete
 /// GPU, as far as the runtime's memory check is concerned).
+/// With `staging`, its GEMMs with host weights share that many staging
+/// buffers (as a CUDA device's ring), as far as the estimate is concerned.
 struct OwnMemory {
     inner: Box<dyn Backend>,
     processor: hetero_plan::Processor,
+    staging: Option<usize>,
 }
 
 impl OwnMemory {
@@ -739,7 +884,11 @@ impl OwnMemory {
         let mut processor = inner.processor().clone();
         processor.capabilities.memory_bytes = Some(memory_bytes);
         processor.capabilities.unified_memory = false;
-        OwnMemory { inner, processor }
+        OwnMemory {
+            inner,
+            processor,
+            staging: None,
+        }
     }
 }
 
@@ -749,6 +898,9 @@ impl Backend for OwnMemory {
     }
     fn prepare(&mut self, spec: &GemmSpec, weights: &[f32]) -> hetero_agent::Result<Box<dyn Gemm>> {
         self.inner.prepare(spec, weights)
+    }
+    fn staging_slots(&self) -> Option<usize> {
+        self.staging
     }
 }
 
@@ -896,6 +1048,69 @@ fn a_processor_with_its_own_memory_is_checked_against_it_and_what_it_holds() {
     assert!(msg.contains("held by GEMMs prepared before"), "{msg}");
     let r = room.run(&spec(Phase::Prefill, 8)).unwrap();
     assert_eq!(r.check.unwrap().passed, 15);
+}
+
+#[test]
+fn weights_copied_every_run_count_once_in_the_staging_ring_not_per_gemm() {
+    // cpu:0 as a discrete GPU in an offload plan: its CG rows' weights are
+    // copied every run. With staging slots it holds them in the ring only.
+    let dir = Tmp::new("memory-staging");
+    let model = tiny_model();
+    let offload = |op: &LinearOp, _: Phase, _: u32, _: u32| Strategy::Offload {
+        cpu: "npu-sim".into(),
+        gpu: "cpu:0".into(),
+        cc_rows: 8,
+        cg_rows: op.n - 32,
+        gg_rows: 24,
+        gpu_tokens: 0,
+    };
+    let plan = tiny_plan(
+        &model,
+        &["cpu:0", "npu-sim"],
+        &[(Phase::Decode, vec![1])],
+        offload,
+    );
+    let path = dir.0.join("plan.ron");
+    hetero_plan::save(&path, &plan).unwrap();
+    let need = |staging: Option<usize>| {
+        let mut reg = hetero_agent::Registry::open(&Default::default(), Some(&plan.processors));
+        let mut backends: Vec<Box<dyn Backend>> = Vec::new();
+        for id in &plan.processors {
+            let i = reg
+                .backends
+                .iter()
+                .position(|b| b.processor().id == *id)
+                .unwrap();
+            let b = reg.backends.remove(i);
+            backends.push(if id == "cpu:0" {
+                let mut own = OwnMemory::new(b, 1 << 40);
+                own.staging = staging;
+                Box::new(own)
+            } else {
+                b
+            });
+        }
+        let rt = Runtime::with_backends(
+            &path,
+            plan.clone(),
+            model.clone(),
+            backends,
+            Default::default(),
+        )
+        .unwrap();
+        let ops = rt.phase_ops(Phase::Decode);
+        let mut need = rt.memory_need(Phase::Decode, 1, &ops).unwrap();
+        need.remove(&memory::Place::Device(0)).unwrap()
+    };
+    let (each, ring) = (need(None), need(Some(2)));
+    // ffn_up (K×N 64×96): 64 CG columns of f32 weights in each of 2 layers.
+    let cg_up = 64 * 64 * 4;
+    assert_eq!(each.per_op["ffn_up"] - ring.per_op["ffn_up"], 2 * cg_up);
+    // The ring: two slots of the largest CG weights (ffn_up's and
+    // ffn_gate's; ffn_down's 32 columns of K = 96 are fewer bytes).
+    assert!(!each.per_op.contains_key("staging ring"));
+    assert_eq!(ring.per_op["staging ring"], 2 * cg_up);
+    assert!(ring.total() < each.total());
 }
 
 #[test]

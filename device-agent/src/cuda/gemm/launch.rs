@@ -9,6 +9,8 @@ use cudarc::driver::{result, sys};
 
 use super::super::graph::Graph;
 use super::super::mem::{DeviceBuf, MappedFlag};
+use super::super::ring::RING_SLOTS;
+use super::staged::HostWeights;
 use super::{At, CudaGemm, Form};
 use crate::backend::SpinThenYield;
 use crate::{Error, Result, SyncMode, Timed};
@@ -32,8 +34,22 @@ impl CudaGemm {
     /// waiting for the host between them. The events, the host weights'
     /// copy and the flag write stay outside the graph: their values and
     /// sources change from launch to launch.
+    ///
+    /// With host weights ([`super::staged`]) the kernels read a slot of
+    /// the staging ring, which a copy on the copy stream fills (queued by
+    /// a prefetch, or here); on the compute stream the launch queues, in
+    /// order: the start event, a wait for that copy (`cuStreamWaitEvent`),
+    /// the kernels (a graph per slot address), the end event, the slot's
+    /// release (an event the next copy into the slot waits for), the flag.
+    /// The device time, start to end, is therefore the kernels plus
+    /// whatever of the copy was still running when the compute stream
+    /// reached this GEMM: all of the copy when nothing prefetched it
+    /// (queued at this launch, as the GEMM's own copy always was), none of
+    /// it when a prefetched copy finished while earlier GEMMs ran. The
+    /// ring stays locked from the copy's ticket to the release, so that no
+    /// other launch or prefetch reorders the slot's events in between.
     pub(super) fn launch(&mut self) -> Result<()> {
-        let dev = &*self.dev;
+        let dev = self.dev.clone();
         let id = dev.id.as_str();
         debug_assert!(self.rows >= self.spec.shape.m.get() as usize);
         let stream = dev.stream.cu_stream();
@@ -42,43 +58,50 @@ impl CudaGemm {
             self.problem(self.rows, self.form)
         );
         dev.ctx.bind_to_thread().at(id, "cuCtxSetCurrent")?;
+        let staged = HostWeights::stage(&mut self.w_host, &dev)?;
+        let weights = match (&staged, &self.w) {
+            (Some(s), _) => s.ptr(),
+            (None, Some(w)) => w.ptr(),
+            (None, None) => return Err(Error::backend(id, "no weights on the device or host")),
+        };
         let graphed = self.graphs && self.warm;
-        if graphed && self.graph.is_none() {
-            let graph = Graph::capture(&dev.ctx, stream, id, || self.enqueue_work()).map_err(
-                |e| match e {
-                    Error::Backend { backend, message } => Error::Backend {
-                        backend,
-                        message: format!("{message} (capturing the GEMM as a CUDA graph)"),
-                    },
-                    e => e,
-                },
-            )?;
-            self.graph = Some(graph);
-        }
+        let found = self.captured.iter().position(|(p, _)| *p == weights);
+        let graph = match found {
+            Some(i) => Some(i),
+            None if graphed => {
+                let graph = Graph::capture(&dev.ctx, stream, id, || self.enqueue_work(weights))
+                    .map_err(|e| match e {
+                        Error::Backend { backend, message } => Error::Backend {
+                            backend,
+                            message: format!("{message} (capturing the GEMM as a CUDA graph)"),
+                        },
+                        e => e,
+                    })?;
+                // One per slot address and the resident weights at most.
+                if self.captured.len() > RING_SLOTS {
+                    self.captured.remove(0);
+                }
+                self.captured.push((weights, graph));
+                Some(self.captured.len() - 1)
+            }
+            None => None,
+        };
         self.seq = self.seq.wrapping_add(1).max(1);
         let t0 = Instant::now();
         // SAFETY: the event belongs to this context; recorded on its stream.
         unsafe { result::event::record(self.start.cu_event(), stream) }.at(id, "cuEventRecord")?;
-        // Host-resident weights cross PCIe first, inside the timed part
-        // (page-locked source: a DMA on the stream, ordered before the GEMM).
-        if let Some(h) = &self.w_host {
-            // SAFETY: `w` holds `w.bytes()` and the page-locked `h` at least
-            // as many; the GEMM reading `w` is queued behind the copy.
-            unsafe {
-                result::memcpy_htod_async(
-                    self.w.ptr(),
-                    &h.as_slice::<u8>()[..self.w.bytes()],
-                    stream,
-                )
-            }
-            .at(id, "cuMemcpyHtoDAsync(host weights)")?;
+        if let Some(s) = &staged {
+            s.wait_copied()?;
         }
-        match self.graph.as_ref().filter(|_| graphed) {
-            Some(graph) => graph.launch(stream, id)?,
-            None => self.enqueue_work()?,
+        match graph.filter(|_| graphed) {
+            Some(i) => self.captured[i].1.launch(stream, id)?,
+            None => self.enqueue_work(weights)?,
         }
         // SAFETY: the event belongs to this context; recorded on its stream.
         unsafe { result::event::record(self.end.cu_event(), stream) }.at(id, "cuEventRecord")?;
+        if let Some(s) = staged {
+            s.release()?;
+        }
         dev.write_flag(&self.flag, self.seq)?;
         self.submitted = Some(t0);
         self.warm = true;
@@ -88,9 +111,9 @@ impl CudaGemm {
     /// Queues what one run does on the device (or into a capture of the
     /// stream): the small input read in, the kernels, the small output
     /// written out.
-    fn enqueue_work(&self) -> Result<()> {
+    fn enqueue_work(&self, weights: sys::CUdeviceptr) -> Result<()> {
         self.enqueue_input()?;
-        self.enqueue_kernels()?;
+        self.enqueue_kernels(weights)?;
         self.enqueue_output()
     }
 
@@ -139,18 +162,20 @@ impl CudaGemm {
         }
     }
 
-    /// Queues the GEMM's kernels on the stream (or into a capture of it):
-    /// the matmul, then the activation-left form's transpose.
-    fn enqueue_kernels(&self) -> Result<()> {
+    /// Queues the GEMM's kernels on the stream (or into a capture of it),
+    /// reading the weights at `weights`: the matmul, then the
+    /// activation-left form's transpose.
+    fn enqueue_kernels(&self, weights: sys::CUdeviceptr) -> Result<()> {
         let dev = &*self.dev;
         let (lhs, rhs) = match self.form {
-            Form::ActLeft => (self.a.ptr(), self.w.ptr()),
-            Form::WeightLeft => (self.w.ptr(), self.a.ptr()),
+            Form::ActLeft => (self.a.ptr(), weights),
+            Form::WeightLeft => (weights, self.a.ptr()),
         };
         // SAFETY: every pointer is a live allocation of this context sized
         // for the problem of the current matmul (rows, Kₚ and Nₚ of this
-        // GEMM); the device's workspace serves one launch at a time on its
-        // one stream.
+        // GEMM; a ring slot is at least as large as the largest GEMM that
+        // uses it); the device's workspace serves one launch at a time on
+        // its one compute stream.
         unsafe {
             self.matmuls[self.current].enqueue(
                 &dev.lt,

@@ -1,13 +1,14 @@
-//! A GEMM prepared on a CUDA device: weights resident, one cuBLASLt
-//! matmul ([`super::lt`]), CUDA events for the kernel time, a host-mapped
-//! flag for polling.
+//! A GEMM prepared on a CUDA device: weights resident (or kept on the host
+//! and staged through the device's ring before every run: [`staged`]),
+//! one cuBLASLt matmul ([`super::lt`]), CUDA events for the kernel time, a
+//! host-mapped flag for polling.
 //!
 //! Device layouts (cuBLAS is column-major; both [`Form`]s are one `TN`
 //! call over the same buffers, with the operands swapped):
 //!
 //! | buffer | device layout | bytes |
 //! |---|---|---|
-//! | weights | `Wᵀ[Nₚ,Kₚ]` row-major (transposed once, in `prepare`), zero past N and K | Nₚ·Kₚ·e |
+//! | weights | `Wᵀ[Nₚ,Kₚ]` row-major (transposed once, in `prepare`), zero past N and K; with host weights, a slot of the device's staging ring instead ([`staged`]) | Nₚ·Kₚ·e |
 //! | input as sent | `A[M,Kₚ]` row-major f32 (only when e < 4 and the input is copied on its own) | M·Kₚ·4 |
 //! | input | `A[R,Kₚ]` row-major, converted on the device; zero past M and K | R·Kₚ·e |
 //! | output | activation left: `C[R,Nₚ]` column-major; weight left: `C[R,Nₚ]` row-major; f32 | R·Nₚ·4 |
@@ -87,6 +88,7 @@
 mod elem;
 mod launch;
 mod search;
+mod staged;
 
 use std::ffi::c_void;
 use std::sync::Arc;
@@ -102,7 +104,7 @@ pub(super) use self::search::candidates;
 pub(super) use self::search::row_candidates;
 use super::graph::Graph;
 use super::lt::{ALGOS, LtMatmul, Problem};
-use super::mem::{DeviceBuf, MappedBuf, MappedFlag, PinnedBuf};
+use super::mem::{DeviceBuf, MappedBuf, MappedFlag};
 use super::{At, Device};
 use crate::{Error, Gemm, GemmSpec, Result, SyncMode, Timed};
 
@@ -146,7 +148,9 @@ pub(super) struct CudaGemm {
     spec: GemmSpec,
     elem: Elem,
     dev: Arc<Device>,
-    w: DeviceBuf,
+    /// `Wᵀ[Nₚ,Kₚ]` on the device; `None` once the weights stay on the host
+    /// (`w_host`), which then finds them in a slot of the staging ring.
+    w: Option<DeviceBuf>,
     /// The input as the host sent it (f32), when the GEMM runs in a
     /// 16-bit type, converts it on the device and copies it on its own
     /// (not through `in_host`).
@@ -166,9 +170,10 @@ pub(super) struct CudaGemm {
     gate: Option<MappedFlag>,
     seq: u32,
     submitted: Option<Instant>,
-    /// `Wᵀ[N,K]` in page-locked host memory, copied into `w` at the start
-    /// of every launch ([`Gemm::host_weights`]: ScheInfer's CG rows).
-    w_host: Option<PinnedBuf>,
+    /// `Wᵀ[Nₚ,Kₚ]` in page-locked host memory, copied into a slot of the
+    /// device's staging ring for every launch ([`Gemm::host_weights`]:
+    /// ScheInfer's CG rows; [`staged`]).
+    w_host: Option<staged::HostWeights>,
     /// `A[M,Kₚ]` f32 in host memory mapped for the device, where the input
     /// crosses inside the launch ([`LAUNCH_COPY_MAX`]); its columns past K
     /// stay zero.
@@ -194,8 +199,11 @@ pub(super) struct CudaGemm {
     /// [`CudaGemm::choose`] searches.
     graphs: bool,
     /// The kernels of the current selection, captured
-    /// ([`CudaGemm::launch`]); dropped when the selection changes.
-    graph: Option<Graph>,
+    /// ([`CudaGemm::launch`]), one graph per weight address they were
+    /// captured with (resident weights: one; host weights: one per ring
+    /// slot met, the slots' addresses changing only when the ring grows);
+    /// dropped when the selection changes.
+    captured: Vec<(sys::CUdeviceptr, Graph)>,
     /// The current selection has run once with direct launches, so that
     /// cuBLAS's first call of a problem, which may wait on the stream, is
     /// never captured.
@@ -272,7 +280,7 @@ impl CudaGemm {
             spec: *spec,
             elem,
             dev,
-            w,
+            w: Some(w),
             a32,
             a,
             c,
@@ -294,7 +302,7 @@ impl CudaGemm {
             kp,
             np,
             graphs: false,
-            graph: None,
+            captured: Vec::new(),
             warm: false,
         };
         g.choose(&candidates)?;
@@ -323,7 +331,7 @@ impl CudaGemm {
     /// Whether the kernels currently run as a captured graph.
     #[cfg(test)]
     pub(super) fn graphed(&self) -> bool {
-        self.graphs && self.graph.is_some()
+        self.graphs && !self.captured.is_empty()
     }
 
     /// Whether the input and the output cross inside the launch.
@@ -393,7 +401,7 @@ impl CudaGemm {
             }
         };
         (self.rows, self.form, self.algo) = (rows, form, algo);
-        self.graph = None;
+        self.captured.clear();
         self.warm = false;
         self.transpose_buffer()
     }
@@ -584,29 +592,11 @@ impl Gemm for CudaGemm {
     }
 
     fn host_weights(&mut self, w: &[f32]) -> Result<()> {
-        let (_, k, n) = self.spec.shape.mkn();
-        let (k, n) = (k as usize, n as usize);
-        self.spec.check_weights_len(&self.dev.id, w.len())?;
-        if self.submitted.is_some() {
-            return Err(Error::backend(
-                self.id(),
-                "host weights set while an execution is in flight",
-            ));
-        }
-        let id = self.dev.id.clone();
-        // Cached page-locked memory: the transposing writes below are
-        // strided, which write-combined memory makes very slow.
-        let mut h = PinnedBuf::new(&self.dev.ctx, self.w.bytes(), 0, &id)?;
-        let (kp, np) = (self.kp, self.np);
-        with_elem!(self.elem, T => {
-            let wt = &mut h.as_mut_slice::<T>()[..kp * np];
-            if (kp, np) != (k, n) {
-                wt.fill(T::from_f32(0.0));
-            }
-            transpose_convert::<T>(w, k, n, kp, wt);
-        });
-        self.w_host = Some(h);
-        Ok(())
+        self.keep_weights_on_host(w)
+    }
+
+    fn prefetch(&mut self) -> Result<()> {
+        self.prefetch_weights()
     }
 
     fn backend_id(&self) -> String {
@@ -620,5 +610,7 @@ impl Drop for CudaGemm {
         if self.submitted.is_some() {
             let _ = self.dev.stream.synchronize();
         }
+        // Nor the host weights under a queued copy.
+        self.leave_ring();
     }
 }
