@@ -101,9 +101,21 @@ pub fn measure(
             )),
         }
     };
+    // As `hetero profile` asks for them: GB/s of this many bytes a run.
+    let streamed = Some(hetero_agent::sweep::DEFAULT_STREAM_BYTES);
     let h2d = bench(gpu, MicrobenchKind::CopyH2d, Some(COPY_BYTES), None)?;
-    let gpu_beside = bench(gpu, MicrobenchKind::BandwidthConcurrent, None, Some(cpu))?;
-    let cpu_beside = bench(cpu, MicrobenchKind::BandwidthConcurrent, None, Some(gpu))?;
+    let gpu_beside = bench(
+        gpu,
+        MicrobenchKind::BandwidthConcurrent,
+        streamed,
+        Some(cpu),
+    )?;
+    let cpu_beside = bench(
+        cpu,
+        MicrobenchKind::BandwidthConcurrent,
+        streamed,
+        Some(gpu),
+    )?;
     let gpu_memory = gpu_memory(&mut sw, gpu, dtype, &run)?;
     Ok(Bandwidths {
         cpu: cpu.into(),

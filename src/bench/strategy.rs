@@ -87,8 +87,8 @@ pub fn prompt(len: u32, vocab: u32) -> Vec<u32> {
         .collect()
 }
 
-/// Runs `solved` on this machine's processors: the report's row, and the
-/// generation (for its check). `notes` gets the forecast's notes.
+/// Runs `solved` on this machine's processors, after an untimed warm-up
+/// generation: the report's row, and the generation (for its check). `notes` gets the forecast's notes.
 pub fn run(
     solved: &Solved,
     w: &Workload,
@@ -114,6 +114,15 @@ pub fn run(
         },
         keep_logits: false,
     };
+    // Untimed first: the prompt and one decode step, so that no strategy
+    // pays for the first touch of its memory, pools and libraries.
+    eprintln!("{name}: warm-up, {plen} prompt tokens and one decode step");
+    let warm = GenerateSpec {
+        max_new: 2,
+        ..spec.clone()
+    };
+    run_generation(&mut decoder, &mut rt, &warm, false)
+        .with_context(|| format!("warming up the {name} plan"))?;
     eprintln!(
         "{name}: {plen} prompt tokens, {} decode steps",
         w.decode_steps
