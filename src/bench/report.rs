@@ -63,7 +63,15 @@ pub struct StrategyRun {
     pub floor_fraction: f64,
     /// `--check`: GEMM outputs within their bound, of those checked.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub check: Option<(usize, usize)>,
+    pub check: Option<Check>,
+}
+
+/// GEMM outputs within their bound (`passed`) of those compared with the
+/// host's reference (`outputs`).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Check {
+    pub passed: usize,
+    pub outputs: usize,
 }
 
 /// `best`'s decode rate over the best alternative's.
@@ -136,13 +144,14 @@ impl Report {
             );
         }
         self.write_floor(&mut s);
-        for r in self.strategies.iter().filter(|r| r.check.is_some()) {
-            let (ok, all) = r.check.unwrap_or_default();
-            let _ = writeln!(
-                s,
-                "check {}: {ok}/{all} GEMM outputs within their bound",
-                r.strategy
-            );
+        for r in &self.strategies {
+            if let Some(c) = r.check {
+                let _ = writeln!(
+                    s,
+                    "check {}: {}/{} GEMM outputs within their bound",
+                    r.strategy, c.passed, c.outputs
+                );
+            }
         }
         for n in &self.notes {
             let _ = writeln!(s, "note: {n}");

@@ -10,7 +10,7 @@ use hetero_runtime::{GenerateSpec, Generation, RuntimeOptions, Sampling};
 use hetero_solver::{GraphChoice, OffloadStrategy, Settings};
 
 use super::floor::Floor;
-use super::report::{Figure, StrategyRun};
+use super::report::{Check, Figure, StrategyRun};
 use crate::generate_cmd::{forecast, open_generation, rates, run_generation};
 
 /// A strategy's plan and the file the runtime opens it from.
@@ -153,7 +153,10 @@ pub fn run(
             r.decode_tokens_per_s.unwrap_or(f64::NAN),
         ),
         floor_fraction: floor.fraction(tpot),
-        check: g.check.as_ref().map(|c| (c.passed, c.outputs)),
+        check: g.check.as_ref().map(|c| Check {
+            passed: c.passed,
+            outputs: c.outputs,
+        }),
     };
     Ok((row, g))
 }
