@@ -5,8 +5,7 @@
 use std::path::{Path, PathBuf};
 
 use clap::Args;
-use hetero_plan::ModelSpec;
-use hetero_plan::{Phase, Plan};
+use hetero_plan::{ModelSpec, Phase, Plan};
 use hetero_runtime::model::{DecoderConfig, OpKind};
 use hetero_runtime::{
     Decoder, GenerateSpec, Generation, ModelFiles, Runtime, RuntimeOptions, Sampling, WeightSource,
