@@ -5,10 +5,10 @@
 use std::path::{Path, PathBuf};
 
 use clap::Args;
-use hetero_plan::{Phase, Plan};
+use hetero_plan::{ModelSpec, Phase, Plan};
 use hetero_runtime::model::{DecoderConfig, OpKind};
 use hetero_runtime::{
-    Decoder, GenerateSpec, Generation, ModelFiles, Runtime, Sampling, WeightSource,
+    Decoder, GenerateSpec, Generation, ModelFiles, Runtime, RuntimeOptions, Sampling, WeightSource,
 };
 use serde::Serialize;
 
@@ -115,12 +115,12 @@ struct Output<'a> {
 /// The plan's forecast (`Plan::forecast_generation`) of the figures the
 /// generation measured.
 #[derive(Serialize)]
-struct Predicted {
-    ttft_us: f64,
+pub(crate) struct Predicted {
+    pub ttft_us: f64,
     /// Null with a single generated token.
-    tpot_us: Option<f64>,
-    prefill_tokens_per_s: f64,
-    decode_tokens_per_s: Option<f64>,
+    pub tpot_us: Option<f64>,
+    pub prefill_tokens_per_s: f64,
+    pub decode_tokens_per_s: Option<f64>,
 }
 
 /// The GEMMs' time of the prefill and of a decode step, µs.
@@ -154,21 +154,11 @@ pub fn run(args: GenerateArgs) -> anyhow::Result<()> {
         false => WeightSource::Safetensors(ckpt.clone()),
     };
     let opts = args.rt.options(weights, None);
-    let mut rt = Runtime::open(&args.plan, model.clone(), opts)?;
+    let plen = prompt.len() as u32;
     let positions = prompt.len() + args.max_new as usize;
-    let (plen, seed, share) = (prompt.len() as u32, args.seed_weights, args.share_weights);
-    let decoder = match &files {
-        Some(files) => Decoder::load(files, &rt, plen, positions),
-        None => DecoderConfig::load(&config, &model)
-            .and_then(|cfg| Decoder::synthetic(cfg, &rt, plen, positions, seed, share)),
-    };
-    let mut decoder = decoder.map_err(|e| match e {
-        hetero_runtime::Error::Memory(_) => anyhow::Error::new(e).context(format!(
-            "{}: the model is too large for this machine",
-            args.model.display()
-        )),
-        e => e.into(),
-    })?;
+    let model_in = (args.model.as_path(), config.as_path(), &model);
+    let (mut rt, mut decoder) =
+        open_generation(&args.plan, model_in, files.as_ref(), opts, plen, positions)?;
     let spec = GenerateSpec {
         prompt,
         max_new: args.max_new,
@@ -185,19 +175,7 @@ pub fn run(args: GenerateArgs) -> anyhow::Result<()> {
         },
         keep_logits: args.logits,
     };
-    let show = spec.prompt.len() >= PROGRESS_FROM;
-    let mut progress = |phase: Phase, done: usize, total: usize| {
-        if show && phase == Phase::Prefill {
-            eprint!(
-                "\rprefill of {} tokens: layer {done}/{total}",
-                spec.prompt.len()
-            );
-            if done == total {
-                eprintln!();
-            }
-        }
-    };
-    let mut g = decoder.generate(&mut rt, &spec, args.check, &mut progress)?;
+    let mut g = run_generation(&mut decoder, &mut rt, &spec, args.check)?;
     let text = match &tokenizer {
         Some(t) => Some(
             t.decode(&g.tokens, true)
@@ -214,6 +192,82 @@ pub fn run(args: GenerateArgs) -> anyhow::Result<()> {
         print!("{}", to_text(&out));
     }
     check_passed(&g)
+}
+
+/// Opens `plan` on this machine's processors and loads the model's
+/// decoder for a prompt of `prompt_len` tokens and `positions` in all:
+/// from `files` (a checkpoint), else from the config's synthetic weights
+/// (`opts.weights`' seed and sharing). `model` is the `--model` path as
+/// given, its config.json and its spec.
+pub(crate) fn open_generation(
+    plan: &Path,
+    (model_arg, config, model): (&Path, &Path, &ModelSpec),
+    files: Option<&ModelFiles>,
+    opts: RuntimeOptions,
+    prompt_len: u32,
+    positions: usize,
+) -> anyhow::Result<(Runtime, Decoder)> {
+    let synthetic = match &opts.weights {
+        WeightSource::Synthetic { seed, share_layers } => Some((*seed, *share_layers)),
+        WeightSource::Safetensors(_) => None,
+    };
+    let rt = Runtime::open(plan, model.clone(), opts)?;
+    let decoder = match (files, synthetic) {
+        (Some(files), _) => Decoder::load(files, &rt, prompt_len, positions),
+        (None, Some((seed, share))) => DecoderConfig::load(config, model)
+            .and_then(|cfg| Decoder::synthetic(cfg, &rt, prompt_len, positions, seed, share)),
+        (None, None) => unreachable!("a checkpoint's weights come with its files"),
+    };
+    let decoder = decoder.map_err(|e| match e {
+        hetero_runtime::Error::Memory(_) => anyhow::Error::new(e).context(format!(
+            "{}: the model is too large for this machine",
+            model_arg.display()
+        )),
+        e => e.into(),
+    })?;
+    Ok((rt, decoder))
+}
+
+/// Runs `spec` through `decoder`, with a progress line on stderr for a
+/// long prompt's prefill.
+pub(crate) fn run_generation(
+    decoder: &mut Decoder,
+    rt: &mut Runtime,
+    spec: &GenerateSpec,
+    check: bool,
+) -> anyhow::Result<Generation> {
+    let show = spec.prompt.len() >= PROGRESS_FROM;
+    let mut progress = |phase: Phase, done: usize, total: usize| {
+        if show && phase == Phase::Prefill {
+            eprint!(
+                "\rprefill of {} tokens: layer {done}/{total}",
+                spec.prompt.len()
+            );
+            if done == total {
+                eprintln!();
+            }
+        }
+    };
+    Ok(decoder.generate(rt, spec, check, &mut progress)?)
+}
+
+/// A generation's measured rates.
+pub(crate) struct Rates {
+    /// Mean time per output token after the first, µs (none with one token).
+    pub tpot_us: Option<f64>,
+    pub prefill_tokens_per_s: f64,
+    pub decode_tokens_per_s: Option<f64>,
+}
+
+/// The rates `g` measured.
+pub(crate) fn rates(g: &Generation) -> Rates {
+    let decoded: f64 = g.decode_us.iter().sum();
+    let tpot = (!g.decode_us.is_empty()).then(|| decoded / g.decode_us.len() as f64);
+    Rates {
+        tpot_us: tpot,
+        prefill_tokens_per_s: g.prompt_tokens as f64 / (g.ttft_us / 1e6),
+        decode_tokens_per_s: tpot.map(|t| 1e6 / t),
+    }
 }
 
 /// Arguments clap cannot check.
@@ -236,7 +290,7 @@ fn check_args(args: &GenerateArgs) -> anyhow::Result<()> {
 
 /// config.json and the checkpoint of a model folder (or of the folder of
 /// a config.json named directly).
-fn model_paths(model: &Path, synthetic: bool) -> anyhow::Result<(PathBuf, PathBuf)> {
+pub(crate) fn model_paths(model: &Path, synthetic: bool) -> anyhow::Result<(PathBuf, PathBuf)> {
     let dir = if model.is_dir() {
         model.to_path_buf()
     } else if model.is_file() && synthetic {
@@ -320,8 +374,7 @@ fn summary<'a>(
     predicted: Option<Predicted>,
     notes: Vec<String>,
 ) -> Output<'a> {
-    let decoded: f64 = g.decode_us.iter().sum();
-    let tpot = (!g.decode_us.is_empty()).then(|| decoded / g.decode_us.len() as f64);
+    let r = rates(g);
     let (pm, pp) = g.gemm_time(Phase::Prefill);
     let (dm, dp) = g.gemm_time(Phase::Decode);
     Output {
@@ -334,9 +387,9 @@ fn summary<'a>(
         model: rt.model().name.clone(),
         plan: args.plan.display().to_string(),
         text,
-        tpot_us: tpot,
-        prefill_tokens_per_s: g.prompt_tokens as f64 / (g.ttft_us / 1e6),
-        decode_tokens_per_s: tpot.map(|t| 1e6 / t),
+        tpot_us: r.tpot_us,
+        prefill_tokens_per_s: r.prefill_tokens_per_s,
+        decode_tokens_per_s: r.decode_tokens_per_s,
         predicted,
         generation: g,
         notes,
@@ -348,7 +401,11 @@ fn summary<'a>(
 /// attention, rope, norm, activation, residual; not the embedding, the
 /// final norm or sampling). `None`, with a note saying why, for a plan
 /// without costs of the host operators.
-fn forecast(plan: &Plan, g: &mut Generation, notes: &mut Vec<String>) -> Option<Predicted> {
+pub(crate) fn forecast(
+    plan: &Plan,
+    g: &mut Generation,
+    notes: &mut Vec<String>,
+) -> Option<Predicted> {
     let Some(ng) = &plan.non_gemm else {
         notes.push(
             "the plan has no costs of the host operators (solved before plans placed them): \
@@ -547,7 +604,7 @@ fn to_text(o: &Output<'_>) -> String {
 }
 
 /// Exit 1 when a checked output was off its bound.
-fn check_passed(g: &Generation) -> anyhow::Result<()> {
+pub(crate) fn check_passed(g: &Generation) -> anyhow::Result<()> {
     match &g.check {
         Some(c) if c.passed < c.outputs => Err(hetero_runtime::Error::CheckFailed {
             failed: c.outputs - c.passed,

@@ -9,6 +9,8 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+mod bench;
+mod bench_cmd;
 mod chart;
 mod compile_cmd;
 mod dataset_cmd;
@@ -74,6 +76,10 @@ enum Command {
     Generate(Box<generate_cmd::GenerateArgs>),
     /// Compile a plan's QNN graphs ahead of time into context binaries.
     Compile(Box<compile_cmd::CompileArgs>),
+    /// Benchmarks of whole plans on this machine: `bench offload` runs every
+    /// way of fitting a model into a GPU memory budget.
+    #[command(subcommand)]
+    Bench(bench_cmd::BenchCmd),
 }
 
 fn main() -> ExitCode {
@@ -103,6 +109,7 @@ fn main() -> ExitCode {
         Command::Run(args) => run_cmd::run(*args),
         Command::Generate(args) => generate_cmd::run(*args),
         Command::Compile(args) => compile_cmd::run(*args),
+        Command::Bench(cmd) => bench_cmd::run(cmd),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -111,6 +111,23 @@ pub fn load_predictor(path: &Path) -> anyhow::Result<(Predictor, hetero_plan::Fi
     Ok((p, fp))
 }
 
+/// `--dtype` values: every processor's dtype (`f16`) or one's (`npu=w8a16`).
+pub fn parse_dtypes(values: &[String]) -> anyhow::Result<Vec<(Option<String>, DType)>> {
+    values
+        .iter()
+        .map(|d| match d.split_once('=') {
+            Some((p, t)) => t
+                .parse::<DType>()
+                .map(|t| (Some(p.to_string()), t))
+                .map_err(|e| bad(format!("--dtype {d}: {e}"))),
+            None => d
+                .parse::<DType>()
+                .map(|t| (None, t))
+                .map_err(|e| bad(format!("--dtype {d}: {e}"))),
+        })
+        .collect()
+}
+
 fn settings(args: &SolveArgs) -> anyhow::Result<Settings> {
     let phases = match args.phase {
         PhaseArg::Prefill => vec![Phase::Prefill],
@@ -136,20 +153,7 @@ fn settings(args: &SolveArgs) -> anyhow::Result<Settings> {
         }
         None => None,
     };
-    let dtypes = args
-        .dtype
-        .iter()
-        .map(|d| match d.split_once('=') {
-            Some((p, t)) => t
-                .parse::<DType>()
-                .map(|t| (Some(p.to_string()), t))
-                .map_err(|e| bad(format!("--dtype {d}: {e}"))),
-            None => d
-                .parse::<DType>()
-                .map(|t| (None, t))
-                .map_err(|e| bad(format!("--dtype {d}: {e}"))),
-        })
-        .collect::<anyhow::Result<Vec<_>>>()?;
+    let dtypes = parse_dtypes(&args.dtype)?;
     let list = |s: &Option<String>| -> Vec<String> {
         s.as_deref()
             .map(|s| {
