@@ -390,7 +390,7 @@ fn layer_groups_that_do_not_partition_the_layers_are_refused() {
 /// `None` where `plan` loads, else its refusal.
 fn refused_or_ok(plan: &Plan) -> Option<String> {
     let text = hetero_plan::to_string(plan, Format::Json).unwrap();
-    hetero_plan::load_str::<Plan>(std::path::Path::new("ok.json"), &text, Format::Json)
+    load_str::<Plan>(Path::new("ok.json"), &text, Format::Json)
         .err()
         .map(|e| e.to_string())
 }
