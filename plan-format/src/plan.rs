@@ -147,7 +147,9 @@ pub enum Strategy {
     /// into CC (stored and run on the CPU), CG (stored on the CPU, copied
     /// over PCIe and run on the GPU) and GG (resident on the GPU).
     Offload {
-        /// The CPU processor id.
+        /// The CPU processor id; absent where the GPU runs alone, its
+        /// weights resident or copied every run (no CC rows).
+        #[serde(default, skip_serializing_if = "String::is_empty")]
         cpu: String,
         /// The GPU processor id.
         gpu: String,
@@ -247,6 +249,7 @@ impl Strategy {
                 parts.iter().map(|p| p.processor.as_str()).collect()
             }
             Strategy::SeqCut { parts } => parts.iter().map(|p| p.processor.as_str()).collect(),
+            Strategy::Offload { cpu, gpu, .. } if cpu.is_empty() => vec![gpu],
             Strategy::Offload { cpu, gpu, .. } => vec![cpu, gpu],
         }
     }
@@ -802,8 +805,15 @@ fn check_strategy(at: &str, s: &Strategy, m: u32, n: u32) -> Result<(), (String,
             cg_rows,
             gg_rows,
             gpu_tokens,
+            cpu,
             ..
         } => {
+            if cpu.is_empty() && (*cc_rows > 0 || *gpu_tokens > 0) {
+                return Err((
+                    format!("{at}.strategy.cpu"),
+                    "CC rows run on a CPU: name it, or give cc_rows 0".into(),
+                ));
+            }
             let r = *cc_rows as u64 + *cg_rows as u64 + *gg_rows as u64;
             if r != n as u64 {
                 return Err((
