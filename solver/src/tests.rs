@@ -3,6 +3,7 @@
 use std::path::Path;
 
 mod npu;
+mod offload;
 
 use hetero_plan::{
     Fingerprint, ModelSpec, OperandOrder, Phase, Plan, Strategy, StrategyKind, Validate, hf,

@@ -295,7 +295,7 @@ pub(super) fn offload_mode<'a>(
         return Err(Error::GpuBudget {
             budget: fmt_bytes(budget),
             message: format!(
-                "larger than the memory of `{}` ({}); give at most that",
+                "larger than the memory of `{}` ({}, {memory} bytes); give at most that",
                 gpu.id,
                 fmt_bytes(memory)
             ),
@@ -475,9 +475,10 @@ fn place_weights<'a>(
         return Err(Error::GpuBudget {
             budget: fmt_bytes(budget),
             message: format!(
-                "smaller than one layer's weights on `{}` ({} in {}); give at least that",
+                "smaller than one layer's weights on `{}` ({}, {} bytes in {}); give at least that",
                 gpu.id,
                 fmt_bytes(layer.ceil() as u64),
+                layer.ceil() as u64,
                 gpu.dtype
             ),
         });
