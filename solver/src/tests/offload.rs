@@ -153,7 +153,7 @@ fn a_streamed_step_costs_the_longer_of_its_copies_and_its_gemms() {
         .unwrap()
         .at(cg_rows as f64 * t.k as f64 * 2.0);
     let model = dev.model_mut("cuda").unwrap();
-    let mut gemm = |rows: u32| {
+    let gemm = |rows: u32| {
         hetero_plan::GemmShape::new(1, t.k, rows).map_or(0.0, |s| {
             model.time_us(s, hetero_plan::DType::F16, hetero_plan::OperandOrder::Aw)
         })
