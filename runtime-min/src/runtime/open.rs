@@ -265,17 +265,6 @@ fn check_plan_model(plan: &Plan, model: &ModelSpec) -> Result<()> {
         // An operator decided per group of layers covers its layers in all
         // its tables together.
         let layers = hetero_plan::layer_count(&plan.ops, &op.op, op.phase);
-        if layers != op.layers {
-            return Err(Error::PlanModel {
-                op: op.op.clone(),
-                phase: op.phase,
-                message: format!(
-                    "the plan decides it per group of layers (layers {}..{} in one table); this runtime prepares one decision for all {layers} layers of an operator, so it cannot run the plan yet",
-                    op.first_layer,
-                    op.first_layer + op.layers
-                ),
-            });
-        }
         if (mo.k, mo.n, mo.layers) != (op.k, op.n, layers) {
             return Err(Error::PlanModel {
                 op: op.op.clone(),
