@@ -986,7 +986,19 @@ fn a_plan_decided_per_group_of_layers_runs_each_groups_decision() {
     let model = tiny_model();
     let lens = [(Phase::Prefill, vec![4]), (Phase::Decode, vec![1])];
     let on = |p: &'static str| move |_: &LinearOp, _: Phase, _: u32, _: u32| single(p);
-    let first = tiny_plan(&model, &["cpu:0", "npu-sim"], &lens, on("npu-sim"));
+    // ffn_up's layer 0 streams from the host on the GPU alone: no CPU named.
+    let streamed = |op: &LinearOp, _: Phase, _: u32, _: u32| match op.name.as_str() {
+        "ffn_up" => Strategy::Offload {
+            cpu: String::new(),
+            gpu: "npu-sim".into(),
+            cc_rows: 0,
+            cg_rows: 32,
+            gg_rows: op.n - 32,
+            gpu_tokens: 0,
+        },
+        _ => single("npu-sim"),
+    };
+    let first = tiny_plan(&model, &["cpu:0", "npu-sim"], &lens, streamed);
     let mut plan = tiny_plan(&model, &["cpu:0", "npu-sim"], &lens, on("cpu:0"));
     for (t, f) in plan.ops.iter_mut().zip(&first.ops) {
         if t.layers == 2 {
@@ -1012,11 +1024,11 @@ fn a_plan_decided_per_group_of_layers_runs_each_groups_decision() {
     let mut rt = Runtime::open(&path, model, RuntimeOptions::default()).unwrap();
     let npu = rt
         .decider()
-        .op_index_at("ffn_up", Phase::Decode, 0)
+        .op_index_at("attn_q", Phase::Decode, 0)
         .unwrap();
     let cpu = rt
         .decider()
-        .op_index_at("ffn_up", Phase::Decode, 1)
+        .op_index_at("attn_q", Phase::Decode, 1)
         .unwrap();
     assert_eq!(plan.ops[npu].at(1).unwrap().strategy, single("npu-sim"));
     assert_eq!(plan.ops[cpu].at(1).unwrap().strategy, single("cpu:0"));
