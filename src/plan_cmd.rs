@@ -498,8 +498,14 @@ fn describe(s: &Strategy, m: u32) -> String {
             gg_rows,
             gpu_tokens,
         } => {
+            // The GPU alone streaming its weights names no CPU.
+            let on_cpu = if cpu.is_empty() {
+                String::new()
+            } else {
+                format!("{cc_rows} rows on {cpu}, ")
+            };
             let mut t = format!(
-                "offload: {cc_rows} rows on {cpu}, {cg_rows} rows copied to {gpu}, {gg_rows} rows resident on {gpu}"
+                "offload: {on_cpu}{cg_rows} rows copied to {gpu}, {gg_rows} rows resident on {gpu}"
             );
             if *gpu_tokens > 0 {
                 t += &format!("; {gpu_tokens} tokens of the {cpu} rows run on {gpu}");

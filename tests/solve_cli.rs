@@ -522,6 +522,13 @@ fn offload_strategies_from_the_command_line() {
             }
         }
     }
+    let ex = HETERO.ok(&[
+        "plan", "explain", o, "--op", "ffn_down", "--len", "1", "--phase", "decode",
+    ]);
+    assert!(
+        ex.contains("decision: offload — offload: ") && !ex.contains("rows on ,"),
+        "{ex}"
+    );
     // Layer split: two groups of layers per decoder operator, shown so.
     HETERO.ok(&with(
         &base,
@@ -541,6 +548,14 @@ fn offload_strategies_from_the_command_line() {
     assert_eq!(groups, 2);
     let show = HETERO.ok(&["plan", "show", o]);
     assert!(show.contains("layers 0..9"), "{show}");
+    assert!(show.contains("ffn_up L9..32"), "{show}");
+    let ex = HETERO.ok(&[
+        "plan", "explain", o, "--op", "ffn_up", "--len", "1", "--phase", "decode", "--layer", "20",
+    ]);
+    assert!(
+        ex.contains("23 layers from layer 9") && ex.contains("cpu-sim alone"),
+        "{ex}"
+    );
     std::fs::remove_file(&out).unwrap();
     for (extra, want) in [
         (
