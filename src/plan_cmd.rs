@@ -62,6 +62,10 @@ pub struct ExplainArgs {
     /// Phase; default prefill when the plan has it for the operator.
     #[arg(long)]
     phase: Option<Phase>,
+    /// The layer whose decision to explain, where the plan decides per
+    /// group of layers (offload mode).
+    #[arg(long, default_value_t = 0)]
+    layer: u32,
     /// The predictor the plan was solved with: re-solve the cell and list
     /// every candidate (needs --model too).
     #[arg(long, requires = "model")]
@@ -157,6 +161,7 @@ fn show_json(plan: &Plan, bytes: u64) -> serde_json::Value {
                 "k": o.k,
                 "n": o.n,
                 "layers": o.layers,
+                "first_layer": o.first_layer,
                 "lengths": coverage(o),
                 "decisions": o.length_count(),
                 "ranges": o.ranges.len(),
@@ -272,11 +277,23 @@ fn show_table(plan: &Plan, bytes: u64) -> String {
             let res: Vec<String> = o
                 .resident
                 .iter()
-                .map(|r| format!("{} {}", r.op, r.rows))
+                .map(|r| match r.layers {
+                    Some(l) => format!(
+                        "{} {} in layers {}..{}",
+                        r.op,
+                        r.rows,
+                        r.first_layer,
+                        r.first_layer + l
+                    ),
+                    None => format!("{} {}", r.op, r.rows),
+                })
                 .collect();
             let _ = writeln!(
                 s,
-                "offload: {} resident on {} of budget {} (rows: {})",
+                "offload{}: {} resident on {} of budget {} (rows: {})",
+                o.strategy
+                    .as_deref()
+                    .map_or_else(String::new, |st| format!(" ({st})")),
                 fmt_bytes(o.resident_bytes),
                 o.gpu,
                 fmt_bytes(o.gpu_mem_budget),
@@ -318,10 +335,17 @@ fn show_table(plan: &Plan, bytes: u64) -> String {
             .into_iter()
             .map(|(k, n)| format!("{k} {n}"))
             .collect();
+        // An operator decided per group of layers names the group.
+        let grouped = o.layers != hetero_plan::layer_count(&plan.ops, &o.op, o.phase);
+        let name = if grouped {
+            format!("{} L{}..{}", o.op, o.first_layer, o.first_layer + o.layers)
+        } else {
+            o.op.clone()
+        };
         let _ = writeln!(
             s,
             "{:<16} {:<8} {:>7} {:>7} {:<16} {}",
-            o.op,
+            name,
             o.phase.as_str(),
             o.k,
             o.n,
@@ -358,8 +382,13 @@ fn explain(args: ExplainArgs) -> anyhow::Result<()> {
         }
     });
     let op_plan = plan
-        .op(&args.op, phase)
-        .ok_or_else(|| BadInput(format!("the plan has no {phase} table for `{}`", args.op)))?;
+        .op_in_layer(&args.op, phase, args.layer)
+        .ok_or_else(|| {
+            BadInput(format!(
+                "the plan has no {phase} table for `{}` in layer {}",
+                args.op, args.layer
+            ))
+        })?;
     let decision = op_plan.at(args.len).ok_or_else(|| {
         BadInput(format!(
             "the plan has no {phase} decision for `{}` at length {}; it covers {}",
@@ -374,8 +403,8 @@ fn explain(args: ExplainArgs) -> anyhow::Result<()> {
             let model = load_model(mp)?;
             plan.check_inputs(Some(&pfp), Some(&model.fingerprint()))
                 .map_err(|e| BadInput(e.to_string()))?;
-            Some(hetero_solver::explain(
-                &predictor, &model, &plan, &args.op, phase, args.len,
+            Some(hetero_solver::explain_layer(
+                &predictor, &model, &plan, &args.op, phase, args.layer, args.len,
             )?)
         }
         _ => None,
@@ -469,8 +498,14 @@ fn describe(s: &Strategy, m: u32) -> String {
             gg_rows,
             gpu_tokens,
         } => {
+            // The GPU alone streaming its weights names no CPU.
+            let on_cpu = if cpu.is_empty() {
+                String::new()
+            } else {
+                format!("{cc_rows} rows on {cpu}, ")
+            };
             let mut t = format!(
-                "offload: {cc_rows} rows on {cpu}, {cg_rows} rows copied to {gpu}, {gg_rows} rows resident on {gpu}"
+                "offload: {on_cpu}{cg_rows} rows copied to {gpu}, {gg_rows} rows resident on {gpu}"
             );
             if *gpu_tokens > 0 {
                 t += &format!("; {gpu_tokens} tokens of the {cpu} rows run on {gpu}");
@@ -485,7 +520,7 @@ fn explain_text(op: &OpPlan, d: &Decision, e: Option<&Explanation>) -> String {
     let m = d.rows_m();
     let _ = writeln!(
         s,
-        "{} ({}) at length {}: M = {m}, K = {}, N = {}{}, {} layers",
+        "{} ({}) at length {}: M = {m}, K = {}, N = {}{}, {} layers{}",
         op.op,
         op.phase,
         d.len,
@@ -496,7 +531,12 @@ fn explain_text(op: &OpPlan, d: &Decision, e: Option<&Explanation>) -> String {
         } else {
             String::new()
         },
-        op.layers
+        op.layers,
+        if op.first_layer > 0 {
+            format!(" from layer {}", op.first_layer)
+        } else {
+            String::new()
+        }
     );
     let procs = d.strategy.processors();
     let parts: Vec<String> = procs

@@ -65,6 +65,13 @@ pub struct SolveArgs {
     /// (ScheInfer CC/CG/GG slicing).
     #[arg(long)]
     gpu_mem_budget: Option<String>,
+    /// In offload mode, how the plan runs a model larger than the budget:
+    /// best (the solver's choice), sliced (CC/CG/GG per operator, resident
+    /// weights per layer), gpu-stream (the GPU alone, copying what is not
+    /// resident), layer-split (the first layers on the GPU, the rest on the
+    /// CPU), cpu (the CPU alone). Needs --gpu-mem-budget.
+    #[arg(long)]
+    offload_strategy: Option<String>,
     /// Dtype of every processor (f16) or of one (npu=w8a16); repeatable.
     /// Default: f16 where the predictor has it, else the processor's first.
     #[arg(long)]
@@ -192,8 +199,28 @@ fn settings(args: &SolveArgs) -> anyhow::Result<Settings> {
         ops: list(&args.ops),
         row_align: args.row_align,
         exhaustive: args.exhaustive,
-        offload_strategy: OffloadStrategy::Best,
+        offload_strategy: offload_strategy(args)?,
     })
+}
+
+/// `--offload-strategy`, which needs `--gpu-mem-budget`.
+fn offload_strategy(args: &SolveArgs) -> anyhow::Result<OffloadStrategy> {
+    let Some(name) = args.offload_strategy.as_deref() else {
+        return Ok(OffloadStrategy::Best);
+    };
+    let strategy = OffloadStrategy::from_name(name).ok_or_else(|| {
+        let names: Vec<&str> = OffloadStrategy::ALL.iter().map(|s| s.name()).collect();
+        bad(format!(
+            "--offload-strategy {name}: expected one of {}",
+            names.join(", ")
+        ))
+    })?;
+    if args.gpu_mem_budget.is_none() {
+        return Err(bad(format!(
+            "--offload-strategy {name} needs --gpu-mem-budget (offload mode)"
+        )));
+    }
+    Ok(strategy)
 }
 
 /// The format the plan is written in.

@@ -7,7 +7,7 @@ mod common;
 use std::path::Path;
 
 use common::*;
-use hetero_plan::{Format, Phase, Plan, Predictor, StrategyKind};
+use hetero_plan::{Format, Phase, Plan, Predictor, Strategy, StrategyKind};
 
 const SOC: &str = "tests/fixtures/predictors/soc-npu-gpu.ron";
 const DISCRETE: &str = "tests/fixtures/predictors/discrete-cpu-gpu.ron";
@@ -322,7 +322,11 @@ fn bad_input_exits_2_and_writes_nothing() {
     run(&["--buckets", "32,x"], "--buckets");
     run(&["--prepare-budget", "1ms"], "too small for any graph");
     run(&["--graph-mem-budget", "1KiB"], "too small for any graph");
-    run(&["--gpu-mem-budget", "8GiB"], "needs a CPU processor");
+    run(&["--gpu-mem-budget", "8GiB"], "needs a discrete GPU");
+    run(
+        &["--offload-strategy", "gpu-stream"],
+        "--offload-strategy gpu-stream needs --gpu-mem-budget",
+    );
     run(&["--processors", "tpu:0"], "processor `tpu:0`");
     run(
         &["--dtype", "npu-sim=w4a16"],
@@ -470,6 +474,107 @@ fn offload_mode_on_a_discrete_gpu_host() {
         ex.contains("decision: offload") && ex.contains("cpu-sim alone"),
         "{ex}"
     );
+}
+
+/// The GPU alone streams the weights that are not resident, with no CPU
+/// processor named; budgets offload mode cannot use exit 2 with the sizes.
+#[test]
+fn offload_strategies_from_the_command_line() {
+    let t = temp_dir("offload-strategies");
+    let out = t.path().join("plan.ron");
+    let o = out.to_str().unwrap();
+    let base = [
+        "solve",
+        "--predictor",
+        DISCRETE,
+        "--model",
+        LLAMA,
+        "--out",
+        o,
+        "--lengths",
+        "1..64",
+    ];
+    fn with<'a>(base: &[&'a str], extra: &[&'a str]) -> Vec<&'a str> {
+        [base, extra].concat()
+    }
+    let stdout = HETERO.ok(&with(
+        &base,
+        &[
+            "--processors",
+            "cuda-sim",
+            "--gpu-mem-budget",
+            "4GiB",
+            "--offload-strategy",
+            "gpu-stream",
+        ],
+    ));
+    assert!(stdout.contains("offload strategy gpu-stream"), "{stdout}");
+    let plan: Plan = hetero_plan::load(&out).unwrap();
+    assert_eq!(plan.processors, vec!["cuda-sim".to_string()]);
+    for op in &plan.ops {
+        for d in op.decisions() {
+            match d.strategy {
+                Strategy::Offload {
+                    cc_rows, ref cpu, ..
+                } => assert!(cc_rows == 0 && cpu.is_empty(), "{:?}", d.strategy),
+                Strategy::Single { ref processor, .. } => assert_eq!(processor, "cuda-sim"),
+                ref other => panic!("{other:?}"),
+            }
+        }
+    }
+    let ex = HETERO.ok(&[
+        "plan", "explain", o, "--op", "ffn_down", "--len", "1", "--phase", "decode",
+    ]);
+    assert!(
+        ex.contains("decision: offload — offload: ") && !ex.contains("rows on ,"),
+        "{ex}"
+    );
+    // Layer split: two groups of layers per decoder operator, shown so.
+    HETERO.ok(&with(
+        &base,
+        &[
+            "--gpu-mem-budget",
+            "4GiB",
+            "--offload-strategy",
+            "layer-split",
+        ],
+    ));
+    let plan: Plan = hetero_plan::load(&out).unwrap();
+    let groups = plan
+        .ops
+        .iter()
+        .filter(|t| t.op == "ffn_up" && t.phase == Phase::Decode)
+        .count();
+    assert_eq!(groups, 2);
+    let show = HETERO.ok(&["plan", "show", o]);
+    assert!(show.contains("layers 0..9"), "{show}");
+    assert!(show.contains("ffn_up L9..32"), "{show}");
+    let ex = HETERO.ok(&[
+        "plan", "explain", o, "--op", "ffn_up", "--len", "1", "--phase", "decode", "--layer", "20",
+    ]);
+    assert!(
+        ex.contains("23 layers from layer 9") && ex.contains("cpu-sim alone"),
+        "{ex}"
+    );
+    std::fs::remove_file(&out).unwrap();
+    for (extra, want) in [
+        (
+            ["--gpu-mem-budget", "100MiB"],
+            "--gpu-mem-budget 100.0 MiB is smaller than one layer's weights on `cuda-sim` (416.0 MiB",
+        ),
+        (
+            ["--gpu-mem-budget", "17GiB"],
+            "--gpu-mem-budget 17.00 GiB is larger than the memory of `cuda-sim` (16.00 GiB",
+        ),
+        (
+            ["--offload-strategy", "ngl"],
+            "--offload-strategy ngl: expected one of best, sliced, gpu-stream, layer-split, cpu",
+        ),
+    ] {
+        let e = HETERO.bad_input(&with(&base, &extra));
+        assert!(e.contains(want), "{extra:?}: expected `{want}` in: {e}");
+        assert_empty(t.path());
+    }
 }
 
 #[test]

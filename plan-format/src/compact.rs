@@ -251,6 +251,9 @@ pub(crate) struct OpPlanFile {
     /// Layers that run the operator (each follows the same decision).
     #[serde(default = "one")]
     layers: u32,
+    /// The first layer of the group the table covers.
+    #[serde(default)]
+    first_layer: u32,
     /// Operand order per processor where it is not `aw`.
     #[serde(default)]
     orders: Vec<ProcessorOrder>,
@@ -301,6 +304,7 @@ impl TryFrom<OpPlanFile> for OpPlan {
             k: f.k,
             n: f.n,
             layers: f.layers,
+            first_layer: f.first_layer,
             orders: f.orders,
             spans,
             ranges,

@@ -34,6 +34,7 @@ mod forecast;
 mod gemm;
 pub mod hf;
 mod io;
+mod layers;
 mod model;
 pub mod nongemm;
 mod plan;
@@ -54,6 +55,7 @@ pub use fingerprint::Fingerprint;
 pub use forecast::{GenerationForecast, NotCovered, OpForecast, PassForecast};
 pub use gemm::{DType, GemmShape, OperandOrder, WeightMode};
 pub use io::{Format, load, load_str, read_text, save, to_string, to_string_depth, write_atomic};
+pub use layers::layer_count;
 pub use model::{LinearOp, MRule, ModelSpec, OpRole, Phase};
 pub use nongemm::{
     Alternative, HOST, LayerPlacement, Layers, NonGemmCost, NonGemmKnot, NonGemmOp, NonGemmPlan,

@@ -147,7 +147,9 @@ pub enum Strategy {
     /// into CC (stored and run on the CPU), CG (stored on the CPU, copied
     /// over PCIe and run on the GPU) and GG (resident on the GPU).
     Offload {
-        /// The CPU processor id.
+        /// The CPU processor id; absent where the GPU runs alone, its
+        /// weights resident or copied every run (no CC rows).
+        #[serde(default, skip_serializing_if = "String::is_empty")]
         cpu: String,
         /// The GPU processor id.
         gpu: String,
@@ -247,6 +249,7 @@ impl Strategy {
                 parts.iter().map(|p| p.processor.as_str()).collect()
             }
             Strategy::SeqCut { parts } => parts.iter().map(|p| p.processor.as_str()).collect(),
+            Strategy::Offload { cpu, gpu, .. } if cpu.is_empty() => vec![gpu],
             Strategy::Offload { cpu, gpu, .. } => vec![cpu, gpu],
         }
     }
@@ -373,9 +376,15 @@ pub struct OpPlan {
     pub k: u32,
     /// Output features.
     pub n: u32,
-    /// Layers that run the operator (each follows the same decision).
+    /// Layers that run the operator with this table (each follows the
+    /// same decision): `first_layer..first_layer + layers`.
     #[serde(default = "one", skip_serializing_if = "is_one")]
     pub layers: u32,
+    /// The first layer of the group this table covers. An operator may
+    /// have several tables in a phase, one per group of layers (offload
+    /// mode decides per layer); together they cover every layer once.
+    #[serde(default, skip_serializing_if = "crate::is_zero")]
+    pub first_layer: u32,
     /// Operand order per processor where it is not `aw`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub orders: Vec<ProcessorOrder>,
@@ -439,8 +448,19 @@ impl OpPlan {
             k: dense.k,
             n: dense.n,
             layers: dense.layers,
+            first_layer: 0,
             orders: dense.orders,
         }
+    }
+
+    /// The layers this table covers: `first_layer..first_layer + layers`.
+    pub fn layer_range(&self) -> std::ops::Range<u32> {
+        self.first_layer..self.first_layer.saturating_add(self.layers)
+    }
+
+    /// Whether this table covers `layer`.
+    pub fn covers_layer(&self, layer: u32) -> bool {
+        self.layer_range().contains(&layer)
     }
 
     /// The table with one decision per length.
@@ -466,19 +486,34 @@ pub struct ProcessorDType {
     pub dtype: DType,
 }
 
-/// How many of an operator's output rows stay resident on the GPU (offload mode).
+/// How many of an operator's output rows stay resident on the GPU (offload
+/// mode), in a group of layers.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct Resident {
     /// Canonical operator name.
     pub op: String,
-    /// Rows (of N) resident, in every layer and instance.
+    /// Rows (of N) resident, in every layer of the group and every instance.
     pub rows: u32,
+    /// The group's first layer.
+    #[serde(default, skip_serializing_if = "crate::is_zero")]
+    pub first_layer: u32,
+    /// The group's layers; absent: every layer from `first_layer` on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub layers: Option<u32>,
+}
+
+impl Resident {
+    /// Whether the group covers `layer`.
+    pub fn covers_layer(&self, layer: u32) -> bool {
+        layer >= self.first_layer && self.layers.is_none_or(|l| layer - self.first_layer < l)
+    }
 }
 
 /// The ScheInfer placement: which weights stay on the GPU.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct OffloadPlacement {
-    /// The CPU processor id.
+    /// The CPU processor id (absent where the plan uses the GPU alone).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub cpu: String,
     /// The discrete GPU processor id.
     pub gpu: String,
@@ -486,16 +521,27 @@ pub struct OffloadPlacement {
     pub gpu_mem_budget: u64,
     /// Bytes of resident weights chosen.
     pub resident_bytes: u64,
-    /// Resident rows per operator (operators absent: none resident).
+    /// The way of running the model the plan takes (`sliced`,
+    /// `gpu-stream`, `layer-split`, `cpu`); absent in plans that predate
+    /// the choice (`sliced`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub strategy: Option<String>,
+    /// Resident rows per operator and group of layers (operators and
+    /// layers absent: none resident).
     pub resident: Vec<Resident>,
 }
 
 impl OffloadPlacement {
-    /// The resident rows of an operator.
+    /// The resident rows of an operator in its first layer.
     pub fn rows(&self, op: &str) -> u32 {
+        self.rows_at(op, 0)
+    }
+
+    /// The resident rows of an operator in `layer`.
+    pub fn rows_at(&self, op: &str, layer: u32) -> u32 {
         self.resident
             .iter()
-            .find(|r| r.op == op)
+            .find(|r| r.op == op && r.covers_layer(layer))
             .map(|r| r.rows)
             .unwrap_or(0)
     }
@@ -630,9 +676,17 @@ impl Plan {
         crate::to_string_depth(self, format, Some(Self::PRETTY_DEPTH))
     }
 
-    /// The decision table of an operator in a phase.
+    /// The decision table of an operator in a phase (of its first layer
+    /// group, where it has several: [`Plan::op_in_layer`]).
     pub fn op(&self, name: &str, phase: Phase) -> Option<&OpPlan> {
-        self.ops.iter().find(|o| o.op == name && o.phase == phase)
+        self.op_in_layer(name, phase, 0)
+    }
+
+    /// The decision table of an operator in a phase that covers `layer`.
+    pub fn op_in_layer(&self, name: &str, phase: Phase, layer: u32) -> Option<&OpPlan> {
+        self.ops
+            .iter()
+            .find(|o| o.op == name && o.phase == phase && o.covers_layer(layer))
     }
 
     /// The graph set of a static-graph processor.
@@ -694,16 +748,8 @@ impl Validate for Plan {
         if let Some(ng) = &self.non_gemm {
             ng.check(&self.processors)?;
         }
+        crate::layers::check_layer_groups(&self.ops)?;
         for (i, op) in self.ops.iter().enumerate() {
-            if self.ops[..i]
-                .iter()
-                .any(|o| o.op == op.op && o.phase == op.phase)
-            {
-                return Err((
-                    format!("ops[{i}].op"),
-                    format!("operator `{}` appears twice in {}", op.op, op.phase),
-                ));
-            }
             if op.ranges.is_empty() {
                 return Err((
                     format!("ops[{i}].ranges"),
@@ -759,8 +805,15 @@ fn check_strategy(at: &str, s: &Strategy, m: u32, n: u32) -> Result<(), (String,
             cg_rows,
             gg_rows,
             gpu_tokens,
+            cpu,
             ..
         } => {
+            if cpu.is_empty() && (*cc_rows > 0 || *gpu_tokens > 0) {
+                return Err((
+                    format!("{at}.strategy.cpu"),
+                    "CC rows run on a CPU: name it, or give cc_rows 0".into(),
+                ));
+            }
             let r = *cc_rows as u64 + *cg_rows as u64 + *gg_rows as u64;
             if r != n as u64 {
                 return Err((

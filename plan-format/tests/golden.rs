@@ -329,9 +329,12 @@ pub fn sample_plan() -> Plan {
                 gpu: "cuda:0".into(),
                 gpu_mem_budget: 8 << 30,
                 resident_bytes: 6 << 30,
+                strategy: None,
                 resident: vec![Resident {
                     op: "ffn_down".into(),
                     rows: 1024,
+                    first_layer: 0,
+                    layers: None,
                 }],
             }),
         }),
@@ -554,6 +557,82 @@ fn schema_2_plans_load_and_give_the_same_decisions() {
         assert_eq!(got, want, "{ext}");
         assert_eq!(want.len(), 4);
     }
+}
+
+/// A layer-split plan: `ffn_down`'s decode table in two groups of layers,
+/// the first 10 resident on the GPU and run there alone, the other 18 on
+/// the CPU alone.
+fn layer_grouped_plan() -> Plan {
+    let single = |p: &str, total_us: f64| Decision {
+        len: 1,
+        m: None,
+        instances: 1,
+        strategy: Strategy::Single {
+            processor: p.into(),
+            padded_to: None,
+            online_prepare: false,
+        },
+        cost: CostBreakdown {
+            parts_us: vec![total_us],
+            sync_us: 0.0,
+            sync_block_us: None,
+            copy_us: 0.0,
+            total_us,
+        },
+        runner_up: None,
+    };
+    let group = |first_layer: u32, layers: u32, d: Decision| OpPlan {
+        first_layer,
+        ..OpPlan::from_dense(DenseOpPlan {
+            op: "ffn_down".into(),
+            phase: Phase::Decode,
+            k: 8960,
+            n: 1536,
+            layers,
+            orders: vec![],
+            decisions: vec![d],
+        })
+    };
+    let mut plan = sample_plan();
+    plan.processors = vec!["cpu:0".into(), "cuda:0".into()];
+    plan.dtypes.clear();
+    plan.graph_sets.clear();
+    plan.non_gemm = None;
+    let solver = plan.solver.as_mut().unwrap();
+    solver.offload = Some(OffloadPlacement {
+        cpu: "cpu:0".into(),
+        gpu: "cuda:0".into(),
+        gpu_mem_budget: 300 << 20,
+        resident_bytes: 10 * 8960 * 1536 * 2,
+        strategy: Some("layer-split".into()),
+        resident: vec![Resident {
+            op: "ffn_down".into(),
+            rows: 1536,
+            first_layer: 0,
+            layers: Some(10),
+        }],
+    });
+    plan.ops = vec![
+        group(0, 10, single("cuda:0", 30.0)),
+        group(10, 18, single("cpu:0", 900.0)),
+    ];
+    plan
+}
+
+#[test]
+fn golden_plan_with_layer_groups() {
+    let plan = layer_grouped_plan();
+    plan.validate().unwrap();
+    check("plan-layer-groups", &plan);
+    let o = plan.solver.as_ref().unwrap().offload.as_ref().unwrap();
+    assert_eq!(
+        (o.rows_at("ffn_down", 9), o.rows_at("ffn_down", 10)),
+        (1536, 0)
+    );
+    assert_eq!(layer_count(&plan.ops, "ffn_down", Phase::Decode), 28);
+    // A decode step costs each group's decision times its layers.
+    let f = plan.forecast_decode(1).unwrap();
+    assert_eq!(f.gemm_us, 10.0 * 30.0 + 18.0 * 900.0);
 }
 
 #[test]

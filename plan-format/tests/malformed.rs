@@ -334,3 +334,63 @@ fn hf_config_errors() {
     let e = hf::from_str(p, r#"{"hidden_size": 8}"#, "x").unwrap_err();
     assert!(e.to_string().contains("model_type"), "{e}");
 }
+
+/// An operator's tables in a phase must cover its layers once, end to end:
+/// a gap, an overlap, a second table of the same layers, or another layer
+/// count in the other phase is refused naming the table.
+#[test]
+fn layer_groups_that_do_not_partition_the_layers_are_refused() {
+    let base = ranged_plan();
+    let split = |first: u32, layers: u32| hetero_plan::OpPlan {
+        first_layer: first,
+        layers,
+        ..base.ops[0].clone()
+    };
+    let mut plan = base.clone();
+    plan.ops = vec![split(0, 10), split(10, 18)];
+    assert_eq!(refused_or_ok(&plan), None);
+    for (ops, field, words) in [
+        (
+            vec![split(0, 10), split(12, 16)],
+            "ops[1].first_layer",
+            "leaves layers",
+        ),
+        (
+            vec![split(0, 10), split(8, 20)],
+            "ops[1].first_layer",
+            "overlaps",
+        ),
+        (
+            vec![split(0, 28), split(0, 28)],
+            "ops[1].first_layer",
+            "overlaps",
+        ),
+        (vec![split(5, 23)], "ops[0].first_layer", "leaves layers"),
+        (
+            vec![split(0, 10), split(10, 0)],
+            "ops[1].layers",
+            "no layer",
+        ),
+    ] {
+        plan.ops = ops;
+        let (f, m) = refused_range(&plan);
+        assert_eq!(f, field, "{m}");
+        assert!(m.contains(words), "{m}");
+    }
+    let decode = hetero_plan::OpPlan {
+        phase: hetero_plan::Phase::Decode,
+        ..split(0, 20)
+    };
+    plan.ops = vec![split(0, 10), split(10, 18), decode];
+    let (f, m) = refused_range(&plan);
+    assert_eq!(f, "ops[2].layers", "{m}");
+    assert!(m.contains("28 layers in prefill and 20 in decode"), "{m}");
+}
+
+/// `None` where `plan` loads, else its refusal.
+fn refused_or_ok(plan: &Plan) -> Option<String> {
+    let text = hetero_plan::to_string(plan, Format::Json).unwrap();
+    load_str::<Plan>(Path::new("ok.json"), &text, Format::Json)
+        .err()
+        .map(|e| e.to_string())
+}

@@ -22,33 +22,64 @@ struct Table {
     to: Vec<u32>,
 }
 
-/// O(log ranges) lookup of the plan's decision for any operator, phase and
-/// length.
+/// An operator's tables in a phase, one per group of layers: the group's
+/// first layer and the table's index in the plan, sorted by first layer.
+type Groups = Vec<(u32, usize)>;
+
+/// O(log ranges) lookup of the plan's decision for any operator, phase,
+/// layer and length.
 #[derive(Debug, Clone)]
 pub struct Decider {
     tables: Vec<Table>,
-    by_name: HashMap<(String, Phase), usize>,
+    by_name: HashMap<(String, Phase), Groups>,
 }
 
 impl Decider {
     /// Reads the range bounds of every operator of the plan.
     pub fn new(plan: &Plan) -> Decider {
-        let mut by_name = HashMap::with_capacity(plan.ops.len());
+        let mut by_name: HashMap<(String, Phase), Groups> = HashMap::with_capacity(plan.ops.len());
         let tables = (plan.ops.iter().enumerate())
             .map(|(i, op)| {
-                by_name.insert((op.op.clone(), op.phase), i);
+                by_name
+                    .entry((op.op.clone(), op.phase))
+                    .or_default()
+                    .push((op.first_layer, i));
                 Table {
                     from: op.ranges.iter().map(|r| r.from).collect(),
                     to: op.ranges.iter().map(|r| r.to).collect(),
                 }
             })
             .collect();
+        for groups in by_name.values_mut() {
+            groups.sort_unstable();
+        }
         Decider { tables, by_name }
     }
 
-    /// The index of an operator's table in the plan (`plan.ops[i]`).
+    /// The index of an operator's table in the plan (`plan.ops[i]`): the
+    /// table of its first layer, where the plan decides per group of layers
+    /// ([`Decider::op_index_at`]).
     pub fn op_index(&self, op: &str, phase: Phase) -> Option<usize> {
-        self.by_name.get(&(op.to_string(), phase)).copied()
+        self.op_index_at(op, phase, 0)
+    }
+
+    /// The index of the table that decides `op` in `phase` in `layer`, in
+    /// O(log groups). A layer past the last group's first layer takes the
+    /// last group: the plan's validation makes the groups cover every
+    /// layer end to end.
+    pub fn op_index_at(&self, op: &str, phase: Phase, layer: u32) -> Option<usize> {
+        let groups = self.by_name.get(&(op.to_string(), phase))?;
+        let g = groups
+            .partition_point(|&(first, _)| first <= layer)
+            .checked_sub(1)?;
+        Some(groups[g].1)
+    }
+
+    /// How many groups of layers `op` is decided in, in `phase` (0: none).
+    pub fn groups(&self, op: &str, phase: Phase) -> usize {
+        self.by_name
+            .get(&(op.to_string(), phase))
+            .map_or(0, Vec::len)
     }
 
     /// The index of the range of `plan.ops[op]` covering `len`, in
@@ -221,6 +252,40 @@ mod tests {
         assert!(e.contains("lengths 1, 16, 256"), "{e}");
         let e = d.decision(&plan, a, 301).unwrap_err().to_string();
         assert!(e.contains("lengths 1..=300"), "{e}");
+    }
+
+    #[test]
+    fn an_operator_decided_per_group_of_layers_answers_by_layer() {
+        let gpu = vec![(1, single("npu-sim"))];
+        let cpu = vec![(1, single("cpu:0"))];
+        let mut plan = plan_with(vec![
+            ("a", Phase::Decode, gpu),
+            ("a", Phase::Decode, cpu),
+            ("b", Phase::Decode, vec![(1, single("cpu:0"))]),
+        ]);
+        plan.ops[0].layers = 3;
+        plan.ops[1].first_layer = 3;
+        plan.ops[1].layers = 5;
+        plan.ops[2].layers = 8;
+        let d = Decider::new(&plan);
+        assert_eq!(
+            (d.groups("a", Phase::Decode), d.groups("b", Phase::Decode)),
+            (2, 1)
+        );
+        for (layer, want) in [(0, 0), (2, 0), (3, 1), (7, 1)] {
+            assert_eq!(
+                d.op_index_at("a", Phase::Decode, layer),
+                Some(want),
+                "{layer}"
+            );
+        }
+        assert_eq!(d.op_index("a", Phase::Decode), Some(0));
+        assert_eq!(d.op_index_at("b", Phase::Decode, 7), Some(2));
+        let at = |layer| {
+            let i = d.op_index_at("a", Phase::Decode, layer).unwrap();
+            d.decision(&plan, i, 1).unwrap().strategy
+        };
+        assert_eq!((at(2), at(3)), (single("npu-sim"), single("cpu:0")));
     }
 
     #[cfg(feature = "tree")]

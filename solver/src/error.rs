@@ -67,6 +67,15 @@ pub enum Error {
     /// No processor can run anything.
     #[error("no processor of the predictor has a latency model to solve with")]
     NoProcessors,
+    /// A GPU memory budget offload mode cannot use: smaller than one
+    /// layer's weights, or larger than the GPU.
+    #[error("--gpu-mem-budget {budget} is {message}")]
+    GpuBudget {
+        /// The budget, formatted.
+        budget: String,
+        /// How it compares with the size it misses, with that size.
+        message: String,
+    },
     /// A malformed prompt-length histogram.
     #[error("{}:{line}: {message}", path.display())]
     BadHistogram {

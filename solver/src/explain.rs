@@ -3,12 +3,15 @@
 
 use std::collections::HashMap;
 
-use hetero_plan::{Decision, ModelSpec, OpPlan, OperandOrder, Phase, Plan, Strategy, StrategyKind};
+use hetero_plan::{
+    Decision, ModelSpec, OffloadPlacement, OpPlan, OperandOrder, Phase, Plan, Strategy,
+    StrategyKind,
+};
 
-use crate::engine::{OffloadSetup, OpCtx, Setup, StaticGraphs, Tables, table_top};
+use crate::engine::{LayerGroup, OffloadSetup, OpCtx, Setup, StaticGraphs, Tables, table_top};
 use crate::oracle::LatencyOracle;
 use crate::solve::{build_procs, decision, launch_after_host, select_ops};
-use crate::{Error, Result};
+use crate::{Error, OffloadStrategy, Result};
 
 /// One candidate family at a cell, with its best member.
 #[derive(Debug, Clone, PartialEq)]
@@ -86,13 +89,17 @@ pub(crate) fn setup_from_plan<'a, O: LatencyOracle + ?Sized>(
         .collect();
     let offload = match info.and_then(|i| i.offload.as_ref()) {
         Some(o) => Some(OffloadSetup {
-            cpu: idx(&o.cpu).ok_or_else(|| missing(&o.cpu))?,
+            cpu: match o.cpu.as_str() {
+                "" => None,
+                cpu => Some(idx(cpu).ok_or_else(|| missing(cpu))?),
+            },
             gpu: idx(&o.gpu).ok_or_else(|| missing(&o.gpu))?,
-            resident: o
-                .resident
-                .iter()
-                .map(|r| (r.op.clone(), r.rows))
-                .collect::<HashMap<_, _>>(),
+            strategy: o
+                .strategy
+                .as_deref()
+                .and_then(OffloadStrategy::from_name)
+                .unwrap_or(OffloadStrategy::Sliced),
+            resident: resident_groups(plan, o),
         }),
         None => None,
     };
@@ -109,6 +116,26 @@ pub(crate) fn setup_from_plan<'a, O: LatencyOracle + ?Sized>(
     })
 }
 
+/// The groups of layers of every operator as the plan's tables have them,
+/// with the rows the placement keeps resident in each.
+fn resident_groups(plan: &Plan, o: &OffloadPlacement) -> HashMap<String, Vec<LayerGroup>> {
+    let mut out: HashMap<String, Vec<LayerGroup>> = HashMap::new();
+    for t in &plan.ops {
+        let groups = out.entry(t.op.clone()).or_default();
+        if !groups.iter().any(|g| g.first == t.first_layer) {
+            groups.push(LayerGroup {
+                first: t.first_layer,
+                layers: t.layers,
+                rows: o.rows_at(&t.op, t.first_layer),
+            });
+        }
+    }
+    for groups in out.values_mut() {
+        groups.sort_by_key(|g| g.first);
+    }
+    out
+}
+
 fn missing(id: &str) -> Error {
     Error::MissingProcessor {
         strategy: "the plan's offload placement".into(),
@@ -119,7 +146,9 @@ fn missing(id: &str) -> Error {
 
 /// Explains the decision for `op` in `phase` at `len`: re-solves that cell
 /// with `oracle` (the predictor the plan was solved with; check the
-/// fingerprints first) and lists every candidate family.
+/// fingerprints first) and lists every candidate family. Where the plan
+/// decides per group of layers, this is the group of the first layer
+/// ([`explain_layer`]).
 pub fn explain<O: LatencyOracle + ?Sized>(
     oracle: &O,
     model: &ModelSpec,
@@ -128,13 +157,28 @@ pub fn explain<O: LatencyOracle + ?Sized>(
     phase: Phase,
     len: u32,
 ) -> Result<Explanation> {
+    explain_layer(oracle, model, plan, op, phase, 0, len)
+}
+
+/// [`explain`] for the group of layers that covers `layer`.
+pub fn explain_layer<O: LatencyOracle + ?Sized>(
+    oracle: &O,
+    model: &ModelSpec,
+    plan: &Plan,
+    op: &str,
+    phase: Phase,
+    layer: u32,
+    len: u32,
+) -> Result<Explanation> {
     let lop = select_ops(model, &[op.to_string()])?[0];
-    let op_plan = plan.op(op, phase).ok_or_else(|| Error::NotInPlan {
-        op: op.into(),
-        phase: phase.to_string(),
-        len,
-        covered: format!("no {phase} lengths"),
-    })?;
+    let op_plan = plan
+        .op_in_layer(op, phase, layer)
+        .ok_or_else(|| Error::NotInPlan {
+            op: op.into(),
+            phase: phase.to_string(),
+            len,
+            covered: format!("no {phase} lengths"),
+        })?;
     let planned = op_plan.at(len).ok_or_else(|| Error::NotInPlan {
         op: op.into(),
         phase: phase.to_string(),
@@ -148,6 +192,14 @@ pub fn explain<O: LatencyOracle + ?Sized>(
     let tables = Tables::new(&setup, lop, phase, top, m, Some(orders), None);
     let mut cx = OpCtx::with_tables(&setup, lop, phase, std::sync::Arc::new(tables));
     cx.prune = false;
+    if let Some(o) = &setup.offload {
+        cx.resident = Some(
+            o.groups(lop)
+                .iter()
+                .find(|g| (g.first..g.first + g.layers).contains(&op_plan.first_layer))
+                .map_or(0, |g| g.rows),
+        );
+    }
     let cell = cx.cell(len);
     let procs = &setup.procs;
     let candidates = cell

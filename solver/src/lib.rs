@@ -50,12 +50,13 @@ mod model_bounds;
 mod nongemm;
 mod offload;
 pub mod oracle;
+mod residency;
 pub mod settings;
 mod solve;
 pub mod synthetic;
 
 pub use error::{Error, Result};
-pub use explain::{ExplainedCandidate, Explanation, coverage, explain};
+pub use explain::{ExplainedCandidate, Explanation, coverage, explain, explain_layer};
 pub use oracle::{GemmModel, LatencyOracle};
 pub use settings::{Distribution, GraphChoice, OffloadStrategy, Settings};
 pub use solve::{SolveStats, solve, solve_with_stats, solve_with_tables};

@@ -1,29 +1,43 @@
 //! ScheInfer offload on a discrete-GPU host: CC/CG/GG slicing with the
-//! PCIe α+β·n cost, token assignment in prefill, and the greedy choice of
-//! which weight rows stay resident under a GPU memory budget.
+//! PCIe α+β·n cost, the GPU streaming its weights alone, and token
+//! assignment in prefill. Which weights stay resident is chosen in
+//! [`crate::residency`].
 
-use std::collections::HashMap;
-
-use hetero_plan::{LinearOp, Phase};
-
-use crate::engine::{Cand, INF, OpCtx, Setup, Shape};
+use crate::engine::{Cand, GroupMode, INF, OpCtx, Shape};
 
 impl OpCtx<'_, '_> {
-    /// Offload-mode candidates: the CPU alone, the GPU alone when every row
-    /// is resident, and the best CC/CG/GG slicing. Alone, each costs what
-    /// it costs outside offload mode ([`OpCtx::single`]): runtime-min keeps
-    /// activations in host memory, so a GPU alone still copies its input in
-    /// and its output back, and pays its launch and completion notice.
+    /// Offload-mode candidates for the layers solved, as their group's
+    /// mode allows ([`crate::engine::OffloadSetup::mode`]): the CPU alone;
+    /// the GPU alone when every row is resident; the GPU alone streaming
+    /// the rows that are not (no CC rows); and the best CC/CG/GG slicing.
+    /// Alone, each costs what it costs outside offload mode
+    /// ([`OpCtx::single`]): runtime-min keeps activations in host memory,
+    /// so a GPU alone still copies its input in and its output back, and
+    /// pays its launch and completion notice.
     pub(crate) fn offload_cands(&self, m: u32) -> Vec<Cand> {
         let o = self.setup.offload.as_ref().expect("offload mode");
         let gg = self.resident.unwrap_or(0).min(self.n);
-        let mut out = vec![self.single(o.cpu, m)];
+        let mode = o.mode(gg, self.n);
+        let mut out = vec![];
+        if mode != GroupMode::Gpu
+            && let Some(cpu) = o.cpu
+        {
+            out.push(self.single(cpu, m));
+        }
+        if mode == GroupMode::Cpu {
+            return out;
+        }
         if gg == self.n {
             out.push(self.single(o.gpu, m));
+        } else {
+            let g_gg = self.gg_time(m, gg);
+            out.push(self.offload_cost_with(m, gg, 0, 0, g_gg));
         }
-        out.extend(self.offload_search(m, gg));
-        if self.phase == Phase::Prefill && m > 1 {
-            out.extend(self.token_assignment(m, gg));
+        if mode == GroupMode::Any && o.cpu.is_some() {
+            out.extend(self.offload_search(m, gg));
+            if self.phase == hetero_plan::Phase::Prefill && m > 1 {
+                out.extend(self.token_assignment(m, gg));
+            }
         }
         out
     }
@@ -62,20 +76,22 @@ impl OpCtx<'_, '_> {
     /// One CC/CG/GG slicing costed on runtime-min's timeline. The CPU
     /// part (CC rows on the tokens the GPU does not take) starts first and
     /// runs beside the GPU's steps. The GPU runs its steps one after the
-    /// other, each a launch and a wait of its own: the resident GG rows;
-    /// the CG rows, whose weights cross PCIe from page-locked memory at the
-    /// start of that step (`copy_h2d`, inside the GPU's timed part); and
-    /// the CC rows of the tokens assigned to the GPU, the same way. Every
-    /// step copies the input in and its output back from host memory, where
-    /// runtime-min keeps activations, and scatters its columns into the
-    /// merged output ([`OpCtx::part_copy_us`]); the CPU part's output is
-    /// scattered last. ScheInfer's own timeline keeps activations on the
-    /// GPU and overlaps the CG copy with the GG rows; on an H100 host,
-    /// runtime-min ran offload plans costed on that timeline at 3.0× their
-    /// prediction at prefill 300 and 1.4× at prefill 16
-    /// (`docs/benchmarks.md`, offload).
+    /// other on its compute stream, each a launch and a wait of its own:
+    /// the resident GG rows; the CG rows, whose weights cross PCIe from
+    /// page-locked memory (`copy_h2d`, α+β·n per step); and the CC rows of
+    /// the tokens assigned to the GPU, copied the same way. The weight
+    /// copies run on a copy stream through a small device staging ring:
+    /// an operator's copies start while the previous operator computes and
+    /// run beside its own GG rows and CPU part, so in a run of operators
+    /// the GPU side costs max(copies, GEMMs), not their sum. The copies
+    /// and the CPU part read host memory at once and slow each other by
+    /// the processors' measured concurrent-bandwidth factors
+    /// ([`concurrent_cpu_and_copies`]). Every step copies the input in and
+    /// its output back from host memory, where runtime-min keeps
+    /// activations, and scatters its columns into the merged output
+    /// ([`OpCtx::part_copy_us`]); the CPU part's output is scattered last.
     /// `g_gg` is the GPU time of the resident rows.
-    fn offload_cost_with(&self, m: u32, gg: u32, cc: u32, ng: u32, g_gg: f64) -> Cand {
+    pub(crate) fn offload_cost_with(&self, m: u32, gg: u32, cc: u32, ng: u32, g_gg: f64) -> Cand {
         let o = self.setup.offload.as_ref().expect("offload mode");
         let (cpu, gpu) = (o.cpu, o.gpu);
         let procs = &self.setup.procs;
@@ -87,7 +103,7 @@ impl OpCtx<'_, '_> {
                 .map_or(INF, |c| c.at(rows as f64 * k * gp.wbytes()))
         };
         // The GPU's steps, one after the other: (weights uploaded, GEMM,
-        // copies).
+        // activation copies).
         let mut steps: Vec<(f64, f64, f64)> = Vec::with_capacity(3);
         if gg > 0 {
             steps.push((0.0, g_gg, self.part_copy_us(gpu, m, gg)));
@@ -106,33 +122,32 @@ impl OpCtx<'_, '_> {
                 self.part_copy_us(gpu, ng, cc),
             ));
         }
-        let mut gpu_compute: f64 = steps.iter().map(|s| s.0 + s.1).sum();
+        let gemms: f64 = steps.iter().map(|s| s.1).sum();
+        let mut copying: f64 = steps.iter().map(|s| s.0).sum();
         let gpu_copy: f64 = steps.iter().map(|s| s.2).sum();
         let launches = steps.len() as f64;
         let (host, host_block) = (gp.alone_overhead_us(), gp.alone_overhead_block_us());
         let mc = m - ng;
-        let cp = &procs[cpu];
-        let (cpu_compute, cpu_copy) = if cc > 0 && mc > 0 {
-            // The CPU part shares host memory with the GPU's weight copies,
-            // which start once the GG step is done: each slows the other.
-            let copying: f64 = steps.iter().map(|s| s.0).sum();
-            let gg_step = if gg > 0 {
-                steps[0].1 + steps[0].2 + host
-            } else {
-                0.0
-            };
-            let (cpu_time, copies) = concurrent_cpu_and_copies(
-                self.time(cpu, mc, cc),
-                gg_step,
-                copying,
-                cp.concurrent,
-                gp.concurrent,
-            );
-            gpu_compute += copies - copying;
-            (cpu_time, self.part_copy_us(cpu, mc, cc))
-        } else {
-            (0.0, 0.0)
+        let (cpu_compute, cpu_copy) = match cpu {
+            Some(cpu) if cc > 0 && mc > 0 => {
+                let cp = &procs[cpu];
+                // The CPU part and the weight copies start together and
+                // share the host's memory: each slows the other.
+                let (cpu_time, copies) = concurrent_cpu_and_copies(
+                    self.time(cpu, mc, cc),
+                    0.0,
+                    copying,
+                    cp.concurrent,
+                    gp.concurrent,
+                );
+                copying = copies;
+                (cpu_time, self.part_copy_us(cpu, mc, cc))
+            }
+            _ => (0.0, 0.0),
         };
+        let gpu_compute = gemms.max(copying);
+        let (cpu_sync_us, cpu_sync_block_us) =
+            cpu.map_or((0.0, 0.0), |c| (procs[c].sync_us, procs[c].sync_block_us));
         // The operator's end, for a wait that costs the GPU `host` per
         // launch: the host waits for the CPU part (`cpu_sync`) when it is
         // still running once the GPU's steps are done.
@@ -146,7 +161,7 @@ impl OpCtx<'_, '_> {
         };
         let cpu_waited = cpu_compute > 0.0 && cpu_compute > gpu_end(host);
         let (cpu_sync, cpu_sync_block) = if cpu_waited {
-            (cp.sync_us, cp.sync_block_us)
+            (cpu_sync_us, cpu_sync_block_us)
         } else {
             (0.0, 0.0)
         };
@@ -162,6 +177,10 @@ impl OpCtx<'_, '_> {
         };
         let copy = (total - max - waits).max(0.0);
         let sync = total - max - copy;
+        let parts = match cpu {
+            Some(_) => crate::engine::Times::from_slice(&[cpu_compute, gpu_compute]),
+            None => crate::engine::Times::from_slice(&[gpu_compute]),
+        };
         Cand {
             shape: Shape::Offload {
                 cpu,
@@ -171,12 +190,12 @@ impl OpCtx<'_, '_> {
                 gg,
                 gpu_tokens: ng,
             },
-            parts: crate::engine::Times::from_slice(&[cpu_compute, gpu_compute]),
+            parts,
             sync,
             sync_block: sync + (total_block - total),
             copy,
             total,
-            sync_rule: "one launch and wait per GPU step (resident, copied, token-assigned rows), the CPU part beside them",
+            sync_rule: "one launch and wait per GPU step (resident, copied, token-assigned rows), weight copies on a copy stream beside the GEMMs, the CPU part beside them",
         }
     }
 
@@ -246,90 +265,4 @@ pub(crate) fn concurrent_cpu_and_copies(
         // The copies end first; the CPU part's rest runs alone.
         (start + tg + (left - fc * tg), tg)
     }
-}
-
-/// The resident levels tried per operator: eighths of the rows, aligned.
-fn levels(n: u32, align: u32) -> Vec<u32> {
-    let mut v: Vec<u32> = (0..=8)
-        .map(|i| {
-            let r = (n as u64 * i / 8) as u32;
-            if i == 8 { n } else { r / align * align }
-        })
-        .collect();
-    v.dedup();
-    v
-}
-
-/// ScheInfer's GPU memory assignment: start with nothing resident; at each
-/// step take the (operator, level) that saves the most decode time per
-/// byte, while the budget lasts. The objective is one decode step at `m`
-/// tokens, summed over layers (placement is static, and generation
-/// dominates end-to-end time).
-pub(crate) fn choose_resident(
-    setup: &Setup,
-    ops: &[&LinearOp],
-    budget: u64,
-    m: u32,
-) -> HashMap<String, u32> {
-    let gpu = setup.offload.as_ref().expect("offload mode").gpu;
-    let wb = setup.procs[gpu].wbytes();
-    struct OpLevels {
-        name: String,
-        levels: Vec<u32>,
-        time: Vec<f64>,
-        bytes: Vec<f64>,
-    }
-    let table: Vec<OpLevels> = ops
-        .iter()
-        .map(|op| {
-            let lv = levels(op.n, OpCtx::new(setup, op, Phase::Decode, m).align());
-            let mut time = vec![];
-            let mut bytes = vec![];
-            for &r in &lv {
-                // A fresh context per level: its memoised slicing depends on it.
-                let mut cx = OpCtx::new(setup, op, Phase::Decode, m);
-                cx.resident = Some(r);
-                let cell = cx.cell(m);
-                let best = cell.cands.first().map_or(INF, |c| c.total);
-                time.push(best * op.layers as f64);
-                bytes.push(r as f64 * op.k as f64 * wb * op.count as f64 * op.layers as f64);
-            }
-            OpLevels {
-                name: op.name.clone(),
-                levels: lv,
-                time,
-                bytes,
-            }
-        })
-        .collect();
-    let mut cur = vec![0usize; table.len()];
-    let mut left = budget as f64;
-    loop {
-        let mut pick: Option<(f64, usize, usize)> = None;
-        for (i, t) in table.iter().enumerate() {
-            for j in cur[i] + 1..t.levels.len() {
-                let db = t.bytes[j] - t.bytes[cur[i]];
-                let dt = t.time[cur[i]] - t.time[j];
-                if db <= left && dt > 0.0 {
-                    let imp = dt / db.max(1.0);
-                    if pick.is_none_or(|(b, _, _)| imp > b) {
-                        pick = Some((imp, i, j));
-                    }
-                }
-            }
-        }
-        match pick {
-            Some((_, i, j)) => {
-                left -= table[i].bytes[j] - table[i].bytes[cur[i]];
-                cur[i] = j;
-            }
-            None => break,
-        }
-    }
-    table
-        .iter()
-        .zip(cur)
-        .filter(|(_, j)| *j > 0)
-        .map(|(t, j)| (t.name.clone(), t.levels[j]))
-        .collect()
 }

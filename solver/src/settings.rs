@@ -279,6 +279,12 @@ impl Settings {
         if self.row_align == 0 {
             return Err(Error::arg("--row-align", "must be at least 1"));
         }
+        if self.gpu_mem_budget.is_none() && self.offload_strategy != OffloadStrategy::Best {
+            return Err(Error::arg(
+                "--offload-strategy",
+                "chooses among ways of running a model larger than the GPU: give --gpu-mem-budget with it",
+            ));
+        }
         if let Some(b) = self.prepare_budget_us
             && !(b.is_finite() && b >= 0.0)
         {

@@ -55,7 +55,8 @@ impl Runtime {
         output: &mut [f32],
     ) -> Result<LinearTiming> {
         self.prepare_op(op, phase, len)?;
-        let oi = self.op_of(op, phase, len)?;
+        let oi = self.op_of_layer(op, phase, layer, len)?;
+        let first = self.plan.ops[oi].first_layer;
         let Runtime {
             prepared,
             gemms,
@@ -68,10 +69,15 @@ impl Runtime {
         } = self;
         let p = prepared.get_mut(&(oi, len)).expect("prepared above");
         let (m, k, n, inst) = (p.m, p.k, p.n, p.instances as usize);
-        if layer as usize >= p.layers.len() {
+        // The table's group of layers starts at `first`.
+        let at = layer.saturating_sub(first) as usize;
+        if at >= p.layers.len() {
             return Err(Error::arg(
                 "layer",
-                format!("`{op}` has {} layers, not layer {layer}", p.layers.len()),
+                format!(
+                    "`{op}` has {} layers, not layer {layer}",
+                    first as usize + p.layers.len()
+                ),
             ));
         }
         if input.len() != inst * m * k || output.len() != inst * m * n {
@@ -89,7 +95,7 @@ impl Runtime {
         // Merged into the pool's buffer, copied out only on success.
         let mut staged = vec![0f32; inst * m * n];
         for i in 0..inst {
-            let parts = &mut p.layers[layer as usize][i];
+            let parts = &mut p.layers[at][i];
             let s = exec::run_instance(
                 gemms,
                 parts,
@@ -126,7 +132,8 @@ impl Runtime {
         input: &[f32],
         output: &[f32],
     ) -> Result<crate::model::LinearCheck> {
-        let oi = self.op_of(op, phase, len)?;
+        let oi = self.op_of_layer(op, phase, layer, len)?;
+        let at = layer.saturating_sub(self.plan.ops[oi].first_layer) as usize;
         let p = self.prepared.get(&(oi, len)).ok_or_else(|| {
             Error::arg(
                 "check",
@@ -136,7 +143,7 @@ impl Runtime {
         let (m, k, n) = (p.m, p.k, p.n);
         let lop = &self.model.ops[p.model_op];
         let mut worst: Option<crate::model::LinearCheck> = None;
-        for (i, parts) in p.layers[layer as usize].iter().enumerate() {
+        for (i, parts) in p.layers[at].iter().enumerate() {
             let w = self
                 .weights
                 .get(lop, self.weights.weight_layer(layer), i as u32)?;
@@ -281,7 +288,7 @@ impl Runtime {
     fn pass_order(&self, ops: &[usize]) -> Vec<(usize, u32)> {
         let layers = ops
             .iter()
-            .map(|&oi| self.plan.ops[oi].layers)
+            .map(|&oi| self.plan.ops[oi].layer_range().end)
             .max()
             .unwrap_or(0);
         let head: Vec<bool> = ops
@@ -295,7 +302,8 @@ impl Runtime {
         let mut order: Vec<(usize, u32)> = Vec::new();
         for l in 0..layers {
             for (j, &oi) in ops.iter().enumerate() {
-                if !head[j] && l < self.plan.ops[oi].layers {
+                // A table decides the layers of its group only.
+                if !head[j] && self.plan.ops[oi].covers_layer(l) {
                     order.push((j, l));
                 }
             }
@@ -346,7 +354,8 @@ impl Runtime {
             ..Sample::default()
         };
         for inst in 0..p.instances as usize {
-            let parts = &mut p.layers[layer as usize][inst];
+            let at = layer - plan.ops[oi].first_layer;
+            let parts = &mut p.layers[at as usize][inst];
             let s = exec::run_instance(
                 gemms,
                 parts,

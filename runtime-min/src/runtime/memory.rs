@@ -275,11 +275,10 @@ impl Runtime {
         let mut largest: BTreeMap<usize, u128> = BTreeMap::new();
         for &oi in ops {
             let name = self.plan.ops[oi].op.clone();
-            let oi = self.op_of(&name, phase, len)?;
             if self.prepared.contains_key(&(oi, len)) {
                 continue;
             }
-            let (oi, d, mi) = self.lookup(&name, phase, len)?;
+            let (d, mi) = self.lookup_table(oi, len)?;
             let d = &d;
             let lop = &self.model.ops[mi];
             let target = OpTarget {
@@ -290,8 +289,12 @@ impl Runtime {
                 lop,
             };
             target.check_decision(d)?;
-            // Every layer holds its own GEMMs unless the weights are shared.
-            let copies = self.weight_layers(lop) * d.instances as u128;
+            // Every layer of the table's group holds its own GEMMs unless
+            // the weights are shared.
+            let copies = self
+                .weight_layers(lop)
+                .min(self.plan.ops[oi].layers as u128)
+                * d.instances as u128;
             let (k, n, m) = (lop.k as u128, lop.n as u128, d.rows_m() as u128);
             let mut staging = 0u128;
             for pl in self.layout(oi, d, lop.n)? {

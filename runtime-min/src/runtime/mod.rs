@@ -205,20 +205,35 @@ impl Runtime {
     /// the model operator.
     fn lookup(&self, op: &str, phase: Phase, len: u32) -> Result<(usize, Decision, usize)> {
         let oi = self.op_of(op, phase, len)?;
+        let (d, mi) = self.lookup_table(oi, len)?;
+        Ok((oi, d, mi))
+    }
+
+    /// The decision of the plan's table `oi` at `len` (materialised) and
+    /// the model operator.
+    fn lookup_table(&self, oi: usize, len: u32) -> Result<(Decision, usize)> {
         let d = self.decider.decision(&self.plan, oi, len)?;
+        let op = &self.plan.ops[oi].op;
         let mi = self
             .model
             .ops
             .iter()
-            .position(|o| o.name == op)
+            .position(|o| &o.name == op)
             .expect("checked when the runtime was built");
-        Ok((oi, d, mi))
+        Ok((d, mi))
     }
 
-    /// The plan operator index of `op` in `phase` (`len` for the error).
+    /// The plan operator index of `op` in `phase` (`len` for the error):
+    /// the table of its first layer.
     fn op_of(&self, op: &str, phase: Phase, len: u32) -> Result<usize> {
+        self.op_of_layer(op, phase, 0, len)
+    }
+
+    /// The plan operator index of the table that decides `op` in `phase`
+    /// in `layer` (`len` for the error).
+    fn op_of_layer(&self, op: &str, phase: Phase, layer: u32, len: u32) -> Result<usize> {
         self.decider
-            .op_index(op, phase)
+            .op_index_at(op, phase, layer)
             .ok_or_else(|| Error::NoDecision {
                 op: op.to_string(),
                 phase,

@@ -263,13 +263,16 @@ fn check_plan_model(plan: &Plan, model: &ModelSpec) -> Result<()> {
                 message: format!("the model `{}` has no such operator", model.name),
             });
         };
-        if (mo.k, mo.n, mo.layers) != (op.k, op.n, op.layers) {
+        // An operator decided per group of layers covers its layers in all
+        // its tables together.
+        let layers = hetero_plan::layer_count(&plan.ops, &op.op, op.phase);
+        if (mo.k, mo.n, mo.layers) != (op.k, op.n, layers) {
             return Err(Error::PlanModel {
                 op: op.op.clone(),
                 phase: op.phase,
                 message: format!(
                     "K×N {}×{} over {} layers in the plan, {}×{} over {} in the model",
-                    op.k, op.n, op.layers, mo.k, mo.n, mo.layers
+                    op.k, op.n, layers, mo.k, mo.n, mo.layers
                 ),
             });
         }

@@ -108,18 +108,34 @@ impl Runtime {
         let ops = self.phase_ops(phase);
         self.check_memory(phase, len, &ops)?;
         for oi in ops {
-            let name = self.plan.ops[oi].op.clone();
-            self.prepare_op(&name, phase, len)?;
+            self.prepare_table(oi, len)?;
         }
         Ok(())
     }
 
+    /// Prepares `op` in `phase` at `len`: each of its tables (one per group
+    /// of layers where the plan decides per group).
     pub(super) fn prepare_op(&mut self, op: &str, phase: Phase, len: u32) -> Result<()> {
-        let oi = self.op_of(op, phase, len)?;
+        self.op_of(op, phase, len)?;
+        let tables: Vec<usize> = (0..self.plan.ops.len())
+            .filter(|&i| self.plan.ops[i].op == op && self.plan.ops[i].phase == phase)
+            .collect();
+        for oi in tables {
+            self.prepare_table(oi, len)?;
+        }
+        Ok(())
+    }
+
+    /// Prepares the plan's table `oi` at `len`: its decision in each layer
+    /// of its group.
+    fn prepare_table(&mut self, oi: usize, len: u32) -> Result<()> {
         if self.prepared.contains_key(&(oi, len)) {
             return Ok(());
         }
-        let (oi, d, mi) = self.lookup(op, phase, len)?;
+        let (op, phase) = (self.plan.ops[oi].op.clone(), self.plan.ops[oi].phase);
+        let op = op.as_str();
+        let group = self.plan.ops[oi].layer_range();
+        let (d, mi) = self.lookup_table(oi, len)?;
         self.check_memory(phase, len, &[oi])?;
         let lop: LinearOp = self.model.ops[mi].clone();
         let target = OpTarget {
@@ -131,8 +147,8 @@ impl Runtime {
         };
         target.check_decision(&d)?;
         let layouts = self.layout(oi, &d, lop.n)?;
-        let mut layers = Vec::with_capacity(lop.layers as usize);
-        for layer in 0..lop.layers {
+        let mut layers = Vec::with_capacity(group.len());
+        for layer in group {
             let layer = self.weights.weight_layer(layer);
             let insts = (0..d.instances)
                 .map(|instance| {

@@ -1191,3 +1191,86 @@ fn plan_static_graphs_are_the_static_gemms_the_runtime_asks_for() {
     expected.sort_by_key(|k| format!("{k:?}"));
     assert_eq!(asked, expected);
 }
+
+/// A plan that decides per group of layers (offload mode's layer split):
+/// layer 0 of every decoder operator on npu-sim, layer 1 on cpu:0. Each
+/// group runs its own decision, every output checked.
+#[test]
+fn a_plan_decided_per_group_of_layers_runs_each_groups_decision() {
+    let dir = Tmp::new("groups");
+    let model = tiny_model();
+    let lens = [(Phase::Prefill, vec![4]), (Phase::Decode, vec![1])];
+    let on = |p: &'static str| move |_: &LinearOp, _: Phase, _: u32, _: u32| single(p);
+    // ffn_up's layer 0 streams from the host on the GPU alone: no CPU named.
+    let streamed = |op: &LinearOp, _: Phase, _: u32, _: u32| match op.name.as_str() {
+        "ffn_up" => Strategy::Offload {
+            cpu: String::new(),
+            gpu: "npu-sim".into(),
+            cc_rows: 0,
+            cg_rows: 32,
+            gg_rows: op.n - 32,
+            gpu_tokens: 0,
+        },
+        _ => single("npu-sim"),
+    };
+    let first = tiny_plan(&model, &["cpu:0", "npu-sim"], &lens, streamed);
+    let mut plan = tiny_plan(&model, &["cpu:0", "npu-sim"], &lens, on("cpu:0"));
+    for (t, f) in plan.ops.iter_mut().zip(&first.ops) {
+        if t.layers == 2 {
+            t.first_layer = 1;
+            t.layers = 1;
+        }
+        assert_eq!((t.op.as_str(), t.phase), (f.op.as_str(), f.phase));
+    }
+    plan.ops.extend(
+        first
+            .ops
+            .into_iter()
+            .filter(|t| t.layers == 2)
+            .map(|mut t| {
+                t.layers = 1;
+                t
+            }),
+    );
+    let path = dir.0.join("plan.ron");
+    hetero_plan::save(&path, &plan).unwrap();
+    let back: Plan = hetero_plan::load(&path).unwrap();
+    assert_eq!(back, plan);
+    let mut rt = Runtime::open(&path, model, RuntimeOptions::default()).unwrap();
+    let npu = rt
+        .decider()
+        .op_index_at("attn_q", Phase::Decode, 0)
+        .unwrap();
+    let cpu = rt
+        .decider()
+        .op_index_at("attn_q", Phase::Decode, 1)
+        .unwrap();
+    assert_eq!(plan.ops[npu].at(1).unwrap().strategy, single("npu-sim"));
+    assert_eq!(plan.ops[cpu].at(1).unwrap().strategy, single("cpu:0"));
+    for (phase, len) in [(Phase::Prefill, 4), (Phase::Decode, 1)] {
+        let r = rt.run(&spec(phase, len)).unwrap();
+        let c = r.check.as_ref().unwrap();
+        // 7 ops × 2 layers + lm_head, in 7 × 2 + 1 tables.
+        assert_eq!(c.outputs, 15, "{phase} {len}");
+        assert_eq!(c.passed, c.outputs, "{phase} {len}: {:?}", c.failures);
+        assert_eq!(r.per_op.len(), 15);
+        let layers: u32 = r.per_op.iter().map(|o| o.layers).sum();
+        assert_eq!(layers, 15);
+    }
+    // One layer of one operator through the embedding entry point.
+    let (m, k, n, _) = rt.op_dims("ffn_up", Phase::Decode, 1).unwrap();
+    let input = vec![0.5f32; (m * k) as usize];
+    let mut out = vec![0f32; (m * n) as usize];
+    for layer in [0, 1] {
+        rt.linear("ffn_up", Phase::Decode, layer, 1, &input, &mut out)
+            .unwrap();
+        let c = rt
+            .check_linear("ffn_up", Phase::Decode, layer, 1, &input, &out)
+            .unwrap();
+        assert!(c.result.rel_err <= c.bound, "layer {layer}: {c:?}");
+    }
+    let e = rt
+        .linear("ffn_up", Phase::Decode, 2, 1, &input, &mut out)
+        .unwrap_err();
+    assert!(e.to_string().contains("has 2 layers, not layer 2"), "{e}");
+}

@@ -30,8 +30,9 @@ pub(crate) enum Shape {
         chunk: u32,
         chunks: u32,
     },
+    /// `cpu: None`: the GPU alone streams (no CC rows, no CPU part).
     Offload {
-        cpu: usize,
+        cpu: Option<usize>,
         gpu: usize,
         cc: u32,
         cg: u32,
@@ -89,7 +90,10 @@ impl Cand {
                 None => Small::from_slice(&[*s]),
             },
             Shape::Chunked { s, .. } => Small::from_slice(&[*s]),
-            Shape::Offload { cpu, gpu, .. } => Small::from_slice(&[*cpu, *gpu]),
+            Shape::Offload { cpu, gpu, .. } => match cpu {
+                Some(c) => Small::from_slice(&[*c, *gpu]),
+                None => Small::from_slice(&[*gpu]),
+            },
         }
     }
 
@@ -167,7 +171,7 @@ impl Cand {
                 gg,
                 gpu_tokens,
             } => Strategy::Offload {
-                cpu: id(*cpu),
+                cpu: cpu.map(id).unwrap_or_default(),
                 gpu: id(*gpu),
                 cc_rows: *cc,
                 cg_rows: *cg,

@@ -102,7 +102,8 @@ pub(crate) struct OpCtx<'s, 'a> {
     pub n: u32,
     pub tables: std::sync::Arc<Tables>,
     pub statics: Vec<StaticCtx>,
-    /// Offload mode: rows resident on the GPU.
+    /// Offload mode: rows resident on the GPU in the layers solved (one
+    /// group of the operator's layers).
     pub resident: Option<u32>,
     /// Offload mode: the CC rows of the one-token decode slicing.
     pub decode_cc: std::sync::OnceLock<Option<u32>>,
@@ -142,10 +143,7 @@ impl<'s, 'a> OpCtx<'s, 'a> {
             n: op.n,
             tables,
             statics: vec![],
-            resident: setup
-                .offload
-                .as_ref()
-                .map(|o| o.resident.get(&op.name).copied().unwrap_or(0)),
+            resident: setup.offload.as_ref().map(|o| o.first_rows(&op.name)),
             prune: true,
             decode_cc: std::sync::OnceLock::new(),
         };

@@ -16,7 +16,7 @@ use hetero_plan::{GemmShape, LinearOp, OperandOrder, Phase};
 pub(crate) use bounds::Bounds;
 pub(crate) use cand::{Cand, Shape};
 pub(crate) use context::{Cell, OpCtx, StaticCtx};
-pub(crate) use proc::{OffloadSetup, Proc, Setup, StaticGraphs};
+pub(crate) use proc::{GroupMode, LayerGroup, OffloadSetup, Proc, Setup, StaticGraphs, groups_of};
 #[cfg(test)]
 pub(crate) use row_cut::first_crossing;
 pub(crate) use tables::{Tables, table_top};

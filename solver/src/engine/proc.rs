@@ -3,9 +3,10 @@
 
 use std::collections::HashMap;
 
-use hetero_plan::{DType, LinearCost, OperandOrder, Phase, ProcessorKind, StageSmall};
+use hetero_plan::{DType, LinearCost, LinearOp, OperandOrder, Phase, ProcessorKind, StageSmall};
 
 use super::{HOST_BYTES, INF};
+use crate::OffloadStrategy;
 use crate::oracle::GemmModel;
 
 /// One processor, resolved: its model in the chosen dtype and the overhead
@@ -68,6 +69,9 @@ pub(crate) struct Proc<'a> {
     /// host's submit and completion notice come on top even when it runs
     /// alone. Host-clock times (the cpu backend) include them already.
     pub device_timed: bool,
+    /// Device memory in bytes, where the processor has its own and the
+    /// profile records it.
+    pub memory_bytes: Option<u64>,
 }
 
 impl Proc<'_> {
@@ -234,7 +238,8 @@ pub(crate) struct Setup<'a> {
     pub procs: Vec<Proc<'a>>,
     pub row_align: u32,
     pub graphs: Vec<StaticGraphs>,
-    /// Offload mode: (cpu, gpu) indices and the resident rows per operator.
+    /// Offload mode: (cpu, gpu) indices, the strategy and the resident rows
+    /// per operator and group of layers.
     pub offload: Option<OffloadSetup>,
     /// Every candidate is costed at every length
     /// ([`Settings::exhaustive`](crate::Settings::exhaustive), and always in
@@ -262,9 +267,81 @@ impl Setup<'_> {
     }
 }
 
+/// Offload mode's processors, the way of running the model, and the rows
+/// each operator keeps resident on the GPU per group of layers.
 #[derive(Debug, Clone)]
 pub(crate) struct OffloadSetup {
-    pub cpu: usize,
+    /// The CPU; `None` where the GPU runs alone (`gpu-stream`).
+    pub cpu: Option<usize>,
     pub gpu: usize,
-    pub resident: HashMap<String, u32>,
+    /// The strategy the plan takes (never [`OffloadStrategy::Best`] once
+    /// the solver has chosen).
+    pub strategy: OffloadStrategy,
+    /// Per operator, its groups of layers in order (an operator absent:
+    /// one group, nothing resident).
+    pub resident: HashMap<String, Vec<LayerGroup>>,
+}
+
+/// Layers `first..first + layers` of an operator, with `rows` of its output
+/// rows resident on the GPU in each.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) struct LayerGroup {
+    pub first: u32,
+    pub layers: u32,
+    pub rows: u32,
+}
+
+/// The groups of `op` in `resident`, or one group of all its layers with
+/// nothing resident.
+pub(crate) fn groups_of(
+    resident: &HashMap<String, Vec<LayerGroup>>,
+    op: &LinearOp,
+) -> Vec<LayerGroup> {
+    match resident.get(&op.name) {
+        Some(g) if !g.is_empty() => g.clone(),
+        _ => vec![LayerGroup {
+            first: 0,
+            layers: op.layers,
+            rows: 0,
+        }],
+    }
+}
+
+/// Which candidates a group of layers may take in offload mode.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) enum GroupMode {
+    /// The CPU alone.
+    Cpu,
+    /// The GPU alone: resident rows, the rest copied every run (no CC rows).
+    Gpu,
+    /// Any: the CPU or the GPU alone, or a CC/CG/GG slicing.
+    Any,
+}
+
+impl OffloadSetup {
+    /// The groups of layers of `op`, in order.
+    pub fn groups(&self, op: &LinearOp) -> Vec<LayerGroup> {
+        groups_of(&self.resident, op)
+    }
+
+    /// The rows of `op` resident in its first layer.
+    pub fn first_rows(&self, op: &str) -> u32 {
+        self.resident
+            .get(op)
+            .and_then(|g| g.first())
+            .map_or(0, |g| g.rows)
+    }
+
+    /// What a group with `rows` of `n` resident may run as under the
+    /// strategy: `layer-split` runs a whole resident layer on the GPU
+    /// alone and any other on the CPU alone.
+    pub fn mode(&self, rows: u32, n: u32) -> GroupMode {
+        match self.strategy {
+            OffloadStrategy::Cpu => GroupMode::Cpu,
+            OffloadStrategy::GpuStream => GroupMode::Gpu,
+            OffloadStrategy::LayerSplit if rows >= n => GroupMode::Gpu,
+            OffloadStrategy::LayerSplit => GroupMode::Cpu,
+            OffloadStrategy::Sliced | OffloadStrategy::Best => GroupMode::Any,
+        }
+    }
 }

@@ -14,14 +14,16 @@ use super::graph_sets::prepare_budget;
 use super::round2;
 use crate::engine::{OffloadSetup, Proc, Setup, StaticGraphs, last_token_only};
 use crate::oracle::LatencyOracle;
+use crate::residency;
 use crate::settings::{Distribution, Settings, fmt_bytes};
 
 /// What the plan is assembled from.
 pub(super) struct Solved<'x, 'a> {
     pub setup: &'x Setup<'a>,
     pub ops: &'x [&'x LinearOp],
-    /// One decision per length; compacted into ranges as the plan is written.
-    pub plan_ops: Vec<DenseOpPlan>,
+    /// Per table, its first layer and one decision per length; compacted
+    /// into ranges as the plan is written.
+    pub plan_ops: super::cells::SolvedOps,
     pub dist: Option<Distribution>,
     pub notes: Vec<String>,
 }
@@ -41,6 +43,7 @@ pub(super) fn plan<O: LatencyOracle + ?Sized>(
         dist,
         mut notes,
     } = solved;
+    let (first_layers, plan_ops): (Vec<u32>, Vec<DenseOpPlan>) = plan_ops.into_iter().unzip();
     let graph_sets = setup
         .graphs
         .iter()
@@ -98,7 +101,14 @@ pub(super) fn plan<O: LatencyOracle + ?Sized>(
         notes,
         graph_sets,
         non_gemm: None,
-        ops: plan_ops.into_par_iter().map(OpPlan::from_dense).collect(),
+        ops: plan_ops
+            .into_par_iter()
+            .zip(first_layers)
+            .map(|(d, first_layer)| OpPlan {
+                first_layer,
+                ..OpPlan::from_dense(d)
+            })
+            .collect(),
     }
 }
 
@@ -112,40 +122,37 @@ fn host_probe_us<O: LatencyOracle + ?Sized>(oracle: &O, procs: &[Proc]) -> Optio
     hetero_plan::Stats::from_samples(&probes).map(|s| round2(s.median_us))
 }
 
-/// Offload mode's placement: the rows of each operator resident on the GPU
-/// and the bytes they take.
+/// Offload mode's placement: the strategy, and the rows of each operator
+/// resident on the GPU per group of layers, with the bytes they take.
 fn offload_placement(
     setup: &Setup,
     o: &OffloadSetup,
     ops: &[&LinearOp],
     settings: &Settings,
 ) -> OffloadPlacement {
-    let gp = &setup.procs[o.gpu];
-    let mut resident: Vec<Resident> = ops
+    let resident = ops
         .iter()
-        .filter_map(|op| {
-            o.resident.get(&op.name).map(|&rows| Resident {
-                op: op.name.clone(),
-                rows,
-            })
+        .flat_map(|op| {
+            let whole = o.groups(op).len() == 1;
+            o.groups(op)
+                .into_iter()
+                .filter(|g| g.rows > 0)
+                .map(move |g| Resident {
+                    op: op.name.clone(),
+                    rows: g.rows,
+                    first_layer: g.first,
+                    layers: (!whole).then_some(g.layers),
+                })
         })
         .collect();
-    resident.retain(|r| r.rows > 0);
-    let resident_bytes = ops
-        .iter()
-        .map(|op| {
-            o.resident.get(&op.name).copied().unwrap_or(0) as f64
-                * op.k as f64
-                * gp.wbytes()
-                * op.count as f64
-                * op.layers as f64
-        })
-        .sum::<f64>() as u64;
     OffloadPlacement {
-        cpu: setup.procs[o.cpu].id.clone(),
-        gpu: gp.id.clone(),
+        cpu: o
+            .cpu
+            .map_or_else(String::new, |c| setup.procs[c].id.clone()),
+        gpu: setup.procs[o.gpu].id.clone(),
         gpu_mem_budget: settings.gpu_mem_budget.unwrap_or(0),
-        resident_bytes,
+        resident_bytes: residency::resident_bytes(setup, ops, &o.resident) as u64,
+        strategy: Some(o.strategy.name().into()),
         resident,
     }
 }

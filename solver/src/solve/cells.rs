@@ -13,12 +13,13 @@ use rayon::prelude::*;
 
 use super::tables::{max_m_of, twin_key, twins};
 use super::{SolveStats, round2, sampled};
-use crate::engine::{Cell, OpCtx, Proc, Setup, Tables};
+use crate::engine::{Cell, LayerGroup, OpCtx, Proc, Setup, Tables};
 use crate::settings::Settings;
 use crate::{Error, Result};
 
-/// An operator in a phase, with the lengths it is solved at.
-type Task<'o, 's> = (&'o LinearOp, Phase, &'s [u32]);
+/// An operator in a phase, with the lengths it is solved at and the group
+/// of its layers solved (all of them outside offload mode).
+type Task<'o, 's> = (&'o LinearOp, Phase, &'s [u32], LayerGroup);
 
 /// A solved task's context and the (rows, instances) of each length
 /// (lengths with the same rows share a cell).
@@ -27,18 +28,25 @@ type Context<'s, 'a> = (OpCtx<'s, 'a>, Vec<(u32, u32)>);
 /// A context's cells by (rows, instances).
 type Cells = HashMap<(u32, u32), Cell>;
 
+/// Every operator's tables, solved: per table, its first layer (of the
+/// group of layers it covers) and its decisions.
+pub(super) type SolvedOps = Vec<(u32, OpPlan)>;
+
 /// Solves every operator in every phase at every length, in plan order
-/// (phase, then operator).
+/// (phase, then operator, then group of layers).
 pub(super) fn solve_ops(
     setup: &Setup,
     ops: &[&LinearOp],
     prefill_tables: &HashMap<String, Arc<Tables>>,
     settings: &Settings,
-) -> Result<(Vec<OpPlan>, SolveStats)> {
-    let tasks = tasks(ops, settings);
+) -> Result<(SolvedOps, SolveStats)> {
+    let tasks = tasks(setup, ops, settings);
     // A task whose operator has an earlier twin in the same phase copies
     // its decisions instead of solving them again.
-    let twin_of = twins(&tasks, |&(op, phase, _)| twin_key(setup, op, phase));
+    let offload = setup.offload.is_some();
+    let twin_of = twins(&tasks, |&(op, phase, _, g)| {
+        twin_key(op, phase, offload.then_some(g.rows))
+    });
     let reps: Vec<usize> = (0..tasks.len()).filter(|&i| twin_of[i] == i).collect();
     let contexts = contexts(setup, &tasks, &reps, prefill_tables);
     let (cells, stats) = solve_cells(setup, &contexts);
@@ -52,22 +60,25 @@ pub(super) fn solve_ops(
     for (&t, r) in reps.iter().zip(solved) {
         by_task[t] = Some(r);
     }
-    let mut plan_ops: Vec<OpPlan> = Vec::with_capacity(tasks.len());
+    let mut plan_ops: SolvedOps = Vec::with_capacity(tasks.len());
     for (i, s) in by_task.into_iter().enumerate() {
+        let (op, _, _, g) = tasks[i];
         let op_plan = match s {
             Some(r) => r?,
             None => OpPlan {
-                op: tasks[i].0.name.clone(),
-                ..plan_ops[twin_of[i]].clone()
+                op: op.name.clone(),
+                layers: g.layers,
+                ..plan_ops[twin_of[i]].1.clone()
             },
         };
-        plan_ops.push(op_plan);
+        plan_ops.push((g.first, op_plan));
     }
     Ok((plan_ops, stats))
 }
 
-/// Every operator in every phase asked for, phase first.
-fn tasks<'o, 's>(ops: &[&'o LinearOp], settings: &'s Settings) -> Vec<Task<'o, 's>> {
+/// Every operator in every phase asked for, phase first, in offload mode
+/// once per group of its layers.
+fn tasks<'o, 's>(setup: &Setup, ops: &[&'o LinearOp], settings: &'s Settings) -> Vec<Task<'o, 's>> {
     let mut tasks = vec![];
     for phase in [Phase::Prefill, Phase::Decode] {
         if !settings.phases.contains(&phase) {
@@ -78,7 +89,17 @@ fn tasks<'o, 's>(ops: &[&'o LinearOp], settings: &'s Settings) -> Vec<Task<'o, '
             Phase::Decode => &settings.decode_lengths,
         };
         for op in ops {
-            tasks.push((*op, phase, lens));
+            let groups = setup.offload.as_ref().map_or_else(
+                || {
+                    vec![LayerGroup {
+                        first: 0,
+                        layers: op.layers,
+                        rows: 0,
+                    }]
+                },
+                |o| o.groups(op),
+            );
+            tasks.extend(groups.into_iter().map(|g| (*op, phase, lens, g)));
         }
     }
     tasks
@@ -94,13 +115,16 @@ fn contexts<'s, 'a>(
 ) -> Vec<Context<'s, 'a>> {
     reps.par_iter()
         .map(|&i| {
-            let (op, phase, lens) = tasks[i];
-            let cx = match prefill_tables.get(&op.name) {
+            let (op, phase, lens, g) = tasks[i];
+            let mut cx = match prefill_tables.get(&op.name) {
                 Some(t) if phase == Phase::Prefill => {
                     OpCtx::with_tables(setup, op, phase, t.clone())
                 }
                 _ => OpCtx::new(setup, op, phase, max_m_of(op, phase, lens)),
             };
+            if setup.offload.is_some() {
+                cx.resident = Some(g.rows);
+            }
             let rows = lens.iter().map(|&l| cx.rows(l)).collect();
             (cx, rows)
         })
@@ -186,7 +210,7 @@ fn distinct(rows: &[(u32, u32)]) -> Vec<(u32, u32)> {
 /// every processor that does not run it in `aw`.
 fn op_plan(
     procs: &[Proc],
-    (op, phase, lens): Task,
+    (op, phase, lens, group): Task,
     cx: &OpCtx,
     rows: &[(u32, u32)],
     cells: &HashMap<(u32, u32), Cell>,
@@ -211,7 +235,7 @@ fn op_plan(
         phase,
         k: op.k,
         n: op.n,
-        layers: op.layers,
+        layers: group.layers,
         orders: procs
             .iter()
             .zip(&cx.tables.orders)

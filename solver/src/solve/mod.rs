@@ -90,7 +90,7 @@ fn solve_inner<O: LatencyOracle + ?Sized>(
         settings,
     )?;
     let (plan_ops, stats) = cells::solve_ops(&setup, &ops, &prefill_tables, settings)?;
-    let tables = keep_tables.then(|| plan_ops.clone());
+    let tables = keep_tables.then(|| plan_ops.iter().map(|(_, d)| d.clone()).collect());
     let solved = assemble::Solved {
         setup: &setup,
         ops: &ops,

@@ -11,8 +11,8 @@ use hetero_plan::{
 
 use crate::engine::{OffloadSetup, Proc, Setup, StaticGraphs, predict};
 use crate::oracle::{GemmModel, LatencyOracle};
-use crate::settings::{GraphChoice, Settings};
-use crate::{Error, Result, offload};
+use crate::settings::{GraphChoice, OffloadStrategy, Settings, fmt_bytes};
+use crate::{Error, Result, residency};
 
 /// Resolves the processors the solver may use: the dtype of each, its
 /// overheads, and notes on every constant it has to assume.
@@ -217,6 +217,7 @@ fn resolve<'a>(p: &Processor, dtype: DType, model: &'a dyn GemmModel, ov: &Overh
         prepare: ov.prepare,
         can_split: can_split(p, ov),
         device_timed: caps.device_timer && !p.simulated && !p.emulated,
+        memory_bytes: caps.memory_bytes,
     }
 }
 
@@ -275,30 +276,51 @@ pub(crate) fn select_ops<'m>(model: &'m ModelSpec, only: &[String]) -> Result<Ve
 }
 
 /// Offload mode (a GPU memory budget given) keeps the CPU and the discrete
-/// GPU only; the GPU's operators alone launch after the CPU's runs.
+/// GPU only; the GPU's operators alone launch after the CPU's runs. A
+/// budget larger than the GPU's memory is refused.
 pub(super) fn offload_mode<'a>(
     mut procs: Vec<Proc<'a>>,
     settings: &Settings,
     notes: &mut Vec<String>,
 ) -> Result<(Vec<Proc<'a>>, Option<OffloadSetup>)> {
-    if settings.gpu_mem_budget.is_none() {
+    let Some(budget) = settings.gpu_mem_budget else {
         return Ok((procs, None));
+    };
+    let strategy = settings.offload_strategy;
+    let o = offload_setup(&procs, strategy)?;
+    let gpu = &procs[o.gpu];
+    if let Some(memory) = gpu.memory_bytes
+        && budget > memory
+    {
+        return Err(Error::GpuBudget {
+            budget: fmt_bytes(budget),
+            message: format!(
+                "larger than the memory of `{}` ({}, {memory} bytes); give at most that",
+                gpu.id,
+                fmt_bytes(memory)
+            ),
+        });
     }
-    let o = offload_setup(&procs)?;
-    let keep = [procs[o.cpu].id.clone(), procs[o.gpu].id.clone()];
+    let keep: Vec<String> = o
+        .cpu
+        .into_iter()
+        .chain([o.gpu])
+        .map(|i| procs[i].id.clone())
+        .collect();
     for p in procs.iter().filter(|p| !keep.contains(&p.id)) {
         notes.push(format!("{}: not used in offload mode", p.id));
     }
     procs.retain(|p| keep.contains(&p.id));
-    let o = offload_setup(&procs)?;
+    let o = offload_setup(&procs, strategy)?;
     launch_after_host(&mut procs[o.gpu], notes);
     Ok((procs, Some(o)))
 }
 
 /// Offload mode pairs the fastest CPU with the fastest discrete GPU, as
 /// their models predict a 512×4096×4096 GEMM (`--processors` narrows the
-/// choice).
-fn offload_setup(procs: &[Proc]) -> Result<OffloadSetup> {
+/// choice). The GPU alone (`gpu-stream`, or `best` without a CPU) needs
+/// no CPU.
+fn offload_setup(procs: &[Proc], strategy: OffloadStrategy) -> Result<OffloadSetup> {
     let have = ids(procs.iter().map(|p| p.id.as_str()));
     let fastest = |ok: &dyn Fn(&Proc) -> bool| {
         procs
@@ -313,12 +335,18 @@ fn offload_setup(procs: &[Proc]) -> Result<OffloadSetup> {
             .map(|(i, _)| i)
     };
     let missing = |need: String, have: String| Error::MissingProcessor {
-        strategy: "offload mode (--gpu-mem-budget)".into(),
+        strategy: format!(
+            "offload mode (--gpu-mem-budget, --offload-strategy {})",
+            strategy.name()
+        ),
         need,
         have,
     };
-    let cpu = fastest(&|p| p.kind == ProcessorKind::Cpu)
-        .ok_or_else(|| missing("a CPU processor".into(), have.clone()))?;
+    let cpu = fastest(&|p| p.kind == ProcessorKind::Cpu);
+    let gpu_alone = matches!(strategy, OffloadStrategy::GpuStream | OffloadStrategy::Best);
+    if cpu.is_none() && !gpu_alone {
+        return Err(missing("a CPU processor".into(), have.clone()));
+    }
     let gpu = fastest(&|p| p.kind == ProcessorKind::Gpu && !p.unified).ok_or_else(|| {
         missing(
             "a discrete GPU (unified_memory: false)".into(),
@@ -335,8 +363,13 @@ fn offload_setup(procs: &[Proc]) -> Result<OffloadSetup> {
         ));
     }
     Ok(OffloadSetup {
-        cpu,
+        cpu: if strategy == OffloadStrategy::GpuStream {
+            None
+        } else {
+            cpu
+        },
         gpu,
+        strategy,
         resident: Default::default(),
     })
 }
@@ -420,8 +453,64 @@ pub(super) fn device_setup<'a>(
         } else {
             1
         };
-        let resident = offload::choose_resident(&setup, ops, budget, m);
-        setup.offload.as_mut().expect("offload mode").resident = resident;
+        setup = place_weights(setup, ops, budget, m, notes)?;
+    }
+    Ok(setup)
+}
+
+/// Offload mode's placement under `budget` bytes: the strategy asked for,
+/// or the best of those the processors allow. Refuses a budget smaller
+/// than one decoder layer's weights. The GPU alone leaves the CPU out of
+/// the plan.
+fn place_weights<'a>(
+    mut setup: Setup<'a>,
+    ops: &[&LinearOp],
+    budget: u64,
+    m: u32,
+    notes: &mut Vec<String>,
+) -> Result<Setup<'a>> {
+    let layer = residency::one_layer_bytes(&setup, ops);
+    if (budget as f64) < layer {
+        let gpu = &setup.procs[setup.offload.as_ref().expect("offload mode").gpu];
+        return Err(Error::GpuBudget {
+            budget: fmt_bytes(budget),
+            message: format!(
+                "smaller than one layer's weights on `{}` ({}, {} bytes in {}); give at least that",
+                gpu.id,
+                fmt_bytes(layer.ceil() as u64),
+                layer.ceil() as u64,
+                gpu.dtype
+            ),
+        });
+    }
+    let o = setup.offload.as_ref().expect("offload mode");
+    let placement = if o.strategy == OffloadStrategy::Best {
+        let strategies: Vec<OffloadStrategy> = if o.cpu.is_some() {
+            OffloadStrategy::ALL[1..].to_vec()
+        } else {
+            vec![OffloadStrategy::GpuStream]
+        };
+        let (p, note) = residency::best(&setup, ops, budget, m, &strategies);
+        notes.push(note);
+        p
+    } else {
+        residency::place(&setup, ops, budget, m)
+    };
+    notes.push(residency::describe(&setup, ops, &placement));
+    setup = residency::with_strategy(&setup, placement.strategy);
+    let o = setup.offload.as_mut().expect("offload mode");
+    o.resident = placement.resident;
+    if o.cpu.is_none() && setup.procs.len() > 1 {
+        let gpu = setup.procs[o.gpu].id.clone();
+        for p in setup.procs.iter().filter(|p| p.id != gpu) {
+            notes.push(format!(
+                "{}: not used by the {} strategy",
+                p.id,
+                o.strategy.name()
+            ));
+        }
+        setup.procs.retain(|p| p.id == gpu);
+        o.gpu = 0;
     }
     Ok(setup)
 }

@@ -15,16 +15,12 @@ use crate::settings::{GraphChoice, Settings};
 /// settings: two operators with the same key get the same decisions.
 type TwinKey = (u32, u32, u32, u32, u32, Phase, MRule, Option<u32>);
 
-pub(super) fn twin_key(setup: &Setup, op: &LinearOp, phase: Phase) -> TwinKey {
+pub(super) fn twin_key(op: &LinearOp, phase: Phase, resident: Option<u32>) -> TwinKey {
     let rule = match phase {
         Phase::Prefill => op.prefill_m,
         Phase::Decode => op.decode_m,
     };
-    // Offload mode: the rows resident on the GPU, chosen per operator.
-    let resident = setup
-        .offload
-        .as_ref()
-        .map(|o| o.resident.get(&op.name).copied().unwrap_or(0));
+    // Offload mode: the rows resident on the GPU in the layers solved.
     (
         op.k, op.n, op.count, op.active, op.layers, phase, rule, resident,
     )
@@ -73,7 +69,8 @@ pub(super) fn prefill_tables(
         })
         .max()
         .unwrap_or(0);
-    let first = twins(ops, |op| twin_key(setup, op, Phase::Prefill));
+    // Tables do not depend on the rows resident.
+    let first = twins(ops, |op| twin_key(op, Phase::Prefill, None));
     let unique: Vec<Arc<Tables>> = ops
         .par_iter()
         .enumerate()
