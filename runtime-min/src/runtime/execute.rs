@@ -268,7 +268,8 @@ impl Runtime {
         let mut order = Vec::new();
         for (j, layer) in self.pass_order(ops) {
             let p = &self.prepared[&(ops[j], len)];
-            for parts in &p.layers[layer as usize] {
+            let at = layer - self.plan.ops[ops[j]].first_layer;
+            for parts in &p.layers[at as usize] {
                 for part in parts {
                     order.extend(
                         part.steps
