@@ -943,6 +943,7 @@ fn plan_static_graphs_are_the_static_gemms_the_runtime_asks_for() {
         sizes: vec![4, 8],
         decode_sizes: vec![1, 2],
         row_graphs: vec![],
+        weights: Default::default(),
         prepare_us: 0.0,
         bytes: 0,
     }];
