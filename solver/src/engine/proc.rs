@@ -3,8 +3,10 @@
 
 use std::collections::HashMap;
 
+use hetero_plan::predictor::gemm_bytes;
 use hetero_plan::{
-    DType, LinearCost, LinearOp, OperandOrder, Phase, ProcessorKind, StageSmall, WeightMode,
+    DType, GemmShape, LinearCost, LinearOp, OperandOrder, Phase, ProcessorKind, StageSmall,
+    WeightMode,
 };
 
 use super::{HOST_BYTES, INF};
@@ -93,11 +95,15 @@ impl Proc<'_> {
     pub fn wbytes(&self) -> f64 {
         self.dtype.weight_bits() as f64 / 8.0
     }
-    /// Preparing a graph of a K × N weight, µs (0 where the prepare cost
-    /// was not measured).
-    pub fn prepare_us(&self, k: u32, n: u32) -> f64 {
-        self.prepare
-            .map_or(0.0, |c| c.at(k as f64 * n as f64 * self.wbytes()))
+    /// Preparing a graph of M × K × N, µs (0 where the prepare cost was
+    /// not measured): the profile's line against the bytes the graph
+    /// moves, activations and weights in this dtype's sizes
+    /// ([`gemm_bytes`]), so a larger M costs more to prepare too.
+    pub fn prepare_us(&self, m: u32, k: u32, n: u32) -> f64 {
+        match (self.prepare, GemmShape::new(m, k, n)) {
+            (Some(c), Some(shape)) => c.at(gemm_bytes(shape, self.dtype)),
+            _ => 0.0,
+        }
     }
     /// The memory one graph of M rows, K inputs and N outputs holds, bytes:
     /// its activation buffers, and its weights where they are baked in.
@@ -122,7 +128,7 @@ impl Proc<'_> {
     pub fn op_graphs(&self, op: &LinearOp, m: u32, n: u32) -> (f64, f64) {
         let g = self.graphs_per_size(op);
         (
-            g * self.prepare_us(op.k, n),
+            g * self.prepare_us(m, op.k, n),
             g * self.graph_bytes(m, op.k, n),
         )
     }

@@ -330,3 +330,33 @@ fn static_weight_graphs_are_prepared_once_per_layer_and_inputs_once() {
     let extra = npu_alone(&tight) - npu_alone(&fixed);
     assert!((extra - write).abs() < 0.01, "{extra} µs against {write}");
 }
+
+#[test]
+fn preparing_a_graph_costs_by_the_bytes_it_moves_in_its_dtype() {
+    // The paper-like NPU prepares at 20 ms + 3 ms per MB: a graph of
+    // ffn_up costs by its activations and weights in the plan's dtype, so
+    // the 512-token graph costs more than the 32-token one.
+    let dev = synthetic::paper_like_npu_gpu();
+    let model = llama8b();
+    let op = model.op("ffn_up").unwrap();
+    let graph = |m: u32, dtype: hetero_plan::DType| {
+        let bytes = hetero_plan::predictor::gemm_bytes(
+            hetero_plan::GemmShape::new(m, op.k, op.n).unwrap(),
+            dtype,
+        );
+        32.0 * (20e3 + 3e3 * bytes / 1e6)
+    };
+    let prepared = |size: u32| {
+        let mut s = prefill(size..=size, &[size], &["ffn_up"]);
+        s.processors = vec!["npu".into()];
+        let plan = solve(&dev, fp(), &model, &s).unwrap();
+        let gs = &plan.graph_sets[0];
+        assert_eq!(gs.weights, hetero_plan::WeightMode::Static, "{gs:?}");
+        gs.prepare_us
+    };
+    for size in [32, 512] {
+        let (got, want) = (prepared(size), graph(size, hetero_plan::DType::F16));
+        assert!((got - want).abs() < 1.0, "{size}: {got} against {want}");
+    }
+    assert!(prepared(512) > prepared(32) * 1.05);
+}
