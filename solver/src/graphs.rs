@@ -21,11 +21,11 @@ use crate::engine::{INF, OpCtx, Setup, Tables, last_token_only};
 use crate::settings::{MAX_AUTO_GRAPHS, fmt_bytes, fmt_us};
 use crate::{Error, Result};
 
-/// Prepare time and buffer bytes of the graphs every plan needs on static
-/// processor `gi`: the decode sizes, and the M = 1 graph of operators that
-/// see only the last token in prefill. Each operator has a full graph per
-/// size, plus a row-share graph where a row cut beats the static processor
-/// alone at that size.
+/// Prepare time and memory of the graphs already fixed on static processor
+/// `gi`: the decode sizes, the M = 1 graph of operators that see only the
+/// last token in prefill, and the prefill sizes set so far (those given).
+/// Each operator has a full graph per size, plus the row-share graphs the
+/// size keeps.
 pub(crate) fn reserved(
     setup: &Setup,
     gi: usize,
@@ -59,6 +59,11 @@ pub(crate) fn reserved(
         if has_prefill && last_token_only(op, Phase::Prefill) && !g.decode.contains(&1) {
             let cx = OpCtx::new(setup, op, Phase::Prefill, 1);
             add(&cx, op, &[1]);
+        }
+        if has_prefill && !last_token_only(op, Phase::Prefill) && !g.prefill.is_empty() {
+            let max = *g.prefill.last().expect("not empty");
+            let cx = OpCtx::new(setup, op, Phase::Prefill, max);
+            add(&cx, op, &g.prefill);
         }
     }
     (us, bytes)

@@ -101,6 +101,14 @@ fn pick_weights(
         .copied()
         .filter(|o| !last_token_only(o, Phase::Prefill))
         .collect();
+    let sizes_given = match &settings.graphs {
+        GraphChoice::Sizes(sizes) => Some(sizes.clone()),
+        _ => None,
+    };
+    // Sizes given count with the decode graphs.
+    if let Some(sizes) = &sizes_given {
+        setup.graphs[gi].prefill = sizes.clone();
+    }
     let mut best: Option<(f64, WeightMode, Option<Vec<u32>>)> = None;
     let mut refused = None;
     for mode in [WeightMode::Static, WeightMode::Input] {
@@ -125,7 +133,8 @@ fn pick_weights(
             .map(|(sizes, expected)| (expected, Some(sizes)))
         } else if fits_reserved {
             // Sizes given, or decode only: what is prepared is fixed, so
-            // static weights, which pay nothing per run, where they fit.
+            // static weights, which pay nothing per run, where all of it
+            // fits.
             Ok((0.0, None))
         } else {
             Err(Error::BudgetTooSmall {
@@ -156,10 +165,6 @@ fn pick_weights(
             Err(e) => refused = Some(e),
         }
     }
-    let sizes_given = match &settings.graphs {
-        GraphChoice::Sizes(sizes) => Some(sizes.clone()),
-        _ => None,
-    };
     match best {
         Some((_, mode, sizes)) => Ok((mode, sizes.or(sizes_given))),
         // Sizes given are prepared whatever the budgets; the default
