@@ -202,17 +202,22 @@ fn show_json(plan: &Plan, bytes: u64) -> serde_json::Value {
     })
 }
 
-/// One line per graph set of the plan: its sizes, preparation time and
-/// buffers (`plan show` and `solve`'s summary).
+/// One line per graph set of the plan: its sizes, how its graphs hold the
+/// weights, preparation time and memory (`plan show` and `solve`'s
+/// summary).
 pub(crate) fn write_graph_sets(s: &mut String, plan: &Plan) {
     for g in &plan.graph_sets {
         let _ = writeln!(
             s,
-            "graphs on {}: prefill {:?}, decode {:?}, {} row-share graphs; prepare {}, buffers {}",
+            "graphs on {}: prefill {:?}, decode {:?}, {} row-share graphs, weights {}; prepare {}, buffers {}",
             g.processor,
             g.sizes,
             g.decode_sizes,
             g.row_graphs.len(),
+            match g.weights {
+                hetero_plan::WeightMode::Static => "baked in (a graph per layer)",
+                hetero_plan::WeightMode::Input => "as inputs (a graph shared by the layers)",
+            },
             fmt_us(g.prepare_us),
             fmt_bytes(g.bytes)
         );

@@ -6,7 +6,9 @@ use serde::{Deserialize, Serialize};
 use crate::compact::{DenseOpPlan, compact, spans_of};
 use crate::nongemm::NonGemmPlan;
 use crate::ranges::{DecisionRange, Span, check_coverage, check_follow, check_knots};
-use crate::{DType, Fingerprint, OperandOrder, Phase, SchemaVersion, Validate, checked, is_zero};
+use crate::{
+    DType, Fingerprint, OperandOrder, Phase, SchemaVersion, Validate, WeightMode, checked, is_zero,
+};
 
 fn is_one(v: &u32) -> bool {
     *v == 1
@@ -46,11 +48,20 @@ pub struct GraphSet {
     /// Graphs over a share of an operator's rows.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub row_graphs: Vec<RowGraph>,
+    /// How the graphs hold the weights: baked in, one graph per layer
+    /// (`static`, the default), or as an input tensor written before each
+    /// run, one graph per operator shared by its layers (`input`).
+    #[serde(default, skip_serializing_if = "is_static_weights")]
+    pub weights: WeightMode,
     /// Predicted time to prepare all of them, µs.
     #[serde(deserialize_with = "checked::non_negative")]
     pub prepare_us: f64,
     /// Predicted memory the prepared graphs hold, bytes.
     pub bytes: u64,
+}
+
+fn is_static_weights(w: &WeightMode) -> bool {
+    *w == WeightMode::Static
 }
 
 impl GraphSet {

@@ -563,7 +563,8 @@ pub struct Overheads {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[serde(deserialize_with = "checked::opt_non_negative")]
     pub sync_poll_us: Option<f64>,
-    /// Static graph prepare cost against weight bytes.
+    /// Static graph prepare cost against the bytes the graph moves
+    /// (activations and weights in the graph's dtype).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub prepare: Option<LinearCost>,
     /// Streaming bandwidth alone, GB/s.

@@ -349,6 +349,7 @@ pub fn sample_plan() -> Plan {
                 size: 512,
                 rows: 1280,
             }],
+            weights: WeightMode::Static,
             prepare_us: 2.5e6,
             bytes: 120 << 20,
         }],

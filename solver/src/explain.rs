@@ -76,17 +76,18 @@ pub(crate) fn setup_from_plan<'a, O: LatencyOracle + ?Sized>(
     let mut procs = build_procs(oracle, &plan.processors, &dtypes, &mut notes)?;
     let info = plan.solver.as_ref();
     let idx = |id: &str| procs.iter().position(|p| p.id == id);
-    let graphs = plan
+    let (graphs, weights): (Vec<StaticGraphs>, Vec<_>) = plan
         .graph_sets
         .iter()
         .filter_map(|g| {
-            Some(StaticGraphs {
+            let graphs = StaticGraphs {
                 p: idx(&g.processor)?,
                 prefill: g.sizes.clone(),
                 decode: g.decode_sizes.clone(),
-            })
+            };
+            Some((graphs, g.weights))
         })
-        .collect();
+        .unzip();
     let offload = match info.and_then(|i| i.offload.as_ref()) {
         Some(o) => Some(OffloadSetup {
             cpu: match o.cpu.as_str() {
@@ -105,6 +106,9 @@ pub(crate) fn setup_from_plan<'a, O: LatencyOracle + ?Sized>(
     };
     if let Some(o) = &offload {
         launch_after_host(&mut procs[o.gpu], &mut notes);
+    }
+    for (g, w) in graphs.iter().zip(weights) {
+        procs[g.p].graph_weights = w;
     }
     Ok(Setup {
         procs,

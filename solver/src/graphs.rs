@@ -21,11 +21,11 @@ use crate::engine::{INF, OpCtx, Setup, Tables, last_token_only};
 use crate::settings::{MAX_AUTO_GRAPHS, fmt_bytes, fmt_us};
 use crate::{Error, Result};
 
-/// Prepare time and buffer bytes of the graphs every plan needs on static
-/// processor `gi`: the decode sizes, and the M = 1 graph of operators that
-/// see only the last token in prefill. Each operator has a full graph per
-/// size, plus a row-share graph where a row cut beats the static processor
-/// alone at that size.
+/// Prepare time and memory of the graphs already fixed on static processor
+/// `gi`: the decode sizes, the M = 1 graph of operators that see only the
+/// last token in prefill, and the prefill sizes set so far (those given).
+/// Each operator has a full graph per size, plus the row-share graphs the
+/// size keeps.
 pub(crate) fn reserved(
     setup: &Setup,
     gi: usize,
@@ -42,11 +42,11 @@ pub(crate) fn reserved(
             .find(|st| st.p == g.p)
             .expect("static context");
         for &m in sizes {
-            us += p.prepare_us(op.k, op.n);
-            bytes += p.graph_bytes(m, op.k, op.n);
-            if let Some((r, _)) = st.row_share.get(m) {
-                us += p.prepare_us(op.k, r);
-                bytes += p.graph_bytes(m, op.k, r);
+            let shares = st.row_share.at(m).map(|x| x.0);
+            for rows in std::iter::once(op.n).chain(shares) {
+                let (u, b) = p.op_graphs(op, m, rows);
+                us += u;
+                bytes += b;
             }
         }
     };
@@ -59,6 +59,11 @@ pub(crate) fn reserved(
         if has_prefill && last_token_only(op, Phase::Prefill) && !g.decode.contains(&1) {
             let cx = OpCtx::new(setup, op, Phase::Prefill, 1);
             add(&cx, op, &[1]);
+        }
+        if has_prefill && !last_token_only(op, Phase::Prefill) && !g.prefill.is_empty() {
+            let max = *g.prefill.last().expect("not empty");
+            let cx = OpCtx::new(setup, op, Phase::Prefill, max);
+            add(&cx, op, &g.prefill);
         }
     }
     (us, bytes)
@@ -121,9 +126,10 @@ pub(crate) fn pool(max_len: u32, tile: u32) -> Vec<u32> {
 }
 
 /// Chooses the prefill sizes of static processor `s` (index into
-/// `setup.procs`; its entry in `setup.graphs` is `gi`), sorted. `reserved_us`
-/// and `reserved_bytes` are already spent on decode graphs. `tables` holds
-/// the prefill predictions of every operator.
+/// `setup.procs`; its entry in `setup.graphs` is `gi`), sorted, and the
+/// expected prefill latency of the operators with them (as the choice
+/// estimates it). `reserved_us` and `reserved_bytes` are already spent on
+/// decode graphs. `tables` holds the prefill predictions of every operator.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn choose(
     setup: &Setup,
@@ -136,7 +142,7 @@ pub(crate) fn choose(
     mem_budget: Option<u64>,
     reserved_us: f64,
     reserved_bytes: f64,
-) -> Result<Vec<u32>> {
+) -> Result<(Vec<u32>, f64)> {
     let s = setup.graphs[gi].p;
     let max_len = *solved.last().expect("lengths checked non-empty");
     let pool = pool(max_len, setup.procs[s].tile);
@@ -155,10 +161,10 @@ pub(crate) fn choose(
         bytes: mem_budget.map(|b| b as f64).unwrap_or(INF),
     };
     costs.check_any_fits(&setup.procs[s].id, &budget, reserved_us, reserved_bytes)?;
-    let chosen = greedy(&terms, &costs, &budget, reserved_us, reserved_bytes);
+    let (chosen, expected) = greedy(&terms, &costs, &budget, reserved_us, reserved_bytes);
     let mut sizes: Vec<u32> = chosen.into_iter().map(|ci| pool[ci]).collect();
     sizes.sort_unstable();
-    Ok(sizes)
+    Ok((sizes, expected))
 }
 
 /// The setup with every candidate size prepared on static processor `gi`.
@@ -174,8 +180,8 @@ struct Terms {
     base: Vec<f64>,
     /// Per candidate size, per sample: the best with that size.
     with: Vec<Vec<f32>>,
-    /// Per candidate size: a row cut can use a row-share graph there.
-    rows_at: Vec<bool>,
+    /// Per candidate size: the row-share graphs a row cut can use there.
+    rows_at: Vec<u8>,
 }
 
 /// Per operator: the weighted dynamic-only cost per sample, and per
@@ -199,7 +205,7 @@ fn size_terms(
                 .expect("the static processor has a context");
             let rows_at = pool
                 .iter()
-                .map(|c| st.row_share.get(*c).is_some())
+                .map(|&c| st.row_share.at(c).count() as u8)
                 .collect();
             let per_sample: Vec<(f64, Vec<f32>)> = samples
                 .par_iter()
@@ -250,25 +256,22 @@ struct SizeCosts {
 }
 
 impl SizeCosts {
-    /// Conservative costs: a full graph per operator, plus a row-share
-    /// graph wherever a row cut could use one; buffers for input and output
-    /// of every operator's full graph.
+    /// Conservative costs: every graph of a full operator per operator,
+    /// plus as many again for each row-share graph a row cut could use
+    /// there (counted at the whole N).
     fn new(setup: &Setup, s: usize, ops: &[&LinearOp], terms: &[Terms], pool: &[u32]) -> Self {
         let sp = &setup.procs[s];
-        let prepare_full_us: f64 = ops.iter().map(|o| sp.prepare_us(o.k, o.n)).sum();
-        let bytes_per_m: f64 = ops.iter().map(|o| sp.graph_bytes(1, o.k, o.n)).sum();
-        let prep = (0..pool.len())
-            .map(|ci| {
-                let row_ops: f64 = ops
-                    .iter()
-                    .zip(terms)
-                    .filter(|(_, t)| t.rows_at[ci])
-                    .map(|(o, _)| sp.prepare_us(o.k, o.n))
-                    .sum();
-                prepare_full_us + row_ops
+        let (prep, mem) = pool
+            .iter()
+            .enumerate()
+            .map(|(ci, &c)| {
+                ops.iter().zip(terms).fold((0.0, 0.0), |(u, b), (o, t)| {
+                    let (gu, gb) = sp.op_graphs(o, c, o.n);
+                    let copies = 1.0 + t.rows_at[ci] as f64;
+                    (u + copies * gu, b + copies * gb)
+                })
             })
-            .collect();
-        let mem = pool.iter().map(|&c| 2.0 * c as f64 * bytes_per_m).collect();
+            .unzip();
         SizeCosts { prep, mem }
     }
 
@@ -318,14 +321,15 @@ impl SizeCosts {
 
 /// The greedy choice: from no size, add the size that lowers the expected
 /// latency most while both budgets hold, until no size gains. Returns the
-/// chosen indices into the pool, in the order chosen.
+/// chosen indices into the pool, in the order chosen, and the expected
+/// latency with them.
 fn greedy(
     terms: &[Terms],
     costs: &SizeCosts,
     budget: &Budget,
     reserved_us: f64,
     reserved_bytes: f64,
-) -> Vec<usize> {
+) -> (Vec<usize>, f64) {
     let mut cur: Vec<Vec<f64>> = terms.iter().map(|t| t.base.clone()).collect();
     let total = |cur: &Vec<Vec<f64>>| cur.iter().flatten().sum::<f64>();
     let mut chosen: Vec<usize> = vec![];
@@ -368,7 +372,8 @@ fn greedy(
         spent_b += costs.mem[ci];
         chosen.push(ci);
     }
-    chosen
+    let expected = total(&cur);
+    (chosen, expected)
 }
 
 #[cfg(test)]

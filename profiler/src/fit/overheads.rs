@@ -2,9 +2,10 @@
 
 use std::collections::BTreeMap;
 
+use hetero_plan::predictor::gemm_bytes;
 use hetero_plan::{
-    LinearCost, MEAN_ROWS_MIN, MeasurementRow, MicrobenchKind, MicrobenchRow, Overheads, Processor,
-    RowStatus, StageSmall, Stats,
+    DType, GemmShape, LinearCost, MEAN_ROWS_MIN, MeasurementRow, MicrobenchKind, MicrobenchRow,
+    Overheads, Processor, RowStatus, StageSmall, Stats,
 };
 
 use super::line::relative_line;
@@ -100,25 +101,21 @@ pub fn fit_overheads(
                         .collect(),
                 )
             };
-            // Prepare cost against weight bytes, from graph-prepare rows and
-            // from the prepare times that measurement rows carry.
+            // Prepare cost against the bytes the graph moves (activations
+            // and weights, each in its dtype's size), from the prepare times
+            // that measurement rows carry and from graph-prepare rows, whose
+            // graphs are f16 (the agents' `graph_prepare`).
             let mut prep: Vec<(f64, f64)> = ok_rows
                 .iter()
                 .filter_map(|r| {
-                    let bytes = r.k as f64 * r.n as f64 * r.dtype.weight_bits() as f64 / 8.0;
-                    r.prepare_us.map(|t| (bytes, t))
+                    let shape = GemmShape::new(r.m, r.k, r.n)?;
+                    r.prepare_us.map(|t| (gemm_bytes(shape, r.dtype), t))
                 })
                 .collect();
             prep.extend(
                 ok.iter()
                     .filter(|r| r.bench == MicrobenchKind::GraphPrepare)
-                    .filter_map(|r| {
-                        let s = r.shape?;
-                        Some((
-                            s.k.get() as f64 * s.n.get() as f64 * 2.0,
-                            r.stats?.median_us,
-                        ))
-                    }),
+                    .filter_map(|r| Some((gemm_bytes(r.shape?, DType::F16), r.stats?.median_us))),
             );
             // The host's speed over the whole profile of this processor.
             let probes: Vec<f64> = ok_rows

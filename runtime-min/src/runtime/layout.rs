@@ -335,11 +335,14 @@ pub struct StaticGraph {
     pub op: String,
     /// First output column (of N) of the share it computes.
     pub first_col: u32,
-    /// Shape (M is the prepared size), dtype, operand order; static weights.
+    /// Shape (M is the prepared size), dtype, operand order, weight mode
+    /// (the graph set's).
     pub spec: GemmSpec,
-    /// The most instances (experts) a decision runs it for: one graph each.
+    /// The most instances (experts) a decision runs it for: one graph each
+    /// (1 where the graph takes the weights as an input).
     pub instances: u32,
-    /// Layers of the operator: one graph each (their weights differ).
+    /// Layers of the operator: one graph each, their weights differ (1
+    /// where the graph takes the weights as an input).
     pub layers: u32,
 }
 
@@ -367,6 +370,10 @@ pub fn plan_static_graphs(plan: &Plan) -> Result<Vec<StaticGraph>> {
                             phase: op.phase,
                             message: format!("at length {len}: an empty part on `{processor}`"),
                         })?;
+                    // Weights as inputs: one graph serves every layer and
+                    // instance.
+                    let input =
+                        (plan.graph_set(processor)).is_some_and(|g| g.weights == WeightMode::Input);
                     let g = StaticGraph {
                         processor: processor.clone(),
                         op: op.op.clone(),
@@ -375,10 +382,14 @@ pub fn plan_static_graphs(plan: &Plan) -> Result<Vec<StaticGraph>> {
                             shape,
                             dtype: plan.dtype(processor).unwrap_or(DType::F32),
                             order: op.order(processor),
-                            weights: WeightMode::Static,
+                            weights: if input {
+                                WeightMode::Input
+                            } else {
+                                WeightMode::Static
+                            },
                         },
-                        instances: d.instances,
-                        layers: op.layers,
+                        instances: if input { 1 } else { d.instances },
+                        layers: if input { 1 } else { op.layers },
                     };
                     let key = (part.proc, op.op.clone(), g.first_col, g.spec);
                     match seen.get(&key) {

@@ -302,7 +302,7 @@ impl Runtime {
                 for sl in &pl.steps {
                     let (rows, cols) = (sl.pad_to as u128, sl.cols.len() as u128);
                     staging = staging.max(rows * (k + cols) * 4);
-                    if sl.upload {
+                    if sl.upload || part.weights_input {
                         // The f32 weights it copies every run, on the host.
                         add(&mut need, Place::Host, &name, k * cols * 4 * copies);
                     }

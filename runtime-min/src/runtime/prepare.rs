@@ -69,6 +69,10 @@ pub(super) struct PartTarget {
     id: String,
     dtype: DType,
     order: OperandOrder,
+    /// The processor's graph set takes the weights as an input: one graph
+    /// per shape, shared by every layer and instance, each step writing
+    /// its own weights before it runs.
+    pub weights_input: bool,
 }
 
 /// One instance's weights `W[K, N]` in one layer, generated on first need.
@@ -224,11 +228,14 @@ impl Runtime {
             }
         });
         let order = self.plan.ops[oi].order(&id);
+        let weights_input =
+            (self.plan.graph_set(&id)).is_some_and(|g| g.weights == WeightMode::Input);
         PartTarget {
             proc,
             id,
             dtype,
             order,
+            weights_input,
         }
     }
 
@@ -250,7 +257,7 @@ impl Runtime {
                 self.new_gemm(op, part, sl, key, &slice)?
             }
         };
-        let upload = match sl.upload && !self.host_staged.contains(&gi) {
+        let upload = match (sl.upload || part.weights_input) && !self.host_staged.contains(&gi) {
             true => Some(Arc::new(w.columns(&self.weights, &sl.cols)?)),
             false => None,
         };
@@ -288,7 +295,7 @@ impl Runtime {
         // Weights copied every run are prepared as zeros, so that `--check`
         // fails if the copy never happens.
         let zeros;
-        let prepared_w: &[f32] = if sl.upload {
+        let prepared_w: &[f32] = if sl.upload || part.weights_input {
             zeros = vec![0f32; slice.len()];
             &zeros
         } else {
@@ -318,7 +325,8 @@ impl Runtime {
             .graph(self.backends[proc].as_mut(), &req, prepared_w)
             .map_err(fail(what.clone()))?;
         let mut staged = false;
-        if sl.upload {
+        // A graph shared by layers gets each step's weights as it runs.
+        if sl.upload && !part.weights_input {
             // Offload copies these weights every run: kept on the host in
             // the processor's format where the backend can, else written
             // before each run.
@@ -384,11 +392,15 @@ impl OpTarget<'_> {
                 message: format!("an empty part on `{}` at length {}", part.id, self.len),
             },
         )?;
+        let (weights, layer, instance) = match part.weights_input {
+            true => (WeightMode::Input, 0, 0),
+            false => (WeightMode::Static, layer, instance),
+        };
         let spec = GemmSpec {
             shape,
             dtype: part.dtype,
             order: part.order,
-            weights: WeightMode::Static,
+            weights,
         };
         Ok(GemmKey {
             op: self.op.into(),
@@ -397,7 +409,7 @@ impl OpTarget<'_> {
             proc: part.proc,
             spec,
             first_col: sl.cols.start as u32,
-            upload: sl.upload,
+            upload: sl.upload || part.weights_input,
         })
     }
 

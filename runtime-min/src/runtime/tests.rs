@@ -2,7 +2,9 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use hetero_agent::GemmSpec;
-use hetero_plan::{DType, GemmShape, LinearOp, Phase, RowPart, SeqPart, SolverInfo, Strategy};
+use hetero_plan::{
+    DType, GemmShape, LinearOp, Phase, RowPart, SeqPart, SolverInfo, Strategy, WeightMode,
+};
 
 use super::report::{host_note, outlier_note};
 use super::*;
@@ -1142,54 +1144,72 @@ fn plan_static_graphs_are_the_static_gemms_the_runtime_asks_for() {
             "record".into()
         }
     }
+    // With the weights as an input, one graph serves every layer and
+    // instance, each run writing its own weights: the check passes.
     let dir = Tmp::new("static-graphs");
     let model = tiny_model();
-    let mut plan = tiny_plan(
-        &model,
-        &["cpu:0", "npu-sim"],
-        &[
-            (Phase::Prefill, (1..=8).collect()),
-            (Phase::Decode, vec![1, 2]),
-        ],
-        every_strategy,
-    );
-    plan.graph_sets = vec![hetero_plan::GraphSet {
-        processor: "npu-sim".into(),
-        sizes: vec![4, 8],
-        decode_sizes: vec![1, 2],
-        row_graphs: vec![],
-        prepare_us: 0.0,
-        bytes: 0,
-    }];
-    let path = dir.0.join("plan.ron");
-    hetero_plan::save(&path, &plan).unwrap();
-    let mut rt = Runtime::open(&path, model.clone(), RuntimeOptions::default()).unwrap();
-    let seen: Seen = Arc::default();
-    rt.set_graph_source("npu-sim", Box::new(Record(seen.clone())))
-        .unwrap();
-    for len in 1..=8 {
-        rt.prepare(Phase::Prefill, len).unwrap();
-    }
-    for len in 1..=2 {
-        rt.prepare(Phase::Decode, len).unwrap();
-    }
-    let mut asked = seen.lock().unwrap().clone();
-    asked.sort_by_key(|k| format!("{k:?}"));
-    let listed = plan_static_graphs(&plan).unwrap();
-    assert!(!listed.is_empty());
-    let mut expected = Vec::new();
-    for g in &listed {
-        assert_eq!(g.processor, "npu-sim");
-        let layers = model.op(&g.op).unwrap().layers;
-        assert_eq!(g.layers, layers);
-        for layer in 0..layers {
-            for instance in 0..g.instances {
-                expected.push((g.op.clone(), layer, instance, g.first_col, g.spec));
+    for weights in [WeightMode::Static, WeightMode::Input] {
+        let mut plan = tiny_plan(
+            &model,
+            &["cpu:0", "npu-sim"],
+            &[
+                (Phase::Prefill, (1..=8).collect()),
+                (Phase::Decode, vec![1, 2]),
+            ],
+            every_strategy,
+        );
+        plan.graph_sets = vec![hetero_plan::GraphSet {
+            processor: "npu-sim".into(),
+            sizes: vec![4, 8],
+            decode_sizes: vec![1, 2],
+            row_graphs: vec![],
+            weights,
+            prepare_us: 0.0,
+            bytes: 0,
+        }];
+        let path = dir.0.join("plan.ron");
+        hetero_plan::save(&path, &plan).unwrap();
+        let mut rt = Runtime::open(&path, model.clone(), RuntimeOptions::default()).unwrap();
+        let seen: Seen = Arc::default();
+        rt.set_graph_source("npu-sim", Box::new(Record(seen.clone())))
+            .unwrap();
+        for len in 1..=8 {
+            rt.prepare(Phase::Prefill, len).unwrap();
+        }
+        for len in 1..=2 {
+            rt.prepare(Phase::Decode, len).unwrap();
+        }
+        let mut asked = seen.lock().unwrap().clone();
+        asked.sort_by_key(|k| format!("{k:?}"));
+        let listed = plan_static_graphs(&plan).unwrap();
+        assert!(!listed.is_empty());
+        let mut expected = Vec::new();
+        for g in &listed {
+            assert_eq!(g.processor, "npu-sim");
+            assert_eq!(g.spec.weights, weights);
+            let layers = match weights {
+                WeightMode::Static => model.op(&g.op).unwrap().layers,
+                WeightMode::Input => 1,
+            };
+            assert_eq!(g.layers, layers);
+            for layer in 0..layers {
+                for instance in 0..g.instances {
+                    expected.push((g.op.clone(), layer, instance, g.first_col, g.spec));
+                }
             }
         }
+        expected.sort_by_key(|k| format!("{k:?}"));
+        assert_eq!(asked, expected, "{weights:?}");
+        for (phase, len) in [(Phase::Prefill, 7), (Phase::Decode, 2)] {
+            let r = rt.run(&spec(phase, len)).unwrap();
+            let c = r.check.as_ref().unwrap();
+            assert_eq!(
+                c.passed, c.outputs,
+                "{weights:?} {phase} {len}: {:?}",
+                c.failures
+            );
+        }
     }
-    expected.sort_by_key(|k| format!("{k:?}"));
-    assert_eq!(asked, expected);
 }
 
 /// A plan that decides per group of layers (offload mode's layer split):

@@ -279,8 +279,9 @@ impl OpCtx<'_, '_> {
                     .iter()
                     .find(|x| self.setup.procs[x.0].static_graphs)?
                     .0;
-                let (r, t_r) = statics(s)?.row_share.get(*g)?;
-                if !pads_to(s, *g) || parts.iter().any(|&(p, rows)| p == s && rows != r) {
+                let r = parts.iter().find(|x| x.0 == s)?.1;
+                let (_, t_r) = statics(s)?.row_share.at(*g).find(|x| x.0 == r)?;
+                if !pads_to(s, *g) {
                     return None;
                 }
                 let times: Vec<f64> = parts

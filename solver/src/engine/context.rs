@@ -8,17 +8,21 @@ use super::cand::FamilyKey;
 use super::proc::CORE_SHARE;
 use super::{Cand, INF, Setup, Shape, Small, Tables, Times, last_token_only, predict, table_top};
 
-/// The row share prepared at each size, sorted by size: `(size, rows, the
-/// static part's time at that share)`.
+/// The row shares prepared at each size, sorted by size: `(size, rows,
+/// the static part's time at that share)`. A size has at most three: the
+/// share best at the size itself, and up to two for the shorter lengths it
+/// serves, where the other processors take far fewer tokens.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct RowShares(pub Vec<(u32, u32, f64)>);
 
 impl RowShares {
-    pub fn get(&self, size: u32) -> Option<(u32, f64)> {
-        self.0
-            .binary_search_by_key(&size, |x| x.0)
-            .ok()
-            .map(|i| (self.0[i].1, self.0[i].2))
+    /// The shares prepared at `size`: `(rows, the static part's time)`.
+    pub fn at(&self, size: u32) -> impl Iterator<Item = (u32, f64)> + '_ {
+        let i = self.0.partition_point(|x| x.0 < size);
+        self.0[i..]
+            .iter()
+            .take_while(move |x| x.0 == size)
+            .map(|x| (x.1, x.2))
     }
 }
 
@@ -67,6 +71,18 @@ impl StaticCtx {
         }
         v.sort_unstable_by(|a, b| b.cmp(a));
         v
+    }
+}
+
+/// What a second row share at a size must save of the time of the lengths
+/// below the size, against a share chosen for each length.
+pub(crate) const SHORT_SHARE_GAIN: f64 = 0.05;
+
+/// The static processor `p`'s rows in a row cut.
+fn static_rows(c: &Cand, p: usize) -> Option<u32> {
+    match &c.shape {
+        Shape::Rows { parts, .. } => parts.iter().find(|x| x.0 == p).map(|x| x.1),
+        _ => None,
     }
 }
 
@@ -173,11 +189,24 @@ impl<'s, 'a> OpCtx<'s, 'a> {
     }
 
     /// Time of the whole operator at M = m on `p` (from the table when it
-    /// covers `m`).
+    /// covers `m`), with the weights' write of a weights-as-inputs graph.
     pub fn full(&self, p: usize, m: u32) -> f64 {
-        match self.tables.full[p].get(m as usize) {
+        let t = match self.tables.full[p].get(m as usize) {
             Some(t) if !t.is_nan() => *t,
             _ => predict(&self.setup.procs[p], m, self.k, self.n, self.order(p)),
+        };
+        t + self.weights_in_us(p, self.n)
+    }
+
+    /// A graph run's write of `rows` rows of weights on `p`
+    /// ([`Proc::weights_in_us`](super::Proc::weights_in_us)): only on a
+    /// static-graph processor whose graphs take the weights as an input.
+    pub fn weights_in_us(&self, p: usize, rows: u32) -> f64 {
+        let sp = &self.setup.procs[p];
+        if sp.static_graphs {
+            sp.weights_in_us(self.k, rows)
+        } else {
+            0.0
         }
     }
 
@@ -222,20 +251,99 @@ impl<'s, 'a> OpCtx<'s, 'a> {
             reach,
             row_share: RowShares::default(),
         };
-        // A row-share graph is prepared only where a row cut beats the
-        // static processor alone at that very size.
-        for &g in &sizes {
-            if let Some(c) = self.best_free_rows(p, g)
-                && c.total < self.full(p, g)
-            {
-                let (_, rows) = match &c.shape {
-                    Shape::Rows { parts, .. } => *parts.iter().find(|x| x.0 == p).unwrap(),
-                    _ => unreachable!(),
-                };
-                st.row_share.0.push((g, rows, self.time(p, g, rows)));
+        for (i, &g) in sizes.iter().enumerate() {
+            let lo = if i == 0 { 1 } else { sizes[i - 1] + 1 };
+            for &(rows, t) in self.row_shares_at(p, g, lo).iter() {
+                st.row_share.0.push((g, rows, t));
             }
         }
         st
+    }
+
+    /// The row-share graphs worth preparing at size `g`, which serves
+    /// lengths `lo..=g`: the share of the best row cut at `g`, where it
+    /// beats `p` alone there; and up to two shares for the shorter lengths
+    /// ([`short_shares`](Self::short_shares)). One share for every length
+    /// leaves short prompts far off it: the other processors' part shrinks
+    /// with the tokens, the padded graph's does not.
+    fn row_shares_at(&self, p: usize, g: u32, lo: u32) -> Small<(u32, f64), 3> {
+        let mut out: Small<(u32, f64), 3> = Small::new();
+        if let Some(c) = self.best_free_rows(p, g)
+            && c.total < self.full(p, g)
+            && let Some(rows) = static_rows(&c, p)
+        {
+            out.push((rows, self.time(p, g, rows)));
+        }
+        if lo < g {
+            self.short_shares(p, g, lo, &mut out);
+        }
+        out
+    }
+
+    /// Adds to `shares` the shares of size `g` for the lengths `lo..g`
+    /// below it, one at a time: of the shares best at up to eight lengths
+    /// spread evenly over them, the one whose hybrids, beside `p` alone
+    /// and the shares already kept, save the most time over those lengths
+    /// (they weigh alike, as in the default prompt distribution). A share
+    /// is kept only where it saves [`SHORT_SHARE_GAIN`] of the time a share
+    /// chosen for each length would take: below it, the graphs it adds are
+    /// not worth preparing.
+    fn short_shares(&self, p: usize, g: u32, lo: u32, shares: &mut Small<(u32, f64), 3>) {
+        let mut points: Vec<u32> = (0..8).map(|i| lo + (g - 1 - lo) * i / 7).collect();
+        points.dedup();
+        // Per length: the best hybrid's time and share, and the best time
+        // the size offers with the shares kept.
+        let mut per: Vec<(u32, f64, u32, f64)> = points
+            .iter()
+            .filter_map(|&m| {
+                let c = (self.splittable_dynamic())
+                    .filter_map(|d| self.row2(m, p, d, self.n, &[], Some(g)))
+                    .min_by(|a, b| a.total.total_cmp(&b.total))?;
+                let have = (shares.iter())
+                    .map(|&s| self.hybrid_us(m, p, g, s))
+                    .fold(self.full(p, g) + self.run_copy_us(p, m), f64::min);
+                Some((m, c.total, static_rows(&c, p)?, have))
+            })
+            .collect();
+        let free: f64 = per.iter().map(|x| x.1).sum();
+        while shares.len() < 3 {
+            let saved = |s: (u32, f64)| -> f64 {
+                (per.iter())
+                    .map(|&(m, .., have)| (have - self.hybrid_us(m, p, g, s)).max(0.0))
+                    .sum()
+            };
+            let Some((share, gain)) = (per.iter())
+                .map(|x| x.2)
+                .filter(|&r| shares.iter().all(|s| s.0 != r))
+                .map(|r| {
+                    let share = (r, self.time(p, g, r));
+                    (share, saved(share))
+                })
+                .max_by(|a, b| a.1.total_cmp(&b.1))
+            else {
+                return;
+            };
+            if gain < SHORT_SHARE_GAIN * free {
+                return;
+            }
+            shares.push(share);
+            for x in &mut per {
+                x.3 = x.3.min(self.hybrid_us(x.0, p, g, share));
+            }
+        }
+    }
+
+    /// The cheapest hybrid at M = `m` with `p`'s share `(rows, time)` of
+    /// the graph of size `g`, the rest on one dynamic processor.
+    pub fn hybrid_us(&self, m: u32, p: usize, g: u32, (r, t_r): (u32, f64)) -> f64 {
+        let rest = self.n - r;
+        (self.splittable_dynamic())
+            .map(|d| {
+                let t_d = self.time(d, m, rest);
+                self.rows_cand_t(m, &[(p, r), (d, rest)], &[t_r, t_d], Some(g))
+                    .total
+            })
+            .fold(INF, f64::min)
     }
 
     /// How `p` is slowed while it runs a part of a split beside the
@@ -304,7 +412,7 @@ impl<'s, 'a> OpCtx<'s, 'a> {
         if rows == self.n {
             return self.full(p, m);
         }
-        predict(&self.setup.procs[p], m, self.k, rows, self.order(p))
+        predict(&self.setup.procs[p], m, self.k, rows, self.order(p)) + self.weights_in_us(p, rows)
     }
 
     pub fn dynamic(&self) -> impl Iterator<Item = usize> + '_ {

@@ -3,7 +3,11 @@
 
 use std::collections::HashMap;
 
-use hetero_plan::{DType, LinearCost, LinearOp, OperandOrder, Phase, ProcessorKind, StageSmall};
+use hetero_plan::predictor::gemm_bytes;
+use hetero_plan::{
+    DType, GemmShape, LinearCost, LinearOp, OperandOrder, Phase, ProcessorKind, StageSmall,
+    WeightMode,
+};
 
 use super::{HOST_BYTES, INF};
 use crate::OffloadStrategy;
@@ -63,6 +67,11 @@ pub(crate) struct Proc<'a> {
     /// `max_bytes`.
     pub stage_small: Option<StageSmall>,
     pub prepare: Option<LinearCost>,
+    /// A static-graph processor's graphs: weights baked in, one graph per
+    /// layer and weight matrix (`Static`), or weights as an input tensor,
+    /// one graph per operator shared by its layers (`Input`). The graph-set
+    /// step chooses ([`crate::graphs`]).
+    pub graph_weights: WeightMode,
     /// Can take part in a split (unified memory, or copy costs known).
     pub can_split: bool,
     /// Its latency model predicts device-timer times (kernel only): the
@@ -90,16 +99,57 @@ impl Proc<'_> {
     pub fn wbytes(&self) -> f64 {
         self.dtype.weight_bits() as f64 / 8.0
     }
-    /// Preparing a graph of a K × N weight, µs (0 where the prepare cost
-    /// was not measured).
-    pub fn prepare_us(&self, k: u32, n: u32) -> f64 {
-        self.prepare
-            .map_or(0.0, |c| c.at(k as f64 * n as f64 * self.wbytes()))
+    /// Preparing a graph of M × K × N, µs (0 where the prepare cost was
+    /// not measured): the profile's line against the bytes the graph
+    /// moves, activations and weights in this dtype's sizes
+    /// ([`gemm_bytes`]), so a larger M costs more to prepare too.
+    pub fn prepare_us(&self, m: u32, k: u32, n: u32) -> f64 {
+        match (self.prepare, GemmShape::new(m, k, n)) {
+            (Some(c), Some(shape)) => c.at(gemm_bytes(shape, self.dtype)),
+            _ => 0.0,
+        }
     }
-    /// The activation buffers of a graph of M rows, K inputs and N outputs,
-    /// bytes.
+    /// The memory one graph of M rows, K inputs and N outputs holds, bytes:
+    /// its activation buffers, and its weights where they are baked in.
     pub fn graph_bytes(&self, m: u32, k: u32, n: u32) -> f64 {
-        m as f64 * (k + n) as f64 * self.abytes()
+        let weights = match self.graph_weights {
+            WeightMode::Static => k as f64 * n as f64 * self.wbytes(),
+            WeightMode::Input => 0.0,
+        };
+        m as f64 * (k + n) as f64 * self.abytes() + weights
+    }
+    /// How many graphs `op` needs per prepared size: one per layer and
+    /// weight matrix with static weights, one shared by all of them with
+    /// weights as inputs.
+    pub fn graphs_per_size(&self, op: &LinearOp) -> f64 {
+        match self.graph_weights {
+            WeightMode::Static => op.layers.max(1) as f64 * op.count.max(1) as f64,
+            WeightMode::Input => 1.0,
+        }
+    }
+    /// Preparing and holding `op`'s graphs of `m` rows over `n` of its
+    /// output rows: `(µs, bytes)`, every graph the size needs.
+    pub fn op_graphs(&self, op: &LinearOp, m: u32, n: u32) -> (f64, f64) {
+        let g = self.graphs_per_size(op);
+        (
+            g * self.prepare_us(m, op.k, n),
+            g * self.graph_bytes(m, op.k, n),
+        )
+    }
+    /// What a weights-as-inputs graph pays per run for its `k × rows`
+    /// weights, µs: the runtime writes them into the graph's input tensor
+    /// (their dtype's bytes) through the processor's host-to-device copy,
+    /// else its staged input line. Nothing for static weights, nor where
+    /// neither line was measured (a processor on unified memory reads them
+    /// where they are, as it does its activations).
+    pub fn weights_in_us(&self, k: u32, rows: u32) -> f64 {
+        match self.graph_weights {
+            WeightMode::Static => 0.0,
+            WeightMode::Input => self
+                .copy_h2d
+                .or(self.stage_in)
+                .map_or(0.0, |c| c.at(k as f64 * rows as f64 * self.wbytes())),
+        }
     }
     /// What the host adds to one run of this processor alone, µs: for a
     /// device-timed processor, the launch and completion notice around its

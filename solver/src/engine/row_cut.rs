@@ -72,7 +72,7 @@ impl OpCtx<'_, '_> {
     /// alignment) and `b`, next to `fixed` parts. A search for where the
     /// two sides cross (the first cut at which `a` is no faster than `b`),
     /// started at the proportional share, then the neighbouring cut points.
-    pub(super) fn row2(
+    pub(crate) fn row2(
         &self,
         m: u32,
         a: usize,

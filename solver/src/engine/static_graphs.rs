@@ -4,7 +4,7 @@
 //! hybrid).
 
 use super::cand::second_family_best;
-use super::{Cand, INF, OpCtx, Shape, Small, StaticCtx};
+use super::{Cand, INF, OpCtx, Shape, StaticCtx};
 
 impl OpCtx<'_, '_> {
     /// The cheapest use of one prepared size `c` at M = `m` (padding,
@@ -16,29 +16,9 @@ impl OpCtx<'_, '_> {
         let mut best = INF;
         if c >= m {
             best = best.min(t_c + self.run_copy_us(s, m));
-            if hybrid
-                && self.setup.procs[s].can_split
-                && let Some((r, t_r)) = st.row_share.get(c)
-            {
-                for d in self.splittable_dynamic() {
-                    let raw = [
-                        (s, t_r, self.stream_us(s, r)),
-                        (
-                            d,
-                            self.time(d, m, self.n - r),
-                            self.stream_us(d, self.n - r),
-                        ),
-                    ];
-                    let copy = self.rows_copy(m, &[(s, r), (d, self.n - r)]);
-                    let cand = self.finish(
-                        Shape::Rows {
-                            parts: Small::new(),
-                            graph: Some(c),
-                        },
-                        &raw,
-                        copy,
-                    );
-                    best = best.min(cand.total);
+            if hybrid && self.setup.procs[s].can_split {
+                for share in st.row_share.at(c) {
+                    best = best.min(self.hybrid_us(m, s, c, share));
                 }
             }
         } else {
@@ -171,10 +151,12 @@ impl OpCtx<'_, '_> {
                 INF
             };
             out.extend(self.free_rows_with(s, m, limit));
-        } else if let Some(g) = st.smallest_ge(m)
-            && let Some((r, t_r)) = st.row_share.get(g)
-        {
-            self.hybrid(m, s, g, (r, t_r), &dy_split, out);
+        } else if let Some(g) = st.smallest_ge(m) {
+            // Each share prepared at the size: the hybrid takes the one
+            // cheapest at this length.
+            for share in st.row_share.at(g) {
+                self.hybrid(m, s, g, share, &dy_split, out);
+            }
         }
     }
 
@@ -241,9 +223,11 @@ impl OpCtx<'_, '_> {
         if st.has(m) {
             return;
         }
-        let Some(prep) = sp.prepare else { return };
-        let bytes = self.k as f64 * self.n as f64 * sp.wbytes();
-        let share = prep.at(bytes) / self.op.layers.max(1) as f64;
+        if sp.prepare.is_none() {
+            return;
+        }
+        // Every graph this size needs, shared over the layers' runs.
+        let share = sp.op_graphs(self.op, m, self.n).0 / self.op.layers.max(1) as f64;
         if self.prune && share >= second_family_best(out, m) {
             return;
         }

@@ -1,7 +1,7 @@
 //! The assembly step: graph sets, the offload placement, the expected
 //! prefill latency and the notes, written down as the plan.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap};
 
 use hetero_plan::{
     DenseOpPlan, Fingerprint, GraphSet, LinearOp, ModelSpec, OffloadPlacement, OpPlan, Phase, Plan,
@@ -166,13 +166,15 @@ fn graph_set(
     plan_ops: &[DenseOpPlan],
 ) -> GraphSet {
     let sp = &setup.procs[g.p];
-    let mut rows: BTreeMap<(String, Phase, u32), u32> = BTreeMap::new();
+    // Every share a decision uses: a size may have two (the hybrid takes
+    // the one cheapest at its length).
+    let mut rows: BTreeSet<(String, Phase, u32, u32)> = BTreeSet::new();
     for op in plan_ops {
         for d in &op.decisions {
             if let Strategy::RowCut { parts } | Strategy::Hybrid { parts, .. } = &d.strategy {
                 for p in parts.iter().filter(|p| p.processor == sp.id) {
                     if let Some(size) = p.graph {
-                        rows.insert((op.op.clone(), op.phase, size), p.rows);
+                        rows.insert((op.op.clone(), op.phase, size, p.rows));
                     }
                 }
             }
@@ -180,6 +182,10 @@ fn graph_set(
     }
     let mut prepare_us = 0.0;
     let mut bytes = 0.0;
+    let mut add = |(u, b): (f64, f64)| {
+        prepare_us += u;
+        bytes += b;
+    };
     let prefill_planned = plan_ops.iter().any(|o| o.phase == Phase::Prefill);
     for o in ops {
         let mut sizes: Vec<u32> = g.decode.clone();
@@ -193,16 +199,14 @@ fn graph_set(
         sizes.sort_unstable();
         sizes.dedup();
         for m in sizes {
-            prepare_us += sp.prepare_us(o.k, o.n);
-            bytes += sp.graph_bytes(m, o.k, o.n);
+            add(sp.op_graphs(o, m, o.n));
         }
     }
     let row_graphs: Vec<RowGraph> = rows
         .into_iter()
-        .map(|((op, phase, size), r)| {
+        .map(|(op, phase, size, r)| {
             let o = ops.iter().find(|o| o.name == op).expect("planned op");
-            prepare_us += sp.prepare_us(o.k, r);
-            bytes += sp.graph_bytes(size, o.k, r);
+            add(sp.op_graphs(o, size, r));
             RowGraph {
                 op,
                 phase,
@@ -216,6 +220,7 @@ fn graph_set(
         sizes: g.prefill.clone(),
         decode_sizes: g.decode.clone(),
         row_graphs,
+        weights: sp.graph_weights,
         prepare_us: round2(prepare_us),
         bytes: bytes as u64,
     }

@@ -215,6 +215,7 @@ fn resolve<'a>(p: &Processor, dtype: DType, model: &'a dyn GemmModel, ov: &Overh
         stage_out_aw: ov.stage_out_aw,
         stage_small: ov.stage_small,
         prepare: ov.prepare,
+        graph_weights: hetero_plan::WeightMode::Static,
         can_split: can_split(p, ov),
         device_timed: caps.device_timer && !p.simulated && !p.emulated,
         memory_bytes: caps.memory_bytes,
