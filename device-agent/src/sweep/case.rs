@@ -2,6 +2,7 @@
 //! timed, checked again.
 
 use std::sync::atomic::AtomicBool;
+use std::time::{Duration, Instant};
 
 use hetero_plan::{MeasurementRow, Processor, RowStatus, RunParams, Stats, SweepCase};
 
@@ -130,7 +131,11 @@ fn measure_into(
     // the kernel-only times leave out, as the device saw it.
     let mut ordinary = Vec::new();
     let mut last_run = 0;
-    for _ in 0..run.repetitions {
+    let series = Instant::now();
+    let most = more_runs(run, proc.simulated);
+    let mut runs = 0u32;
+    while runs < run.repetitions || (runs < most && series.elapsed() < SERIES_TIME) {
+        runs += 1;
         check_cancel(cancel, run)?;
         let i = turn(&mut graphs)?;
         if evict {
@@ -185,6 +190,30 @@ fn measure_into(
     row.verified = true;
     row.status = RowStatus::Ok;
     Ok(())
+}
+
+/// A case's timed series goes on past `repetitions` while it has lasted
+/// less than this (evictions included) and has fewer than
+/// [`SERIES_MAX_FACTOR`] times `repetitions` runs: a short GEMM's median
+/// then comes from up to four times the runs, at a cost of at most this
+/// per case. The median of `n` runs scatters by about `1.25·cv/√n`
+/// (`hetero_profiler::fit::noise_ceiling_10pct`), so a row of a few µs,
+/// whose runs scatter most, repeats within ±10 % more often; a case
+/// whose runs (with their cache evictions) already take this long keeps
+/// `repetitions`.
+pub const SERIES_TIME: Duration = Duration::from_millis(20);
+/// The most timed runs of a case, as a multiple of `repetitions`.
+pub const SERIES_MAX_FACTOR: u32 = 4;
+
+/// The most timed runs of a case: `repetitions` on a simulated processor
+/// (its times do not depend on a clock, and its rows stay reproducible),
+/// else up to [`SERIES_MAX_FACTOR`] times that within [`SERIES_TIME`].
+fn more_runs(run: &RunParams, simulated: bool) -> u32 {
+    if simulated {
+        run.repetitions
+    } else {
+        run.repetitions.saturating_mul(SERIES_MAX_FACTOR)
+    }
 }
 
 /// The most copies [`RunParams::rotate_weights`] prepares of one case.
