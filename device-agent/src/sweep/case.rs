@@ -83,21 +83,7 @@ fn measure_into(
         row.message = Some(wrong(&first, tolerance, "first run"));
         return Ok(());
     }
-    // With `rotate_weights`, copies of the case run in turn (the first is
-    // the one checked above), unless there would be too many: then evict.
-    let mut graphs = vec![g];
-    if run.cold_cache && run.rotate_weights {
-        let weight_bytes = k as u64 * n as u64 * case.dtype.weight_bits() as u64 / 8;
-        let copy_bytes = hetero_plan::predictor::gemm_bytes(shape, case.dtype) as u64;
-        let target = crate::evict::rotation_bytes() as u64;
-        let copies = rotation_copies(weight_bytes, copy_bytes, target).unwrap_or(1);
-        for _ in 1..copies {
-            check_cancel(cancel, run)?;
-            let mut g = backend.prepare(&spec, &w)?;
-            g.write_input(&a)?;
-            graphs.push(g);
-        }
-    }
+    let mut graphs = rotation(backend, &spec, (&a, &w), g, run, cancel)?;
     let copies = graphs.len();
     let rotate = copies > 1;
     let evict = run.cold_cache && !rotate;
@@ -214,6 +200,35 @@ fn more_runs(run: &RunParams, simulated: bool) -> u32 {
     } else {
         run.repetitions.saturating_mul(SERIES_MAX_FACTOR)
     }
+}
+
+/// The case's graphs: with `rotate_weights` (and `cold_cache`), copies of
+/// the case that run in turn, `first` (the one checked) and as many more
+/// as [`rotation_copies`] asks, each with its input written; else, or
+/// where there would be too many (the case then evicts), `first` alone.
+fn rotation(
+    backend: &mut dyn Backend,
+    spec: &GemmSpec,
+    (a, w): (&[f32], &[f32]),
+    first: Box<dyn Gemm>,
+    run: &RunParams,
+    cancel: &AtomicBool,
+) -> Result<Vec<Box<dyn Gemm>>, Error> {
+    let mut graphs = vec![first];
+    if run.cold_cache && run.rotate_weights {
+        let (_, k, n) = spec.shape.mkn();
+        let weight_bytes = k as u64 * n as u64 * spec.dtype.weight_bits() as u64 / 8;
+        let copy_bytes = hetero_plan::predictor::gemm_bytes(spec.shape, spec.dtype) as u64;
+        let target = crate::evict::rotation_bytes() as u64;
+        let copies = rotation_copies(weight_bytes, copy_bytes, target).unwrap_or(1);
+        for _ in 1..copies {
+            check_cancel(cancel, run)?;
+            let mut g = backend.prepare(spec, w)?;
+            g.write_input(a)?;
+            graphs.push(g);
+        }
+    }
+    Ok(graphs)
 }
 
 /// The most copies [`RunParams::rotate_weights`] prepares of one case.
