@@ -162,14 +162,28 @@ fn offload(args: OffloadArgs) -> anyhow::Result<()> {
     };
     let base = strategy::settings(OffloadStrategy::Best, c.budget, args.prompt, dtypes);
     let solved = strategy::solve_all(&c.predictor, &model, &c.strategies, &base, &dir)?;
-    let Some(placement) = solved[0]
-        .plan
-        .solver
-        .as_ref()
-        .and_then(|i| i.offload.clone())
-    else {
+    let placements: Vec<_> = solved
+        .iter()
+        .filter_map(|s| s.plan.solver.as_ref()?.offload.clone())
+        .collect();
+    let Some(mut placement) = placements.first().cloned() else {
         anyhow::bail!("the solver made no offload plan under --gpu-mem-budget");
     };
+    // The GPU alone names no CPU; the floor's bandwidths still need the
+    // host's: another strategy's CPU, else the predictor's first.
+    if placement.cpu.is_empty() {
+        let (pred, _) = crate::solve_cmd::load_predictor(&c.predictor)?;
+        placement.cpu = (placements.iter().map(|o| o.cpu.clone()))
+            .chain(
+                (pred.processors.iter())
+                    .filter(|p| p.kind == hetero_plan::ProcessorKind::Cpu)
+                    .map(|p| p.id.clone()),
+            )
+            .find(|id| !id.is_empty())
+            .ok_or_else(|| {
+                anyhow::anyhow!("the predictor has no CPU processor for the floor's host bandwidth")
+            })?;
+    }
     args.rt.hold_cpu_poll()?;
     let weights = WeightSource::Synthetic {
         seed: args.seed_weights,

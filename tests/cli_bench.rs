@@ -182,6 +182,38 @@ fn every_strategy_runs_end_to_end_beside_the_floor() {
 }
 
 #[test]
+fn the_gpu_alone_takes_the_host_bandwidth_from_the_predictors_cpu() {
+    let Some(groups) = two_groups() else {
+        common::skip!("one core: no second group to stand in for the GPU");
+    };
+    let dir = temp_dir("bench-offload-gpu");
+    let (config, pred) = inputs(dir.path(), &groups);
+    let out = dir.path().join("report.json");
+    HETERO
+        .cmd()
+        .env("HETERO_EVICT_MIB", "32")
+        .args(["bench", "offload", "--model", s(&config)])
+        .args(["--gpu-mem-budget", "160KiB", "--predictor", s(&pred)])
+        .args([
+            "--prompt",
+            "4",
+            "--tokens",
+            "2",
+            "--strategies",
+            "gpu-stream",
+        ])
+        .args(["--cpu-groups", &groups, "--unchecked-processors", "--check"])
+        .args(["--out", s(&out)])
+        .ok();
+    let r: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+    assert_eq!(r["bandwidths"]["cpu"], "cpu:0", "{r}");
+    let x = &r["strategies"][0];
+    assert_eq!(x["strategy"], "gpu-stream");
+    assert_eq!(x["check"]["passed"], x["check"]["outputs"], "{x}");
+}
+
+#[test]
 fn bad_arguments_exit_2_naming_the_flag_or_file() {
     let dir = temp_dir("bench-offload-bad");
     let config = dir.path().join("config.json");
