@@ -2,7 +2,6 @@
 //! timed, checked again.
 
 use std::sync::atomic::AtomicBool;
-use std::time::{Duration, Instant};
 
 use hetero_plan::{MeasurementRow, Processor, RowStatus, RunParams, Stats, SweepCase};
 
@@ -83,7 +82,21 @@ fn measure_into(
         row.message = Some(wrong(&first, tolerance, "first run"));
         return Ok(());
     }
-    let mut graphs = rotation(backend, &spec, (&a, &w), g, run, cancel)?;
+    // With `rotate_weights`, copies of the case run in turn (the first is
+    // the one checked above), unless there would be too many: then evict.
+    let mut graphs = vec![g];
+    if run.cold_cache && run.rotate_weights {
+        let weight_bytes = k as u64 * n as u64 * case.dtype.weight_bits() as u64 / 8;
+        let copy_bytes = hetero_plan::predictor::gemm_bytes(shape, case.dtype) as u64;
+        let target = crate::evict::rotation_bytes() as u64;
+        let copies = rotation_copies(weight_bytes, copy_bytes, target).unwrap_or(1);
+        for _ in 1..copies {
+            check_cancel(cancel, run)?;
+            let mut g = backend.prepare(&spec, &w)?;
+            g.write_input(&a)?;
+            graphs.push(g);
+        }
+    }
     let copies = graphs.len();
     let rotate = copies > 1;
     let evict = run.cold_cache && !rotate;
@@ -117,11 +130,7 @@ fn measure_into(
     // the kernel-only times leave out, as the device saw it.
     let mut ordinary = Vec::new();
     let mut last_run = 0;
-    let series = Instant::now();
-    let most = more_runs(run, proc.simulated);
-    let mut runs = 0u32;
-    while runs < run.repetitions || (runs < most && series.elapsed() < SERIES_TIME) {
-        runs += 1;
+    for _ in 0..run.repetitions {
         check_cancel(cancel, run)?;
         let i = turn(&mut graphs)?;
         if evict {
@@ -176,59 +185,6 @@ fn measure_into(
     row.verified = true;
     row.status = RowStatus::Ok;
     Ok(())
-}
-
-/// A case's timed series goes on past `repetitions` while it has lasted
-/// less than this (evictions included) and has fewer than
-/// [`SERIES_MAX_FACTOR`] times `repetitions` runs: a short GEMM's median
-/// then comes from up to four times the runs, at a cost of at most this
-/// per case. The median of `n` runs scatters by about `1.25·cv/√n`
-/// (`hetero_profiler::fit::noise_ceiling_10pct`), so a row of a few µs,
-/// whose runs scatter most, repeats within ±10 % more often; a case
-/// whose runs (with their cache evictions) already take this long keeps
-/// `repetitions`.
-pub const SERIES_TIME: Duration = Duration::from_millis(20);
-/// The most timed runs of a case, as a multiple of `repetitions`.
-pub const SERIES_MAX_FACTOR: u32 = 4;
-
-/// The most timed runs of a case: `repetitions` on a simulated processor
-/// (its times do not depend on a clock, and its rows stay reproducible),
-/// else up to [`SERIES_MAX_FACTOR`] times that within [`SERIES_TIME`].
-fn more_runs(run: &RunParams, simulated: bool) -> u32 {
-    if simulated {
-        run.repetitions
-    } else {
-        run.repetitions.saturating_mul(SERIES_MAX_FACTOR)
-    }
-}
-
-/// The case's graphs: with `rotate_weights` (and `cold_cache`), copies of
-/// the case that run in turn, `first` (the one checked) and as many more
-/// as [`rotation_copies`] asks, each with its input written; else, or
-/// where there would be too many (the case then evicts), `first` alone.
-fn rotation(
-    backend: &mut dyn Backend,
-    spec: &GemmSpec,
-    (a, w): (&[f32], &[f32]),
-    first: Box<dyn Gemm>,
-    run: &RunParams,
-    cancel: &AtomicBool,
-) -> Result<Vec<Box<dyn Gemm>>, Error> {
-    let mut graphs = vec![first];
-    if run.cold_cache && run.rotate_weights {
-        let (_, k, n) = spec.shape.mkn();
-        let weight_bytes = k as u64 * n as u64 * spec.dtype.weight_bits() as u64 / 8;
-        let copy_bytes = hetero_plan::predictor::gemm_bytes(spec.shape, spec.dtype) as u64;
-        let target = crate::evict::rotation_bytes() as u64;
-        let copies = rotation_copies(weight_bytes, copy_bytes, target).unwrap_or(1);
-        for _ in 1..copies {
-            check_cancel(cancel, run)?;
-            let mut g = backend.prepare(spec, w)?;
-            g.write_input(a)?;
-            graphs.push(g);
-        }
-    }
-    Ok(graphs)
 }
 
 /// The most copies [`RunParams::rotate_weights`] prepares of one case.

@@ -5,9 +5,7 @@
 //! row's `prepare_us` on static-graph processors); one untimed run whose
 //! output is checked against the CPU f64 reference; `warmups` untimed runs,
 //! and more until `warmup_ms` has passed (a GPU or a phone leaves its idle
-//! clock); `repetitions` timed runs (the statistics), and more, up to four
-//! times as many, while the series has lasted less than 20 ms
-//! (`SERIES_TIME`; not on a simulated processor); the output of the last
+//! clock); `repetitions` timed runs (the statistics); the output of the last
 //! timed run is checked again. A result outside the tolerance at either
 //! check gives a `failed` row without statistics: a wrong result is never timed as valid.
 //!
