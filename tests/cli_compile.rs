@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 
 use common::{HETERO, TINY_LLAMA, skip, temp_dir};
 use hetero_agent::{OpenOptions, Registry};
-use hetero_plan::{DType, Phase};
+use hetero_plan::{DType, Phase, WeightMode};
 
 const SOC: &str = "69";
 
@@ -26,6 +26,13 @@ fn s(p: &Path) -> &str {
 /// cpu:0 and qnn:htp (the emulator's own processor description, roofline
 /// models that make the NPU worth using), or says why not.
 fn setup(dir: &Path) -> Result<(PathBuf, PathBuf), String> {
+    setup_graphs(dir, false)
+}
+
+/// [`setup`]; with `inputs`, under a graph memory budget one byte short of
+/// the static-weight graphs' memory, so the solver takes weights-as-inputs
+/// graphs (one per operator and size, shared by the layers).
+fn setup_graphs(dir: &Path, inputs: bool) -> Result<(PathBuf, PathBuf), String> {
     let ids = ["cpu:0".to_string(), "qnn:htp".to_string()];
     let reg = Registry::open(&OpenOptions::default(), Some(&ids));
     let processors = reg.processors();
@@ -44,7 +51,7 @@ fn setup(dir: &Path) -> Result<(PathBuf, PathBuf), String> {
         processors,
         &[("cpu:0", 2.0, 2.0, 5.0), ("qnn:htp", 200.0, 60.0, 10.0)],
     );
-    let settings = hetero_solver::Settings {
+    let mut settings = hetero_solver::Settings {
         phases: vec![Phase::Prefill, Phase::Decode],
         prefill_lengths: (1..=16).collect(),
         decode_lengths: vec![1],
@@ -53,9 +60,16 @@ fn setup(dir: &Path) -> Result<(PathBuf, PathBuf), String> {
         dtypes: vec![(None, DType::F32)],
         ..Default::default()
     };
-    let plan =
-        hetero_solver::solve(&pred, pred.fingerprint("predictor.ron"), &model, &settings).unwrap();
-    assert!(plan.graph_set("qnn:htp").is_some(), "the plan uses the NPU");
+    let fp = pred.fingerprint("predictor.ron");
+    let mut plan = hetero_solver::solve(&pred, fp.clone(), &model, &settings).unwrap();
+    let set = plan.graph_set("qnn:htp").expect("the plan uses the NPU");
+    assert_eq!(set.weights, WeightMode::Static, "{set:?}");
+    if inputs {
+        settings.graph_mem_budget = Some(set.bytes - 1);
+        plan = hetero_solver::solve(&pred, fp, &model, &settings).unwrap();
+        let set = plan.graph_set("qnn:htp").expect("the plan uses the NPU");
+        assert_eq!(set.weights, WeightMode::Input, "{set:?}");
+    }
     let plan_path = dir.join("plan.ron");
     hetero_plan::save(&plan_path, &plan).unwrap();
     Ok((config, plan_path))
@@ -221,6 +235,33 @@ fn compiled_graphs_run_checked_and_mismatches_exit_2() {
     std::fs::create_dir_all(&empty).unwrap();
     let e = HETERO.bad_input(&run_args(&plan, &config, &empty, "13"));
     assert!(e.contains("qnn-graphs.json"), "{e}");
+}
+
+#[test]
+fn weights_as_inputs_graphs_compile_and_run_checked() {
+    let dir = temp_dir("compile-inputs");
+    let (config, plan) = match setup_graphs(dir.path(), true) {
+        Ok(x) => x,
+        Err(why) => skip!(QNN, "{why}"),
+    };
+    let graphs = dir.path().join("graphs");
+    let (p, c, g) = (s(&plan), s(&config), s(&graphs));
+    HETERO.ok(&["compile", p, "--model", c, "--soc", SOC, "--out", g]);
+    for (phase, len) in [("prefill", "13"), ("decode", "1")] {
+        let mut args = run_args(&plan, &config, &graphs, len);
+        args[5] = phase;
+        args.extend(["--check", "--json"]);
+        let report: serde_json::Value = serde_json::from_str(&HETERO.ok(&args)).unwrap();
+        let (words, origins) = qnn_origins(&report);
+        assert!(words.contains("0 prepared at run time"), "{words}");
+        assert!(!origins.is_empty(), "{phase} {len}: a QNN graph ran");
+        assert!(
+            origins.iter().all(|o| o["source"] == "loaded"),
+            "{origins:?}"
+        );
+        let check = &report["check"];
+        assert_eq!(check["passed"], check["outputs"], "{check}");
+    }
 }
 
 #[test]

@@ -31,7 +31,7 @@ use hetero_agent::qnn::{
     weights_sha256,
 };
 use hetero_agent::{Backend, Error as AgentError, Gemm, GemmSpec, OpenOptions};
-use hetero_plan::{Fingerprint, ModelSpec, Plan};
+use hetero_plan::{Fingerprint, ModelSpec, Plan, WeightMode};
 
 use crate::graphs::{GraphOrigin, GraphRequest, GraphSource};
 use crate::runtime::{StaticGraph, plan_static_graphs};
@@ -308,8 +308,10 @@ impl Compiled {
             ),
             message,
         };
+        // A graph whose weights are an input holds none: each run writes
+        // them, so only a baked-in graph's weights are checked.
         let sha = weights_sha256(weights);
-        if sha != pg.weights_sha256 {
+        if e.spec().weights != WeightMode::Input && sha != pg.weights_sha256 {
             return Err(bad(
                 "weights_sha256",
                 format!(

@@ -300,6 +300,11 @@ impl Drop for QnnGemm {
 }
 
 impl Gemm for QnnGemm {
+    /// A weights-as-input graph's weights, written before its runs; a
+    /// static-weight graph's are baked in and refused.
+    fn write_weights(&mut self, w: &[f32]) -> Result<()> {
+        QnnGemm::write_weights(self, w)
+    }
     fn spec(&self) -> &GemmSpec {
         &self.spec
     }
