@@ -161,7 +161,8 @@ fn offload(args: OffloadArgs) -> anyhow::Result<()> {
         }
     };
     let base = strategy::settings(OffloadStrategy::Best, c.budget, args.prompt, dtypes);
-    let solved = strategy::solve_all(&c.predictor, &model, &c.strategies, &base, &dir)?;
+    let (pred, fp) = crate::solve_cmd::load_predictor(&c.predictor)?;
+    let solved = strategy::solve_all((&pred, &fp), &model, &c.strategies, &base, &dir)?;
     let placements: Vec<_> = solved
         .iter()
         .filter_map(|s| s.plan.solver.as_ref()?.offload.clone())
@@ -172,7 +173,6 @@ fn offload(args: OffloadArgs) -> anyhow::Result<()> {
     // The GPU alone names no CPU; the floor's bandwidths still need the
     // host's: another strategy's CPU, else the predictor's first.
     if placement.cpu.is_empty() {
-        let (pred, _) = crate::solve_cmd::load_predictor(&c.predictor)?;
         placement.cpu = (placements.iter().map(|o| o.cpu.clone()))
             .chain(
                 (pred.processors.iter())

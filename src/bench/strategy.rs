@@ -5,7 +5,7 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::Context;
-use hetero_plan::{DType, Format, ModelSpec, Phase, Plan};
+use hetero_plan::{DType, Fingerprint, Format, ModelSpec, Phase, Plan, Predictor};
 use hetero_runtime::{GenerateSpec, Generation, RuntimeOptions, Sampling};
 use hetero_solver::{GraphChoice, OffloadStrategy, Settings};
 
@@ -44,20 +44,19 @@ pub fn settings(
 /// writes each to `dir/<strategy>.ron`. A strategy the solver refuses is
 /// the user's input (exit 2), named.
 pub fn solve_all(
-    predictor: &Path,
+    (pred, fp): (&Predictor, &Fingerprint),
     model: &ModelSpec,
     strategies: &[OffloadStrategy],
     base: &Settings,
     dir: &Path,
 ) -> anyhow::Result<Vec<Solved>> {
-    let (pred, fp) = crate::solve_cmd::load_predictor(predictor)?;
     let mut out = Vec::with_capacity(strategies.len());
     for &strategy in strategies {
         let settings = Settings {
             offload_strategy: strategy,
             ..base.clone()
         };
-        let plan = hetero_solver::solve(&pred, fp.clone(), model, &settings)
+        let plan = hetero_solver::solve(pred, fp.clone(), model, &settings)
             .with_context(|| format!("the {} plan", strategy.name()))?;
         let path = dir.join(format!("{}.ron", strategy.name()));
         hetero_plan::write_atomic(&path, plan.to_text(Format::Ron)?.as_bytes())
@@ -182,7 +181,15 @@ mod tests {
             hetero_plan::hf::load_config(&root.join("datasets/models/llama-3.1-8b.json")).unwrap();
         let dir = hetero_test_support::temp_dir("bench-solve");
         let base = settings(OffloadStrategy::Best, 4 << 30, 64, vec![]);
-        let solved = solve_all(&pred, &model, &OffloadStrategy::ALL, &base, dir.path()).unwrap();
+        let (pred, fp) = crate::solve_cmd::load_predictor(&pred).unwrap();
+        let solved = solve_all(
+            (&pred, &fp),
+            &model,
+            &OffloadStrategy::ALL,
+            &base,
+            dir.path(),
+        )
+        .unwrap();
         assert_eq!(solved.len(), OffloadStrategy::ALL.len());
         for s in &solved {
             assert!(s.path.is_file(), "{}", s.path.display());
