@@ -188,7 +188,7 @@ impl Runtime {
     /// The GEMM dimensions of an operator at a length: rows per instance
     /// (M), input features (K), output features (N), instances per layer.
     pub fn op_dims(&self, op: &str, phase: Phase, len: u32) -> Result<(u32, u32, u32, u32)> {
-        let (_, d, mi) = self.lookup(op, phase, len)?;
+        let (d, mi) = self.lookup_table(self.op_of(op, phase, len)?, len)?;
         let o = &self.model.ops[mi];
         Ok((d.rows_m(), o.k, o.n, d.instances))
     }
@@ -199,14 +199,6 @@ impl Runtime {
             .iter()
             .position(|p| p == id)
             .ok_or_else(|| Error::arg("processor", format!("`{id}` is not in the plan")))
-    }
-
-    /// The plan operator index, its decision at `len` (materialised) and
-    /// the model operator.
-    fn lookup(&self, op: &str, phase: Phase, len: u32) -> Result<(usize, Decision, usize)> {
-        let oi = self.op_of(op, phase, len)?;
-        let (d, mi) = self.lookup_table(oi, len)?;
-        Ok((oi, d, mi))
     }
 
     /// The decision of the plan's table `oi` at `len` (materialised) and
