@@ -18,6 +18,7 @@
 use gemm::{Parallelism, f16};
 use hetero_plan::{DType, OperandOrder};
 
+use crate::convert::{self, FromF32};
 use crate::{Error, GemmSpec, Result};
 
 /// One operand buffer in the compute type.
@@ -29,9 +30,22 @@ pub(crate) enum Buf {
 impl Buf {
     fn zeros(dtype: DType, len: usize) -> Option<Buf> {
         match dtype {
-            DType::F32 => Some(Buf::F32(vec![0.0; len])),
-            DType::F16 => Some(Buf::F16(vec![f16::ZERO; len])),
+            DType::F32 => Some(Buf::F32(FromF32::zeros(len))),
+            DType::F16 => Some(Buf::F16(FromF32::zeros(len))),
             _ => None,
+        }
+    }
+
+    /// Stores weights `src` (row-major `rows × cols`) here, transposed when
+    /// asked, on every core ([`crate::convert`]): a model's GEMMs are
+    /// prepared from billions of them.
+    fn load_weights(&mut self, src: &[f32], rows: usize, cols: usize, transpose: bool) {
+        let transpose = transpose && !is_vector(rows, cols);
+        match self {
+            Buf::F32(d) if transpose => convert::transpose_convert(src, rows, cols, rows, d),
+            Buf::F32(d) => convert::convert(src, d),
+            Buf::F16(d) if transpose => convert::transpose_convert(src, rows, cols, rows, d),
+            Buf::F16(d) => convert::convert(src, d),
         }
     }
 
@@ -114,20 +128,13 @@ impl Dense {
         let act = Buf::zeros(spec.dtype, m * k).ok_or_else(unsupported)?;
         let out = Buf::zeros(spec.dtype, m * n).ok_or_else(unsupported)?;
         // transposed keeps Wᵀ[N,K].
-        let mut scratch = Vec::new();
-        wts.load(
-            weights,
-            k,
-            n,
-            spec.order == OperandOrder::Transposed,
-            &mut scratch,
-        );
+        wts.load_weights(weights, k, n, spec.order == OperandOrder::Transposed);
         Ok(Dense {
             spec: *spec,
             act,
             wts,
             out,
-            scratch,
+            scratch: Vec::new(),
         })
     }
 
@@ -135,8 +142,7 @@ impl Dense {
     pub fn write_weights(&mut self, id: &str, w: &[f32]) -> Result<()> {
         let (_, k, n) = dims(&self.spec);
         self.spec.check_weights_len(id, w.len())?;
-        let transpose = self.spec.order == OperandOrder::Transposed;
-        self.wts.load(w, k, n, transpose, &mut self.scratch);
+        (self.wts).load_weights(w, k, n, self.spec.order == OperandOrder::Transposed);
         Ok(())
     }
 

@@ -27,6 +27,8 @@ mod backend;
 mod completion;
 pub mod conditions;
 pub mod conformance;
+#[cfg(any(feature = "cpu", feature = "cuda", feature = "sim"))]
+pub mod convert;
 #[cfg(feature = "cpu")]
 pub mod cpu;
 #[cfg(feature = "cuda")]

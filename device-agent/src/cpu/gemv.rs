@@ -21,6 +21,7 @@ use rayon::prelude::*;
 pub use kernel::simd;
 use kernel::{Weight, axpy_rows, dot_rows};
 
+use crate::convert::{FromF32, convert, transpose_convert};
 use crate::{Error, GemmSpec, Result};
 
 /// The most rows a product may have to run here.
@@ -112,9 +113,9 @@ impl Gemv {
         let (m, k, n) = dims(spec);
         spec.check_weights_len(id, weights.len())?;
         let stored = match spec.dtype {
-            DType::F16 => Weights::F16(vec![f16::ZERO; k * n]),
-            DType::Bf16 => Weights::Bf16(vec![bf16::ZERO; k * n]),
-            _ => Weights::F32(vec![0.0; k * n]),
+            DType::F16 => Weights::F16(FromF32::zeros(k * n)),
+            DType::Bf16 => Weights::Bf16(FromF32::zeros(k * n)),
+            _ => Weights::F32(FromF32::zeros(k * n)),
         };
         let parts = threads.max(1) * PARTS_PER_THREAD;
         let part = match spec.order {
@@ -138,12 +139,11 @@ impl Gemv {
         let (_, k, n) = dims(&self.spec);
         self.spec.check_weights_len(id, w.len())?;
         let transposed = self.spec.order == OperandOrder::Transposed;
-        with_weights!(&mut self.weights, |d: T| {
-            let src: Vec<T> = w.iter().map(|&x| T::from_f32(x)).collect();
+        with_weights!(&mut self.weights, |d: _T| {
             if transposed {
-                transpose::transpose(&src, d, n, k);
+                transpose_convert(w, k, n, k, d);
             } else {
-                d.copy_from_slice(&src);
+                convert(w, d);
             }
         });
         Ok(())

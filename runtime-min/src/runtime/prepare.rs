@@ -3,6 +3,7 @@
 //! need the same one), the staging buffers grown to fit, and the
 //! operator's input.
 
+use std::borrow::Cow;
 use std::ops::Range;
 use std::sync::Arc;
 use std::time::Instant;
@@ -84,8 +85,9 @@ struct InstanceWeights<'a> {
 }
 
 impl InstanceWeights<'_> {
-    /// Columns `cols` of the weights, `W[K, cols]` row-major.
-    fn columns(&mut self, weights: &Weights, cols: &Range<usize>) -> Result<Vec<f32>> {
+    /// Columns `cols` of the weights, `W[K, cols]` row-major: borrowed
+    /// when they are all of them (a model's worth is not copied again).
+    fn columns(&mut self, weights: &Weights, cols: &Range<usize>) -> Result<Cow<'_, [f32]>> {
         let (lop, layer, instance) = (self.lop, self.layer, self.instance);
         if self.w.is_none() {
             self.w = Some(weights.get(lop, layer, instance)?);
@@ -93,13 +95,13 @@ impl InstanceWeights<'_> {
         let w = self.w.as_ref().expect("read above");
         let (k, n) = (lop.k as usize, lop.n as usize);
         if cols.len() == n {
-            return Ok(w.clone());
+            return Ok(Cow::Borrowed(w));
         }
         let mut s = Vec::with_capacity(k * cols.len());
         for r in 0..k {
             s.extend_from_slice(&w[r * n + cols.start..r * n + cols.end]);
         }
-        Ok(s)
+        Ok(Cow::Owned(s))
     }
 }
 
@@ -258,7 +260,7 @@ impl Runtime {
             }
         };
         let upload = match (sl.upload || part.weights_input) && !self.host_staged.contains(&gi) {
-            true => Some(Arc::new(w.columns(&self.weights, &sl.cols)?)),
+            true => Some(Arc::new(w.columns(&self.weights, &sl.cols)?.into_owned())),
             false => None,
         };
         // Staging buffers, grown here rather than while timed.

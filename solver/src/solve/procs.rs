@@ -183,6 +183,14 @@ fn resolve<'a>(p: &Processor, dtype: DType, model: &'a dyn GemmModel, ov: &Overh
         Some(fast) => Arc::from(fast),
         None => Arc::new(Borrowed(model)),
     };
+    let model = match usable(ov.bandwidth_gbps).filter(|b| *b > 0.0) {
+        Some(gbps) if p.kind == ProcessorKind::Cpu && !p.simulated => Arc::new(ReadFloor {
+            inner: model,
+            bytes_per_us: gbps * 1e3,
+            weight_bytes: dtype.weight_bits() as f64 / 8.0,
+        }),
+        _ => model,
+    };
     let caps = &p.capabilities;
     let sync = sync_cost(p, ov);
     Proc {
@@ -219,6 +227,44 @@ fn resolve<'a>(p: &Processor, dtype: DType, model: &'a dyn GemmModel, ov: &Overh
         can_split: can_split(p, ov),
         device_timed: caps.device_timer && !p.simulated && !p.emulated,
         memory_bytes: caps.memory_bytes,
+    }
+}
+
+/// A CPU's GEMM read from memory: never faster than its weights' bytes at
+/// the processor's measured read bandwidth (its cold streaming GEMV,
+/// `bandwidth_gbps`). A profile times a GEMM with the same weights run
+/// after run, so a host whose last-level cache holds them (a server CPU's
+/// hundred megabytes hold a 4096×4096 f16 matrix) fits rows read from the
+/// cache; in a model every layer's weights are new, and a decode step
+/// streams them from memory. Without the floor, an 8B model's decode GEMMs
+/// on a 16-core Xeon were predicted at a third of their measured time.
+struct ReadFloor<'a> {
+    inner: Arc<dyn GemmModel + Send + 'a>,
+    bytes_per_us: f64,
+    weight_bytes: f64,
+}
+
+impl ReadFloor<'_> {
+    fn floor_us(&self, k: u32, n: u32) -> f64 {
+        k as f64 * n as f64 * self.weight_bytes / self.bytes_per_us
+    }
+}
+
+impl GemmModel for ReadFloor<'_> {
+    fn predict_us(&self, shape: hetero_plan::GemmShape, order: OperandOrder) -> Option<f64> {
+        let (_, k, n) = shape.mkn();
+        (self.inner.predict_us(shape, order)).map(|t| t.max(self.floor_us(k, n)))
+    }
+
+    fn lower_bound_us(
+        &self,
+        m: std::ops::RangeInclusive<u32>,
+        k: u32,
+        n: std::ops::RangeInclusive<u32>,
+        order: OperandOrder,
+    ) -> Option<f64> {
+        let floor = self.floor_us(k, *n.start());
+        (self.inner.lower_bound_us(m, k, n, order)).map(|t| t.max(floor))
     }
 }
 

@@ -275,3 +275,37 @@ fn budgets_offload_mode_cannot_use_are_refused_with_the_sizes() {
     let e = solve(&dev, fp(), &m, &none).unwrap_err();
     assert!(e.to_string().contains("--offload-strategy"), "{e}");
 }
+
+#[test]
+fn a_cpu_reads_a_models_weights_no_faster_than_its_measured_bandwidth() {
+    // A CPU fitted on rows whose weights stayed in its cache (800 GB/s),
+    // with a streaming read measured at 50 GB/s: a decode step of the
+    // model reads every layer's weights from memory.
+    let mut dev = synthetic::discrete_cpu_gpu();
+    dev.processor_mut("cpu").unwrap().simulated = false;
+    *dev.model_mut("cpu").unwrap() = synthetic::SynthModel::Roofline {
+        peak_gflops: 1500.0,
+        bw_gbps: 800.0,
+        launch_us: 5.0,
+    };
+    let step = |dev: &Synthetic| decode_step(&solved(dev, OffloadStrategy::Cpu));
+    let cached = {
+        let mut d = synthetic::discrete_cpu_gpu();
+        d.processor_mut("cpu").unwrap().simulated = false;
+        *d.model_mut("cpu").unwrap() = dev.model_mut("cpu").unwrap().clone();
+        d.overheads_mut("cpu").unwrap().bandwidth_gbps = None;
+        step(&d)
+    };
+    dev.overheads_mut("cpu").unwrap().bandwidth_gbps = Some(50.0);
+    let streamed = step(&dev);
+    let m = llama8b();
+    let bytes: f64 = (m.ops.iter())
+        .map(|o| o.k as f64 * o.n as f64 * o.count as f64 * 2.0 * o.layers as f64)
+        .sum();
+    let floor = bytes / 50e3;
+    assert!(cached < 0.2 * floor, "{cached} µs against {floor}");
+    assert!(
+        streamed > 0.999 * floor && streamed < 1.05 * floor,
+        "{streamed} µs against {floor}"
+    );
+}

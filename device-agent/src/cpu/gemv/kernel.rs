@@ -12,12 +12,12 @@
 
 use half::{bf16, f16};
 
+use crate::convert::FromF32;
+
 /// A weight element: f32, or a 16-bit float widened to f32 when read.
-pub trait Weight: Copy + Send + Sync + 'static {
+pub trait Weight: FromF32 + 'static {
     /// Bytes per element.
     const BYTES: usize;
-    /// The element nearest `x`.
-    fn from_f32(x: f32) -> Self;
     /// The element's value.
     fn to_f32(self) -> f32;
     /// Eight elements from `p`, widened.
@@ -30,9 +30,6 @@ pub trait Weight: Copy + Send + Sync + 'static {
 
 impl Weight for f32 {
     const BYTES: usize = 4;
-    fn from_f32(x: f32) -> Self {
-        x
-    }
     fn to_f32(self) -> f32 {
         self
     }
@@ -46,9 +43,6 @@ impl Weight for f32 {
 
 impl Weight for f16 {
     const BYTES: usize = 2;
-    fn from_f32(x: f32) -> Self {
-        f16::from_f32(x)
-    }
     fn to_f32(self) -> f32 {
         f16::to_f32(self)
     }
@@ -63,9 +57,6 @@ impl Weight for f16 {
 
 impl Weight for bf16 {
     const BYTES: usize = 2;
-    fn from_f32(x: f32) -> Self {
-        bf16::from_f32(x)
-    }
     fn to_f32(self) -> f32 {
         bf16::to_f32(self)
     }

@@ -97,7 +97,7 @@ use std::time::Instant;
 use cudarc::driver::{CudaEvent, result, sys};
 use hetero_plan::OperandOrder;
 
-use self::elem::{Elem, Scalar, copy_2d, padded, transpose_convert, with_elem};
+use self::elem::{Elem, copy_2d, padded, with_elem};
 pub(super) use self::launch::spin_until;
 pub(super) use self::search::candidates;
 #[cfg(test)]
@@ -106,6 +106,7 @@ use super::graph::Graph;
 use super::lt::{ALGOS, LtMatmul, Problem};
 use super::mem::{DeviceBuf, MappedBuf, MappedFlag};
 use super::{At, Device};
+use crate::convert::{FromF32, transpose_convert};
 use crate::{Error, Gemm, GemmSpec, Result, SyncMode, Timed};
 
 /// Inputs and outputs of at most this many f32 bytes cross inside the
@@ -266,7 +267,7 @@ impl CudaGemm {
         // Weights: W[K,N] → Wᵀ[Np,Kp] in the element type, zero past N and
         // K, then one upload.
         with_elem!(elem, T => {
-            let mut wt = vec![T::from_f32(0.0); kp * np];
+            let mut wt = T::zeros(kp * np);
             transpose_convert::<T>(weights, k, n, kp, &mut wt);
             ctx.bind_to_thread().at(id, "cuCtxSetCurrent")?;
             // SAFETY: `w` holds exactly kp·np elements of T; the copy is synchronous.

@@ -15,7 +15,8 @@
 use super::super::Device;
 use super::super::mem::PinnedBuf;
 use super::super::ring::{RingDevice, StagingRing, Ticket};
-use super::{At, CudaGemm, Elem, Scalar, transpose_convert, with_elem};
+use super::{At, CudaGemm, Elem, transpose_convert, with_elem};
+use crate::convert::FromF32;
 use crate::{Error, Result};
 
 /// The weights kept on the host, and the copy of them queued, if any.
