@@ -62,36 +62,105 @@ pub struct Heads {
     pub head_dim: usize,
 }
 
+/// Query rows one task takes: its scores are `ROW_BLOCK × positions`.
+const ROW_BLOCK: usize = 128;
+
 /// Attention of `q` (`rows × heads·head_dim`, row `r` at position
 /// `pos0 + r`) over the cached keys and values of positions `0..=pos0 + r`;
 /// the output has the shape of `q`.
+///
+/// Each query head and block of rows is one task: its scores `Q·Kᵀ` and
+/// its output `P·V` are two products of the `gemm` crate, read in place
+/// from the cache's strides; the positions a row may not see are dropped
+/// before its softmax.
 pub fn attend(q: &[f32], pos0: usize, keys: &[f32], values: &[f32], h: Heads) -> Vec<f32> {
     let hd = h.head_dim;
-    let kv_dim = h.kv_heads * hd;
+    let (kv_dim, q_dim) = (h.kv_heads * hd, h.heads * hd);
     let group = h.heads / h.kv_heads;
+    let rows = q.len() / q_dim;
+    let seen = pos0 + rows;
+    assert!(keys.len() >= seen * kv_dim && values.len() >= seen * kv_dim);
     let scale = 1.0 / (hd as f32).sqrt();
-    let mut out = vec![0f32; q.len()];
-    out.par_chunks_mut(hd)
-        .zip(q.par_chunks(hd))
-        .enumerate()
-        .for_each(|(i, (o, qh))| {
-            let (row, head) = (i / h.heads, i % h.heads);
-            let kvh = head / group;
-            let seen = pos0 + row + 1;
-            let mut scores: Vec<f32> = (0..seen)
-                .map(|j| {
-                    let k = &keys[j * kv_dim + kvh * hd..j * kv_dim + (kvh + 1) * hd];
-                    qh.iter().zip(k).map(|(a, b)| a * b).sum::<f32>() * scale
-                })
-                .collect();
-            softmax(&mut scores);
-            for (j, p) in scores.iter().enumerate() {
-                let v = &values[j * kv_dim + kvh * hd..j * kv_dim + (kvh + 1) * hd];
-                for (o, x) in o.iter_mut().zip(v) {
-                    *o += p * x;
-                }
+    let blocks = rows.div_ceil(ROW_BLOCK);
+    let tasks: Vec<(usize, usize, Vec<f32>)> = (0..h.heads * blocks)
+        .into_par_iter()
+        .map(|t| {
+            let (head, r0) = (t / blocks, (t % blocks) * ROW_BLOCK);
+            let n = ROW_BLOCK.min(rows - r0);
+            // Positions this block's last row sees; earlier rows see fewer.
+            let cols = pos0 + r0 + n;
+            let kv = (head / group) * hd;
+            let qh = &q[r0 * q_dim + head * hd..];
+            let mut scores = vec![0f32; n * cols];
+            // SAFETY: scores is n × cols, contiguous. Q's rows are q_dim
+            // apart from `qh`, hd values each; Kᵀ (hd × cols) is read from
+            // the cache's rows kv_dim apart, all within `keys` (asserted
+            // above). read_dst is false, so alpha and dst's contents are unused.
+            unsafe {
+                gemm::gemm(
+                    n,
+                    cols,
+                    hd,
+                    scores.as_mut_ptr(),
+                    1,
+                    cols as isize,
+                    false,
+                    qh.as_ptr(),
+                    1,
+                    q_dim as isize,
+                    keys[kv..].as_ptr(),
+                    kv_dim as isize,
+                    1,
+                    0.0,
+                    scale,
+                    false,
+                    false,
+                    false,
+                    gemm::Parallelism::None,
+                );
             }
-        });
+            for (r, row) in scores.chunks_mut(cols).enumerate() {
+                let visible = pos0 + r0 + r + 1;
+                softmax(&mut row[..visible]);
+                row[visible..].fill(0.0);
+            }
+            let mut out = vec![0f32; n * hd];
+            // SAFETY: out is n × hd and scores n × cols, contiguous; V
+            // (cols × hd) is read from the cache's rows kv_dim apart,
+            // within `values`.
+            unsafe {
+                gemm::gemm(
+                    n,
+                    hd,
+                    cols,
+                    out.as_mut_ptr(),
+                    1,
+                    hd as isize,
+                    false,
+                    scores.as_ptr(),
+                    1,
+                    cols as isize,
+                    values[kv..].as_ptr(),
+                    1,
+                    kv_dim as isize,
+                    0.0,
+                    1.0,
+                    false,
+                    false,
+                    false,
+                    gemm::Parallelism::None,
+                );
+            }
+            (head, r0, out)
+        })
+        .collect();
+    let mut out = vec![0f32; q.len()];
+    for (head, r0, o) in tasks {
+        for (r, src) in o.chunks(hd).enumerate() {
+            let at = (r0 + r) * q_dim + head * hd;
+            out[at..at + hd].copy_from_slice(src);
+        }
+    }
     out
 }
 
@@ -165,6 +234,30 @@ mod tests {
         }
         for (g, w) in got.iter().zip(&want) {
             assert!((*g as f64 - w).abs() < 1e-5, "{g} {w}");
+        }
+    }
+
+    #[test]
+    fn a_long_prefill_after_cached_rows_matches_in_every_block() {
+        // 300 rows after 5 cached ones: three blocks of rows, the last
+        // partial, each seeing a different number of positions.
+        let h = Heads {
+            heads: 4,
+            kv_heads: 1,
+            head_dim: 8,
+        };
+        let (cached, rows) = (5, 300);
+        let all = cached + rows;
+        let q = hetero_agent::verify::random_vec(all * 32, 4);
+        let k = hetero_agent::verify::random_vec(all * 8, 5);
+        let v = hetero_agent::verify::random_vec(all * 8, 6);
+        let want = naive(&q, &k, &v, all, h);
+        let mut cache = KvCache::new(1, all, 8);
+        cache.store(0, 0, &k, &v);
+        let (kc, vc) = cache.layer(0);
+        let got = attend(&q[cached * 32..], cached, kc, vc, h);
+        for (i, (g, w)) in got.iter().zip(&want[cached * 32..]).enumerate() {
+            assert!((*g as f64 - w).abs() < 1e-5, "{i}: {g} {w}");
         }
     }
 }
