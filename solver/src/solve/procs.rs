@@ -237,7 +237,7 @@ fn resolve<'a>(p: &Processor, dtype: DType, model: &'a dyn GemmModel, ov: &Overh
 /// hundred megabytes hold a 4096×4096 f16 matrix) fits rows read from the
 /// cache; in a model every layer's weights are new, and a decode step
 /// streams them from memory. Without the floor, an 8B model's decode GEMMs
-/// on a 16-core Xeon were predicted at a third of their measured time.
+/// on a 16-core Xeon were predicted at under a third of their measured time.
 struct ReadFloor<'a> {
     inner: Arc<dyn GemmModel + Send + 'a>,
     bytes_per_us: f64,
