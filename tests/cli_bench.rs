@@ -142,6 +142,8 @@ fn every_strategy_runs_end_to_end_beside_the_floor() {
             "{name}: a GEMM output off its bound"
         );
         assert!(x["resident_bytes"].as_u64().unwrap() <= 160 << 10, "{name}");
+        let prepare = x["prepare_s"].as_f64().unwrap();
+        assert!(prepare > 0.0 && prepare.is_finite(), "{name}: {x}");
     }
     // The floor's inputs: 260 KiB of f32 weights, 160 KiB of them resident.
     let (f, b) = (&r["floor"], &r["bandwidths"]);

@@ -55,6 +55,9 @@ pub struct StrategyRun {
     pub strategy: &'static str,
     /// Weight bytes the plan keeps resident on the GPU.
     pub resident_bytes: u64,
+    /// Host time preparing the plan's GEMMs (weights converted, copied to
+    /// their processors), before any timed run, s.
+    pub prepare_s: f64,
     pub ttft_us: Figure,
     pub prefill_tokens_per_s: Figure,
     pub tpot_us: Figure,
@@ -106,9 +109,10 @@ impl Report {
         );
         let _ = writeln!(
             s,
-            "{:<12} {:>10} {:>21} {:>21} {:>21} {:>21} {:>7}",
+            "{:<12} {:>10} {:>9} {:>21} {:>21} {:>21} {:>21} {:>7}",
             "strategy",
             "resident",
+            "prepare s",
             "TTFT ms (pred)",
             "prefill tok/s (pred)",
             "ms/token (pred)",
@@ -123,9 +127,10 @@ impl Report {
             };
             let _ = writeln!(
                 s,
-                "{:<12} {:>10} {:>21} {:>21} {:>21} {:>21} {:>6.0}%",
+                "{:<12} {:>10} {:>9.2} {:>21} {:>21} {:>21} {:>21} {:>6.0}%",
                 r.strategy,
                 fmt_bytes(r.resident_bytes),
+                r.prepare_s,
                 fig(&r.ttft_us, 1e3, 1),
                 fig(&r.prefill_tokens_per_s, 1.0, 0),
                 fig(&r.tpot_us, 1e3, 2),
@@ -198,6 +203,7 @@ mod tests {
         StrategyRun {
             strategy: strategy.name(),
             resident_bytes: 4 << 30,
+            prepare_s: 12.5,
             ttft_us: Figure::new(Some(400_000.0), 440_000.0),
             prefill_tokens_per_s: Figure::new(Some(1280.0), 1163.6),
             tpot_us: Figure::new(Some(1e6 / decode / 1.1), 1e6 / decode),

@@ -120,7 +120,7 @@ pub fn run(
         max_new: 2,
         ..spec.clone()
     };
-    run_generation(&mut decoder, &mut rt, &warm, false)
+    let warmed = run_generation(&mut decoder, &mut rt, &warm, false)
         .with_context(|| format!("warming up the {name} plan"))?;
     eprintln!(
         "{name}: {plen} prompt tokens, {} decode steps",
@@ -141,6 +141,7 @@ pub fn run(
             .as_ref()
             .and_then(|i| i.offload.as_ref())
             .map_or(0, |o| o.resident_bytes),
+        prepare_s: (warmed.prepare_us + g.prepare_us) / 1e6,
         ttft_us: Figure::new(p.as_ref().map(|p| p.ttft_us), g.ttft_us),
         prefill_tokens_per_s: Figure::new(
             p.as_ref().map(|p| p.prefill_tokens_per_s),
