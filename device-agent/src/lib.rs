@@ -27,7 +27,7 @@ mod backend;
 mod completion;
 pub mod conditions;
 pub mod conformance;
-#[cfg(any(feature = "cpu", feature = "cuda", feature = "sim"))]
+#[cfg(any(feature = "cpu", feature = "cuda", feature = "sim", feature = "opencl"))]
 pub mod convert;
 #[cfg(feature = "cpu")]
 pub mod cpu;

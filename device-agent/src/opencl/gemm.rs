@@ -18,6 +18,7 @@ use opencl3::types::{CL_BLOCKING, cl_int, cl_map_flags, cl_mem, cl_uint};
 
 use super::tune::Family;
 use super::{ClResultExt, DeviceCtx, Tile};
+use crate::convert::{FromF32, transpose_convert};
 use crate::{Error, Gemm, GemmSpec, Result, SyncMode, Timed};
 
 /// How [`SyncMode::Poll`] waits ended.
@@ -78,24 +79,17 @@ pub struct ClGemm {
 }
 
 /// An element type as stored on the device.
-trait Elem: Copy {
-    fn from_f32(v: f32) -> Self;
+trait Elem: FromF32 {
     fn to_f32(self) -> f32;
 }
 
 impl Elem for f32 {
-    fn from_f32(v: f32) -> Self {
-        v
-    }
     fn to_f32(self) -> f32 {
         self
     }
 }
 
 impl Elem for half::f16 {
-    fn from_f32(v: f32) -> Self {
-        half::f16::from_f32(v)
-    }
     fn to_f32(self) -> f32 {
         half::f16::to_f32(self)
     }
@@ -128,8 +122,8 @@ fn padded(cols: usize, align: usize, elem: usize) -> usize {
 
 /// Writes `src` (`rows×cols` row-major) into `dst` as is, or transposed
 /// (`cols×rows`), converting to `E`; `dst`'s rows are `pitch` elements
-/// apart and the padding past the row is zeroed. Transposes in blocks to
-/// stay in cache.
+/// apart and the padding past the row is zeroed. Transposes through
+/// [`transpose_convert`].
 fn store<E: Elem>(
     dst: &mut [E],
     src: &[f32],
@@ -158,15 +152,7 @@ fn store<E: Elem>(
         }
         return;
     }
-    for r0 in (0..rows).step_by(BLOCK) {
-        for c0 in (0..cols).step_by(BLOCK) {
-            for r in r0..(r0 + BLOCK).min(rows) {
-                for c in c0..(c0 + BLOCK).min(cols) {
-                    dst[c * pitch + r] = E::from_f32(src[r * cols + c]);
-                }
-            }
-        }
-    }
+    transpose_convert(src, rows, cols, pitch, dst);
 }
 
 /// Reads `dst` (`rows×cols` row-major f32) from `src`, whose rows are
