@@ -78,8 +78,6 @@ pub fn attend(q: &[f32], pos0: usize, keys: &[f32], values: &[f32], h: Heads) ->
     let (kv_dim, q_dim) = (h.kv_heads * hd, h.heads * hd);
     let group = h.heads / h.kv_heads;
     let rows = q.len() / q_dim;
-    let seen = pos0 + rows;
-    assert!(keys.len() >= seen * kv_dim && values.len() >= seen * kv_dim);
     let scale = 1.0 / (hd as f32).sqrt();
     let blocks = rows.div_ceil(ROW_BLOCK);
     let tasks: Vec<(usize, usize, Vec<f32>)> = (0..h.heads * blocks)
@@ -92,65 +90,26 @@ pub fn attend(q: &[f32], pos0: usize, keys: &[f32], values: &[f32], h: Heads) ->
             let kv = (head / group) * hd;
             let qh = &q[r0 * q_dim + head * hd..];
             let mut scores = vec![0f32; n * cols];
-            // SAFETY: scores is n × cols, contiguous. Q's rows are q_dim
-            // apart from `qh`, hd values each; Kᵀ (hd × cols) is read from
-            // the cache's rows kv_dim apart, all within `keys` (asserted
-            // above). read_dst is false, so alpha and dst's contents are unused.
-            unsafe {
-                gemm::gemm(
-                    n,
-                    cols,
-                    hd,
-                    scores.as_mut_ptr(),
-                    1,
-                    cols as isize,
-                    false,
-                    qh.as_ptr(),
-                    1,
-                    q_dim as isize,
-                    keys[kv..].as_ptr(),
-                    kv_dim as isize,
-                    1,
-                    0.0,
-                    scale,
-                    false,
-                    false,
-                    false,
-                    gemm::Parallelism::None,
-                );
-            }
+            // Q (n × hd, rows q_dim apart) · Kᵀ (hd × cols: cache rows kv_dim apart).
+            let q_rows = Strided::rows(qh, q_dim);
+            let k_cols = Strided {
+                at: &keys[kv..],
+                row: 1,
+                col: kv_dim,
+            };
+            product(&mut scores, (n, cols, hd), q_rows, k_cols, scale);
             for (r, row) in scores.chunks_mut(cols).enumerate() {
                 let visible = pos0 + r0 + r + 1;
                 softmax(&mut row[..visible]);
                 row[visible..].fill(0.0);
             }
             let mut out = vec![0f32; n * hd];
-            // SAFETY: out is n × hd and scores n × cols, contiguous; V
-            // (cols × hd) is read from the cache's rows kv_dim apart,
-            // within `values`.
-            unsafe {
-                gemm::gemm(
-                    n,
-                    hd,
-                    cols,
-                    out.as_mut_ptr(),
-                    1,
-                    hd as isize,
-                    false,
-                    scores.as_ptr(),
-                    1,
-                    cols as isize,
-                    values[kv..].as_ptr(),
-                    1,
-                    kv_dim as isize,
-                    0.0,
-                    1.0,
-                    false,
-                    false,
-                    false,
-                    gemm::Parallelism::None,
-                );
-            }
+            // P (n × cols) · V (cols × hd: cache rows kv_dim apart).
+            let (p, v) = (
+                Strided::rows(&scores, cols),
+                Strided::rows(&values[kv..], kv_dim),
+            );
+            product(&mut out, (n, hd, cols), p, v, 1.0);
             (head, r0, out)
         })
         .collect();
@@ -162,6 +121,63 @@ pub fn attend(q: &[f32], pos0: usize, keys: &[f32], values: &[f32], h: Heads) ->
         }
     }
     out
+}
+
+/// A matrix read in place: element (i, j) at `at[i·row + j·col]`.
+#[derive(Clone, Copy)]
+struct Strided<'a> {
+    at: &'a [f32],
+    row: usize,
+    col: usize,
+}
+
+impl<'a> Strided<'a> {
+    /// Row-major, rows `row` elements apart.
+    fn rows(at: &'a [f32], row: usize) -> Self {
+        Strided { at, row, col: 1 }
+    }
+
+    /// Whether an `r × c` matrix lies within the slice.
+    fn holds(&self, r: usize, c: usize) -> bool {
+        r == 0 || c == 0 || (r - 1) * self.row + (c - 1) * self.col < self.at.len()
+    }
+}
+
+/// `dst = beta · lhs · rhs`, `dst` row-major `m × n`, on this thread
+/// (`gemm` crate).
+fn product(
+    dst: &mut [f32],
+    (m, n, k): (usize, usize, usize),
+    lhs: Strided,
+    rhs: Strided,
+    beta: f32,
+) {
+    assert!(dst.len() >= m * n && lhs.holds(m, k) && rhs.holds(k, n));
+    // SAFETY: the assert keeps every element read or written inside its
+    // slice; read_dst is false, so dst's contents and alpha are unused.
+    unsafe {
+        gemm::gemm(
+            m,
+            n,
+            k,
+            dst.as_mut_ptr(),
+            1,
+            n as isize,
+            false,
+            lhs.at.as_ptr(),
+            lhs.col as isize,
+            lhs.row as isize,
+            rhs.at.as_ptr(),
+            rhs.col as isize,
+            rhs.row as isize,
+            0.0,
+            beta,
+            false,
+            false,
+            false,
+            gemm::Parallelism::None,
+        );
+    }
 }
 
 /// Softmax in place (max subtracted first).
