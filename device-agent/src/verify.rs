@@ -29,6 +29,9 @@ pub const FULL_CHECK_MAX: usize = 4096;
 /// Random positions checked in larger outputs (besides the four corners).
 pub const SAMPLES: usize = 256;
 
+/// SplitMix64's step between states.
+const GAMMA: u64 = 0x9E37_79B9_7F4A_7C15;
+
 /// SplitMix64: a tiny, well-distributed generator with a 64-bit state.
 #[derive(Debug, Clone)]
 pub struct SplitMix64(u64);
@@ -41,7 +44,7 @@ impl SplitMix64 {
 
     /// The next 64 random bits.
     pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        self.0 = self.0.wrapping_add(GAMMA);
         let mut z = self.0;
         z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
         z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
@@ -66,10 +69,35 @@ pub fn seed_for(shape: &GemmShape, salt: u64) -> u64 {
     (m as u64) << 42 ^ (k as u64) << 21 ^ n as u64 ^ salt.wrapping_mul(0x2545_F491_4F6C_DD1D)
 }
 
-/// `len` values uniform in `[-1, 1)` from `seed`.
+/// `len` values uniform in `[-1, 1)` from `seed`: the sequence of one
+/// [`SplitMix64`], made on every core for a large one. The generator's
+/// state after `i` steps is `seed + i·γ`, so each thread starts its block
+/// where one generator would be; a model's weights are billions of values.
 pub fn random_vec(len: usize, seed: u64) -> Vec<f32> {
-    let mut g = SplitMix64::new(seed);
-    (0..len).map(|_| g.next_signed_unit()).collect()
+    let mut v = vec![0f32; len];
+    let chunk = len.div_ceil(threads_for(len)).max(1);
+    let fill = |start: usize, block: &mut [f32]| {
+        let mut g = SplitMix64::new(seed.wrapping_add((start as u64).wrapping_mul(GAMMA)));
+        block.iter_mut().for_each(|x| *x = g.next_signed_unit());
+    };
+    std::thread::scope(|scope| {
+        for (b, block) in v.chunks_mut(chunk).enumerate() {
+            scope.spawn(move || fill(b * chunk, block));
+        }
+    });
+    v
+}
+
+/// Below this much work (values, or products of the reference) one thread
+/// does it: starting threads costs more.
+const PARALLEL_MIN: usize = 1 << 20;
+
+fn threads_for(work: usize) -> usize {
+    if work < PARALLEL_MIN {
+        1
+    } else {
+        std::thread::available_parallelism().map_or(1, |n| n.get())
+    }
 }
 
 /// The activation `A[M,K]` and weights `W[K,N]` (row-major) of a case;
@@ -133,13 +161,8 @@ pub fn check(shape: &GemmShape, a: &[f32], w: &[f32], c: &[f32]) -> Check {
         out.worst = (bad / n, bad % n);
         return out;
     }
-    for (i, j) in sample_positions(m, n) {
-        let (mut dot, mut scale) = (0f64, 0f64);
-        for p in 0..k {
-            let x = a[i * k + p] as f64 * w[p * n + j] as f64;
-            dot += x;
-            scale += x.abs();
-        }
+    let positions = sample_positions(m, n);
+    for (&(i, j), &(dot, scale)) in positions.iter().zip(&reference(a, w, k, n, &positions)) {
         let diff = (c[i * n + j] as f64 - dot).abs();
         // An all-zero row or column: the exact answer is 0 and any
         // non-zero output is wrong.
@@ -159,6 +182,61 @@ pub fn check(shape: &GemmShape, a: &[f32], w: &[f32], c: &[f32]) -> Check {
     out
 }
 
+/// Most sampled outputs of one row that one thread of [`reference`] takes.
+const COLUMNS_PER_PIECE: usize = 512;
+
+/// `(Σ_k A[i,k]·W[k,j], Σ_k |A[i,k]·W[k,j]|)` in f64 for each position,
+/// the terms added in order of k. The positions of one row are computed
+/// together, reading `W` a row at a time (column by column it is a strided
+/// read of the whole matrix per output, which took a second for one
+/// 1×14336×4096 case), in pieces spread over every core.
+fn reference(
+    a: &[f32],
+    w: &[f32],
+    k: usize,
+    n: usize,
+    positions: &[(usize, usize)],
+) -> Vec<(f64, f64)> {
+    let mut order: Vec<usize> = (0..positions.len()).collect();
+    order.sort_by_key(|&x| positions[x]);
+    let pieces: Vec<&[usize]> = order
+        .chunk_by(|&x, &y| positions[x].0 == positions[y].0)
+        .flat_map(|row| row.chunks(COLUMNS_PER_PIECE))
+        .collect();
+    let piece = |at: &[usize]| -> Vec<(f64, f64)> {
+        let i = positions[at[0]].0;
+        let mut sums = vec![(0f64, 0f64); at.len()];
+        for (p, &x) in a[i * k..(i + 1) * k].iter().enumerate() {
+            let row = &w[p * n..(p + 1) * n];
+            for (s, &at) in sums.iter_mut().zip(at) {
+                let v = x as f64 * row[positions[at].1] as f64;
+                s.0 += v;
+                s.1 += v.abs();
+            }
+        }
+        sums
+    };
+    let threads = threads_for(k * positions.len()).min(pieces.len()).max(1);
+    let per_thread = pieces.len().div_ceil(threads);
+    let done: Vec<Vec<(f64, f64)>> = std::thread::scope(|scope| {
+        let handles: Vec<_> = pieces
+            .chunks(per_thread)
+            .map(|share| scope.spawn(move || share.iter().map(|at| piece(at)).collect::<Vec<_>>()))
+            .collect();
+        handles
+            .into_iter()
+            .flat_map(|h| h.join().expect("a reference thread panicked"))
+            .collect()
+    });
+    let mut out = vec![(0.0, 0.0); positions.len()];
+    for (at, sums) in pieces.iter().zip(done) {
+        for (&x, s) in at.iter().zip(sums) {
+            out[x] = s;
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -171,6 +249,36 @@ mod tests {
             }
         }
         c
+    }
+
+    #[test]
+    fn a_large_random_vec_is_one_generator_s_sequence() {
+        let len = 3 * PARALLEL_MIN + 7;
+        let mut g = SplitMix64::new(42);
+        let one: Vec<f32> = (0..len).map(|_| g.next_signed_unit()).collect();
+        assert_eq!(random_vec(len, 42), one);
+        assert!(random_vec(0, 42).is_empty());
+    }
+
+    #[test]
+    fn the_reference_adds_each_output_in_order_of_k_as_a_column_walk_would() {
+        // Enough work for threads, rows with more sampled columns than one
+        // piece, and a repeated position.
+        let (m, k, n) = (3, 700, 1500);
+        let a = random_vec(m * k, 1);
+        let w = random_vec(k * n, 2);
+        let mut positions: Vec<(usize, usize)> = (0..n).map(|j| (1, j)).collect();
+        positions.extend([(2, 5), (0, 1499), (2, 5), (0, 0)]);
+        let got = reference(&a, &w, k, n, &positions);
+        for (&(i, j), &(dot, scale)) in positions.iter().zip(&got) {
+            let (mut d, mut s) = (0f64, 0f64);
+            for p in 0..k {
+                let x = a[i * k + p] as f64 * w[p * n + j] as f64;
+                d += x;
+                s += x.abs();
+            }
+            assert_eq!((dot, scale), (d, s), "({i}, {j})");
+        }
     }
 
     #[test]
