@@ -190,7 +190,11 @@ const COLUMNS_PER_PIECE: usize = 512;
 /// together, reading `W` a row at a time (column by column it is a strided
 /// read of the whole matrix per output, which took a second for one
 /// 1×14336×4096 case), in pieces spread over every core.
-fn reference(
+///
+/// # Panics
+/// When a position or `k`, `n` lie outside `a` (`M·k` values) or `w`
+/// (`k·n` values).
+pub fn reference(
     a: &[f32],
     w: &[f32],
     k: usize,

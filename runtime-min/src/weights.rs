@@ -100,7 +100,7 @@ impl Weights {
                     ^ fnv(&op.name)
                     ^ ((self.weight_layer(layer) as u64) << 32)
                     ^ ((instance as u64) << 48);
-                Ok(random_vec_par(k * n, s))
+                Ok(hetero_agent::verify::random_vec(k * n, s))
             }
             Weights::File { ckpt, map } => {
                 let t = ckpt.read_f32(&map[&(op.name.clone(), layer, instance)])?;
@@ -111,32 +111,6 @@ impl Weights {
             }
         }
     }
-}
-
-/// [`hetero_agent::verify::random_vec`], generated on every core: the
-/// SplitMix64 state after `j` draws is `seed + j·γ`, so each chunk starts
-/// exactly where the sequential generator would be (the same values; a
-/// model's worth of weights is billions of them).
-pub(crate) fn random_vec_par(len: usize, seed: u64) -> Vec<f32> {
-    const GAMMA: u64 = 0x9E37_79B9_7F4A_7C15;
-    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
-    if len < 1 << 20 || threads < 2 {
-        return hetero_agent::verify::random_vec(len, seed);
-    }
-    let mut v = vec![0f32; len];
-    let chunk = len.div_ceil(threads);
-    std::thread::scope(|scope| {
-        for (i, c) in v.chunks_mut(chunk).enumerate() {
-            let start = seed.wrapping_add(((i * chunk) as u64).wrapping_mul(GAMMA));
-            scope.spawn(move || {
-                let mut g = hetero_agent::verify::SplitMix64::new(start);
-                for x in c {
-                    *x = g.next_signed_unit();
-                }
-            });
-        }
-    });
-    v
 }
 
 /// The expected tensor name of an operator, for messages.
@@ -310,16 +284,5 @@ mod tests {
         };
         assert_eq!(s.get(&op, 1, 0).unwrap(), s.get(&op, 2, 0).unwrap());
         assert_eq!(s.weight_layer(5), 0);
-    }
-
-    #[test]
-    fn parallel_generation_gives_the_sequential_values() {
-        for len in [(1 << 20) + 7, 3 << 20] {
-            assert_eq!(
-                random_vec_par(len, 0x5eed ^ len as u64),
-                hetero_agent::verify::random_vec(len, 0x5eed ^ len as u64)
-            );
-        }
-        assert_eq!(random_vec_par(5, 9), hetero_agent::verify::random_vec(5, 9));
     }
 }
