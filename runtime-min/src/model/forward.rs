@@ -120,14 +120,16 @@ impl Decoder {
             (g, u)
         };
         let t = Instant::now();
-        // Chunks of at least 16 Ki elements: a decode step's few thousand
-        // stay on this thread rather than paying for a fork.
-        let act: Vec<f32> = gate
-            .par_iter()
-            .zip(&up)
-            .with_min_len(1 << 14)
-            .map(|(g, u)| g / (1.0 + (-g).exp()) * u)
-            .collect();
+        let silu_times = |(g, u): (&f32, &f32)| g / (1.0 + (-g).exp()) * u;
+        let act: Vec<f32> = if gate.len() < PARALLEL_MIN {
+            gate.iter().zip(&up).map(silu_times).collect()
+        } else {
+            gate.par_iter()
+                .zip(&up)
+                .with_min_len(PARALLEL_MIN / 2)
+                .map(silu_times)
+                .collect()
+        };
         self.host_time("activation", s.phase, t);
         let d = self.gemm(rt, "ffn_down", s, l, &act, self.cfg.hidden)?;
         let t = Instant::now();
@@ -170,20 +172,32 @@ impl Decoder {
 /// llama: `x / sqrt(mean(x²) + eps) · w`.
 pub(crate) fn rms_norm(x: &[f32], w: &[f32], eps: f32) -> Vec<f32> {
     let mut out = vec![0f32; x.len()];
-    // Rows of at least 16 Ki elements per task (decode's one row: none).
-    let rows_per_task = ((1 << 14) / w.len().max(1)).max(1);
-    out.par_chunks_mut(w.len())
-        .zip(x.par_chunks(w.len()))
-        .with_min_len(rows_per_task)
-        .for_each(|(o, r)| {
-            let ms = r.iter().map(|v| v * v).sum::<f32>() / r.len() as f32;
-            let inv = 1.0 / (ms + eps).sqrt();
-            for ((o, v), w) in o.iter_mut().zip(r).zip(w) {
-                *o = w * (v * inv);
-            }
-        });
+    let norm = |(o, r): (&mut [f32], &[f32])| {
+        let ms = r.iter().map(|v| v * v).sum::<f32>() / r.len() as f32;
+        let inv = 1.0 / (ms + eps).sqrt();
+        for ((o, v), w) in o.iter_mut().zip(r).zip(w) {
+            *o = w * (v * inv);
+        }
+    };
+    if x.len() < PARALLEL_MIN {
+        out.chunks_mut(w.len())
+            .zip(x.chunks(w.len()))
+            .for_each(norm);
+    } else {
+        let rows_per_task = (PARALLEL_MIN / 2 / w.len().max(1)).max(1);
+        out.par_chunks_mut(w.len())
+            .zip(x.par_chunks(w.len()))
+            .with_min_len(rows_per_task)
+            .for_each(norm);
+    }
     out
 }
+
+/// Below this many elements a host operator runs on the calling thread.
+/// A parallel iterator started outside rayon's pool hands its work to a
+/// pool thread and waits for it even when it is one piece, which a decode
+/// step's norm (one row) need not pay.
+const PARALLEL_MIN: usize = 1 << 15;
 
 /// Adds `b` to every row of `x`.
 fn add_bias(x: &mut [f32], b: &[f32]) {
