@@ -827,8 +827,8 @@ fn report_step(d: &mut Demo) -> Result<()> {
          its part's prediction first, so a ratio near 1 can hide a part that ended sooner. The \
          same commands with --sync block (they are in the logs) show whether the plan \
          over-predicts.\n\nThe generations run on synthetic weights (one layer's worth, run by \
-         every layer): their tokens are not a model's output; their times and checks are real, \
-         and the checks' reference products are left out of the times."
+         every layer): their tokens are not a model's output; their times and checks are real: \
+         each command checks a first generation and times a second, unchecked one."
     );
     let screen = screen_of(d)?.render();
     println!("\n{screen}");

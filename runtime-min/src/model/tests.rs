@@ -266,6 +266,20 @@ fn synthetic_weights_stay_finite_through_many_layers_and_share_one_layer() {
         let c = g.check.unwrap();
         assert_eq!(c.passed, c.outputs, "{}", c.worst);
         assert!(g.check_us > 0.0);
+        // The checks cover one generation's GEMMs; the timed one is a
+        // second, of the same tokens, whose operators ran once each.
+        let gemm_calls: u32 = g
+            .ops
+            .iter()
+            .filter(|o| o.kind == OpKind::Gemm)
+            .map(|o| o.calls)
+            .sum();
+        assert_eq!(c.outputs, gemm_calls as usize);
+        let plain = d
+            .generate(&mut rt, &greedy(&[1, 2, 3], 4), false, &mut |_, _, _| {})
+            .unwrap();
+        assert_eq!(plain.tokens, g.tokens);
+        assert!(plain.check.is_none());
         logits.push(g.logits);
     }
     assert_ne!(logits[0], logits[1]);
