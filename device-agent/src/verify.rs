@@ -212,8 +212,8 @@ pub fn reference(
         let mut sums = vec![(0f64, 0f64); at.len()];
         for (p, &x) in a[i * k..(i + 1) * k].iter().enumerate() {
             let row = &w[p * n..(p + 1) * n];
-            for (s, &at) in sums.iter_mut().zip(at) {
-                let v = x as f64 * row[positions[at].1] as f64;
+            for (s, &which) in sums.iter_mut().zip(at) {
+                let v = x as f64 * row[positions[which].1] as f64;
                 s.0 += v;
                 s.1 += v.abs();
             }
