@@ -49,18 +49,10 @@ const PARALLEL_MIN: usize = 1 << 18;
 /// Edge of the square blocks a transpose moves, in values.
 const BLOCK: usize = 64;
 
-fn threads_for(len: usize) -> usize {
-    if len < PARALLEL_MIN {
-        1
-    } else {
-        std::thread::available_parallelism().map_or(1, |n| n.get())
-    }
-}
-
 /// `dst[i] = src[i]` converted, on all cores for a large slice.
 pub fn convert<T: FromF32>(src: &[f32], dst: &mut [T]) {
     assert_eq!(src.len(), dst.len(), "convert: lengths differ");
-    let threads = threads_for(src.len());
+    let threads = crate::threads_for(src.len(), PARALLEL_MIN);
     if threads == 1 {
         dst.iter_mut()
             .zip(src)
@@ -90,7 +82,7 @@ pub fn transpose_convert<T: FromF32>(
     if cols == 0 || rows == 0 {
         return;
     }
-    let threads = threads_for(rows * cols);
+    let threads = crate::threads_for(rows * cols, PARALLEL_MIN);
     // Each thread owns a band of destination rows (source columns).
     let band = cols.div_ceil(threads).div_ceil(BLOCK).max(1) * BLOCK;
     let run = |t: usize, chunk: &mut [T]| {

@@ -54,6 +54,16 @@ pub use error::{Error, Result};
 pub use host::{HostBuf, HostMem};
 pub use registry::{OpenOptions, Registry, Unavailable, id_matches};
 
+/// Threads for `work` items spread over every core: one below
+/// `serial_below`, where starting threads costs more than they save.
+pub(crate) fn threads_for(work: usize, serial_below: usize) -> usize {
+    if work < serial_below {
+        1
+    } else {
+        std::thread::available_parallelism().map_or(1, |n| n.get())
+    }
+}
+
 /// The sweep protocol version this agent speaks; the host checks it in the
 /// handshake.
 pub use hetero_plan::protocol::PROTOCOL_VERSION;

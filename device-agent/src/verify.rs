@@ -75,7 +75,7 @@ pub fn seed_for(shape: &GemmShape, salt: u64) -> u64 {
 /// where one generator would be; a model's weights are billions of values.
 pub fn random_vec(len: usize, seed: u64) -> Vec<f32> {
     let mut v = vec![0f32; len];
-    let chunk = len.div_ceil(threads_for(len)).max(1);
+    let chunk = len.div_ceil(crate::threads_for(len, PARALLEL_MIN)).max(1);
     let fill = |start: usize, block: &mut [f32]| {
         let mut g = SplitMix64::new(seed.wrapping_add((start as u64).wrapping_mul(GAMMA)));
         block.iter_mut().for_each(|x| *x = g.next_signed_unit());
@@ -91,14 +91,6 @@ pub fn random_vec(len: usize, seed: u64) -> Vec<f32> {
 /// Below this much work (values, or products of the reference) one thread
 /// does it: starting threads costs more.
 const PARALLEL_MIN: usize = 1 << 20;
-
-fn threads_for(work: usize) -> usize {
-    if work < PARALLEL_MIN {
-        1
-    } else {
-        std::thread::available_parallelism().map_or(1, |n| n.get())
-    }
-}
 
 /// The activation `A[M,K]` and weights `W[K,N]` (row-major) of a case;
 /// `salt` gives a different input for the same shape.
@@ -220,7 +212,9 @@ pub fn reference(
         }
         sums
     };
-    let threads = threads_for(k * positions.len()).min(pieces.len()).max(1);
+    let threads = crate::threads_for(k * positions.len(), PARALLEL_MIN)
+        .min(pieces.len())
+        .max(1);
     let per_thread = pieces.len().div_ceil(threads);
     let done: Vec<Vec<(f64, f64)>> = std::thread::scope(|scope| {
         let handles: Vec<_> = pieces
